@@ -1,0 +1,43 @@
+# Two commands: `make run` (set up + the default experiment) and `make test` (set up + the test suite).
+# Set-up is skipped when the virtual environment is already up to date with pyproject.toml and
+# the pinned versions in constraints.txt.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+TASK   ?= es-rastrigin
+ARGS   ?=
+PYTEST_ARGS ?=
+
+.PHONY: run test test-slow bench lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Runtime dependencies only.
+$(VENV)/.installed-run: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	touch $@
+
+# Everything the tests need (test tools, pycma reference, control environments).
+$(VENV)/.installed-test: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,control]"
+	touch $@ $(VENV)/.installed-run
+
+run: $(VENV)/.installed-run
+	$(BIN)/evotensor run $(TASK) $(ARGS)
+
+# pytest's exit code 5 ("no tests collected") is not a failure of the code.
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS); s=$$?; [ $$s -eq 5 ] && exit 0; exit $$s
+
+test-slow: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m slow $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-test
+	$(BIN)/python -m pip install --quiet -c constraints.txt ruff
+	$(BIN)/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .hypothesis

@@ -1,0 +1,64 @@
+"""The result of scoring a population, and the orientation convention.
+
+Strategies always *minimize*. A problem declares with ``maximize`` whether its natural objective
+is maximized (returns, accuracy, QD fitness). :func:`to_minimization` turns a natural-orientation
+:class:`Evaluation` into what strategies receive; everything a user sees (logs, plots, results)
+stays in natural orientation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from evotensor.core.pytree import pytree_dataclass
+
+
+@pytree_dataclass
+class Evaluation:
+    """Scores of one population.
+
+    Attributes:
+        fitness: ``[pop]`` (or ``[pop, n_obj]``) objective values.
+        descriptor: optional ``[pop, d]`` behaviour descriptors (quality-diversity).
+        info: optional per-individual extras, any pytree with a leading ``pop`` axis
+            (usually an :class:`evotensor.tree.Tree`).
+    """
+
+    fitness: jax.Array
+    descriptor: jax.Array | None = None
+    info: Any = None
+
+
+def worst_for_nonfinite(fitness: jax.Array) -> jax.Array:
+    """Replace NaN/inf entries of a *minimized* fitness by a value worse than every finite one.
+
+    Args:
+        fitness: ``[pop]`` or ``[pop, n_obj]`` (each objective column handled separately).
+
+    Returns:
+        Same shape; every non-finite entry becomes ``max_finite + max(1, |max_finite|)``
+        (clipped to the dtype's largest finite value), so it ranks last and never turns state
+        into NaN. If no entry of a column is finite, that column becomes all zeros.
+    """
+    fitness = jnp.asarray(fitness)
+    finite = jnp.isfinite(fitness)
+    big = jnp.finfo(fitness.dtype).max
+    max_finite = jnp.max(jnp.where(finite, fitness, -big), axis=0)
+    any_finite = jnp.any(finite, axis=0)
+    worst = jnp.minimum(max_finite + jnp.maximum(1.0, jnp.abs(max_finite)), big)
+    worst = jnp.where(any_finite, worst, 0.0)
+    return jnp.where(finite, fitness, worst)
+
+
+def to_minimization(evaluation: Evaluation, maximize: bool) -> Evaluation:
+    """Evaluation as strategies see it: negated if ``maximize``, non-finite values made worst."""
+    fitness = -evaluation.fitness if maximize else evaluation.fitness
+    return evaluation.replace(fitness=worst_for_nonfinite(fitness))  # type: ignore[attr-defined]
+
+
+def to_natural(fitness: jax.Array, maximize: bool) -> jax.Array:
+    """Inverse of the sign flip of :func:`to_minimization` (for reporting)."""
+    return -fitness if maximize else fitness

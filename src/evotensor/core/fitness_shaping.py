@@ -1,0 +1,62 @@
+"""Composable fitness shaping.
+
+All functions take a *minimized* fitness vector ``[pop]`` and return ``[pop]`` float weights.
+What a strategy receives after shaping is called *weights*, not fitness. Non-finite inputs are
+treated as the worst values (see :func:`evotensor.core.worst_for_nonfinite`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from evotensor.core.evaluation import worst_for_nonfinite
+
+
+def _check_vector(fitness: jax.Array, name: str = "fitness") -> jax.Array:
+    fitness = jnp.asarray(fitness)
+    if fitness.ndim != 1:
+        raise ValueError(f"{name} must be a vector [pop], got shape {fitness.shape}")
+    return worst_for_nonfinite(fitness.astype(jnp.result_type(fitness, jnp.float32)))
+
+
+def ranks(fitness: jax.Array) -> jax.Array:
+    """Rank of each entry, 0 for the best (smallest); ties broken by index. ``[pop] -> [pop]``."""
+    fitness = _check_vector(fitness)
+    order = jnp.argsort(fitness, stable=True)
+    return jnp.zeros(fitness.shape[0], jnp.int32).at[order].set(jnp.arange(fitness.shape[0], dtype=jnp.int32))
+
+
+def centered_ranks(fitness: jax.Array) -> jax.Array:
+    """Ranks mapped linearly to ``[-0.5, 0.5]``, best = -0.5 (OpenAI-ES shaping). ``[pop]``."""
+    r = ranks(fitness).astype(jnp.float32)
+    n = fitness.shape[0]
+    return r / jnp.maximum(n - 1, 1) - 0.5
+
+
+def z_score(fitness: jax.Array, eps: float = 1e-8) -> jax.Array:
+    """``(f - mean) / (std + eps)``. ``[pop]``."""
+    f = _check_vector(fitness)
+    return (f - f.mean()) / (f.std() + eps)
+
+
+def normalize(fitness: jax.Array, eps: float = 1e-8) -> jax.Array:
+    """Min-max normalization to ``[0, 1]`` (0 = best). ``[pop]``."""
+    f = _check_vector(fitness)
+    lo, hi = f.min(), f.max()
+    return (f - lo) / (hi - lo + eps)
+
+
+def weight_decay(fitness: jax.Array, solutions: jax.Array, coefficient: float) -> jax.Array:
+    """Add an L2 penalty ``coefficient * mean(x**2)`` per solution to a minimized fitness.
+
+    Args:
+        fitness: ``[pop]``.
+        solutions: ``[pop, dims]`` flat solutions.
+        coefficient: penalty weight (>= 0).
+    """
+    f = _check_vector(fitness)
+    solutions = jnp.asarray(solutions)
+    if solutions.ndim != 2 or solutions.shape[0] != f.shape[0]:
+        raise ValueError(f"solutions must be [pop={f.shape[0]}, dims], got shape {solutions.shape}")
+    return f + coefficient * jnp.mean(solutions**2, axis=1)

@@ -1,0 +1,51 @@
+"""The problem protocol, in its two kinds.
+
+* A **function problem** scores genotypes directly: ``evaluate(key, genotypes) -> Evaluation``
+  (BBOB, classic test functions, QD arm).
+* A **policy problem** scores phenotypes through an ``apply`` function:
+  ``evaluate(key, phenotypes, apply) -> Evaluation`` where ``apply(phenotype, x) -> y`` and
+  ``phenotypes`` has a leading population axis (symbolic regression, classification, control).
+
+Both declare ``maximize``: whether the natural objective is maximized. Problems know nothing of
+strategies; they must be pure and jit-able.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import jax
+
+from evotensor.core.evaluation import Evaluation
+
+
+@runtime_checkable
+class FunctionProblem(Protocol):
+    """Scores a population of genotypes ``[pop, ...]`` directly."""
+
+    maximize: bool
+
+    def evaluate(self, key: jax.Array, genotypes: Any) -> Evaluation: ...
+
+
+@runtime_checkable
+class PolicyProblem(Protocol):
+    """Scores phenotypes with a leading population axis through ``apply(phenotype, x) -> y``."""
+
+    maximize: bool
+
+    def evaluate(self, key: jax.Array, phenotypes: Any, apply: Callable[[Any, Any], Any]) -> Evaluation: ...
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """A family's genotype -> phenotype map, plus how a phenotype is applied to inputs."""
+
+    def decode(self, genotypes: Any) -> Any: ...
+
+    def apply(self, phenotype: Any, x: Any) -> Any: ...
+
+
+def is_policy_problem(problem: Any) -> bool:
+    """True for policy problems (they declare ``kind = "policy"``)."""
+    return getattr(problem, "kind", "function") == "policy"

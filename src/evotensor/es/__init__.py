@@ -1,0 +1,75 @@
+"""Evolution strategies: one strategy per file, pure init/ask/tell, jit- and vmap-able.
+
+Names are imported lazily (``evotensor.es.CMAES`` imports only ``cma_es.py``), so importing the
+package stays cheap and a strategy's module is loaded on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> module (file) in this package
+_STRATEGIES: dict[str, str] = {
+    # finite-difference gradient ES
+    "OpenES": "open_es",
+    "PGPE": "pgpe",
+    "ARS": "ars",
+    "PersistentES": "persistent_es",
+    "NoiseReuseES": "noise_reuse_es",
+    "ESMC": "esmc",
+    # natural / pre-conditioned
+    "XNES": "xnes",
+    "SNES": "snes",
+    "CRFMNES": "cr_fm_nes",
+    "GuidedES": "guided_es",
+    "ASEBO": "asebo",
+    # estimation of distribution
+    "CMAES": "cma_es",
+    "SepCMAES": "sep_cma_es",
+    "IPOPCMAES": "restarts",
+    "BIPOPCMAES": "restarts",
+    "RmES": "rm_es",
+    "MAES": "ma_es",
+    "LMMAES": "lm_ma_es",
+    "IAMaLGaMFull": "iamalgam",
+    "IAMaLGaMUnivariate": "iamalgam",
+    "SimpleES": "simple_es",
+    "DiscoveredES": "discovered_es",
+    "CEM": "cem",
+    # genetic algorithms
+    "SimpleGA": "simple_ga",
+    "SAMRGA": "samr_ga",
+    "GESMRGA": "gesmr_ga",
+    "MR15GA": "mr15_ga",
+    # other
+    "PSO": "pso",
+    "DE": "de",
+    "GLD": "gld",
+    "SimulatedAnnealing": "simulated_annealing",
+    "HillClimbing": "hill_climbing",
+    "RandomSearch": "random_search",
+    "PBT": "pbt",
+}
+
+__all__ = sorted(_STRATEGIES) + ["VectorStrategy", "available"]
+
+
+def available() -> list[str]:
+    """Names of the strategies whose module is present in this installation."""
+    names = []
+    for name, module in _STRATEGIES.items():
+        if importlib.util.find_spec(f"{__name__}.{module}") is not None:
+            names.append(name)
+    return sorted(names)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "VectorStrategy":
+        from evotensor.es.base import VectorStrategy
+
+        return VectorStrategy
+    module = _STRATEGIES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evotensor.es' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

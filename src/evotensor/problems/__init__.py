@@ -1,0 +1,43 @@
+"""Problems: classic functions, BBOB, regression, classification and control.
+
+Submodules are imported lazily so that ``import evotensor.problems`` does not pull in optional
+dependencies (gymnax, brax) until a control problem is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from evotensor.problems.classic import (
+    Ackley,
+    ClassicFunction,
+    Rastrigin,
+    Rosenbrock,
+    Sphere,
+    ackley,
+    rastrigin,
+    rosenbrock,
+    sphere,
+)
+
+_SUBMODULES = ("bbob", "classic", "classification", "control", "networks", "regression")
+
+__all__ = [
+    "Ackley",
+    "ClassicFunction",
+    "Rastrigin",
+    "Rosenbrock",
+    "Sphere",
+    "ackley",
+    "rastrigin",
+    "rosenbrock",
+    "sphere",
+    *_SUBMODULES,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'evotensor.problems' has no attribute {name!r}")

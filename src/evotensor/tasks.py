@@ -1,0 +1,118 @@
+"""The task registry behind ``evotensor list`` and ``evotensor run TASK``.
+
+A *task* is a named, reproducible experiment: a builder that turns a plain configuration dict into
+a strategy, a problem and (optionally) a decoder. Families register their tasks with
+:func:`register_task`; modules listed in ``_TASK_MODULES`` are imported on first use so the
+registry is complete without importing every family up front.
+
+Example::
+
+    @register_task("es-sphere", "CMA-ES on the 10-d sphere", defaults={"dims": 10, "pop": 0})
+    def _build(cfg):
+        return Task(strategy=CMAES(...), problem=Sphere(cfg["dims"]), generations=cfg["generations"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Callable
+
+# Modules whose import registers tasks (kept as strings: importing a family is deferred).
+_TASK_MODULES = (
+    "evotensor.problems.classic_tasks",
+    "evotensor.problems.es_tasks",
+    "evotensor.gp.tasks",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What a task builder returns.
+
+    Attributes:
+        strategy: an object following :class:`evotensor.core.Strategy`.
+        problem: a function or policy problem.
+        decoder: genotype -> phenotype map for policy problems (None for function problems).
+        generations: default number of generations.
+        report: optional ``report(result, run_dir) -> str`` called after the run (prints extra
+            lines, writes extra plots); must not change the result.
+        best_to_text: optional ``best_to_text(best_genotype) -> str`` for ``best.txt``.
+    """
+
+    strategy: Any
+    problem: Any
+    generations: int
+    decoder: Any = None
+    report: Callable[[Any, Any], str] | None = None
+    best_to_text: Callable[[Any], str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """A registered task: its name, one-line description, defaults and builder."""
+
+    name: str
+    description: str
+    defaults: dict[str, Any]
+    builder: Callable[[dict[str, Any]], Task]
+
+    def build(self, config: dict[str, Any]) -> Task:
+        unknown = sorted(set(config) - set(self.defaults))
+        if unknown:
+            raise ValueError(
+                f"task {self.name!r} has no option(s) {', '.join(unknown)}; "
+                f"valid options: {', '.join(sorted(self.defaults))}"
+            )
+        return self.builder({**self.defaults, **config})
+
+
+_REGISTRY: dict[str, TaskSpec] = {}
+_loaded = False
+
+# Options every task understands (the CLI flags); builders receive them in the config dict.
+COMMON_DEFAULTS: dict[str, Any] = {"pop": None, "generations": None, "seed": 0}
+
+
+def register_task(name: str, description: str, defaults: dict[str, Any] | None = None):
+    """Decorator registering ``builder(config: dict) -> Task`` under ``name``.
+
+    ``defaults`` lists every option the task accepts besides ``pop``, ``generations`` and
+    ``seed`` (which every task accepts; ``None`` means the task's own default).
+    """
+
+    def decorate(builder: Callable[[dict[str, Any]], Task]) -> Callable[[dict[str, Any]], Task]:
+        if name in _REGISTRY and _REGISTRY[name].builder is not builder:
+            raise ValueError(f"task {name!r} is registered twice")
+        _REGISTRY[name] = TaskSpec(name, description, {**COMMON_DEFAULTS, **(defaults or {})}, builder)
+        return builder
+
+    return decorate
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for module in _TASK_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            # A family module that is absent in this build registers nothing; anything else is a bug.
+            if err.name != module:
+                raise
+    _loaded = True
+
+
+def all_tasks() -> dict[str, TaskSpec]:
+    """Every registered task, by name (sorted)."""
+    _load()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def get_task(name: str) -> TaskSpec:
+    """The task called ``name``; ``KeyError`` with the list of valid names otherwise."""
+    tasks = all_tasks()
+    if name not in tasks:
+        raise KeyError(f"unknown task {name!r}; known tasks: {', '.join(tasks)}")
+    return tasks[name]

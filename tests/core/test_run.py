@@ -1,0 +1,176 @@
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import evotensor
+from evotensor.core import Evaluation, Strategy, to_minimization
+from evotensor.es.simple_es import SimpleES
+from evotensor.problems import Rastrigin, Sphere
+from tests.core.toy import ToyStrategy
+
+
+def tree_equal(a, b):
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
+
+
+def hand_loop(strategy, problem, generations, key):
+    """The documented key schedule, written out by hand with jitted pieces."""
+    ask, tell, evaluate = jax.jit(strategy.ask), jax.jit(strategy.tell), jax.jit(problem.evaluate)
+    init_key, loop_key = jax.random.split(key)
+    params = strategy.default_params()
+    state = strategy.init(init_key, params)
+    best = np.inf
+    for g in range(generations):
+        ask_key, eval_key, tell_key = evotensor.generation_keys(loop_key, g)
+        x, state = ask(ask_key, state, params)
+        ev = evaluate(eval_key, x)
+        best = min(best, float(np.nanmin(np.asarray(ev.fitness))))
+        state, _ = tell(tell_key, state, x, to_minimization(ev, problem.maximize), params)
+    return state, best
+
+
+def test_toy_strategy_follows_the_protocol_and_runs():
+    toy = ToyStrategy(population_size=8, num_dims=3)
+    assert isinstance(toy, Strategy)
+    result = evotensor.run(toy, Sphere(3), 40, jax.random.key(0))
+    assert result.best_fitness < 27.0  # the start point (3,3,3) scores 27
+    assert result.history["best_fitness"].shape == (40,)
+    assert np.all(np.diff(result.history["best_fitness"]) <= 0)  # best-so-far never worsens
+    assert result.evaluations == 320
+
+
+@pytest.mark.parametrize("make", [lambda: ToyStrategy(8, 4), lambda: SimpleES(12, num_dims=4, sigma_init=2.0)])
+def test_run_equals_hand_written_loop(make):
+    strategy, problem = make(), Rastrigin(4)
+    result = evotensor.run(strategy, problem, 25, jax.random.key(7), chunk_size=6)
+    state, best = hand_loop(strategy, problem, 25, jax.random.key(7))
+    assert tree_equal(result.state, state)
+    assert result.best_fitness == pytest.approx(best, rel=0, abs=0)
+
+
+def test_chunk_size_does_not_change_results():
+    es, problem = SimpleES(10, num_dims=3), Sphere(3)
+    a = evotensor.run(es, problem, 20, jax.random.key(1), chunk_size=20)
+    b = evotensor.run(es, problem, 20, jax.random.key(1), chunk_size=3)
+    assert tree_equal(a.state, b.state)
+    for name in a.history:
+        np.testing.assert_array_equal(a.history[name], b.history[name])
+
+
+def test_run_many_equals_separate_runs():
+    es, problem = SimpleES(10, num_dims=3, sigma_init=2.0), Rastrigin(3)
+    keys = jax.random.split(jax.random.key(5), 8)
+    many = evotensor.run_many(es, problem, 15, keys)
+    assert many.best_fitness.shape == (8,)
+    for i in range(8):
+        single = evotensor.run(es, problem, 15, keys[i])
+        assert tree_equal(single.state, jax.tree_util.tree_map(lambda a: a[i], many.state))
+        np.testing.assert_array_equal(single.history["best_fitness"], many.history["best_fitness"][i])
+        assert single.best_fitness == many.best_fitness[i]
+
+
+def test_run_many_over_hyperparameters():
+    es, problem = SimpleES(10, num_dims=3), Sphere(3)
+    sigmas = jnp.array([0.1, 1.0, 3.0])
+    params = jax.vmap(lambda s: es.default_params().replace(sigma_init=s))(sigmas)
+    keys = jax.random.split(jax.random.key(2), 3)
+    many = evotensor.run_many(es, problem, 10, keys, params=params, params_batched=True)
+    for i in range(3):
+        p = es.default_params().replace(sigma_init=sigmas[i])
+        single = evotensor.run(es, problem, 10, keys[i], params=p)
+        # A batched hyperparameter changes the shapes XLA vectorizes over, and with them where it
+        # contracts multiply-adds into FMAs: agreement is to float32 rounding, not bit for bit
+        # (seed sweeps with shared params, above, are bit-identical).
+        for a, b in zip(jax.tree_util.tree_leaves(single.state), jax.tree_util.tree_leaves(many.state)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b)[i], rtol=2e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="leading axis of 3"):
+        evotensor.run_many(es, problem, 10, keys, params=es.default_params(), params_batched=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class SometimesNaN:
+    """Sphere, but every third individual scores NaN and every fifth +inf."""
+
+    maximize: bool = False
+
+    def evaluate(self, key, x):
+        f = jnp.sum(x**2, axis=1)
+        idx = jnp.arange(x.shape[0])
+        f = jnp.where(idx % 3 == 0, jnp.nan, f)
+        return Evaluation(fitness=jnp.where(idx % 5 == 0, jnp.inf, f))
+
+
+def test_nan_and_inf_fitness_never_corrupt_state():
+    es = SimpleES(15, num_dims=4, sigma_init=1.0, mean_init=jnp.full(4, 2.0))
+    result = evotensor.run(es, SometimesNaN(), 60, jax.random.key(0))
+    leaves = jax.tree_util.tree_leaves(result.state)
+    assert all(np.all(np.isfinite(np.asarray(leaf))) for leaf in leaves)
+    assert np.isfinite(result.best_fitness) and result.best_fitness < 1.0  # it still optimizes
+    np.testing.assert_array_equal(result.history["nonfinite"], 7)  # idx 0,3,5,6,9,10,12
+
+
+@dataclasses.dataclass(frozen=True)
+class NegSphere:
+    """Natural objective maximized: -sum(x^2)."""
+
+    maximize: bool = True
+
+    def evaluate(self, key, x):
+        return Evaluation(fitness=-jnp.sum(x**2, axis=1))
+
+
+def test_maximized_problem_reported_in_natural_orientation():
+    es = SimpleES(16, num_dims=3, mean_init=jnp.full(3, 2.0))
+    result = evotensor.run(es, NegSphere(), 60, jax.random.key(0))
+    assert -1e-2 < result.best_fitness <= 0.0  # maximized towards 0 from below
+    assert np.all(np.diff(result.history["best_fitness"]) >= 0)
+    best_x = np.asarray(result.best_genotype)
+    assert float(-(best_x**2).sum()) == pytest.approx(result.best_fitness, rel=1e-5)
+
+
+def test_pytree_genotypes_flow_through_run():
+    template = {"w": jnp.zeros((2, 2)), "b": jnp.zeros(3)}
+    es = SimpleES(12, solution=template, sigma_init=1.0)
+    result = evotensor.run(es, Sphere(7), 30, jax.random.key(0))
+    assert result.best_genotype["w"].shape == (2, 2) and result.best_genotype["b"].shape == (3,)
+
+
+def test_bad_arguments_are_named():
+    es, problem = SimpleES(8, num_dims=2), Sphere(2)
+    with pytest.raises(ValueError, match="generations"):
+        evotensor.run(es, problem, 0, jax.random.key(0))
+    with pytest.raises(TypeError, match="new-style PRNG key"):
+        evotensor.run(es, problem, 5, jax.random.PRNGKey(0))
+    with pytest.raises(TypeError, match="evaluate"):
+        evotensor.run(es, object(), 5, jax.random.key(0))
+    with pytest.raises(ValueError, match="resume=True needs run_dir"):
+        evotensor.run(es, problem, 5, jax.random.key(0), resume=True)
+    with pytest.raises(ValueError, match=r"genotypes must be \[pop, 3\]"):
+        evotensor.run(es, Sphere(3), 5, jax.random.key(0))
+
+
+def test_policy_problem_needs_a_decoder():
+    @dataclasses.dataclass(frozen=True)
+    class Policy:
+        maximize: bool = True
+        kind: str = "policy"
+
+        def evaluate(self, key, phenotypes, apply):
+            return Evaluation(fitness=jax.vmap(lambda p: apply(p, jnp.ones(2)).sum())(phenotypes))
+
+    with pytest.raises(ValueError, match="decoder"):
+        evotensor.run(SimpleES(8, num_dims=2), Policy(), 3, jax.random.key(0))
+
+    class Linear:
+        def decode(self, genotypes):
+            return genotypes
+
+        def apply(self, phenotype, x):
+            return -((phenotype - x) ** 2)
+
+    result = evotensor.run(SimpleES(8, num_dims=2), Policy(), 40, jax.random.key(0), decoder=Linear())
+    assert result.best_fitness > -0.5  # learns phenotype ~ (1, 1)
