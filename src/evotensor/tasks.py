@@ -98,8 +98,9 @@ def _load() -> None:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:
-            # A family module that is absent in this build registers nothing; anything else is a bug.
-            if err.name != module:
+            # A family module (or its package) absent in this build registers nothing; a missing
+            # dependency *inside* a present module is a real error.
+            if err.name is None or not module.startswith(err.name):
                 raise
     _loaded = True
 
