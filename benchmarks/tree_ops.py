@@ -1,0 +1,307 @@
+"""Tree container benchmarks: evotensor.tree vs DI-treetensor vs Tianshou Batch vs dict pytrees.
+
+Workloads are treevalue's published ones (treevalue README, "Speed Performance"; TreeTensor paper
+Table 4):
+
+* get / set on ``{a: randn(2,3), x: {c: randn(3,4)}}``
+* init (construction from a dict): ``{a: 1, b: 2, x: {c: 3, d: 4}}`` and the tensor tree above
+* deepcopy of ``{obs: (4,84,84), action: (1,), reward: (1,)}``
+* stack and cat of N copies of the get/set tree (N = 2 .. 256)
+* split of ``{obs: (n,4,84,84), action: (n,1), reward: (n,1)}`` into n size-1 pieces
+* pytree overhead against plain dicts with ``jax.tree_util`` on ``{a: 1, b: 2, x: {c: 3, d: 4}}``:
+  flatten, unflatten, ``jax.tree.map``; and a jitted ``t * 2 + 1`` (per-call time, Tree vs dict)
+
+evotensor.tree is measured with NumPy, JAX and (if installed) PyTorch leaves; DI-treetensor and
+Batch (both optional, detected at import) with PyTorch tensors, as in treevalue's own benchmark.
+Each figure is the best of several repeats of a timed loop (``timeit``), per call.
+
+Usage::
+
+    python benchmarks/tree_ops.py            # full run (a few minutes on 2 cores)
+    python benchmarks/tree_ops.py --quick    # fewer sizes, shorter timing loops
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import os
+import platform
+import timeit
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import evotensor.tree as et
+from evotensor.tree import Tree
+
+try:
+    import torch
+
+    torch.set_num_threads(1)  # thread pools fight over a small shared machine; every library gets 1
+except ImportError:
+    torch = None
+try:
+    import treetensor.torch as ttorch
+    import treevalue
+except ImportError:
+    ttorch = treevalue = None
+try:
+    from tianshou.data import Batch
+except ImportError:
+    Batch = None
+
+
+def per_call(fn: Callable[[], object], min_time: float, repeat: int) -> float:
+    """Best-of-``repeat`` seconds per call, each repeat running for about ``min_time``."""
+    timer = timeit.Timer(fn)
+    number = 1
+    while True:
+        t = timer.timeit(number)
+        if t >= min_time / 5 or number >= 1 << 22:
+            break
+        number *= 4
+    number = max(1, int(number * (min_time / max(t, 1e-9))))
+    return min(timer.repeat(repeat=repeat, number=number)) / number
+
+
+def fmt(seconds: float | None, ratio: bool = False) -> str:
+    if seconds is None:
+        return "-"
+    if ratio:
+        return f"{seconds:.2f}x"
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.0f} ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    return f"{seconds * 1e3:.2f} ms"
+
+
+class Table:
+    def __init__(self, columns: list[str]):
+        self.columns = columns
+        self.rows: list[tuple[str, dict[str, float]]] = []
+
+    def add(self, name: str, results: dict[str, float]) -> None:
+        self.rows.append((name, results))
+        cells = " | ".join(f"{c}={fmt(results.get(c), '/' in c)}" for c in self.columns if c in results)
+        print(f"  {name}: {cells}", flush=True)
+
+    def markdown(self) -> str:
+        head = "| op | " + " | ".join(self.columns) + " |"
+        sep = "|---|" + "---:|" * len(self.columns)
+        lines = [head, sep]
+        for name, res in self.rows:
+            lines.append(f"| {name} | " + " | ".join(fmt(res.get(c), "/" in c) for c in self.columns) + " |")
+        return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and shorter timing loops")
+    args = parser.parse_args()
+    min_time, repeat = (0.05, 3) if args.quick else (0.2, 5)
+    counts = [2, 16, 256] if args.quick else [2, 8, 32, 128, 256]
+    split_ns = [2, 16] if args.quick else [2, 16, 64]
+
+    def m(fn: Callable[[], object]) -> float:
+        return per_call(fn, min_time, repeat)
+
+    backends: dict[str, Callable[[np.ndarray], object]] = {
+        "evotensor[numpy]": lambda a: a,
+        "evotensor[jax]": lambda a: jnp.asarray(a),
+    }
+    if torch is not None:
+        backends["evotensor[torch]"] = lambda a: torch.as_tensor(a)
+    columns = list(backends)
+    if ttorch is not None:
+        columns.append("DI-treetensor[torch]")
+    if Batch is not None:
+        columns.append("Batch[torch]" if torch is not None else "Batch[numpy]")
+    batch_col = columns[-1] if Batch is not None else None
+    to_batch_leaf = (lambda a: torch.as_tensor(a)) if torch is not None else (lambda a: a)
+    table = Table(columns)
+    rng = np.random.default_rng(0)
+
+    print(
+        f"evotensor.tree benchmarks — {datetime.date.today()} — {platform.platform()}, "
+        f"{os.cpu_count()} CPUs, jax {jax.__version__}, numpy {np.__version__}"
+        + (f", torch {torch.__version__}" if torch is not None else "")
+        + (f", treevalue {treevalue.__version__}" if treevalue is not None else ""),
+        flush=True,
+    )
+
+    small = {
+        "a": rng.standard_normal((2, 3)).astype(np.float32),
+        "x": {"c": rng.standard_normal((3, 4)).astype(np.float32)},
+    }
+
+    def conv(d: dict, leaf: Callable) -> dict:
+        return {k: conv(v, leaf) if isinstance(v, dict) else leaf(v) for k, v in d.items()}
+
+    # ---- get / set / init --------------------------------------------------------------------
+    res_get1, res_get, res_set, res_init_t, res_init_s = {}, {}, {}, {}, {}
+    for name, leaf in backends.items():
+        d = conv(small, leaf)
+        t = Tree(d)
+        new = leaf(rng.standard_normal((2, 3)).astype(np.float32))
+        res_get1[name] = m(lambda t=t: t.a)
+        res_get[name] = m(lambda t=t: t.x.c)
+        res_set[name] = m(lambda t=t, v=new: setattr(t, "a", v))
+        res_init_t[name] = m(lambda d=d: Tree(d))
+    res_init_s["evotensor[numpy]"] = m(lambda: Tree({"a": 1, "b": 2, "x": {"c": 3, "d": 4}}))
+    if ttorch is not None:
+        d = conv(small, torch.as_tensor)
+        t = ttorch.Tensor(d)
+        new = torch.randn(2, 3)
+        res_get1["DI-treetensor[torch]"] = m(lambda: t.a)
+        res_get["DI-treetensor[torch]"] = m(lambda: t.x.c)
+        res_set["DI-treetensor[torch]"] = m(lambda: setattr(t, "a", new))
+        res_init_t["DI-treetensor[torch]"] = m(lambda: ttorch.Tensor(d))
+        res_init_s["DI-treetensor[torch]"] = m(
+            lambda: treevalue.FastTreeValue({"a": 1, "b": 2, "x": {"c": 3, "d": 4}})
+        )
+    if Batch is not None:
+        d = conv(small, to_batch_leaf)
+        b = Batch(d)
+        new = to_batch_leaf(rng.standard_normal((2, 3)).astype(np.float32))
+        res_get1[batch_col] = m(lambda: b.a)
+        res_get[batch_col] = m(lambda: b.x.c)
+        res_set[batch_col] = m(lambda: setattr(b, "a", new))
+        res_init_t[batch_col] = m(lambda: Batch(d))
+        res_init_s[batch_col] = m(lambda: Batch({"a": 1, "b": 2, "x": {"c": 3, "d": 4}}))
+    table.add("get `t.a`", res_get1)
+    table.add("get `t.x.c`", res_get)
+    table.add("set `t.a = v`", res_set)
+    table.add("init from dict of arrays", res_init_t)
+    table.add("init from dict of ints", res_init_s)
+
+    # ---- deepcopy ---------------------------------------------------------------------------
+    big = {
+        "obs": rng.standard_normal((4, 84, 84)).astype(np.float32),
+        "action": rng.integers(0, 6, (1,)),
+        "reward": rng.random(1).astype(np.float32),
+    }
+    res = {}
+    for name, leaf in backends.items():
+        t = Tree(conv(big, leaf))
+        res[name] = m(lambda t=t: copy.deepcopy(t))
+    if ttorch is not None:
+        t = ttorch.Tensor(conv(big, torch.as_tensor))
+        res["DI-treetensor[torch]"] = m(lambda: copy.deepcopy(t))
+    if Batch is not None:
+        b = Batch(conv(big, to_batch_leaf))
+        res[batch_col] = m(lambda: copy.deepcopy(b))
+    table.add("deepcopy obs(4,84,84)", res)
+
+    # ---- stack / cat ---------------------------------------------------------------------------
+    for op in ("stack", "cat"):
+        for n in counts:
+            res = {}
+            for name, leaf in backends.items():
+                trees = [Tree(conv(small, leaf)) for _ in range(n)]
+                fn = et.stack if op == "stack" else et.concatenate
+                res[name] = m(lambda trees=trees, fn=fn: fn(trees))
+            if ttorch is not None:
+                trees = [ttorch.Tensor(conv(small, torch.as_tensor)) for _ in range(n)]
+                fn = ttorch.stack if op == "stack" else ttorch.cat
+                res["DI-treetensor[torch]"] = m(lambda trees=trees, fn=fn: fn(trees))
+            if Batch is not None:
+                bs = [Batch(conv(small, to_batch_leaf)) for _ in range(n)]
+                fn = Batch.stack if op == "stack" else Batch.cat
+                res[batch_col] = m(lambda bs=bs, fn=fn: fn(bs))
+            table.add(f"{op} {n}", res)
+
+    # ---- split into size-1 pieces --------------------------------------------------------------
+    for n in split_ns:
+        data = {
+            "obs": rng.standard_normal((n, 4, 84, 84)).astype(np.float32),
+            "action": rng.integers(0, 6, (n, 1)),
+            "reward": rng.random((n, 1)).astype(np.float32),
+        }
+        res = {}
+        for name, leaf in backends.items():
+            t = Tree(conv(data, leaf))
+            res[name] = m(lambda t=t, n=n: et.split(t, n))
+        if ttorch is not None:
+            t = ttorch.Tensor(conv(data, torch.as_tensor))
+            res["DI-treetensor[torch]"] = m(lambda t=t: ttorch.split(t, 1))
+        if Batch is not None:
+            b = Batch(conv(data, to_batch_leaf))
+            res[batch_col] = m(lambda b=b: list(b.split(1, shuffle=False, merge_last=True)))
+        table.add(f"split {n} -> size 1", res)
+
+    print("\n" + table.markdown() + "\n", flush=True)
+
+    # ---- pytree overhead: Tree vs dict --------------------------------------------------------------
+    # Tree and dict are timed in alternating short rounds (the machine is shared and its load
+    # drifts); each cell is the best round, "Tree/dict" the median of the per-round ratios.
+    def paired(fa: Callable[[], object], fb: Callable[[], object], rounds: int = 9) -> dict[str, float]:
+        ta, tb = [], []
+        for _ in range(rounds):
+            ta.append(per_call(fa, min_time / 4, 3))
+            tb.append(per_call(fb, min_time / 4, 3))
+        ratios = sorted(a / b for a, b in zip(ta, tb))
+        return {"Tree": min(ta), "dict": min(tb), "Tree/dict": ratios[len(ratios) // 2]}
+
+    tiny = {"a": 1, "b": 2, "x": {"c": 3, "d": 4}}
+    t_tiny = Tree(tiny)
+    columns = ["Tree", "dict", "Tree/dict"] + (["DI-treetensor"] if treevalue is not None else [])
+    ptable = Table(columns)
+    tu = jax.tree_util
+    leaves_t, def_t = tu.tree_flatten(t_tiny)
+    leaves_d, def_d = tu.tree_flatten(tiny)
+    inc = lambda x: x + 1  # noqa: E731
+    ptable.add(
+        "jax.tree_util.tree_flatten", paired(lambda: tu.tree_flatten(t_tiny), lambda: tu.tree_flatten(tiny))
+    )
+    ptable.add(
+        "treedef.unflatten", paired(lambda: def_t.unflatten(leaves_t), lambda: def_d.unflatten(leaves_d))
+    )
+    ptable.add(
+        "jax.tree.map(x+1)", paired(lambda: jax.tree.map(inc, t_tiny), lambda: jax.tree.map(inc, tiny))
+    )
+    res_own_map = {"Tree": m(lambda: et.map(t_tiny, inc))}
+    res_own_flat = {"Tree": m(lambda: et.flatten(t_tiny))}
+    if treevalue is not None:
+        fv = treevalue.FastTreeValue(tiny)
+        res_own_map["DI-treetensor"] = m(lambda: treevalue.mapping(fv, inc))
+        res_own_flat["DI-treetensor"] = m(lambda: treevalue.flatten(fv))
+    ptable.add("library map (evotensor.tree.map / treevalue.mapping)", res_own_map)
+    ptable.add("library flatten (evotensor.tree.flatten / treevalue.flatten)", res_own_flat)
+
+    # jitted t * 2 + 1, per call (dispatch + tiny compute + waiting for the result)
+    f_tree = jax.jit(lambda t: t * 2 + 1)
+    f_dict = jax.jit(lambda d: jax.tree.map(lambda x: x * 2 + 1, d))
+    g_tree = jax.jit(lambda t: sum(jnp.sum(x) for x in jax.tree_util.tree_leaves(t)))
+    for label, dj in (
+        ("2 nodes / 2 leaves", {"a": jnp.ones((2, 3)), "x": {"c": jnp.ones((3, 4))}}),
+        (
+            "17 nodes / 32 leaves",
+            {f"k{i:02d}": {"w": jnp.ones((8,)), "b": jnp.ones((2,))} for i in range(16)},
+        ),
+    ):
+        tj = Tree(dj)
+        jax.block_until_ready((f_tree(tj), f_dict(dj), g_tree(tj), g_tree(dj)))
+        ptable.add(
+            f"jit(t * 2 + 1) per call, {label}",
+            paired(
+                lambda tj=tj: jax.block_until_ready(f_tree(tj)),
+                lambda dj=dj: jax.block_until_ready(f_dict(dj)),
+            ),
+        )
+        ptable.add(
+            f"jit(sum of leaves) per call (tree in, array out), {label}",
+            paired(
+                lambda tj=tj: jax.block_until_ready(g_tree(tj)),
+                lambda dj=dj: jax.block_until_ready(g_tree(dj)),
+            ),
+        )
+    print("\n" + ptable.markdown(), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""``evotensor.tree``: the nested-data container (TreeTensor), a first-class JAX pytree.
+
+* :class:`Tree` -- nested data with string keys, attribute access, leaf-wise operators, sorted
+  children, registered with JAX (``jit``, ``vmap`` incl. ``in_axes=Tree(...)``, ``grad``,
+  ``lax.scan``/``cond``, ``jax.tree.map``, key paths).
+* :func:`treelize` (+ method, class-method and whole-class forms) with the mismatch policies
+  ``strict``/``inner``/``outer``/``left`` and ``missing``/``inherit``.
+* proxy modules :mod:`evotensor.tree.jnp`, :mod:`evotensor.tree.np`, ``evotensor.tree.torch``
+  (when PyTorch is installed): every library function, tree-aware.
+* structure: :func:`map`, :func:`filter`, :func:`mask`, :func:`reduce`, :func:`flatten`,
+  :func:`unflatten`, :func:`union`, :func:`subside`, :func:`rise`, :func:`stack`,
+  :func:`concatenate`, :func:`split`, :func:`index`, :func:`equal`.
+* constraints: :func:`dtype`, :func:`ndim`, :func:`shape_prefix`, :func:`device`,
+  :func:`predicate`, :func:`node_predicate` (attach with ``t.with_constraints(...)``).
+* I/O: :func:`save`, :func:`load` (npz), :func:`to_dot`, :func:`draw`; pickle works too.
+"""
+
+from evotensor.tree import jnp, np
+from evotensor.tree.constraints import (
+    Constraint,
+    ConstraintError,
+    device,
+    dtype,
+    ndim,
+    node_predicate,
+    predicate,
+    shape_prefix,
+)
+from evotensor.tree.io import draw, load, save, to_dot
+from evotensor.tree.structure import (
+    concatenate,
+    equal,
+    filter,
+    flatten,
+    index,
+    map,
+    mask,
+    reduce,
+    rise,
+    split,
+    stack,
+    subside,
+    unflatten,
+    union,
+)
+from evotensor.tree.tree import Tree, raw
+from evotensor.tree.treelize import (
+    MISSING,
+    treelize,
+    treelize_class,
+    treelize_classmethod,
+    treelize_method,
+)
+
+__all__ = [
+    "MISSING",
+    "Constraint",
+    "ConstraintError",
+    "Tree",
+    "concatenate",
+    "device",
+    "draw",
+    "dtype",
+    "equal",
+    "filter",
+    "flatten",
+    "index",
+    "jnp",
+    "load",
+    "map",
+    "mask",
+    "ndim",
+    "node_predicate",
+    "np",
+    "predicate",
+    "raw",
+    "reduce",
+    "rise",
+    "save",
+    "shape_prefix",
+    "split",
+    "stack",
+    "subside",
+    "to_dot",
+    "torch",
+    "treelize",
+    "treelize_class",
+    "treelize_classmethod",
+    "treelize_method",
+    "unflatten",
+    "union",
+]
+
+
+def __getattr__(name: str):
+    # `evotensor.tree.torch` is imported on first use, so importing evotensor never imports torch
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module("evotensor.tree.torch")
+    raise AttributeError(f"module 'evotensor.tree' has no attribute {name!r}")

@@ -1,0 +1,762 @@
+"""Structural utilities: map/filter/mask/reduce, flatten/unflatten, union/subside/rise,
+stack/concatenate/split/index along leading axes (JAX, NumPy or PyTorch leaves).
+
+Paths are tuples of keys, e.g. ``('x', 'c')`` for ``t.x.c``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.tree import constraints as _c
+from evotensor.tree.tree import _CONS, Tree, annotate, index_leaves, map_nodes
+from evotensor.tree.treelize import MISSING, _check_config, apply_tree
+
+__all__ = [
+    "concatenate",
+    "equal",
+    "filter",
+    "flatten",
+    "index",
+    "map",
+    "mask",
+    "reduce",
+    "rise",
+    "split",
+    "stack",
+    "subside",
+    "unflatten",
+    "union",
+]
+
+_new = object.__new__
+
+
+def _require_tree(t: Any, fn: str, arg: str = "t") -> None:
+    if not isinstance(t, Tree):
+        raise TypeError(f"{fn}: {arg} must be a Tree, got {type(t).__name__}")
+
+
+_TAKES_PATH: dict[Any, bool] = {}
+
+
+def _takes_path(fn: Callable) -> bool:
+    """True when ``fn`` has at least two required positional parameters: ``fn(value, path)``."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return _takes_path_uncached(fn)
+    key = (code, len(getattr(fn, "__defaults__", None) or ()))
+    hit = _TAKES_PATH.get(key)
+    if hit is None:
+        if len(_TAKES_PATH) > 4096:  # many distinct lambdas: keep the cache bounded
+            _TAKES_PATH.clear()
+        hit = _TAKES_PATH[key] = _takes_path_uncached(fn)
+    return hit
+
+
+def _takes_path_uncached(fn: Callable) -> bool:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    required = [
+        p
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    return len(required) >= 2
+
+
+def _empty(cls: type) -> Tree:
+    out = _new(cls)
+    _CONS.__set__(out, ())
+    return out
+
+
+# ---- map / filter / mask / reduce ------------------------------------------------------------
+
+
+def map(t: Tree, fn: Callable) -> Tree:  # noqa: A001 - the public name mirrors jax.tree.map
+    """A tree of ``fn(value)``, or ``fn(value, path)`` when ``fn`` takes two positional arguments.
+
+    ``path`` is the tuple of keys leading to the leaf. Constraints are not carried over.
+    """
+    _require_tree(t, "map")
+    if not callable(fn):
+        raise TypeError(f"map: fn must be callable, got {fn!r}")
+    if _takes_path(fn):
+        return _map_path(t, fn, ())
+    return map_nodes(t, fn)
+
+
+def _map_path(node: Tree, fn: Callable, path: tuple[str, ...]) -> Tree:
+    out = _empty(type(node))
+    d = out.__dict__
+    for k, v in node.__dict__.items():
+        p = (*path, k)
+        d[k] = _map_path(v, fn, p) if isinstance(v, Tree) else fn(v, p)
+    return out
+
+
+def filter(t: Tree, fn: Callable, remove_empty: bool = True) -> Tree:  # noqa: A001
+    """The leaves for which ``fn(value)`` (or ``fn(value, path)``) is truthy.
+
+    With ``remove_empty`` subtrees left without leaves are dropped.
+    """
+    _require_tree(t, "filter")
+    with_path = _takes_path(fn)
+    return _filter(t, (lambda v, p: fn(v, p)) if with_path else (lambda v, p: fn(v)), remove_empty, ())
+
+
+def _filter(node: Tree, keep: Callable, remove_empty: bool, path: tuple[str, ...]) -> Tree:
+    out = _empty(type(node))
+    d = out.__dict__
+    for k, v in node.__dict__.items():
+        p = (*path, k)
+        if isinstance(v, Tree):
+            sub = _filter(v, keep, remove_empty, p)
+            if sub.__dict__ or not remove_empty:
+                d[k] = sub
+        elif keep(v, p):
+            d[k] = v
+    return out
+
+
+def mask(t: Tree, mask_tree: Any, remove_empty: bool = True) -> Tree:
+    """The leaves of ``t`` where ``mask_tree`` is true.
+
+    ``mask_tree`` has ``t``'s structure with bool leaves; a bool facing a subtree applies to all of
+    it (a plain ``True``/``False`` masks everything). A key of ``t`` absent from the mask is an
+    error naming the path.
+    """
+    _require_tree(t, "mask")
+    return _mask(t, mask_tree, remove_empty, ())
+
+
+def _mask(node: Tree, m: Any, remove_empty: bool, path: tuple[str, ...]) -> Tree:
+    if not isinstance(m, Tree):
+        return node if bool(m) else _empty(type(node))
+    out = _empty(type(node))
+    d = out.__dict__
+    md = m.__dict__
+    for k, v in node.__dict__.items():
+        p = (*path, k)
+        if k not in md:
+            raise KeyError(f"mask: the mask has no key {k!r} at {_c.format_path(path)}")
+        mv = md[k]
+        if isinstance(v, Tree):
+            sub = _mask(v, mv, remove_empty, p)
+            if sub.__dict__ or not remove_empty:
+                d[k] = sub
+        else:
+            if isinstance(mv, Tree):
+                raise TypeError(
+                    f"mask: the mask has a subtree at {_c.format_path(p)} where the tree has a leaf"
+                )
+            if bool(mv):
+                d[k] = v
+    return out
+
+
+def reduce(t: Tree, fn: Callable) -> Any:
+    """Fold bottom-up: each node becomes ``fn(**children)`` (children already reduced).
+
+    Example: ``reduce(t, lambda **kw: sum(kw.values()))`` sums every leaf.
+    """
+    _require_tree(t, "reduce")
+    return _reduce(t, fn)
+
+
+def _reduce(node: Tree, fn: Callable) -> Any:
+    return fn(**{k: _reduce(v, fn) if isinstance(v, Tree) else v for k, v in node.__dict__.items()})
+
+
+# ---- flatten / unflatten --------------------------------------------------------------------
+
+
+def flatten(t: Tree, sep: str | None = None) -> dict:
+    """A flat dict ``{path: leaf}`` in sorted (depth-first) order.
+
+    Paths are tuples of keys, or strings joined with ``sep`` when given (a key containing ``sep``
+    is then an error). Empty subtrees appear as an empty ``Tree()`` value, so
+    ``unflatten(flatten(t))`` rebuilds ``t`` exactly.
+    """
+    _require_tree(t, "flatten")
+    out: dict = {}
+    _flatten(t, (), out)
+    if sep is None:
+        return out
+    joined = {}
+    for path, v in out.items():
+        for k in path:
+            if sep in k:
+                raise ValueError(
+                    f"flatten: key {k!r} at {_c.format_path(path)} contains the separator {sep!r}"
+                )
+        joined[sep.join(path)] = v
+    return joined
+
+
+def _flatten(node: Tree, path: tuple[str, ...], out: dict) -> None:
+    for k, v in node.__dict__.items():
+        p = (*path, k)
+        if isinstance(v, Tree) and v.__dict__:
+            _flatten(v, p, out)
+        else:
+            out[p] = v
+
+
+def unflatten(flat: dict, sep: str | None = None, cls: type[Tree] = Tree) -> Tree:
+    """Inverse of :func:`flatten`: ``{path: leaf}`` (tuple paths, or strings split on ``sep``)."""
+    if not isinstance(flat, dict):
+        raise TypeError(f"unflatten: flat must be a dict of path -> value, got {type(flat).__name__}")
+    root: dict = {}
+    is_node: set[int] = {id(root)}
+    for raw, v in flat.items():
+        if isinstance(raw, str):
+            path = tuple(raw.split(sep)) if sep is not None else (raw,)
+        elif isinstance(raw, tuple) and all(isinstance(k, str) for k in raw):
+            path = raw
+        else:
+            raise TypeError(f"unflatten: paths must be tuples of strings or strings, got {raw!r}")
+        if not path:
+            raise ValueError("unflatten: the empty path cannot hold a leaf")
+        node = root
+        for i, k in enumerate(path[:-1]):
+            nxt = node.get(k)
+            if nxt is None and k not in node:
+                nxt = node[k] = {}
+                is_node.add(id(nxt))
+            elif id(nxt) not in is_node:
+                raise ValueError(f"unflatten: {_c.format_path(path[: i + 1])} is both a leaf and a subtree")
+            node = nxt
+        if path[-1] in node:
+            raise ValueError(
+                f"unflatten: {_c.format_path(path)} given twice (or is both a leaf and a subtree)"
+            )
+        node[path[-1]] = v
+    return _build(root, cls, is_node)
+
+
+def _build(d: dict, cls: type, is_node: set[int]) -> Tree:
+    out = _empty(cls)
+    od = out.__dict__
+    for k in sorted(d):
+        v = d[k]
+        od[k] = _build(v, cls, is_node) if id(v) in is_node else v
+    return out
+
+
+# ---- subside / rise / union -----------------------------------------------------------------
+
+
+class _Slot:
+    __slots__ = ("i",)
+
+    def __init__(self, i: int):
+        self.i = i
+
+
+def _is_namedtuple(x: Any) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def _make_seq(like: Any, items: list) -> Any:
+    if _is_namedtuple(like):
+        return type(like)(*items)
+    return type(like)(items)
+
+
+def _template(v: Any, trees: list) -> Any:
+    if isinstance(v, Tree):
+        trees.append(v)
+        return _Slot(len(trees) - 1)
+    if isinstance(v, dict):
+        return {k: _template(x, trees) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return _make_seq(v, [_template(x, trees) for x in v])
+    return v
+
+
+def _fill_template(tmpl: Any, leaves: tuple) -> Any:
+    if isinstance(tmpl, _Slot):
+        return leaves[tmpl.i]
+    if isinstance(tmpl, dict):
+        return {k: _fill_template(x, leaves) for k, x in tmpl.items()}
+    if isinstance(tmpl, list | tuple):
+        return _make_seq(tmpl, [_fill_template(x, leaves) for x in tmpl])
+    return tmpl
+
+
+def subside(value: Any, mode: str = "strict", missing: Any = MISSING, inherit: bool = True) -> Any:
+    """Sink an outer dict/list/tuple structure whose leaves are trees into every leaf.
+
+    ``subside({'a': t1, 'b': [t2, t3], 'k': 'tag'})`` is a tree whose leaf at path ``p`` is
+    ``{'a': t1[p], 'b': [t2[p], t3[p]], 'k': 'tag'}``: non-tree values are copied into every leaf.
+    The trees are matched with ``mode``/``missing``/``inherit`` as in :func:`treelize`. A value
+    holding no tree is returned unchanged. The result has the class of the first tree found.
+    """
+    _check_config(mode, missing, inherit, stacklevel=3)
+    trees: list[Tree] = []
+    tmpl = _template(value, trees)
+    if not trees:
+        return value
+    if isinstance(tmpl, _Slot):
+        return value
+
+    def build(*leaves: Any) -> Any:
+        return _fill_template(tmpl, leaves)
+
+    return apply_tree(build, tuple(trees), {}, mode, missing, inherit, type(trees[0]))
+
+
+def union(*trees: Tree, mode: str = "strict", missing: Any = MISSING, inherit: bool = True) -> Tree:
+    """One tree whose leaves are tuples of the corresponding leaves: ``subside(tuple(trees))``."""
+    if not trees:
+        raise ValueError("union: give at least one tree")
+    for i, t in enumerate(trees):
+        _require_tree(t, "union", f"trees[{i}]")
+    return subside(tuple(trees), mode=mode, missing=missing, inherit=inherit)
+
+
+class _Stop:
+    """Template marker: keep the leaves here (stop rising)."""
+
+    def __repr__(self) -> str:
+        return "STOP"
+
+
+_STOP = _Stop()
+
+
+def _infer(values: list) -> Any:
+    first = values[0]
+    if isinstance(first, dict) and first:
+        keys = first.keys()
+        if all(type(v) is type(first) and v.keys() == keys for v in values):
+            return {k: _infer([v[k] for v in values]) for k in first}
+        return _STOP
+    if isinstance(first, list | tuple) and first:
+        n = len(first)
+        if all(type(v) is type(first) and len(v) == n for v in values):
+            return _make_seq(first, [_infer([v[i] for v in values]) for i in range(n)])
+    return _STOP
+
+
+def _leaves_with_paths(node: Tree, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    out = []
+    for k, v in node.__dict__.items():
+        if isinstance(v, Tree):
+            out.extend(_leaves_with_paths(v, (*path, k)))
+        else:
+            out.append(((*path, k), v))
+    return out
+
+
+def _normalize_template(tmpl: Any) -> Any:
+    if tmpl is None or tmpl is _STOP:
+        return _STOP
+    if tmpl is list:
+        return [_STOP, ...]
+    if tmpl is tuple:
+        return (_STOP, ...)
+    if tmpl is dict:
+        return dict
+    if isinstance(tmpl, dict):
+        return {k: _normalize_template(v) for k, v in tmpl.items()}
+    if isinstance(tmpl, list | tuple):
+        items = [x if x is Ellipsis else _normalize_template(x) for x in tmpl]
+        if any(x is Ellipsis for x in items[:-1]):
+            raise ValueError("rise: `...` may only be the last item of a template sequence")
+        if items and items[-1] is Ellipsis and len(items) < 2:
+            raise ValueError("rise: a template `[...]` needs an item before `...` to repeat")
+        return _make_seq(tmpl, items) if not _is_namedtuple(tmpl) else type(tmpl)(*items)
+    return _STOP
+
+
+def rise(t: Tree, template: Any = None) -> Any:
+    """Lift a structure shared by every leaf out of the tree (inverse of :func:`subside`).
+
+    Without ``template`` the structure is inferred: where every leaf is a dict of the same type
+    with the same keys, or a list/tuple of the same type and length, it is lifted and the
+    inference goes on inside; elsewhere it stops. An explicit ``template`` is a nested
+    dict/list/tuple; ``[sub, ...]`` (a trailing ``Ellipsis``) repeats ``sub`` for any length
+    (items before it are fixed, so ``[a, b, sub, ...]`` needs at least 2 items); ``None`` stops;
+    the types ``list``/``tuple``/``dict`` lift one level of that kind. A leaf that does not fit
+    the template raises ValueError naming its path.
+
+    Example::
+
+        rise(Tree(x=raw({'a': [1, 2], 'b': [2, 3]}), y=raw({'a': [5, 6, 7], 'b': [7, 8]})))
+        # {'a': Tree(x=[1, 2], y=[5, 6, 7]), 'b': [Tree(x=2, y=7), Tree(x=3, y=8)]}
+        rise(subside([t1, t2]))  # [t1, t2] again (as new trees)
+
+    (``raw`` keeps a dict as a leaf; dict leaves usually come from functions or ``subside``.)
+    """
+    _require_tree(t, "rise")
+    leaves = _leaves_with_paths(t)
+    if not leaves:
+        return t
+    tmpl = _infer([v for _, v in leaves]) if template is None else _normalize_template(template)
+    return _rise(t, leaves, tmpl)
+
+
+def _rise(t: Tree, leaves: list, tmpl: Any) -> Any:
+    if tmpl is _STOP:
+        return t
+    if tmpl is dict:
+        keys = leaves[0][1].keys() if isinstance(leaves[0][1], dict) else None
+        if keys is None:
+            raise ValueError(f"rise: the leaf at {_c.format_path(leaves[0][0])} is not a dict")
+        tmpl = {k: _STOP for k in keys}
+    if isinstance(tmpl, dict):
+        keys = set(tmpl)
+        for path, v in leaves:
+            if not isinstance(v, dict) or set(v) != keys:
+                raise ValueError(
+                    f"rise: the leaf at {_c.format_path(path)} is {_describe(v)}, the template expects a "
+                    f"dict with keys {sorted(keys)}"
+                )
+        return {k: _rise_sub(t, k, sub) for k, sub in tmpl.items()}
+    # a sequence template
+    variable = bool(tmpl) and tmpl[-1] is Ellipsis
+    fixed = list(tmpl[:-2]) if variable else list(tmpl)
+    seq_type = list if isinstance(tmpl, list) else tuple
+    n = None
+    for path, v in leaves:
+        if not isinstance(v, seq_type):
+            raise ValueError(
+                f"rise: the leaf at {_c.format_path(path)} is {_describe(v)}, the template expects a "
+                f"{seq_type.__name__}"
+            )
+        if variable:
+            if len(v) < len(fixed):
+                raise ValueError(
+                    f"rise: the leaf at {_c.format_path(path)} has {len(v)} items, the template needs "
+                    f"at least {len(fixed)}"
+                )
+            if n is None:
+                n = len(v)
+            elif len(v) != n:
+                raise ValueError(
+                    f"rise: the leaf at {_c.format_path(path)} has {len(v)} items, other leaves have {n}; "
+                    "variable-length templates need equal lengths"
+                )
+        elif len(v) != len(fixed):
+            raise ValueError(
+                f"rise: the leaf at {_c.format_path(path)} has {len(v)} items, the template expects "
+                f"{len(fixed)}"
+            )
+    count = n if variable else len(fixed)
+    subs = [fixed[i] if i < len(fixed) else tmpl[-2] for i in builtins.range(count)]
+    items = [_rise_sub(t, i, sub) for i, sub in enumerate(subs)]
+    like = leaves[0][1]
+    return _make_seq(like, items) if _is_namedtuple(like) or isinstance(like, seq_type) else seq_type(items)
+
+
+def _rise_sub(t: Tree, key: Any, sub: Any) -> Any:
+    part = map_nodes(t, lambda v: v[key])
+    return _rise(part, _leaves_with_paths(part), sub)
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, list | tuple):
+        return f"a {type(v).__name__} of length {len(v)}"
+    return f"a {type(v).__name__}"
+
+
+# ---- array backends --------------------------------------------------------------------------
+
+_BACKEND_CACHE: dict[type, str] = {}
+
+
+def _backend_of(x: Any) -> str:
+    tp = type(x)
+    b = _BACKEND_CACHE.get(tp)
+    if b is None:
+        if tp.__module__.startswith("torch"):
+            b = "torch"
+        elif isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer):
+            b = "jax"
+        else:
+            b = "numpy"
+        _BACKEND_CACHE[tp] = b
+    return b
+
+
+def _backend(values: Sequence) -> str:
+    kinds = {_backend_of(v) for v in values}
+    if "torch" in kinds:
+        return "torch"
+    return "jax" if "jax" in kinds else "numpy"
+
+
+# JAX leaves: one compiled call per leaf instead of one dispatch per input array (jnp.stack of
+# 256 arrays dispatches 256 times). Compiled once per (count, shapes, dtypes), then cached by jit.
+@functools.partial(jax.jit, static_argnums=1)
+def _jit_stack(values: list, axis: int) -> jax.Array:
+    return jnp.stack(values, axis=axis)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _jit_concat(values: list, axis: int) -> jax.Array:
+    return jnp.concatenate(values, axis=axis)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _jit_split(x: jax.Array, cuts: tuple[int, ...], axis: int) -> list[jax.Array]:
+    return jnp.split(x, cuts, axis=axis)
+
+
+def _as_jax(values: list) -> list:
+    return [v if isinstance(v, jax.Array) else jnp.asarray(v) for v in values]
+
+
+def _stack_leaves(values: list, axis: int) -> Any:
+    b = _backend(values)
+    if b == "torch":
+        import torch
+
+        return torch.stack(values, dim=axis)
+    if b == "jax":
+        return _jit_stack(_as_jax(values), axis)
+    return np.stack(values, axis=axis)
+
+
+def _concat_leaves(values: list, axis: int) -> Any:
+    b = _backend(values)
+    if b == "torch":
+        import torch
+
+        return torch.cat(values, dim=axis)
+    if b == "jax":
+        return _jit_concat(_as_jax(values), axis)
+    return np.concatenate(values, axis=axis)
+
+
+def _joined_constraints(trees: Sequence[Tree], kind: str, axis: int) -> tuple:
+    """Constraints of a stack/concatenate result node: derived only when every input agrees."""
+    cons = trees[0]._cons
+    if not cons or any(t._cons != cons for t in trees[1:]):
+        return ()
+    out = []
+    for a in cons:
+        c = a.constraint.after_join(kind, len(trees), axis)
+        if c is not None:
+            out.append(_c.Attached(c, a.where))
+    return tuple(out)
+
+
+def _zip_apply(
+    fn: Callable, trees: Sequence[Tree], path: tuple[str, ...], kind: str | None = None, axis: int = 0
+) -> Tree:
+    first = trees[0]
+    keys = tuple(first.__dict__)
+    for i, t in enumerate(trees):
+        if not isinstance(t, Tree):
+            raise TypeError(f"trees[{i}] is a {type(t).__name__} at {_c.format_path(path)}, expected a Tree")
+        if tuple(t.__dict__) != keys:
+            raise KeyError(
+                f"key sets differ at {_c.format_path(path)}: trees[0] has {list(keys)}, trees[{i}] has "
+                f"{list(t.__dict__)}"
+            )
+    out = _empty(type(first))
+    if kind is not None:
+        _CONS.__set__(out, _joined_constraints(trees, kind, axis))
+    d = out.__dict__
+    for k in keys:
+        vals = [t.__dict__[k] for t in trees]
+        if isinstance(vals[0], Tree):
+            d[k] = _zip_apply(fn, vals, (*path, k), kind, axis)
+        else:
+            try:
+                d[k] = fn(vals)
+            except Exception as exc:
+                annotate(exc, (*path, k), vals[0])
+                raise
+    return out
+
+
+def _check_trees(trees: Any, fn: str) -> list:
+    if isinstance(trees, Tree) or not isinstance(trees, Sequence):
+        raise TypeError(f"{fn}: trees must be a list or tuple of Trees, got {type(trees).__name__}")
+    if not trees:
+        raise ValueError(f"{fn}: trees is empty")
+    return list(trees)
+
+
+def stack(trees: Sequence[Tree], axis: int = 0) -> Tree:
+    """Stack N trees of equal structure leaf by leaf: each leaf ``[...]`` -> ``[N, ...]`` (at ``axis``).
+
+    Leaves are stacked with their own library (``jnp.stack``, ``np.stack``, ``torch.stack``).
+    Where every input node carries the same constraints, the result node gets the derived ones
+    (``shape_prefix(B)`` -> ``shape_prefix(N, B)``; dtype and device kept; ndim + 1).
+    """
+    trees = _check_trees(trees, "stack")
+    return _zip_apply(lambda vals: _stack_leaves(vals, axis), trees, (), "stack", axis)
+
+
+def concatenate(trees: Sequence[Tree], axis: int = 0) -> Tree:
+    """Concatenate N trees of equal structure leaf by leaf along ``axis``.
+
+    Where every input node carries the same constraints, the result node gets the derived ones
+    (``shape_prefix(B, T)`` concatenated 3 times on axis 0 -> ``shape_prefix(3 * B, T)``).
+    """
+    trees = _check_trees(trees, "concatenate")
+    return _zip_apply(lambda vals: _concat_leaves(vals, axis), trees, (), "concat", axis)
+
+
+def _split_bounds(length: int, sections: Any, path: tuple[str, ...]) -> list[tuple[int, int]]:
+    if isinstance(sections, int | np.integer):
+        n = int(sections)
+        if n <= 0:
+            raise ValueError(f"split: sections must be positive, got {n}")
+        if length % n:
+            raise ValueError(
+                f"split: the leaf at {_c.format_path(path)} has length {length} along the axis, not "
+                f"divisible into {n} equal sections"
+            )
+        size = length // n
+        return [(i * size, (i + 1) * size) for i in builtins.range(n)]
+    cuts = [0, *(int(i) for i in sections), length]
+    return [(cuts[i], cuts[i + 1]) for i in builtins.range(len(cuts) - 1)]
+
+
+def _split_leaf(x: Any, sections: Any, axis: int, path: tuple[str, ...]) -> list:
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        raise TypeError(f"split: the leaf at {_c.format_path(path)} ({type(x).__name__}) has no shape")
+    ax = axis if axis >= 0 else len(shape) + axis
+    bounds = _split_bounds(int(shape[ax]), sections, path)
+    b = _backend_of(x)
+    if b == "torch":
+        import torch
+
+        if len(bounds) and all(e - s == 1 for s, e in bounds) and ax == 0:
+            return list(torch.split(x, 1, dim=0))
+        return list(torch.tensor_split(x, [s for s, _ in bounds[1:]], dim=ax))
+    if b == "jax":
+        return list(_jit_split(x, tuple(s for s, _ in bounds[1:]), ax))
+    lead = (slice(None),) * ax
+    return [x[(*lead, slice(s, e))] for s, e in bounds]
+
+
+def split(t: Tree, sections: int | Sequence[int], axis: int = 0) -> list[Tree]:
+    """Split every leaf along ``axis`` and return the pieces as a list of trees.
+
+    ``sections`` is a number of equal sections (e.g. ``n`` for size-1 pieces of length-``n``
+    leaves) or a list of split indices, as in ``numpy.split``. Every leaf must give the same
+    number of pieces.
+    """
+    _require_tree(t, "split")
+    if isinstance(sections, int | np.integer):
+        count = int(sections)
+    else:
+        sections = list(sections)
+        count = len(sections) + 1
+    return _split_node(t, sections, axis, count, ())
+
+
+def _split_constraints(node: Tree, sections: Any, axis: int) -> list[tuple]:
+    """Constraints of each split piece: shape prefixes get the piece length where it is known."""
+    if not node._cons:
+        return []
+    out = []
+    for a in node._cons:
+        c = a.constraint
+        if isinstance(c, _c.ShapePrefixConstraint) and 0 <= axis < len(c.dims):
+            d = c.dims[axis]
+            if isinstance(sections, int | np.integer) and d is not None:
+                n = d // int(sections)
+            else:
+                n = -1
+            c2 = c.after_join("split", n, axis)
+        else:
+            c2 = c.after_join("split", -1, axis)
+        if c2 is not None:
+            out.append(_c.Attached(c2, a.where))
+    return out
+
+
+def _split_node(node: Tree, sections: Any, axis: int, count: int, path: tuple[str, ...]) -> list[Tree]:
+    cls = type(node)
+    outs = [_empty(cls) for _ in builtins.range(count)]
+    cons = tuple(_split_constraints(node, sections, axis))
+    if cons:
+        for o in outs:
+            _CONS.__set__(o, cons)
+    dicts = [o.__dict__ for o in outs]
+    for k, v in node.__dict__.items():
+        p = (*path, k)
+        parts = (
+            _split_node(v, sections, axis, count, p)
+            if isinstance(v, Tree)
+            else _split_leaf(v, sections, axis, p)
+        )
+        for d, part in zip(dicts, parts):
+            d[k] = part
+    return outs
+
+
+def index(t: Tree, idx: Any, axis: int = 0) -> Tree:
+    """``leaf[..., idx, ...]`` at ``axis`` for every leaf (``axis=0`` is ``t[idx]``).
+
+    Dtype, device, ndim and shape-prefix constraints are carried to the result where provable.
+    """
+    _require_tree(t, "index")
+    if axis == 0:
+        return index_leaves(t, idx)
+    if axis > 0:
+        return index_leaves(t, (*(slice(None),) * axis, idx))
+    return index_leaves(t, (Ellipsis, idx, *(slice(None),) * (-axis - 1)))
+
+
+# ---- equality --------------------------------------------------------------------------------
+
+
+def _to_numpy(x: Any) -> Any:
+    if _backend_of(x) == "torch":
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _leaf_equal(a: Any, b: Any, equal_nan: bool) -> bool:
+    if hasattr(a, "shape") and hasattr(a, "dtype") or hasattr(b, "shape") and hasattr(b, "dtype"):
+        try:
+            x, y = _to_numpy(a), _to_numpy(b)
+        except Exception:
+            return False
+        if x.shape != y.shape:
+            return False
+        try:
+            return bool(np.array_equal(x, y, equal_nan=equal_nan))
+        except TypeError:  # equal_nan on non-numeric dtypes
+            return bool(np.array_equal(x, y))
+    try:
+        r = a == b
+        return bool(r) if isinstance(r, bool | np.bool_) else bool(np.all(r))
+    except Exception:
+        return False
+
+
+def equal(a: Any, b: Any, *, equal_nan: bool = False) -> bool:
+    """``True`` when ``a`` and ``b`` have the same structure and equal leaves (shapes included).
+
+    Host-side (not for use under ``jit``, where ``a == b`` gives a tree of arrays).
+    """
+    if isinstance(a, Tree) or isinstance(b, Tree):
+        if not (isinstance(a, Tree) and isinstance(b, Tree)):
+            return False
+        da, db = a.__dict__, b.__dict__
+        if da.keys() != db.keys():
+            return False
+        return all(equal(da[k], db[k], equal_nan=equal_nan) for k in da)
+    return _leaf_equal(a, b, equal_nan)

@@ -1,0 +1,302 @@
+"""Structural utilities, including hypothesis round-trips on random nested structures."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import evotensor.tree as tt
+from evotensor.tree import Tree
+
+# ---- random nested structures -----------------------------------------------------------------
+
+key_st = st.text(alphabet="abcxyz_", min_size=1, max_size=3)
+leaf_st = st.one_of(
+    st.integers(-100, 100),
+    st.builds(lambda n, s: np.arange(n, dtype=np.float32) + s, st.integers(0, 3), st.integers(-3, 3)),
+)
+nested_st = st.recursive(
+    leaf_st, lambda ch: st.dictionaries(key_st, ch, min_size=0, max_size=3), max_leaves=10
+).filter(lambda v: isinstance(v, dict))
+
+
+def ref_flatten(d, prefix=()):
+    """Reference flatten of nested dicts (dict = subtree, an empty dict kept as itself)."""
+    out = {}
+    for k in sorted(d):
+        v = d[k]
+        if isinstance(v, dict) and v:
+            out.update(ref_flatten(v, (*prefix, k)))
+        else:
+            out[(*prefix, k)] = v
+    return out
+
+
+def same_flat(a, b):
+    assert list(a) == list(b)
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, Tree) or isinstance(x, dict):
+            assert len(x) == 0 and len(y) == 0
+        else:
+            np.testing.assert_array_equal(x, y)
+
+
+@settings(max_examples=60, deadline=None)
+@given(nested_st)
+def test_flatten_matches_reference_and_unflatten_inverts(d):
+    t = Tree(d)
+    flat = tt.flatten(t)
+    same_flat(flat, ref_flatten(d))
+    back = tt.unflatten(flat)
+    assert tt.equal(back, t)
+    assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(t)
+
+
+@settings(max_examples=60, deadline=None)
+@given(nested_st)
+def test_pytree_roundtrip(d):
+    t = Tree(d)
+    leaves, treedef = jax.tree_util.tree_flatten(t)
+    back = jax.tree_util.tree_unflatten(treedef, leaves)
+    assert tt.equal(back, t)
+    # leaves in sorted-path order, matching the reference flatten
+    ref = [v for v in ref_flatten(d).values() if not isinstance(v, dict)]
+    assert len(leaves) == len(ref)
+    for x, y in zip(leaves, ref):
+        np.testing.assert_array_equal(x, y)
+    # key paths name the same leaves as t[...] lookups
+    for path, leaf in jax.tree_util.tree_flatten_with_path(t)[0]:
+        node = t
+        for entry in path:
+            node = node[entry.key]
+        assert node is leaf
+    # jax.tree.map keeps the class and the structure
+    mapped = jax.tree.map(lambda x: x, t)
+    assert isinstance(mapped, Tree) and tt.equal(mapped, t)
+
+
+def _has_leaf(d):
+    return any(not isinstance(v, dict) or _has_leaf(v) for v in d.values())
+
+
+# several trees of one random nested structure (with empty subtrees allowed), different leaves
+same_structure_trees = st.tuples(nested_st.filter(_has_leaf), st.integers(1, 4)).map(
+    lambda dk: [tt.map(Tree(dk[0]), lambda x, i=i: x + i) for i in range(dk[1])]
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(same_structure_trees, st.sampled_from(["list", "tuple", "dict", "nested"]))
+def test_subside_rise_are_inverse(trees, shape):
+    if shape == "list":
+        outer = list(trees)
+    elif shape == "tuple":
+        outer = tuple(trees)
+    elif shape == "dict":
+        outer = {f"k{i}": t for i, t in enumerate(trees)}
+    else:
+        outer = {"first": trees[0], "rest": list(trees[1:]) or [trees[0]]}
+    sub = tt.subside(outer)
+    assert isinstance(sub, Tree)
+    assert jax.tree_util.tree_structure(sub, is_leaf=lambda x: not isinstance(x, Tree)) == (
+        jax.tree_util.tree_structure(trees[0], is_leaf=lambda x: not isinstance(x, Tree))
+    )
+    back = tt.rise(sub)
+    assert type(back) is type(outer)
+    assert _struct_equal(back, outer)
+    # and the other way round: subside(rise(t)) == t
+    assert _tree_of_structures_equal(tt.subside(back), sub)
+    # explicit templates give the same inverse: the exact outer structure, or `[None, ...]`
+    assert _struct_equal(tt.rise(sub, template=_template_of(outer)), outer)
+    if shape == "list":
+        assert _struct_equal(tt.rise(sub, template=[None, ...]), outer)
+
+
+def _template_of(x):
+    """The explicit rise template of an outer structure: containers kept, trees -> None."""
+    if isinstance(x, dict):
+        return {k: _template_of(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return type(x)(_template_of(v) for v in x)
+    return None
+
+
+def _tree_of_structures_equal(a, b):
+    fa, fb = tt.flatten(a), tt.flatten(b)
+    return list(fa) == list(fb) and all(_struct_equal(fa[k], fb[k]) for k in fa)
+
+
+def _struct_equal(a, b):
+    if isinstance(a, Tree):
+        return isinstance(b, Tree) and tt.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_struct_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(_struct_equal(x, y) for x, y in zip(a, b))
+    return bool(np.array_equal(a, b))
+
+
+# ---- map / filter / mask / reduce --------------------------------------------------------------
+
+
+def test_map_with_and_without_path():
+    t = Tree(a=1, x={"c": 2, "d": 3})
+    assert tt.map(t, lambda v: v * 10).to_dict() == {"a": 10, "x": {"c": 20, "d": 30}}
+    assert tt.map(t, lambda v, p: "/".join(p)).to_dict() == {"a": "a", "x": {"c": "x/c", "d": "x/d"}}
+    assert tt.map(t, np.negative).x.d == -3  # builtins/ufuncs: value only
+
+
+def test_filter_and_mask_with_remove_empty():
+    t = Tree(a=1, x={"c": 2, "d": 3}, y={"e": 4})
+    assert tt.filter(t, lambda v: v % 2 == 0).to_dict() == {"x": {"c": 2}, "y": {"e": 4}}
+    assert tt.filter(t, lambda v: v > 3).to_dict() == {"y": {"e": 4}}
+    assert tt.filter(t, lambda v: v > 3, remove_empty=False).to_dict() == {"x": {}, "y": {"e": 4}}
+    assert tt.filter(t, lambda v, p: p[0] == "x").to_dict() == {"x": {"c": 2, "d": 3}}
+    m = Tree(a=True, x={"c": False, "d": True}, y=False)
+    assert tt.mask(t, m).to_dict() == {"a": 1, "x": {"d": 3}}
+    assert tt.mask(t, m, remove_empty=False).to_dict() == {"a": 1, "x": {"d": 3}, "y": {}}
+    with pytest.raises(KeyError, match="no key 'y'"):
+        tt.mask(t, Tree(a=True, x=True))
+
+
+def test_reduce_bottom_up_with_keyword_children():
+    t = Tree(a=1, x={"c": 2, "d": {"e": 3, "f": 4}})
+    assert tt.reduce(t, lambda **kw: sum(kw.values())) == 10
+    seen = tt.reduce(t, lambda **kw: sorted(kw))
+    assert seen == ["a", "x"]
+    assert tt.reduce(t, lambda **kw: kw) == t.to_dict()
+    assert tt.reduce(Tree(), lambda **kw: len(kw)) == 0
+
+
+def test_flatten_sep_and_unflatten_errors():
+    t = Tree(a=1, x={"c": 2})
+    assert tt.flatten(t, sep="/") == {"a": 1, "x/c": 2}
+    assert tt.equal(tt.unflatten({"a": 1, "x/c": 2}, sep="/"), t)
+    with pytest.raises(ValueError, match="separator"):
+        tt.flatten(Tree({"a/b": 1}), sep="/")
+    with pytest.raises(ValueError, match="both a leaf and a subtree"):
+        tt.unflatten({("a",): 1, ("a", "b"): 2})
+    with pytest.raises(ValueError, match="both a leaf and a subtree|twice"):
+        tt.unflatten({("a", "b"): 2, ("a",): 1})
+
+
+def test_union():
+    u = tt.union(Tree(a=1, x={"c": 2}), Tree(a=3, x={"c": 4}))
+    assert u.to_dict() == {"a": (1, 3), "x": {"c": (2, 4)}}
+    with pytest.warns(RuntimeWarning, match="outer"), pytest.raises(KeyError, match="'a' is missing"):
+        tt.union(Tree(a=1), Tree(b=2), mode="outer")
+
+
+def test_union_outer_with_missing():
+    u = tt.union(Tree(a=1), Tree(b=2), mode="outer", missing=None)
+    assert u.to_dict() == {"a": (1, None), "b": (None, 2)}
+
+
+def test_subside_docstring_example():
+    t1, t2, t3, t4 = (Tree(a=i, b=i + 1) for i in (1, 3, 5, 7))
+    s = tt.subside({"a": t1, "x": {"c": t2, "d": [t3, t4]}, "k": "233"})
+    assert s.a == {"a": 1, "k": "233", "x": {"c": 3, "d": [5, 7]}}
+    assert s.b == {"a": 2, "k": "233", "x": {"c": 4, "d": [6, 8]}}
+    assert tt.subside([1, 2]) == [1, 2]  # no tree: unchanged
+
+
+def test_rise_auto_template_docstring_example():
+    t = Tree(x=tt.raw({"a": [1, 2], "b": [2, 3]}), y=tt.raw({"a": [5, 6, 7], "b": [7, 8]}))
+    assert isinstance(t.x, dict)
+    r = tt.rise(t)
+    assert set(r) == {"a", "b"}
+    assert r["a"].to_dict() == {"x": [1, 2], "y": [5, 6, 7]}
+    assert [p.to_dict() for p in r["b"]] == [{"x": 2, "y": 7}, {"x": 3, "y": 8}]
+
+
+def test_rise_explicit_templates():
+    t = Tree(x=[1, 2, 3], y=[4, 5, 6])
+    r = tt.rise(t, template=[None, ...])
+    assert [p.to_dict() for p in r] == [{"x": 1, "y": 4}, {"x": 2, "y": 5}, {"x": 3, "y": 6}]
+    r2 = tt.rise(t, template=[None, None, ...])  # at least 0 fixed + rest repeated
+    assert len(r2) == 3
+    r3 = tt.rise(Tree(x=[[1, 2], 3], y=[[4, 5], 6]), template=[[None, None], None])
+    assert r3[0][1].to_dict() == {"x": 2, "y": 5} and r3[1].to_dict() == {"x": 3, "y": 6}
+    r4 = tt.rise(Tree(x=[[1, 2], 3], y=[[4, 5], 6]), template=[None, None])
+    assert r4[0].to_dict() == {"x": [1, 2], "y": [4, 5]}
+    r5 = tt.rise(
+        Tree(x=tt.raw({"p": 1, "q": (1, 2)}), y=tt.raw({"p": 3, "q": (3, 4)})),
+        template={"p": None, "q": tuple},
+    )
+    assert r5["p"].to_dict() == {"x": 1, "y": 3} and isinstance(r5["q"], tuple)
+    assert r5["q"][1].to_dict() == {"x": 2, "y": 4}
+    r6 = tt.rise(Tree(x=[1, 2, 3], y=[4, 5, 6]), template=[None, None, None, ...])
+    assert len(r6) == 3
+    with pytest.raises(ValueError, match=r"leaf at y.*expects 3"):
+        tt.rise(Tree(x=[1, 2, 3], y=[4, 5]), template=[None, None, None])
+    with pytest.raises(ValueError, match="equal lengths"):
+        tt.rise(Tree(x=[1, 2, 3], y=[4, 5]), template=[None, ...])
+    with pytest.raises(ValueError, match=r"leaf at x.*at least 4"):
+        tt.rise(Tree(x=[1, 2, 3], y=[4, 5, 6]), template=[None, None, None, None, None, ...])
+    with pytest.raises(ValueError, match="dict with keys"):
+        tt.rise(Tree(x=tt.raw({"a": 1}), y=tt.raw({"b": 1})), template={"a": None})
+
+
+# ---- stack / concatenate / split / index ----------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_stack_concat_split_index(backend):
+    xp = np if backend == "numpy" else jnp
+    t = Tree(obs=xp.ones((3, 4, 2)), x={"r": xp.arange(3.0)})
+    n = 5
+    trees = [t * i for i in range(n)]
+    s = tt.stack(trees)
+    assert s.obs.shape == (n, 3, 4, 2) and s.x.r.shape == (n, 3)
+    np.testing.assert_array_equal(s.x.r[2], trees[2].x.r)
+    c = tt.concatenate(trees)
+    assert c.obs.shape == (n * 3, 4, 2)
+    np.testing.assert_array_equal(c.x.r[3:6], trees[1].x.r)
+    s1 = tt.stack(trees, axis=1)
+    assert s1.obs.shape == (3, n, 4, 2)
+    pieces = tt.split(s, n)
+    assert len(pieces) == n and pieces[3].obs.shape == (1, 3, 4, 2)
+    np.testing.assert_array_equal(pieces[3].x.r[0], trees[3].x.r)
+    parts = tt.split(c, [3, 9])
+    assert [p.obs.shape[0] for p in parts] == [3, 6, 6]
+    ax1 = tt.split(s1, n, axis=1)
+    assert ax1[0].x.r.shape == (3, 1)
+    assert tt.equal(tt.concatenate(pieces), s)
+    i = tt.index(s, 2)
+    assert tt.equal(i, trees[2])
+    j = tt.index(s, np.array([0, 4]), axis=0)
+    assert j.obs.shape == (2, 3, 4, 2)
+    k = tt.index(s1, 1, axis=1)
+    assert tt.equal(k, trees[1])
+    last = tt.index(s, 0, axis=-1)
+    assert last.obs.shape == (n, 3, 4)
+    with pytest.raises(ValueError, match=r"x\.r.*not divisible"):
+        tt.split(Tree(x={"r": xp.ones(5)}), 2)
+
+
+def test_stack_errors_name_paths():
+    with pytest.raises(KeyError, match=r"key sets differ at x"):
+        tt.stack([Tree(x={"a": np.ones(1)}), Tree(x={"b": np.ones(1)})])
+    with pytest.raises(TypeError, match="list or tuple"):
+        tt.stack(Tree(a=1))
+    with pytest.raises(ValueError, match="empty"):
+        tt.stack([])
+    with pytest.raises(ValueError) as info:
+        tt.stack([Tree(x={"a": np.ones(1)}), Tree(x={"a": np.ones(2)})])
+    assert any("x.a" in n for n in info.value.__notes__)
+
+
+def test_stack_mixed_numpy_and_jax_gives_jax():
+    s = tt.stack([Tree(a=np.ones(2)), Tree(a=jnp.zeros(2))])
+    assert isinstance(s.a, jax.Array)
+
+
+def test_equal_edge_cases():
+    assert tt.equal(Tree(a=np.array([np.nan])), Tree(a=np.array([np.nan]))) is False
+    assert tt.equal(Tree(a=np.array([np.nan])), Tree(a=np.array([np.nan])), equal_nan=True) is True
+    assert tt.equal(Tree(a="s", b=None), Tree(a="s", b=None)) is True
+    assert tt.equal(Tree(a=1), {"a": 1}) is False
+    assert tt.equal(Tree(a=jnp.ones(2)), Tree(a=np.ones(2))) is True
