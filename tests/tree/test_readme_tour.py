@@ -14,13 +14,13 @@ MARKER = "# evotensor-tree-tour"
 
 
 def tour_source() -> str:
-    """The tour's code block: from README.md once pasted there, else from the section draft."""
-    for path in (ROOT / "README.md", ROOT / "benchmarks" / "readme_tree_section.md"):
+    """The tour's code block in README.md."""
+    for path in (ROOT / "README.md",):
         if path.exists():
             for block in re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S):
                 if block.startswith(MARKER):
                     return block
-    raise AssertionError(f"no ```python block starting with {MARKER!r} in README.md or benchmarks/")
+    raise AssertionError(f"no ```python block starting with {MARKER!r} in README.md")
 
 
 def test_tour_runs_and_its_comments_hold():
