@@ -1,0 +1,273 @@
+"""Control problems: gymnax and brax rollouts as policy problems (maximize the episode return).
+
+A whole population's rollouts are one XLA program::
+
+    vmap(population) ∘ vmap(episodes) ∘ lax.scan(steps)
+
+Every episode runs for the full ``max_steps`` with a done-mask: once an episode ends (terminated
+or truncated) its later rewards are masked out, so there is no early exit and no host loop. The
+fitness of an individual is its mean return over ``num_episodes`` episodes, each with its own
+reset key.
+
+Policies map one observation to a raw output ``y = apply(phenotype, obs)``; the problem turns
+``y`` into an action:
+
+* discrete action spaces (``output_size = n`` actions): ``argmax(y)``;
+* continuous ``Box`` spaces (``output_size = prod(shape)``): ``low + (tanh(y) + 1) / 2 (high - low)``
+  (brax actions are in ``[-1, 1]``, i.e. ``tanh(y)``).
+
+gymnax and brax are optional dependencies (``pip install "evotensor[control]"``; gymnax needs
+``six``, which it does not declare). They are imported when a problem is built.
+
+Example::
+
+    problem = GymnaxProblem("CartPole-v1", num_episodes=4)
+    params = init_mlp(key, (problem.observation_size, 32, problem.output_size))
+    strategy = OpenES(256, solution=params)
+    decoder = ParamsDecoder(mlp_apply)
+    evaluation = problem.evaluate(key, population, decoder.apply)   # fitness [pop]: mean return
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from evotensor.core.evaluation import Evaluation
+
+Apply = Callable[[Any, jax.Array], jax.Array]
+
+
+def _positive_int(value: Any, arg: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{arg} must be a positive int, got {value!r}")
+    return value
+
+
+def _population_size(phenotypes: Any) -> int:
+    leaves = jax.tree_util.tree_leaves(phenotypes)
+    if not leaves:
+        raise ValueError("phenotypes has no array leaves")
+    sizes = {leaf.shape[0] if getattr(leaf, "ndim", 0) else None for leaf in leaves}
+    if len(sizes) != 1 or None in sizes:
+        raise ValueError(f"every phenotype leaf needs the same leading population axis, got sizes {sizes}")
+    return sizes.pop()
+
+
+def _masked_return(step: Callable, init_carry: Any, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Scan ``step(carry, key) -> (carry, reward, done)`` over ``keys`` with a done-mask.
+
+    Returns ``(return, length)``: the sum of rewards up to and including the first ``done``, and
+    the number of steps taken until then.
+    """
+
+    def body(carry, key):
+        inner, ret, length, alive = carry
+        inner, reward, done = step(inner, key)
+        # where(), not multiplication: a finished episode's state may hold NaN/inf rewards.
+        ret = ret + jnp.where(alive, reward, 0.0)
+        length = length + alive.astype(jnp.int32)
+        alive = alive & ~done
+        return (inner, ret, length, alive), None
+
+    carry = (init_carry, jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32), jnp.ones((), bool))
+    (_, ret, length, _), _ = jax.lax.scan(body, carry, keys)
+    return ret, length
+
+
+Episode = Callable[[Any, jax.Array], tuple[jax.Array, jax.Array]]
+
+
+def _batched_evaluate(key: jax.Array, phenotypes: Any, episode: Episode, num_episodes: int) -> Evaluation:
+    """vmap(population) ∘ vmap(episodes) of ``episode(phenotype, key) -> (return, length)``."""
+    pop = _population_size(phenotypes)
+    keys = jax.random.split(key, pop * num_episodes).reshape((pop, num_episodes))
+    per_episode = jax.vmap(episode, in_axes=(None, 0))
+    returns, lengths = jax.vmap(per_episode)(phenotypes, keys)  # [pop, episodes]
+    info = {
+        "return_std": jnp.std(returns, axis=1),
+        "episode_length": jnp.mean(lengths.astype(jnp.float32), axis=1),
+    }
+    return Evaluation(fitness=jnp.mean(returns, axis=1), info=info)
+
+
+def _split_step_output(out: tuple) -> tuple[Any, Any, jax.Array, jax.Array]:
+    """``(obs, state, reward, done)`` from a gymnax ``step`` tuple of any length.
+
+    gymnax returned ``(obs, state, reward, done, info)`` and returns, since 1.0,
+    ``(obs, state, reward, terminated, truncated, info)``: every entry between the reward and the
+    trailing info dict is a done flag, and the episode ends when any of them is set.
+    """
+    obs, state, reward, *rest = out
+    if rest and isinstance(rest[-1], dict):
+        rest = rest[:-1]
+    if not rest:
+        raise ValueError("gymnax step() returned no done flag")
+    done = jnp.zeros((), bool)
+    for flag in rest:
+        done = done | jnp.asarray(flag, bool)
+    return obs, state, jnp.asarray(reward, jnp.float32), done
+
+
+class GymnaxProblem:
+    """A gymnax environment as a policy problem (fitness: mean episode return, maximized).
+
+    Args:
+        env_name: a gymnax id: ``"CartPole-v1"``, ``"Acrobot-v1"``, ``"Pendulum-v1"``,
+            ``"MountainCar-v0"``, ``"MountainCarContinuous-v0"``…
+        num_episodes: episodes per individual (fitness is their mean return).
+        max_steps: scan length; default the environment's ``max_steps_in_episode``.
+        env_params: optional gymnax ``EnvParams`` replacing the defaults.
+        flatten_observation: give policies ``ravel(obs)`` (default) or the observation in its own
+            shape ``observation_shape`` (e.g. MinAtar images for a CNN).
+
+    Attributes:
+        observation_size: flat observation size (policy input).
+        output_size: policy output size (number of actions, or action dimension).
+        discrete: whether the action space is discrete.
+    """
+
+    kind = "policy"
+    maximize = True
+
+    def __init__(
+        self,
+        env_name: str,
+        num_episodes: int = 1,
+        max_steps: int | None = None,
+        env_params: Any = None,
+        flatten_observation: bool = True,
+    ):
+        import gymnax  # optional dependency
+        from gymnax.environments import spaces
+
+        if env_name not in gymnax.registered_envs:
+            known = ", ".join(gymnax.registered_envs)
+            raise ValueError(f"unknown gymnax env_name {env_name!r}; known: {known}")
+        self.env_name = env_name
+        self.env, default_params = gymnax.make(env_name)
+        self.env_params = default_params if env_params is None else env_params
+        self.num_episodes = _positive_int(num_episodes, "num_episodes")
+        default_steps = int(self.env_params.max_steps_in_episode)
+        self.max_steps = default_steps if max_steps is None else _positive_int(max_steps, "max_steps")
+        self.flatten_observation = bool(flatten_observation)
+        self.observation_shape = tuple(self.env.observation_space(self.env_params).shape)
+        self.observation_size = int(math.prod(self.observation_shape))
+        space = self.env.action_space(self.env_params)
+        if isinstance(space, spaces.Discrete):
+            self.discrete = True
+            self.output_size = int(space.n)
+            self._action_shape: tuple[int, ...] = ()
+        elif isinstance(space, spaces.Box):
+            self.discrete = False
+            self._action_shape = tuple(space.shape)
+            self.output_size = int(math.prod(self._action_shape))
+            self._low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), self._action_shape)
+            self._high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), self._action_shape)
+        else:
+            raise ValueError(f"{env_name}: unsupported action space {type(space).__name__}")
+
+    def action(self, y: jax.Array) -> jax.Array:
+        """Policy output ``[output_size]`` -> environment action."""
+        y = jnp.ravel(y)
+        if self.discrete:
+            return jnp.argmax(y)
+        squashed = (jnp.tanh(y.reshape(self._action_shape)) + 1.0) / 2.0
+        return self._low + squashed * (self._high - self._low)
+
+    def episode(self, phenotype: Any, apply: Apply, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """One masked episode: ``(return [], length [])``."""
+        env, params = self.env, self.env_params
+        k_reset, k_steps = jax.random.split(key)
+        obs, state = env.reset(k_reset, params)
+
+        def step(carry, k):
+            obs, state = carry
+            policy_input = jnp.ravel(obs) if self.flatten_observation else obs
+            act = self.action(apply(phenotype, policy_input.astype(jnp.float32)))
+            obs, state, reward, done = _split_step_output(env.step(k, state, act, params))
+            return (obs, state), reward, done
+
+        return _masked_return(step, (obs, state), jax.random.split(k_steps, self.max_steps))
+
+    def evaluate(self, key: jax.Array, phenotypes: Any, apply: Apply) -> Evaluation:
+        """Mean return over ``num_episodes`` episodes per individual: ``fitness [pop]``.
+
+        ``info``: ``return_std [pop]`` (across episodes) and ``episode_length [pop]`` (mean steps).
+        """
+        return _batched_evaluate(key, phenotypes, lambda p, k: self.episode(p, apply, k), self.num_episodes)
+
+    def __repr__(self) -> str:
+        return (
+            f"GymnaxProblem({self.env_name!r}, num_episodes={self.num_episodes}, max_steps={self.max_steps})"
+        )
+
+
+class BraxProblem:
+    """A brax environment as a policy problem (fitness: mean episode return, maximized).
+
+    Args:
+        env_name: a brax environment (``"ant"``, ``"halfcheetah"``, ``"hopper"``, ``"walker2d"``,
+            ``"humanoid"``, ``"inverted_pendulum"``, ``"reacher"``, ``"swimmer"``…).
+        episode_length: steps per episode (brax truncates with ``done`` at this length).
+        num_episodes: episodes per individual (fitness is their mean return).
+        backend: brax physics backend (``"generalized"``, ``"positional"``, ``"spring"``, ``"mjx"``);
+            None keeps the environment's default.
+        **env_kwargs: further arguments of the environment's constructor.
+
+    Actions are ``tanh(apply(phenotype, obs))``, in brax's ``[-1, 1]`` range.
+    """
+
+    kind = "policy"
+    maximize = True
+
+    def __init__(
+        self,
+        env_name: str,
+        episode_length: int = 1000,
+        num_episodes: int = 1,
+        backend: str | None = None,
+        **env_kwargs: Any,
+    ):
+        from brax import envs  # optional dependency
+
+        known = sorted(envs._envs) if hasattr(envs, "_envs") else None
+        if known is not None and env_name not in known:
+            raise ValueError(f"unknown brax env_name {env_name!r}; known: {', '.join(known)}")
+        self.env_name = env_name
+        self.episode_length = _positive_int(episode_length, "episode_length")
+        self.num_episodes = _positive_int(num_episodes, "num_episodes")
+        if backend is not None:
+            env_kwargs["backend"] = backend
+        # auto_reset=False: the done-mask handles the end of an episode; resetting mid-scan would
+        # only waste work.
+        self.env = envs.create(env_name, episode_length=self.episode_length, auto_reset=False, **env_kwargs)
+        self.observation_size = int(self.env.observation_size)
+        self.output_size = int(self.env.action_size)
+
+    def episode(self, phenotype: Any, apply: Apply, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """One masked episode: ``(return [], length [])``."""
+        env = self.env
+        state = env.reset(key)
+
+        def step(state, _):
+            act = jnp.tanh(jnp.ravel(apply(phenotype, state.obs)))
+            state = env.step(state, act)
+            return state, jnp.asarray(state.reward, jnp.float32), state.done > 0
+
+        # Brax steps are deterministic: the scan keys only fix the length.
+        return _masked_return(step, state, jnp.zeros((self.episode_length,), jnp.uint32))
+
+    def evaluate(self, key: jax.Array, phenotypes: Any, apply: Apply) -> Evaluation:
+        """Mean return over ``num_episodes`` episodes per individual: ``fitness [pop]``."""
+        return _batched_evaluate(key, phenotypes, lambda p, k: self.episode(p, apply, k), self.num_episodes)
+
+    def __repr__(self) -> str:
+        return (
+            f"BraxProblem({self.env_name!r}, episode_length={self.episode_length}, "
+            f"num_episodes={self.num_episodes})"
+        )

@@ -1,0 +1,157 @@
+"""Control rollouts: the compiled, masked, batched rollout equals a plain host loop."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from evotensor.problems.control import GymnaxProblem, _split_step_output
+from evotensor.problems.networks import ParamsDecoder, init_mlp, mlp_apply
+
+DECODER = ParamsDecoder(mlp_apply)
+
+
+def population(problem, size, seed=0, scale=1.0):
+    params = init_mlp(jax.random.key(seed), (problem.observation_size, 8, problem.output_size))
+    noise = jax.random.split(jax.random.key(seed + 1), len(jax.tree_util.tree_leaves(params)))
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    pop = [a[None] + scale * jax.random.normal(k, (size, *a.shape)) for a, k in zip(leaves, noise)]
+    return jax.tree_util.tree_unflatten(treedef, pop)
+
+
+def host_loop_returns(problem, pop, key):
+    """Reference: one Python loop per episode, stopping at the first done (no masking needed)."""
+    size = jax.tree_util.tree_leaves(pop)[0].shape[0]
+    keys = jax.random.split(key, size * problem.num_episodes).reshape((size, problem.num_episodes))
+    out = np.zeros((size, problem.num_episodes))
+    lengths = np.zeros((size, problem.num_episodes), int)
+    for i in range(size):
+        params = jax.tree.map(lambda a, i=i: a[i], pop)
+        for e in range(problem.num_episodes):
+            k_reset, k_steps = jax.random.split(keys[i, e])
+            obs, state = problem.env.reset(k_reset, problem.env_params)
+            total = 0.0
+            for t, k in enumerate(jax.random.split(k_steps, problem.max_steps)):
+                action = problem.action(mlp_apply(params, jnp.ravel(obs)))
+                stepped = problem.env.step(k, state, action, problem.env_params)
+                obs, state, reward, done = _split_step_output(stepped)
+                total += float(reward)
+                lengths[i, e] = t + 1
+                if bool(done):
+                    break
+            out[i, e] = total
+    return out, lengths
+
+
+def test_step_tuple_of_any_length():
+    obs, state = jnp.zeros(3), {"s": jnp.ones(2)}
+    five = (obs, state, 1.5, jnp.array(True), {"x": 0})
+    six = (obs, state, 2.0, jnp.array(False), jnp.array(True), {"x": 0})
+    six_none = (obs, state, 2.0, jnp.array(False), jnp.array(False), {})
+    assert bool(_split_step_output(five)[3]) and float(_split_step_output(five)[2]) == 1.5
+    assert bool(_split_step_output(six)[3])  # truncated counts as done
+    assert not bool(_split_step_output(six_none)[3])
+    with pytest.raises(ValueError, match="done"):
+        _split_step_output((obs, state, 1.0, {}))
+
+
+@pytest.mark.parametrize(
+    "name, obs, out, discrete",
+    [
+        ("CartPole-v1", 4, 2, True),
+        ("Acrobot-v1", 6, 3, True),
+        ("Pendulum-v1", 3, 1, False),
+        ("MountainCar-v0", 2, 3, True),
+    ],
+)
+def test_gymnax_spaces(name, obs, out, discrete):
+    p = GymnaxProblem(name)
+    assert (p.observation_size, p.output_size, p.discrete) == (obs, out, discrete)
+    assert p.maximize is True and p.kind == "policy"
+    assert p.max_steps == int(p.env_params.max_steps_in_episode)
+
+
+def test_continuous_action_range():
+    p = GymnaxProblem("Pendulum-v1")
+    acts = np.array([float(p.action(jnp.array([v]))[0]) for v in (-1e6, -1.0, 0.0, 1.0, 1e6)])
+    np.testing.assert_allclose(acts[[0, 2, 4]], [-2.0, 0.0, 2.0], atol=1e-5)
+    assert np.all(np.diff(acts) > 0) and np.all(np.abs(acts) <= 2.0)
+    cart = GymnaxProblem("CartPole-v1")
+    assert int(cart.action(jnp.array([0.1, 0.7]))) == 1
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="env_name"):
+        GymnaxProblem("CartPole-v9")
+    with pytest.raises(ValueError, match="num_episodes"):
+        GymnaxProblem("CartPole-v1", num_episodes=0)
+    with pytest.raises(ValueError, match="max_steps"):
+        GymnaxProblem("CartPole-v1", max_steps=-3)
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    problem = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=120)
+    pop = population(problem, 5, scale=0.7)
+    key = jax.random.key(42)
+    ev = jax.jit(lambda k, ph: problem.evaluate(k, ph, DECODER.apply))(key, pop)
+    return problem, pop, key, ev
+
+
+def test_cartpole_matches_host_loop(cartpole):
+    problem, pop, key, ev = cartpole
+    returns, lengths = host_loop_returns(problem, pop, key)
+    np.testing.assert_allclose(np.asarray(ev.fitness), returns.mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(ev.info["episode_length"]), lengths.mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(ev.info["return_std"]), returns.std(axis=1), rtol=1e-5, atol=1e-6)
+
+
+def test_cartpole_done_mask(cartpole):
+    problem, _, _, ev = cartpole
+    fitness = np.asarray(ev.fitness)
+    # Reward is 1 per step, so with the mask the return is exactly the episode length, never more
+    # than the scan length even though gymnax auto-resets and keeps stepping after termination.
+    np.testing.assert_array_equal(fitness, np.asarray(ev.info["episode_length"]))
+    assert np.all((fitness >= 1) & (fitness <= problem.max_steps))
+    assert fitness.shape == (5,)
+    assert len(set(fitness.tolist())) > 1  # different policies, different returns
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["Acrobot-v1", "Pendulum-v1", "MountainCar-v0"])
+def test_other_gymnax_envs_match_host_loop(name):
+    problem = GymnaxProblem(name, num_episodes=2, max_steps=60)
+    pop = population(problem, 3)
+    key = jax.random.key(7)
+    ev = jax.jit(lambda k, ph: problem.evaluate(k, ph, DECODER.apply))(key, pop)
+    returns, lengths = host_loop_returns(problem, pop, key)
+    np.testing.assert_allclose(np.asarray(ev.fitness), returns.mean(axis=1), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(ev.info["episode_length"]), lengths.mean(axis=1))
+
+
+@pytest.mark.slow
+def test_brax_rollout_matches_host_loop():
+    from evotensor.problems.control import BraxProblem
+
+    with pytest.raises(ValueError, match="env_name"):
+        BraxProblem("no_such_robot")
+    problem = BraxProblem("inverted_pendulum", episode_length=15, num_episodes=2)
+    assert (problem.observation_size, problem.output_size) == (4, 1)
+    pop = population(problem, 3, scale=2.0)
+    key = jax.random.key(3)
+    ev = jax.jit(lambda k, ph: problem.evaluate(k, ph, DECODER.apply))(key, pop)
+    keys = jax.random.split(key, 3 * 2).reshape((3, 2))
+    reset, step = jax.jit(problem.env.reset), jax.jit(problem.env.step)
+    expected = np.zeros((3, 2))
+    for i in range(3):
+        params = jax.tree.map(lambda a, i=i: a[i], pop)
+        for e in range(2):
+            state = reset(keys[i, e])
+            for _ in range(problem.episode_length):
+                state = step(state, jnp.tanh(mlp_apply(params, state.obs)))
+                expected[i, e] += float(state.reward)
+                if float(state.done) > 0:
+                    break
+    np.testing.assert_allclose(np.asarray(ev.fitness), expected.mean(axis=1), rtol=1e-4, atol=1e-4)
