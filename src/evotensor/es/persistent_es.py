@@ -1,0 +1,134 @@
+"""Persistent evolution strategies (Vicol, Metz, Sohl-Dickstein, 2021), "Unbiased gradient
+estimation in unrolled computation graphs with persistent evolution strategies", ICML 2021.
+
+For objectives that are unrolled computations of ``T`` inner steps, optimized online in partial
+unrolls of ``K`` steps: each generation is one partial unroll. Every particle keeps the sum ``xi``
+of all perturbations it received in the current truncation window, and the antithetic estimate ::
+
+    g = 1 / (2 N sigma^2) * sum_i xi_i * (L(mean + eps_i) - L(mean - eps_i))      N = pop / 2
+
+is unbiased for the full-unroll gradient (for a static objective it reduces to an unbiased,
+higher-variance ES estimate). ``state.inner_step`` (0, K, 2K, …, T-K) tells the problem where in
+the unroll the current generation is; the accumulated perturbations reset every ``T / K``
+generations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.es.open_es import FitnessShaping, GradientES, check_even, identity_shaping
+
+
+@pytree_dataclass
+class OnlineESState:
+    """State of PES / NRES.
+
+    Attributes:
+        mean, opt_state, generation, best_solution, best_fitness: as
+            :class:`~evotensor.es.open_es.GradientESState`.
+        perturbation: ``[pop/2, dims]`` PES: accumulated perturbations of the window;
+            NRES: the perturbations reused throughout the window.
+        inner_step: ``[]`` int32, position of this generation's partial unroll in ``[0, T)``.
+    """
+
+    mean: jax.Array
+    opt_state: Any
+    generation: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+    perturbation: jax.Array
+    inner_step: jax.Array
+
+
+def paired_gradient(weights: jax.Array, directions: jax.Array, sigma: jax.Array) -> jax.Array:
+    """``1/(2 N sigma^2) * sum_i directions_i * (w+_i - w-_i)``.
+
+    Args: weights ``[2N]`` (row ``i + N`` mirrors row ``i``), directions ``[N, dims]``, sigma ``[]``.
+    """
+    n = directions.shape[0]
+    return (weights[:n] - weights[n:]) @ directions / (2.0 * n * sigma**2)
+
+
+class OnlineES(GradientES):
+    """Shared configuration of the online (truncated-unroll) ES: ``T`` and ``K`` are static."""
+
+    default_sigma_init = 0.1
+
+    def __init__(
+        self,
+        population_size: int,
+        solution: Any = None,
+        num_dims: int | None = None,
+        *,
+        optimizer: optax.GradientTransformation | None = None,
+        sigma_init: float | None = None,
+        sigma_schedule: Callable[[jax.Array], jax.Array] | None = None,
+        fitness_shaping: FitnessShaping = identity_shaping,
+        T: int = 100,
+        K: int = 10,
+    ):
+        super().__init__(
+            population_size,
+            solution,
+            num_dims,
+            optimizer=optimizer,
+            sigma_init=sigma_init,
+            sigma_schedule=sigma_schedule,
+            fitness_shaping=fitness_shaping,
+        )
+        check_even(population_size, f"{type(self).__name__}'s antithetic sampling")
+        for name, v in [("T", T), ("K", K)]:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if T % K:
+            raise ValueError(
+                f"T (total inner steps) must be a multiple of K (unroll length), got T={T}, K={K}"
+            )
+        self.T, self.K = T, K
+
+    def _init(self, key, params):
+        return OnlineESState(
+            **self._base_fields(),
+            perturbation=jnp.zeros((self.population_size // 2, self.num_dims), jnp.float32),
+            inner_step=jnp.zeros((), jnp.int32),
+        )
+
+    def _advance(self, state: OnlineESState) -> OnlineESState:
+        step = state.inner_step + self.K
+        return state.replace(inner_step=jnp.where(step >= self.T, 0, step))
+
+
+class PersistentES(OnlineES):
+    """Persistent ES (Vicol et al., 2021).
+
+    Args:
+        population_size: even (antithetic pairs).
+        solution / num_dims: template pytree (initial mean) or flat dimension.
+        optimizer: optax transformation, default ``optax.adam(0.01)``.
+        sigma_init: perturbation std, default 0.1; or sigma_schedule ``generation -> sigma``.
+        fitness_shaping: default identity (the estimator is unbiased for raw losses).
+        T: total inner steps of the unrolled computation (default 100); K: steps per partial
+            unroll (default 10); ``T % K == 0``.
+    """
+
+    name = "persistent_es"
+
+    def _ask(self, key, state, params):
+        sigma = self.sigma(state, params)
+        eps = sigma * jax.random.normal(key, (self.population_size // 2, self.num_dims), jnp.float32)
+        accum = jnp.where(state.inner_step == 0, 0.0, state.perturbation) + eps
+        x = jnp.concatenate([state.mean + eps, state.mean - eps])
+        return x, state.replace(perturbation=accum)
+
+    def _tell(self, key, state, x, fitness, params):
+        sigma = self.sigma(state, params)
+        grad = paired_gradient(self._weights(fitness), state.perturbation, sigma)
+        state, metrics = self._apply_gradient(state, grad, x, fitness, sigma)
+        return self._advance(state), metrics

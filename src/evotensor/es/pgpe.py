@@ -1,0 +1,167 @@
+"""PGPE: policy gradients with parameter-based exploration (Sehnke et al., 2010), ClipUp by default.
+
+Sehnke, Osendorfer, Rückstieß, Graves, Peters, Schmidhuber (2010), "Parameter-exploring policy
+gradients", Neural Networks 23(4). Toklu, Liskowski, Srivastava (2020), "ClipUp: a simple and
+powerful optimizer for distribution-based policy evolution", PPSN XVI.
+
+Symmetric sampling ``x = mean +/- eps``, ``eps ~ N(0, diag(sigma^2))``. With weights ``w``
+(shaped minimized fitness, lower = better), ``h = pop / 2`` pairs and baseline ``b = mean(w)``::
+
+    g_mean  = 1/h * sum_i (w+_i - w-_i) / 2 * eps_i                       [dims]
+    g_sigma = 1/h * sum_i ((w+_i + w-_i) / 2 - b) * (eps_i^2 - sigma^2) / sigma
+
+``g_mean`` goes to the optax optimizer (ClipUp by default) and sigma descends ``g_sigma`` with
+step ``sigma_learning_rate``, its relative change clipped to ``sigma_max_change`` (ClipUp paper /
+EvoTorch defaults 0.1 and 0.2). For a linear ``f`` and identity shaping ``E[g_mean] = sigma^2 * a``
+— PGPE's gradient is w.r.t. the mean in its own (un-normalized) parameterization.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from evotensor.core.fitness_shaping import centered_ranks
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.es.base import VectorStrategy
+from evotensor.es.open_es import FitnessShaping, check_even, check_shaping, update_best
+from evotensor.es.optimizers import check_optimizer, clipup, safe_norm
+
+
+@pytree_dataclass
+class PGPEState:
+    """Attributes: ``mean [dims]``, ``sigma [dims]``, ``opt_state``, ``generation []``,
+    ``best_solution [dims]``, ``best_fitness []``."""
+
+    mean: jax.Array
+    sigma: jax.Array
+    opt_state: Any
+    generation: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+
+
+@pytree_dataclass
+class PGPEParams:
+    """Dynamic hyperparameters (vmappable).
+
+    Attributes:
+        sigma_init: ``[]`` initial std of every coordinate (default 0.1).
+        sigma_learning_rate: ``[]`` step of the sigma update (0.1, ClipUp paper).
+        sigma_max_change: ``[]`` largest relative change of sigma per generation (0.2, ClipUp paper).
+        sigma_min: ``[]`` floor that keeps float32 sigma from underflowing to 0 (1e-20).
+    """
+
+    sigma_init: jax.Array
+    sigma_learning_rate: jax.Array
+    sigma_max_change: jax.Array
+    sigma_min: jax.Array
+
+
+def pgpe_gradients(
+    x: jax.Array, weights: jax.Array, mean: jax.Array, sigma: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """PGPE's symmetric-sampling gradients.
+
+    Args:
+        x: ``[pop, dims]``, rows ``i`` and ``i + pop/2`` are ``mean + eps_i`` and ``mean - eps_i``.
+        weights: ``[pop]`` (lower = better). mean: ``[dims]``. sigma: ``[dims]``.
+
+    Returns:
+        ``(g_mean [dims], g_sigma [dims])`` as in the module docstring.
+    """
+    h = x.shape[0] // 2
+    eps = (x[:h] - x[h:]) / 2.0  # [h, dims]
+    w_plus, w_minus = weights[:h], weights[h:]
+    g_mean = ((w_plus - w_minus) / 2.0) @ eps / h
+    baseline = jnp.mean(weights)
+    safe_sigma = jnp.maximum(sigma, jnp.finfo(jnp.float32).tiny)
+    s = (eps**2 - sigma**2) / safe_sigma  # [h, dims]
+    g_sigma = ((w_plus + w_minus) / 2.0 - baseline) @ s / h
+    return g_mean, g_sigma
+
+
+class PGPE(VectorStrategy):
+    """PGPE with ClipUp (Sehnke et al., 2010; Toklu et al., 2020).
+
+    Args:
+        population_size: even number of samples (symmetric pairs).
+        solution / num_dims: template pytree (initial mean) or flat dimension.
+        optimizer: optax transformation for the mean; default ``clipup(learning_rate=0.15)``
+            (``max_speed = 0.3``; the ClipUp paper recommends step size = max_speed / 2).
+        sigma_init: initial std (default 0.1); sigma_learning_rate: 0.1; sigma_max_change: 0.2.
+        fitness_shaping: ``[pop] -> [pop]`` weights, default centered ranks (ClipUp paper).
+
+    Sigma is adapted by PGPE's own rule, so there is no ``sigma_schedule``.
+    """
+
+    name = "pgpe"
+
+    def __init__(
+        self,
+        population_size: int,
+        solution: Any = None,
+        num_dims: int | None = None,
+        *,
+        optimizer: optax.GradientTransformation | None = None,
+        sigma_init: float = 0.1,
+        sigma_learning_rate: float = 0.1,
+        sigma_max_change: float = 0.2,
+        sigma_min: float = 1e-20,
+        fitness_shaping: FitnessShaping = centered_ranks,
+    ):
+        super().__init__(population_size, solution, num_dims)
+        check_even(population_size, "PGPE's symmetric sampling")
+        self.optimizer = check_optimizer(clipup(learning_rate=0.15) if optimizer is None else optimizer)
+        for name, value in [("sigma_init", sigma_init), ("sigma_min", sigma_min)]:
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value!r}")
+        if sigma_learning_rate < 0:
+            raise ValueError(f"sigma_learning_rate must be >= 0, got {sigma_learning_rate!r}")
+        if not 0 <= sigma_max_change < 1:
+            raise ValueError(f"sigma_max_change must be in [0, 1), got {sigma_max_change!r}")
+        self._defaults = (sigma_init, sigma_learning_rate, sigma_max_change, sigma_min)
+        self.fitness_shaping = check_shaping(fitness_shaping)
+
+    def default_params(self) -> PGPEParams:
+        s0, lr, mc, smin = (jnp.asarray(v, jnp.float32) for v in self._defaults)
+        return PGPEParams(sigma_init=s0, sigma_learning_rate=lr, sigma_max_change=mc, sigma_min=smin)
+
+    def _init(self, key, params):
+        mean = jnp.array(self.initial_mean(), copy=True)  # own buffer: callers may donate state
+        return PGPEState(
+            mean=mean,
+            sigma=jnp.full((self.num_dims,), params.sigma_init, jnp.float32),
+            opt_state=self.optimizer.init(mean),
+            generation=jnp.zeros((), jnp.int32),
+            best_solution=jnp.array(mean, copy=True),
+            best_fitness=jnp.asarray(jnp.inf, jnp.float32),
+        )
+
+    def _ask(self, key, state, params):
+        z = jax.random.normal(key, (self.population_size // 2, self.num_dims), jnp.float32)
+        eps = state.sigma * z
+        return jnp.concatenate([state.mean + eps, state.mean - eps]), state
+
+    def _tell(self, key, state, x, fitness, params):
+        w = jnp.asarray(self.fitness_shaping(fitness), jnp.float32)
+        g_mean, g_sigma = pgpe_gradients(x, w, state.mean, state.sigma)
+        g_mean = jnp.where(jnp.isfinite(g_mean), g_mean, 0.0)
+        g_sigma = jnp.where(jnp.isfinite(g_sigma), g_sigma, 0.0)
+        updates, opt_state = self.optimizer.update(g_mean, state.opt_state, state.mean)
+        mean = optax.apply_updates(state.mean, updates)
+        finite = jnp.all(jnp.isfinite(mean))
+        mean = jnp.where(finite, mean, state.mean)
+        opt_state = jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), opt_state, state.opt_state)
+        # descend g_sigma, relative change clipped to +/- sigma_max_change
+        sigma = state.sigma - params.sigma_learning_rate * g_sigma
+        lo = state.sigma * (1.0 - params.sigma_max_change)
+        hi = state.sigma * (1.0 + params.sigma_max_change)
+        sigma = jnp.maximum(jnp.clip(sigma, lo, hi), params.sigma_min)
+        state, metrics = update_best(state, x, fitness)
+        metrics.update(sigma=jnp.mean(sigma), grad_norm=safe_norm(g_mean))
+        state = state.replace(mean=mean, sigma=sigma, opt_state=opt_state, generation=state.generation + 1)
+        return state, metrics

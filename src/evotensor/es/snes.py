@@ -1,0 +1,125 @@
+"""Separable natural evolution strategies (Schaul, Glasmachers, Schmidhuber, 2011, "High
+dimensions and heavy tails for natural evolution strategies", GECCO; Wierstra et al., 2014,
+Algorithm 6).
+
+Search distribution ``N(mean, diag(sigma^2))``. With ``x_i = mean + sigma * z_i`` and utilities
+``u_i`` (higher = better)::
+
+    mean  <- mean + eta_mean * sigma * sum_i u_i z_i
+    sigma <- sigma * exp(eta_sigma / 2 * sum_i u_i (z_i^2 - 1))
+
+Defaults (Wierstra et al., 2014, Table 1): ``lambda = 4 + floor(3 ln d)``, ``eta_mean = 1``,
+``eta_sigma = (3 + ln d) / (5 sqrt d)``, NES rank utilities (see :mod:`evotensor.es.xnes`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.es.base import VectorStrategy
+from evotensor.es.open_es import FitnessShaping, check_shaping, exact_vecmat, update_best
+from evotensor.es.xnes import nes_weights, resolve_population_size
+
+
+@pytree_dataclass
+class SNESState:
+    """Attributes: ``mean [dims]``, ``sigma [dims]``, ``generation []``, ``best_solution [dims]``,
+    ``best_fitness []``."""
+
+    mean: jax.Array
+    sigma: jax.Array
+    generation: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+
+
+@pytree_dataclass
+class SNESParams:
+    """Dynamic hyperparameters (vmappable): ``sigma_init`` (1.0), ``eta_mean`` (1.0), ``eta_sigma``
+    (``(3 + ln d) / (5 sqrt d)``), ``sigma_min`` (1e-30, keeps float32 sigma above 0)."""
+
+    sigma_init: jax.Array
+    eta_mean: jax.Array
+    eta_sigma: jax.Array
+    sigma_min: jax.Array
+
+
+def snes_natural_gradients(z: jax.Array, utilities: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(grad_mean [dims], grad_sigma [dims])`` = ``(sum u z, sum u (z^2 - 1))`` for ``z [pop, dims]``."""
+    return exact_vecmat(utilities, z), exact_vecmat(utilities, z**2 - 1.0)
+
+
+class SNES(VectorStrategy):
+    """SNES (Schaul et al., 2011).
+
+    Args:
+        population_size: default ``4 + floor(3 ln d)``.
+        solution / num_dims: template pytree (initial mean) or flat dimension.
+        sigma_init: initial std of every coordinate (default 1.0).
+        fitness_shaping: ``[pop] -> weights [pop]`` (lower = better); default NES utilities.
+
+    Closed-form natural-gradient updates: learning rates live in ``params``; no optax optimizer.
+    """
+
+    name = "snes"
+    min_population_size = 2
+
+    def __init__(
+        self,
+        population_size: int | None = None,
+        solution: Any = None,
+        num_dims: int | None = None,
+        *,
+        sigma_init: float = 1.0,
+        fitness_shaping: FitnessShaping = nes_weights,
+    ):
+        super().__init__(resolve_population_size(population_size, solution, num_dims), solution, num_dims)
+        if not sigma_init > 0:
+            raise ValueError(f"sigma_init must be > 0, got {sigma_init!r}")
+        self._sigma_init = float(sigma_init)
+        self.fitness_shaping = check_shaping(fitness_shaping)
+
+    def default_params(self) -> SNESParams:
+        d = self.num_dims
+        f = lambda v: jnp.asarray(v, jnp.float32)
+        return SNESParams(
+            sigma_init=f(self._sigma_init),
+            eta_mean=f(1.0),
+            eta_sigma=f((3.0 + math.log(d)) / (5.0 * math.sqrt(d))),
+            sigma_min=f(1e-30),
+        )
+
+    def _init(self, key, params):
+        mean = jnp.array(self.initial_mean(), copy=True)  # own buffer: callers may donate state
+        return SNESState(
+            mean=mean,
+            sigma=jnp.full((self.num_dims,), params.sigma_init, jnp.float32),
+            generation=jnp.zeros((), jnp.int32),
+            best_solution=jnp.array(mean, copy=True),
+            best_fitness=jnp.asarray(jnp.inf, jnp.float32),
+        )
+
+    def _ask(self, key, state, params):
+        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
+        return state.mean + state.sigma * z, state
+
+    def _tell(self, key, state, x, fitness, params):
+        u = -jnp.asarray(self.fitness_shaping(fitness), jnp.float32)
+        z = (x - state.mean) / state.sigma
+        g_mean, g_sigma = snes_natural_gradients(z, u)
+        mean = state.mean + params.eta_mean * state.sigma * g_mean
+        sigma = jnp.maximum(state.sigma * jnp.exp(params.eta_sigma / 2.0 * g_sigma), params.sigma_min)
+        ok = jnp.all(jnp.isfinite(mean)) & jnp.all(jnp.isfinite(sigma))
+        new, metrics = update_best(state, x, fitness)
+        new = new.replace(
+            mean=jnp.where(ok, mean, state.mean),
+            sigma=jnp.where(ok, sigma, state.sigma),
+            generation=state.generation + 1,
+        )
+        metrics.update(sigma=jnp.mean(new.sigma))
+        return new, metrics

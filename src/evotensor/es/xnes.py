@@ -1,0 +1,191 @@
+"""Exponential natural evolution strategies (Glasmachers, Schaul, Sun, Wierstra, Schmidhuber,
+2010, "Exponential natural evolution strategies", GECCO; Wierstra et al., 2014, "Natural
+evolution strategies", JMLR 15, Algorithm 5).
+
+Search distribution ``N(mean, sigma^2 B B^T)`` with ``det B = 1``. With samples
+``x_i = mean + sigma * B z_i`` and utilities ``u_i`` (higher = better, rank-based)::
+
+    G_delta = sum_i u_i z_i
+    G_M     = sum_i u_i (z_i z_i^T - I)
+    G_sigma = tr(G_M) / d,      G_B = G_M - G_sigma I
+    mean   <- mean + eta_mean * sigma * B G_delta
+    sigma  <- sigma * exp(eta_sigma / 2 * G_sigma)
+    B      <- B expm(eta_B / 2 * G_B)
+
+Defaults (Wierstra et al., 2014, Table 1): ``lambda = 4 + floor(3 ln d)``, ``eta_mean = 1``,
+``eta_sigma = eta_B = 3 (3 + ln d) / (5 d sqrt(d))`` and the utilities
+``u_k = max(0, ln(lambda/2 + 1) - ln k) / sum_j max(0, ln(lambda/2 + 1) - ln j) - 1/lambda`` for the
+``k``-th best sample. In this package shaped values are *weights* with lower = better, so the
+strategies use ``u = -weights`` and the default shaping :func:`nes_weights` returns ``-u``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from evotensor.core.fitness_shaping import ranks
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.es.base import VectorStrategy
+from evotensor.es.open_es import (
+    FitnessShaping,
+    check_shaping,
+    exact_matmul,
+    exact_matvec,
+    exact_sum,
+    exact_vecmat,
+    update_best,
+)
+
+
+def default_population_size(num_dims: int) -> int:
+    """``4 + floor(3 ln d)`` (Wierstra et al., 2014; Hansen's CMA-ES default)."""
+    return 4 + int(math.floor(3 * math.log(num_dims)))
+
+
+def nes_utilities(population_size: int) -> jax.Array:
+    """NES rank utilities ``[pop]``, entry ``k`` for the ``k``-th best sample (higher = better, sum 0)."""
+    k = jnp.arange(1, population_size + 1, dtype=jnp.float32)
+    raw = jnp.maximum(0.0, jnp.log(population_size / 2.0 + 1.0) - jnp.log(k))
+    return raw / jnp.sum(raw) - 1.0 / population_size
+
+
+def nes_weights(fitness: jax.Array) -> jax.Array:
+    """Minus the NES utility of each sample's rank: ``[pop] -> [pop]`` weights, lower = better."""
+    return -nes_utilities(fitness.shape[0])[ranks(fitness)]
+
+
+def sym_expm(s: jax.Array) -> jax.Array:
+    """Matrix exponential of a symmetric ``[d, d]`` matrix via its eigendecomposition."""
+    s = (s + s.T) / 2.0
+    evals, evecs = jnp.linalg.eigh(s)
+    return exact_matmul(evecs * jnp.exp(evals), evecs.T)
+
+
+def resolve_population_size(population_size: int | None, solution: Any, num_dims: int | None) -> int:
+    if population_size is not None:
+        return population_size
+    from evotensor.core.strategy import as_solution_space
+
+    return default_population_size(as_solution_space(solution, num_dims).num_dims)
+
+
+@pytree_dataclass
+class XNESState:
+    """Attributes: ``mean [dims]``, ``sigma []``, ``B [dims, dims]`` (det 1), ``generation []``,
+    ``best_solution [dims]``, ``best_fitness []``."""
+
+    mean: jax.Array
+    sigma: jax.Array
+    B: jax.Array
+    generation: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+
+
+@pytree_dataclass
+class XNESParams:
+    """Dynamic hyperparameters (vmappable): ``sigma_init`` (1.0), ``eta_mean`` (1.0),
+    ``eta_sigma`` and ``eta_B`` (both ``3 (3 + ln d) / (5 d sqrt d)``, Wierstra et al. 2014),
+    ``sigma_min`` (1e-30: floor that keeps float32 sigma from reaching 0)."""
+
+    sigma_init: jax.Array
+    eta_mean: jax.Array
+    eta_sigma: jax.Array
+    eta_B: jax.Array
+    sigma_min: jax.Array
+
+
+def xnes_natural_gradients(z: jax.Array, utilities: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Natural gradients ``(G_delta [dims], G_M [dims, dims])``.
+
+    Args: standard samples ``z [pop, dims]`` and ``utilities [pop]`` (higher = better).
+    """
+    g_delta = exact_vecmat(utilities, z)
+    d = z.shape[1]
+    g_m = exact_matmul((z * utilities[:, None]).T, z) - exact_sum(utilities) * jnp.eye(d, dtype=z.dtype)
+    return g_delta, g_m
+
+
+class XNES(VectorStrategy):
+    """xNES (Glasmachers et al., 2010; Wierstra et al., 2014).
+
+    Args:
+        population_size: default ``4 + floor(3 ln d)``.
+        solution / num_dims: template pytree (initial mean) or flat dimension.
+        sigma_init: initial global step size (default 1.0).
+        fitness_shaping: ``[pop] -> weights [pop]`` (lower = better); default :func:`nes_weights`.
+
+    xNES' updates are closed-form natural-gradient steps, so it takes learning rates
+    (``params.eta_*``), not an optax optimizer.
+    """
+
+    name = "xnes"
+    min_population_size = 2
+
+    def __init__(
+        self,
+        population_size: int | None = None,
+        solution: Any = None,
+        num_dims: int | None = None,
+        *,
+        sigma_init: float = 1.0,
+        fitness_shaping: FitnessShaping = nes_weights,
+    ):
+        super().__init__(resolve_population_size(population_size, solution, num_dims), solution, num_dims)
+        if not sigma_init > 0:
+            raise ValueError(f"sigma_init must be > 0, got {sigma_init!r}")
+        self._sigma_init = float(sigma_init)
+        self.fitness_shaping = check_shaping(fitness_shaping)
+
+    def default_params(self) -> XNESParams:
+        d = self.num_dims
+        eta = 3.0 * (3.0 + math.log(d)) / (5.0 * d * math.sqrt(d))
+        f = lambda v: jnp.asarray(v, jnp.float32)
+        return XNESParams(
+            sigma_init=f(self._sigma_init),
+            eta_mean=f(1.0),
+            eta_sigma=f(eta),
+            eta_B=f(eta),
+            sigma_min=f(1e-30),
+        )
+
+    def _init(self, key, params):
+        mean = jnp.array(self.initial_mean(), copy=True)  # own buffer: callers may donate state
+        return XNESState(
+            mean=mean,
+            sigma=jnp.asarray(params.sigma_init, jnp.float32),
+            B=jnp.eye(self.num_dims, dtype=jnp.float32),
+            generation=jnp.zeros((), jnp.int32),
+            best_solution=jnp.array(mean, copy=True),
+            best_fitness=jnp.asarray(jnp.inf, jnp.float32),
+        )
+
+    def _ask(self, key, state, params):
+        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
+        return state.mean + state.sigma * exact_matmul(z, state.B.T), state
+
+    def _tell(self, key, state, x, fitness, params):
+        u = -jnp.asarray(self.fitness_shaping(fitness), jnp.float32)
+        # recover z_i = B^-1 (x_i - mean) / sigma
+        z = jnp.linalg.solve(state.B, ((x - state.mean) / state.sigma).T).T
+        g_delta, g_m = xnes_natural_gradients(z, u)
+        d = self.num_dims
+        g_sigma = exact_sum(jnp.diagonal(g_m)) / d
+        g_b = g_m - g_sigma * jnp.eye(d, dtype=jnp.float32)
+        mean = state.mean + params.eta_mean * state.sigma * exact_matvec(state.B, g_delta)
+        sigma = jnp.maximum(state.sigma * jnp.exp(params.eta_sigma / 2.0 * g_sigma), params.sigma_min)
+        B = exact_matmul(state.B, sym_expm(params.eta_B / 2.0 * g_b))
+        ok = jnp.all(jnp.isfinite(mean)) & jnp.isfinite(sigma) & jnp.all(jnp.isfinite(B))
+        new, metrics = update_best(state, x, fitness)
+        new = new.replace(
+            mean=jnp.where(ok, mean, state.mean),
+            sigma=jnp.where(ok, sigma, state.sigma),
+            B=jnp.where(ok, B, state.B),
+            generation=state.generation + 1,
+        )
+        metrics.update(sigma=new.sigma)
+        return new, metrics

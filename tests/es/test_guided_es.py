@@ -1,0 +1,132 @@
+"""Guided ES: sphere, subspace covariance, surrogate buffer, stability, vmap."""
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from es_fdg_helpers import (  # noqa: E402
+    assert_finite_tree,
+    check_vmap_matches_separate,
+    make_runner,
+    mean_and_stderr,
+    sphere,
+    stack_params,
+)
+
+from evotensor.core.fitness_shaping import centered_ranks  # noqa: E402
+from evotensor.es import GuidedES  # noqa: E402
+from evotensor.es.guided_es import guided_perturbations  # noqa: E402
+
+X0 = jnp.full(10, 3.0)
+
+
+def decay(v):
+    return optax.exponential_decay(v, 1, 0.99, end_value=1e-5)
+
+
+@pytest.fixture(scope="module")
+def sphere_setup():
+    es = GuidedES(
+        40, X0, optimizer=optax.adam(decay(0.1)), sigma_schedule=decay(0.3), fitness_shaping=centered_ranks
+    )
+    return es, make_runner(es, nonfinite=True)
+
+
+def test_solves_10d_sphere_despite_nonfinite_fitness(sphere_setup):
+    """Tolerance: f(mean) < 1e-6 after 1000 generations of 40, two NaN/inf members per generation.
+
+    Configuration: k=1, Adam and sigma decaying 1%/generation, centered ranks.
+    """
+    es, run = sphere_setup
+    state, _ = run(jax.random.key(0), es.default_params(), 1000)
+    assert_finite_tree(state)
+    assert float(sphere(state.mean)) < 1e-6
+
+
+@pytest.mark.slow
+def test_float32_3000_generations_past_convergence_stay_finite():
+    es = GuidedES(
+        32,
+        jnp.full(30, 1.0),
+        optimizer=optax.adam(optax.exponential_decay(0.05, 1, 0.99)),
+        sigma_schedule=optax.exponential_decay(0.3, 1, 0.99),
+        fitness_shaping=centered_ranks,
+    )
+    state, metrics = make_runner(es)(jax.random.key(0), es.default_params(), 3000)
+    assert state.mean.dtype == jnp.float32
+    assert_finite_tree(state)
+    assert_finite_tree(metrics)
+    assert float(sphere(state.mean)) < 1e-3
+
+
+@pytest.mark.slow
+def test_vmap_over_seeds_and_a_hyperparameter_equals_separate_runs():
+    es = GuidedES(20, X0, optimizer=optax.adam(0.05), fitness_shaping=centered_ranks)
+    run = make_runner(es, nonfinite=True)
+    params = stack_params(es.default_params(), sigma_init=[0.3, 0.1, 0.5], alpha=[0.5, 0.2, 0.9])
+    check_vmap_matches_separate(es, run, params, jax.random.split(jax.random.key(3), 3), 25)
+
+
+def test_perturbation_covariance_matches_paper():
+    """Cov(eps) = sigma^2 (alpha/d I + (1-alpha)/k U U^T)."""
+    d, k, alpha, sigma = 4, 2, 0.3, 0.5
+    surrogates = jnp.array([[1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0]])
+    eps = np.asarray(
+        guided_perturbations(jax.random.key(0), 200_000, surrogates, jnp.float32(alpha), jnp.float32(sigma)),
+        np.float64,
+    )
+    U, _ = np.linalg.qr(np.asarray(surrogates, np.float64).T)
+    expected = sigma**2 * (alpha / d * np.eye(d) + (1 - alpha) / k * U @ U.T)
+    np.testing.assert_allclose(eps.T @ eps / eps.shape[0], expected, atol=3e-3)
+
+
+def test_add_surrogate_gradient_pushes_unit_vector_first():
+    es = GuidedES(4, num_dims=3, subspace_dims=2)
+    state = es.init(jax.random.key(0))
+    state = es.add_surrogate_gradient(state, jnp.array([0.0, 3.0, 4.0]))
+    np.testing.assert_allclose(np.asarray(state.surrogates[0]), [0.0, 0.6, 0.8], rtol=1e-6)
+    with pytest.raises(ValueError, match="flatten"):
+        es.add_surrogate_gradient(state, jnp.zeros(4))
+
+
+@pytest.mark.slow
+def test_expected_gradient_is_beta_sigma_a_on_linear_function():
+    """E[g] = beta * Sigma * a (identity shaping, surrogate along a)."""
+    a = jnp.array([1.0, -2.0, 0.5])
+    es = GuidedES(
+        64,
+        jnp.zeros(3),
+        optimizer=optax.sgd(1.0),
+        sigma_init=0.2,
+        fitness_shaping=lambda f: f,
+        es_gradient_as_surrogate=False,
+    )
+
+    @jax.jit
+    def estimate(key):
+        state = es.add_surrogate_gradient(es.init(key), a)
+        x, state = es.ask(key, state)
+        new, _ = es.tell(key, state, x, x @ a)
+        return state.mean - new.mean
+
+    g = np.asarray(jax.vmap(estimate)(jax.random.split(jax.random.key(1), 500)))
+    an = np.asarray(a, np.float64)
+    cov = 0.5 / 3 * np.eye(3) + 0.5 * np.outer(an, an) / (an @ an)
+    expected = 2.0 * cov @ an
+    mean, se = mean_and_stderr(g)
+    assert np.all(np.abs(mean - expected) < 5 * se + 1e-3), (mean, expected, se)
+
+
+def test_validation_errors():
+    with pytest.raises(ValueError, match="subspace_dims"):
+        GuidedES(4, num_dims=3, subspace_dims=4)
+    with pytest.raises(ValueError, match="alpha"):
+        GuidedES(4, num_dims=3, alpha=1.5)
+    with pytest.raises(ValueError, match="even population_size"):
+        GuidedES(3, num_dims=3)

@@ -1,0 +1,131 @@
+"""PGPE + ClipUp: sphere, mean-gradient unbiasedness, sigma-gradient closed form, stability, vmap."""
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from es_fdg_helpers import (  # noqa: E402
+    assert_finite_tree,
+    assert_unbiased,
+    check_vmap_matches_separate,
+    make_runner,
+    mean_and_stderr,
+    sphere,
+    stack_params,
+)
+
+from evotensor.es import PGPE  # noqa: E402
+from evotensor.es.open_es import identity_shaping  # noqa: E402
+from evotensor.es.optimizers import clipup  # noqa: E402
+from evotensor.es.pgpe import pgpe_gradients  # noqa: E402
+
+X0 = jnp.full(10, 3.0)
+
+
+def decay(v):
+    return optax.exponential_decay(v, 1, 0.99, end_value=1e-5)
+
+
+@pytest.fixture(scope="module")
+def sphere_setup():
+    es = PGPE(40, X0, optimizer=clipup(decay(0.3)), sigma_init=1.0)
+    return es, make_runner(es, nonfinite=True)
+
+
+def test_solves_10d_sphere_despite_nonfinite_fitness(sphere_setup):
+    """Tolerance: f(mean) < 1e-6 after 1000 generations of 40 (ClipUp with a decaying step)."""
+    es, run = sphere_setup
+    state, _ = run(jax.random.key(0), es.default_params(), 1000)
+    assert_finite_tree(state)
+    assert float(sphere(state.mean)) < 1e-6
+
+
+def test_mean_gradient_unbiased_on_linear_function():
+    """E[g_mean] = sigma^2 * a for f(x) = a.x, identity shaping (PGPE's parameterization)."""
+    a = jnp.array([1.0, -2.0, 0.5, 3.0])
+    sigma = jnp.array([0.1, 0.2, 0.3, 0.05])
+    es = PGPE(
+        64,
+        jnp.array([0.5, -1.0, 2.0, 0.0]),
+        optimizer=optax.sgd(1.0),
+        sigma_init=1.0,
+        fitness_shaping=identity_shaping,
+    )
+
+    @jax.jit
+    def estimate(key):
+        state = es.init(key)
+        state = state.replace(sigma=sigma)
+        x, state = es.ask(key, state)
+        new, _ = es.tell(key, state, x, x @ a)
+        return state.mean - new.mean
+
+    g = np.asarray(jax.vmap(estimate)(jax.random.split(jax.random.key(1), 1000)))
+    assert_unbiased(g, np.asarray(sigma**2 * a))
+
+
+def test_sigma_gradient_closed_form_on_quadratic():
+    """E[g_sigma] = A_ii sigma_i^3 for f(x) = 1/2 sum A_ii x_i^2 at mean 0 (identity shaping)."""
+    rng = np.random.default_rng(0)
+    A = np.array([1.0, 4.0, 0.5])
+    sigma = np.array([0.5, 0.2, 1.0])
+    n, reps = 200, 400
+    gs = []
+    for _ in range(reps):
+        eps = rng.normal(size=(n // 2, 3)) * sigma
+        x = np.concatenate([eps, -eps])
+        f = 0.5 * (x**2) @ A
+        _, g_sigma = pgpe_gradients(
+            jnp.asarray(x, jnp.float32),
+            jnp.asarray(f, jnp.float32),
+            jnp.zeros(3),
+            jnp.asarray(sigma, jnp.float32),
+        )
+        gs.append(np.asarray(g_sigma))
+    mean, se = mean_and_stderr(np.stack(gs))
+    expected = A * sigma**3
+    assert np.all(np.abs(mean - expected) < 5 * se + 1e-3 * expected), (mean, expected, se)
+
+
+def test_sigma_change_is_clipped_and_floored():
+    es = PGPE(8, num_dims=3, sigma_init=1.0, sigma_learning_rate=100.0, sigma_max_change=0.2)
+    state = es.init(jax.random.key(0))
+    x, state = es.ask(jax.random.key(1), state)
+    new, _ = es.tell(jax.random.key(2), state, x, sphere(x))
+    ratio = np.asarray(new.sigma / state.sigma)
+    assert np.all(ratio >= 0.8 - 1e-6) and np.all(ratio <= 1.2 + 1e-6)
+
+
+@pytest.mark.slow
+def test_float32_3000_generations_past_convergence_stay_finite():
+    es = PGPE(32, jnp.full(30, 1.0), optimizer=clipup(optax.exponential_decay(0.1, 1, 0.98)), sigma_init=0.3)
+    state, metrics = make_runner(es)(jax.random.key(0), es.default_params(), 3000)
+    assert_finite_tree(state)
+    assert_finite_tree(metrics)
+    assert float(sphere(state.mean)) < 1e-3
+
+
+@pytest.mark.slow
+def test_vmap_over_seeds_and_sigma_equals_separate_runs(sphere_setup):
+    es, run = sphere_setup
+    params = stack_params(
+        es.default_params(), sigma_init=[1.0, 0.3, 0.1], sigma_learning_rate=[0.1, 0.2, 0.05]
+    )
+    check_vmap_matches_separate(es, run, params, jax.random.split(jax.random.key(3), 3), 25)
+
+
+def test_validation_errors():
+    with pytest.raises(ValueError, match="even population_size"):
+        PGPE(5, num_dims=2)
+    with pytest.raises(ValueError, match="sigma_init"):
+        PGPE(4, num_dims=2, sigma_init=0.0)
+    with pytest.raises(ValueError, match="sigma_max_change"):
+        PGPE(4, num_dims=2, sigma_max_change=1.5)
+    with pytest.raises(TypeError, match="optimizer"):
+        PGPE(4, num_dims=2, optimizer=object())

@@ -1,0 +1,92 @@
+"""SNES: sphere, closed-form expected natural gradients, stability, vmap."""
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from es_fdg_helpers import (  # noqa: E402
+    assert_finite_tree,
+    check_vmap_matches_separate,
+    make_runner,
+    mean_and_stderr,
+    sphere,
+    stack_params,
+)
+
+from evotensor.es import SNES  # noqa: E402
+
+X0 = jnp.full(10, 3.0)
+
+
+@pytest.fixture(scope="module")
+def sphere_setup():
+    es = SNES(None, X0)
+    return es, make_runner(es, nonfinite=True)
+
+
+def test_solves_10d_sphere_despite_nonfinite_fitness(sphere_setup):
+    """Tolerance: f(mean) < 1e-10 after 1000 generations with all defaults (lambda = 10)."""
+    es, run = sphere_setup
+    p = es.default_params()
+    assert es.population_size == 10
+    np.testing.assert_allclose(float(p.eta_sigma), (3 + np.log(10)) / (5 * np.sqrt(10)), rtol=1e-6)
+    state, _ = run(jax.random.key(0), p, 1000)
+    assert_finite_tree(state)
+    assert float(sphere(state.mean)) < 1e-10
+
+
+def test_expected_update_equals_closed_form():
+    """Raw utilities u_i = -f_i / lambda at mean 0:
+    linear f = a.x:                 E[mean' - mean] = -eta_mean sigma^2 a
+    f = sum_i A_i x_i^2 / 2:        E[log sigma'_i - log sigma_i] = -eta_sigma A_i sigma_i^2 / 2
+    (E[f(sigma z)(z_i^2 - 1)] = A_i sigma_i^2; over 400 seeds)."""
+    d, lam = 3, 100
+    sigma = jnp.array([0.5, 0.2, 1.0])
+    a = jnp.array([1.0, -2.0, 0.5])
+    A = jnp.array([2.0, 4.0, 0.5])
+    es = SNES(lam, num_dims=d, fitness_shaping=lambda f: f / f.shape[0])
+    p = es.default_params()
+
+    @jax.jit
+    def one(key):
+        state = es.init(key).replace(sigma=sigma)
+        x, st = es.ask(key, state)
+        lin, _ = es.tell(key, st, x, x @ a)
+        quad, _ = es.tell(key, st, x, 0.5 * (x**2) @ A)
+        return lin.mean, jnp.log(quad.sigma / sigma)
+
+    dm, dls = jax.vmap(one)(jax.random.split(jax.random.key(0), 400))
+    m, se = mean_and_stderr(np.asarray(dm))
+    np.testing.assert_array_less(np.abs(m + np.asarray(sigma**2 * a)), 5 * se + 1e-5)
+    m, se = mean_and_stderr(np.asarray(dls))
+    expected = -float(p.eta_sigma) * np.asarray(A * sigma**2) / 2
+    np.testing.assert_array_less(np.abs(m - expected), 5 * se + 1e-6)
+    assert np.all(np.abs(expected) > 10 * se)
+
+
+@pytest.mark.slow
+def test_float32_3000_generations_past_convergence_stay_finite():
+    es = SNES(None, jnp.full(30, 1.0))
+    state, metrics = make_runner(es)(jax.random.key(0), es.default_params(), 3000)
+    assert_finite_tree(state)
+    assert_finite_tree(metrics)
+    assert float(sphere(state.mean)) < 1e-10
+
+
+@pytest.mark.slow
+def test_vmap_over_seeds_and_a_hyperparameter_equals_separate_runs(sphere_setup):
+    es, run = sphere_setup
+    params = stack_params(es.default_params(), sigma_init=[1.0, 0.5, 2.0], eta_sigma=[0.3, 0.5, 0.1])
+    check_vmap_matches_separate(es, run, params, jax.random.split(jax.random.key(3), 3), 25)
+
+
+def test_validation_errors():
+    with pytest.raises(ValueError, match="sigma_init"):
+        SNES(None, num_dims=3, sigma_init=-1.0)
+    with pytest.raises(ValueError, match="exactly one"):
+        SNES(None)
