@@ -49,3 +49,15 @@ def test_orientation_round_trip():
     assert np.argmin(minimized.fitness) == 1  # 5.0 is the best when maximizing
     assert minimized.fitness[2] > minimized.fitness[0]  # NaN is worst
     np.testing.assert_array_equal(to_natural(minimized.fitness[:2], True), [1.0, 5.0])
+
+
+def test_stand_in_scales_with_the_spread_near_an_optimum():
+    f = jnp.array([1e-6, 2e-6, jnp.nan, 3e-6], jnp.float32)
+    out = np.asarray(worst_for_nonfinite(f))
+    assert 3e-6 < out[2] < 5.01e-6  # max + spread, not max + 1
+
+
+def test_all_equal_finite_values_still_rank_the_stand_in_last():
+    for value in (0.0, 1e-8, -5.0, 3e7):
+        out = np.asarray(worst_for_nonfinite(jnp.array([value, value, jnp.inf], jnp.float32)))
+        assert out[2] > out[0]

@@ -39,16 +39,21 @@ def worst_for_nonfinite(fitness: jax.Array) -> jax.Array:
         fitness: ``[pop]`` or ``[pop, n_obj]`` (each objective column handled separately).
 
     Returns:
-        Same shape; every non-finite entry becomes ``max_finite + max(1, |max_finite|)``
-        (clipped to the dtype's largest finite value), so it ranks last and never turns state
-        into NaN. If no entry of a column is finite, that column becomes all zeros.
+        Same shape; every non-finite entry becomes ``max_finite + gap`` with
+        ``gap = max(max_finite - min_finite, 1e-6 |max_finite|, tiny)`` (clipped to the dtype's
+        largest finite value): it ranks last and never turns state into NaN, and because the gap
+        scales with the spread of the finite values it does not swamp value-based shaping
+        (z-scores) near an optimum. If no entry of a column is finite, that column becomes zeros.
     """
     fitness = jnp.asarray(fitness)
     finite = jnp.isfinite(fitness)
     big = jnp.finfo(fitness.dtype).max
     max_finite = jnp.max(jnp.where(finite, fitness, -big), axis=0)
+    min_finite = jnp.min(jnp.where(finite, fitness, big), axis=0)
     any_finite = jnp.any(finite, axis=0)
-    worst = jnp.minimum(max_finite + jnp.maximum(1.0, jnp.abs(max_finite)), big)
+    tiny = jnp.finfo(fitness.dtype).tiny
+    gap = jnp.maximum(max_finite - min_finite, jnp.maximum(1e-6 * jnp.abs(max_finite), tiny))
+    worst = jnp.minimum(max_finite + gap, big)
     worst = jnp.where(any_finite, worst, 0.0)
     return jnp.where(finite, fitness, worst)
 
