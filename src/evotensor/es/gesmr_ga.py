@@ -1,0 +1,201 @@
+"""Group elite selection of mutation rates (GESMR-GA; Kumar et al. 2022, "Effective Mutation Rate
+Adaptation through Group Elite Selection", GECCO, arXiv:2204.04817, eqs. 3–7).
+
+The children are split into ``num_groups`` equal groups; group ``g`` mutates with its own step
+size ``std_g`` (children copy a parent drawn uniformly from the best ``elite_ratio`` of the
+archive and add ``std_g * N(0, I)``). A step size is scored by the *best* fitness change its group
+achieved, ``delta_g = min_{i in g} (f(child_i) - f(parent_i))`` (eq. 5): the step sizes are ranked
+by ``delta``, the best one is kept and every other group takes one drawn uniformly from the best
+``std_ratio`` fraction (eq. 6); then all are perturbed log-uniformly ``std_g <- std_g *
+std_meta^U(-1, 1)`` (eq. 7) and clipped. Survival is elitist plus-selection (see
+:mod:`evotensor.es.simple_ga`). Defaults ``elite_ratio = std_ratio = 0.5``, ``std_meta = 2``,
+``std_init = 1``, ``std_max = 10`` (as in evosax's implementation); ``num_groups`` defaults to the
+largest divisor of the population size not above its square root.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.es.random_search import InvalidAsInfStrategy, check_fraction, check_positive, update_best
+from evotensor.es.simple_ga import initial_population, plus_selection, take_merged, truncation_parents
+
+
+def default_num_groups(population_size: int) -> int:
+    """Largest divisor of ``population_size`` that is ``<= sqrt(population_size)``."""
+    return max(g for g in range(1, math.isqrt(population_size) + 1) if population_size % g == 0)
+
+
+@pytree_dataclass
+class GESMRGAParams:
+    """Dynamic hyperparameters.
+
+    Attributes:
+        elite_ratio: fraction of the archive eligible as parents (default 0.5).
+        std_ratio: fraction of step sizes eligible for resampling (default 0.5).
+        std_init: initial step size of every group (default 1.0).
+        std_meta: log-uniform perturbation factor of step sizes (default 2.0).
+        std_min, std_max: clipping range (defaults 0.0, 10.0).
+        init_range: half-width of the initial uniform box (default 1.0).
+    """
+
+    elite_ratio: jax.Array
+    std_ratio: jax.Array
+    std_init: jax.Array
+    std_meta: jax.Array
+    std_min: jax.Array
+    std_max: jax.Array
+    init_range: jax.Array
+
+
+@pytree_dataclass
+class GESMRGAState:
+    """Archive ``population [pop, dims]``, ``fitness [pop]``; group step sizes ``std [groups]``;
+    ``parent_fitness [pop]`` of the last children; ``best_solution [dims]``, ``best_fitness []``,
+    ``generation []``."""
+
+    population: jax.Array
+    fitness: jax.Array
+    std: jax.Array
+    parent_fitness: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+    generation: jax.Array
+
+
+def group_deltas(child_fitness: jax.Array, parent_fitness: jax.Array, num_groups: int) -> jax.Array:
+    """``[groups]`` best (minimum) fitness change per group; ``+inf`` entries mean invalid children."""
+    change = jnp.where(jnp.isfinite(child_fitness), child_fitness - parent_fitness, jnp.inf)
+    return change.reshape(num_groups, -1).min(axis=1)
+
+
+class GESMRGA(InvalidAsInfStrategy):
+    """GA whose mutation step sizes are selected by group elite selection.
+
+    Args:
+        population_size: archive size and children per generation (>= 2).
+        solution: template pytree (center of the initial box), exclusive with ``num_dims``.
+        num_dims: flat dimension.
+        num_groups: number of step-size groups (static; must divide ``population_size``).
+        elite_ratio, std_ratio, std_init, std_meta, std_min, std_max, init_range: params defaults.
+
+    Example::
+
+        ga = GESMRGA(36, num_dims=10)                          # 6 groups of 6 children
+        state = ga.init(jax.random.key(0))
+        x, state = ga.ask(jax.random.key(1), state)            # x: [36, 10]
+        state, metrics = ga.tell(jax.random.key(2), state, x, (x**2).sum(1))
+    """
+
+    name = "gesmr_ga"
+    min_population_size = 2
+
+    def __init__(
+        self,
+        population_size: int,
+        solution: Any = None,
+        num_dims: int | None = None,
+        *,
+        num_groups: int | None = None,
+        elite_ratio: float = 0.5,
+        std_ratio: float = 0.5,
+        std_init: float = 1.0,
+        std_meta: float = 2.0,
+        std_min: float = 0.0,
+        std_max: float = 10.0,
+        init_range: float = 1.0,
+    ):
+        super().__init__(population_size, solution, num_dims)
+        if num_groups is None:
+            num_groups = default_num_groups(self.population_size)
+        if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
+            raise ValueError(f"num_groups must be a positive int, got {num_groups!r}")
+        if self.population_size % num_groups:
+            raise ValueError(
+                f"num_groups ({num_groups}) must divide population_size ({self.population_size})"
+            )
+        self.num_groups = num_groups
+        self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
+        self.std_ratio = check_fraction(std_ratio, "std_ratio")
+        self.std_init = check_positive(std_init, "std_init")
+        self.std_meta = check_positive(std_meta, "std_meta")
+        self.std_min = check_positive(std_min, "std_min", allow_zero=True)
+        self.std_max = check_positive(std_max, "std_max")
+        if self.std_min > self.std_max:
+            raise ValueError(f"std_min ({std_min}) must be <= std_max ({std_max})")
+        self.init_range = check_positive(init_range, "init_range")
+
+    def default_params(self) -> GESMRGAParams:
+        f = jnp.float32
+        return GESMRGAParams(
+            elite_ratio=f(self.elite_ratio),
+            std_ratio=f(self.std_ratio),
+            std_init=f(self.std_init),
+            std_meta=f(self.std_meta),
+            std_min=f(self.std_min),
+            std_max=f(self.std_max),
+            init_range=f(self.init_range),
+        )
+
+    def _init(self, key, params):
+        inf = jnp.full((self.population_size,), jnp.inf, jnp.float32)
+        return GESMRGAState(
+            population=initial_population(key, self.initial_mean(), params.init_range, self.population_size),
+            fitness=inf,
+            std=jnp.full((self.num_groups,), params.std_init, jnp.float32),
+            parent_fitness=inf,
+            best_solution=self.initial_mean(),
+            best_fitness=jnp.float32(jnp.inf),
+            generation=jnp.zeros((), jnp.int32),
+        )
+
+    def _ask(self, key, state, params):
+        k_p, k_eps = jax.random.split(key)
+        n, d = self.population_size, self.num_dims
+        parents = truncation_parents(k_p, state.fitness, params.elite_ratio, n)
+        std = jnp.repeat(state.std, n // self.num_groups)  # child i belongs to group i // group_size
+        children = state.population[parents] + std[:, None] * jax.random.normal(k_eps, (n, d), jnp.float32)
+        first = state.generation == 0  # generation 0 evaluates the initial population as is
+        x = jnp.where(first, state.population, children)
+        parent_fitness = jnp.where(first, jnp.inf, state.fitness[parents])
+        return x, state.replace(parent_fitness=parent_fitness)
+
+    def _adapt_std(self, key, state, fitness, params):
+        k_sel, k_meta = jax.random.split(key)
+        order = jnp.argsort(group_deltas(fitness, state.parent_fitness, self.num_groups), stable=True)
+        ranked = state.std[order]
+        picks = truncation_parents(
+            k_sel, jnp.arange(self.num_groups, dtype=jnp.float32), params.std_ratio, self.num_groups
+        )
+        std = ranked[picks].at[0].set(ranked[0])  # eq. 6: keep the best, resample the rest from the elite
+        meta = params.std_meta ** jax.random.uniform(k_meta, (self.num_groups,), jnp.float32, -1.0, 1.0)
+        return jnp.clip(std * meta, params.std_min, params.std_max)  # eq. 7
+
+    def _tell(self, key, state, x, fitness, params):
+        adapted = self._adapt_std(key, state, fitness, params)
+        std = jnp.where(state.generation == 0, state.std, adapted)
+        idx = plus_selection(state.fitness, fitness)
+        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
+        new = GESMRGAState(
+            population=take_merged(state.population, x, idx),
+            fitness=take_merged(state.fitness, fitness, idx),
+            std=std,
+            parent_fitness=state.parent_fitness,
+            best_solution=best_x,
+            best_fitness=best_f,
+            generation=state.generation + 1,
+        )
+        return new, {
+            "best_fitness": best_f,
+            "generation_best_fitness": fitness.min(),
+            "std_best_group": std[0],
+        }
+
+    def mean_solution(self, state: Any) -> Any:
+        """The best solution found so far."""
+        return self.space.unravel(state.best_solution)

@@ -1,0 +1,180 @@
+"""GA with Rechenberg's 1/5th success rule (MR-1/5-GA; Rechenberg 1973, "Evolutionsstrategie";
+constant from Schwefel 1981/1995, "Evolution and Optimum Seeking").
+
+One global mutation step size. Children copy a parent drawn uniformly from the best
+``elite_ratio`` of the archive and add ``std * N(0, I)``. After each generation the success rate
+``p`` = fraction of valid children strictly better than their own parent drives the step size:
+``std <- std / c`` if ``p > 1/5``, ``std <- std * c`` if ``p < 1/5`` (``c = 0.817``, Schwefel),
+clipped to ``[std_min, std_max]``. Survival is elitist plus-selection (see
+:mod:`evotensor.es.simple_ga`). Generation 0 evaluates the initial population and leaves ``std``
+unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.es.random_search import InvalidAsInfStrategy, check_fraction, check_positive, update_best
+from evotensor.es.simple_ga import initial_population, plus_selection, take_merged, truncation_parents
+
+
+@pytree_dataclass
+class MR15GAParams:
+    """Dynamic hyperparameters.
+
+    Attributes:
+        elite_ratio: fraction of the archive eligible as parents (default 0.5).
+        std_init: initial step size (default 1.0).
+        success_target: target success rate (default 0.2 = 1/5).
+        adapt_factor: c in (0, 1), step-size change per generation (default 0.817, Schwefel).
+        std_min, std_max: clipping range (defaults 0.0, 1e10).
+        init_range: half-width of the initial uniform box (default 1.0).
+    """
+
+    elite_ratio: jax.Array
+    std_init: jax.Array
+    success_target: jax.Array
+    adapt_factor: jax.Array
+    std_min: jax.Array
+    std_max: jax.Array
+    init_range: jax.Array
+
+
+@pytree_dataclass
+class MR15GAState:
+    """Archive ``population [pop, dims]``, ``fitness [pop]``, global ``std []``,
+    ``parent_fitness [pop]`` (fitness of each child's parent, from the last ``ask``),
+    ``best_solution [dims]``, ``best_fitness []``, ``generation []``."""
+
+    population: jax.Array
+    fitness: jax.Array
+    std: jax.Array
+    parent_fitness: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+    generation: jax.Array
+
+
+def one_fifth_rule(
+    std: jax.Array, child_fitness: jax.Array, parent_fitness: jax.Array, target: jax.Array, factor: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Return ``(new_std, success_rate)``; children/parents ``[pop]`` with ``+inf`` = invalid.
+
+    Only children whose parent has a finite fitness count; with none, ``std`` is unchanged.
+    """
+    counted = jnp.isfinite(parent_fitness)
+    success = counted & (child_fitness < parent_fitness)
+    n = counted.sum()
+    rate = success.sum() / jnp.maximum(n, 1)
+    change = jnp.where(rate > target, 1.0 / factor, jnp.where(rate < target, factor, 1.0))
+    return jnp.where(n > 0, std * change, std), rate
+
+
+class MR15GA(InvalidAsInfStrategy):
+    """Gaussian GA whose global step size follows the 1/5th success rule.
+
+    Args:
+        population_size: archive size and children per generation (>= 2).
+        solution: template pytree (center of the initial box), exclusive with ``num_dims``.
+        num_dims: flat dimension.
+        elite_ratio, std_init, success_target, adapt_factor, std_min, std_max, init_range: params defaults.
+
+    Example::
+
+        ga = MR15GA(32, num_dims=10)
+        state = ga.init(jax.random.key(0))
+        x, state = ga.ask(jax.random.key(1), state)            # x: [32, 10]
+        state, metrics = ga.tell(jax.random.key(2), state, x, (x**2).sum(1))
+    """
+
+    name = "mr15_ga"
+    min_population_size = 2
+
+    def __init__(
+        self,
+        population_size: int,
+        solution: Any = None,
+        num_dims: int | None = None,
+        *,
+        elite_ratio: float = 0.5,
+        std_init: float = 1.0,
+        success_target: float = 0.2,
+        adapt_factor: float = 0.817,
+        std_min: float = 0.0,
+        std_max: float = 1e10,
+        init_range: float = 1.0,
+    ):
+        super().__init__(population_size, solution, num_dims)
+        self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
+        self.std_init = check_positive(std_init, "std_init")
+        self.success_target = check_fraction(success_target, "success_target")
+        self.adapt_factor = check_fraction(adapt_factor, "adapt_factor")
+        self.std_min = check_positive(std_min, "std_min", allow_zero=True)
+        self.std_max = check_positive(std_max, "std_max")
+        self.init_range = check_positive(init_range, "init_range")
+
+    def default_params(self) -> MR15GAParams:
+        f = jnp.float32
+        return MR15GAParams(
+            elite_ratio=f(self.elite_ratio),
+            std_init=f(self.std_init),
+            success_target=f(self.success_target),
+            adapt_factor=f(self.adapt_factor),
+            std_min=f(self.std_min),
+            std_max=f(self.std_max),
+            init_range=f(self.init_range),
+        )
+
+    def _init(self, key, params):
+        inf = jnp.full((self.population_size,), jnp.inf, jnp.float32)
+        return MR15GAState(
+            population=initial_population(key, self.initial_mean(), params.init_range, self.population_size),
+            fitness=inf,
+            std=jnp.asarray(params.std_init, jnp.float32),
+            parent_fitness=inf,
+            best_solution=self.initial_mean(),
+            best_fitness=jnp.float32(jnp.inf),
+            generation=jnp.zeros((), jnp.int32),
+        )
+
+    def _ask(self, key, state, params):
+        k_p, k_eps = jax.random.split(key)
+        n, d = self.population_size, self.num_dims
+        parents = truncation_parents(k_p, state.fitness, params.elite_ratio, n)
+        children = state.population[parents] + state.std * jax.random.normal(k_eps, (n, d), jnp.float32)
+        first = state.generation == 0  # generation 0 evaluates the initial population as is
+        x = jnp.where(first, state.population, children)
+        parent_fitness = jnp.where(first, jnp.inf, state.fitness[parents])
+        return x, state.replace(parent_fitness=parent_fitness)
+
+    def _tell(self, key, state, x, fitness, params):
+        std, rate = one_fifth_rule(
+            state.std, fitness, state.parent_fitness, params.success_target, params.adapt_factor
+        )
+        std = jnp.clip(std, params.std_min, params.std_max)
+        idx = plus_selection(state.fitness, fitness)
+        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
+        new = MR15GAState(
+            population=take_merged(state.population, x, idx),
+            fitness=take_merged(state.fitness, fitness, idx),
+            std=std,
+            parent_fitness=state.parent_fitness,
+            best_solution=best_x,
+            best_fitness=best_f,
+            generation=state.generation + 1,
+        )
+        metrics = {
+            "best_fitness": best_f,
+            "generation_best_fitness": fitness.min(),
+            "std": std,
+            "success_rate": rate,
+        }
+        return new, metrics
+
+    def mean_solution(self, state: Any) -> Any:
+        """The best solution found so far."""
+        return self.space.unravel(state.best_solution)

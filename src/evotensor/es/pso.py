@@ -1,0 +1,170 @@
+"""Particle swarm optimization (Kennedy & Eberhart 1995) with inertia weight (Shi & Eberhart
+1998), global-best topology.
+
+Per particle ``i`` and coordinate ``j``, with fresh ``r1, r2 ~ U(0, 1)``::
+
+    v_ij <- w v_ij + c1 r1_ij (pbest_ij - x_ij) + c2 r2_ij (gbest_j - x_ij)
+    x_ij <- x_ij + v_ij
+
+Defaults ``w = 0.7298``, ``c1 = c2 = 1.49618`` are the constriction-equivalent constants of Clerc &
+Kennedy (2002), recommended by Eberhart & Shi (2000) and used by SPSO-2007. Positions start uniform
+in ``template ± init_range``, velocities at zero.
+
+Protocol: ``ask`` returns the current positions (deterministically; its key is unused), ``tell``
+updates personal/global bests with their fitness and then moves the swarm (its key draws
+``r1, r2``). Invalid (NaN/inf) evaluations never become a personal best.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.es.random_search import InvalidAsInfStrategy, check_positive, update_best
+
+
+@pytree_dataclass
+class PSOParams:
+    """Dynamic hyperparameters (Clerc & Kennedy 2002 constriction-equivalent defaults).
+
+    Attributes:
+        inertia: inertia weight w (default 0.7298).
+        cognitive: c1, attraction to the personal best (default 1.49618).
+        social: c2, attraction to the global best (default 1.49618).
+        init_range: half-width of the initial uniform box around the template (default 1.0).
+    """
+
+    inertia: jax.Array
+    cognitive: jax.Array
+    social: jax.Array
+    init_range: jax.Array
+
+
+@pytree_dataclass
+class PSOState:
+    """Swarm state.
+
+    Attributes:
+        positions: ``[pop, dims]`` positions to be evaluated by the next ``ask``.
+        velocities: ``[pop, dims]``.
+        pbest_solution: ``[pop, dims]`` personal best positions.
+        pbest_fitness: ``[pop]`` personal best fitness (``+inf`` until a valid evaluation).
+        best_solution: ``[dims]`` global best; best_fitness: ``[]``; generation: ``[]``.
+    """
+
+    positions: jax.Array
+    velocities: jax.Array
+    pbest_solution: jax.Array
+    pbest_fitness: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+    generation: jax.Array
+
+
+def pso_update(
+    x: jax.Array,
+    v: jax.Array,
+    pbest: jax.Array,
+    gbest: jax.Array,
+    r1: jax.Array,
+    r2: jax.Array,
+    inertia: jax.Array,
+    cognitive: jax.Array,
+    social: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """One PSO move. ``x, v, pbest, r1, r2``: ``[pop, dims]``; ``gbest``: ``[dims]``.
+
+    Returns ``(new_positions, new_velocities)``, both ``[pop, dims]``.
+    """
+    v = inertia * v + cognitive * r1 * (pbest - x) + social * r2 * (gbest - x)
+    return x + v, v
+
+
+class PSO(InvalidAsInfStrategy):
+    """Global-best particle swarm optimization.
+
+    Args:
+        population_size: number of particles (>= 1).
+        solution: template pytree (center of the initial box), exclusive with ``num_dims``.
+        num_dims: flat dimension.
+        inertia, cognitive, social, init_range: defaults of the params (see :class:`PSOParams`).
+
+    Example::
+
+        pso = PSO(32, num_dims=10)
+        state = pso.init(jax.random.key(0))
+        x, state = pso.ask(jax.random.key(1), state)           # x: [32, 10]
+        state, metrics = pso.tell(jax.random.key(2), state, x, (x**2).sum(1))
+    """
+
+    name = "pso"
+
+    def __init__(
+        self,
+        population_size: int,
+        solution: Any = None,
+        num_dims: int | None = None,
+        *,
+        inertia: float = 0.7298,
+        cognitive: float = 1.49618,
+        social: float = 1.49618,
+        init_range: float = 1.0,
+    ):
+        super().__init__(population_size, solution, num_dims)
+        self.inertia = check_positive(inertia, "inertia", allow_zero=True)
+        self.cognitive = check_positive(cognitive, "cognitive", allow_zero=True)
+        self.social = check_positive(social, "social", allow_zero=True)
+        self.init_range = check_positive(init_range, "init_range")
+
+    def default_params(self) -> PSOParams:
+        f = jnp.float32
+        return PSOParams(
+            inertia=f(self.inertia),
+            cognitive=f(self.cognitive),
+            social=f(self.social),
+            init_range=f(self.init_range),
+        )
+
+    def _init(self, key, params):
+        u = jax.random.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)
+        x = self.initial_mean() + params.init_range * u
+        return PSOState(
+            positions=x,
+            velocities=jnp.zeros_like(x),
+            pbest_solution=x,
+            pbest_fitness=jnp.full((self.population_size,), jnp.inf, jnp.float32),
+            best_solution=self.initial_mean(),
+            best_fitness=jnp.float32(jnp.inf),
+            generation=jnp.zeros((), jnp.int32),
+        )
+
+    def _ask(self, key, state, params):
+        return state.positions, state
+
+    def _tell(self, key, state, x, fitness, params):
+        improved = fitness < state.pbest_fitness
+        pbest = jnp.where(improved[:, None], x, state.pbest_solution)
+        pbest_f = jnp.where(improved, fitness, state.pbest_fitness)
+        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
+        gbest = pbest[jnp.argmin(pbest_f)]
+        r1, r2 = jax.random.uniform(key, (2, self.population_size, self.num_dims), jnp.float32)
+        positions, velocities = pso_update(
+            x, state.velocities, pbest, gbest, r1, r2, params.inertia, params.cognitive, params.social
+        )
+        new = PSOState(
+            positions=positions,
+            velocities=velocities,
+            pbest_solution=pbest,
+            pbest_fitness=pbest_f,
+            best_solution=best_x,
+            best_fitness=best_f,
+            generation=state.generation + 1,
+        )
+        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min()}
+
+    def mean_solution(self, state: Any) -> Any:
+        """The global best position."""
+        return self.space.unravel(state.best_solution)
