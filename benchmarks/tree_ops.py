@@ -13,12 +13,17 @@ Table 4):
 
 evotensor.tree is measured with NumPy, JAX and (if installed) PyTorch leaves; DI-treetensor and
 Batch (both optional, detected at import) with PyTorch tensors, as in treevalue's own benchmark.
-Each figure is the best of several repeats of a timed loop (``timeit``), per call.
+Each figure is the best of several repeats of a timed loop (``timeit``), per call. By default the
+loops are timed in CPU time of this process (``time.process_time``): on a shared, loaded machine
+wall-clock time mostly measures how long the process waited for a core. ``--wall`` times wall-clock
+instead. Comparisons that matter (Tree vs dict, evotensor vs DI-treetensor) are also timed in
+alternating short rounds; their ratio column is the median of the per-round ratios.
 
 Usage::
 
     python benchmarks/tree_ops.py            # full run (a few minutes on 2 cores)
     python benchmarks/tree_ops.py --quick    # fewer sizes, shorter timing loops
+    python benchmarks/tree_ops.py --pytree   # only the paired tables (Tree vs dict, vs DI-treetensor)
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import copy
 import datetime
 import os
 import platform
+import time
 import timeit
 from collections.abc import Callable
 
@@ -55,9 +61,12 @@ except ImportError:
     Batch = None
 
 
+TIMER = time.process_time  # replaced by time.perf_counter with --wall
+
+
 def per_call(fn: Callable[[], object], min_time: float, repeat: int) -> float:
     """Best-of-``repeat`` seconds per call, each repeat running for about ``min_time``."""
-    timer = timeit.Timer(fn)
+    timer = timeit.Timer(fn, timer=TIMER)
     number = 1
     while True:
         t = timer.timeit(number)
@@ -102,7 +111,12 @@ class Table:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and shorter timing loops")
+    parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
+    parser.add_argument("--pytree", action="store_true", help="only the paired tables")
     args = parser.parse_args()
+    global TIMER
+    if args.wall:
+        TIMER = time.perf_counter
     min_time, repeat = (0.05, 3) if args.quick else (0.2, 5)
     counts = [2, 16, 256] if args.quick else [2, 8, 32, 128, 256]
     split_ns = [2, 16] if args.quick else [2, 16, 64]
@@ -123,25 +137,26 @@ def main() -> None:
         columns.append("Batch[torch]" if torch is not None else "Batch[numpy]")
     batch_col = columns[-1] if Batch is not None else None
     to_batch_leaf = (lambda a: torch.as_tensor(a)) if torch is not None else (lambda a: a)
-    table = Table(columns)
     rng = np.random.default_rng(0)
 
     print(
         f"evotensor.tree benchmarks — {datetime.date.today()} — {platform.platform()}, "
-        f"{os.cpu_count()} CPUs, jax {jax.__version__}, numpy {np.__version__}"
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, jax {jax.__version__}, "
+        f"numpy {np.__version__}"
         + (f", torch {torch.__version__}" if torch is not None else "")
-        + (f", treevalue {treevalue.__version__}" if treevalue is not None else ""),
+        + (f", treevalue {treevalue.__version__}" if treevalue is not None else "")
+        + f"; timer: {'wall clock' if args.wall else 'process CPU time'}",
         flush=True,
     )
+    if not args.pytree:
+        container_tables(args, m, backends, columns, batch_col, to_batch_leaf, rng, counts, split_ns)
+    pytree_tables(min_time)
 
-    small = {
-        "a": rng.standard_normal((2, 3)).astype(np.float32),
-        "x": {"c": rng.standard_normal((3, 4)).astype(np.float32)},
-    }
 
-    def conv(d: dict, leaf: Callable) -> dict:
-        return {k: conv(v, leaf) if isinstance(v, dict) else leaf(v) for k, v in d.items()}
+def container_tables(args, m, backends, columns, batch_col, to_batch_leaf, rng, counts, split_ns) -> None:
+    table = Table(columns)
 
+    small = small_tree(rng)
     # ---- get / set / init --------------------------------------------------------------------
     res_get1, res_get, res_set, res_init_t, res_init_s = {}, {}, {}, {}, {}
     for name, leaf in backends.items():
@@ -236,25 +251,84 @@ def main() -> None:
 
     print("\n" + table.markdown() + "\n", flush=True)
 
-    # ---- pytree overhead: Tree vs dict --------------------------------------------------------------
-    # Tree and dict are timed in alternating short rounds (the machine is shared and its load
-    # drifts); each cell is the best round, "Tree/dict" the median of the per-round ratios.
-    def paired(fa: Callable[[], object], fb: Callable[[], object], rounds: int = 9) -> dict[str, float]:
-        ta, tb = [], []
-        for _ in range(rounds):
-            ta.append(per_call(fa, min_time / 4, 3))
-            tb.append(per_call(fb, min_time / 4, 3))
-        ratios = sorted(a / b for a, b in zip(ta, tb))
-        return {"Tree": min(ta), "dict": min(tb), "Tree/dict": ratios[len(ratios) // 2]}
 
+def small_tree(rng: np.random.Generator) -> dict:
+    return {
+        "a": rng.standard_normal((2, 3)).astype(np.float32),
+        "x": {"c": rng.standard_normal((3, 4)).astype(np.float32)},
+    }
+
+
+def conv(d: dict, leaf: Callable) -> dict:
+    return {k: conv(v, leaf) if isinstance(v, dict) else leaf(v) for k, v in d.items()}
+
+
+def _paired(
+    fa: Callable[[], object],
+    fb: Callable[[], object],
+    names: tuple[str, str],
+    min_time: float,
+    rounds: int = 9,
+) -> dict[str, float]:
+    """``fa`` and ``fb`` timed in alternating short rounds (the machine is shared and its load
+    drifts): each cell is the best round, ``a/b`` the median of the per-round ratios."""
+    ta, tb = [], []
+    for _ in range(rounds):
+        ta.append(per_call(fa, min_time / 4, 3))
+        tb.append(per_call(fb, min_time / 4, 3))
+    ratios = sorted(a / b for a, b in zip(ta, tb))
+    a, b = names
+    return {a: min(ta), b: min(tb), f"{a}/{b}": ratios[len(ratios) // 2]}
+
+
+def pytree_tables(min_time: float) -> None:
     tiny = {"a": 1, "b": 2, "x": {"c": 3, "d": 4}}
     t_tiny = Tree(tiny)
-    columns = ["Tree", "dict", "Tree/dict"] + (["DI-treetensor"] if treevalue is not None else [])
+    inc = lambda x: x + 1  # noqa: E731
+
+    # ---- evotensor vs DI-treetensor, paired --------------------------------------------------------
+    if treevalue is not None and torch is not None:
+        names = ("evotensor", "DI-treetensor")
+        vtable = Table(["evotensor", "DI-treetensor", "evotensor/DI-treetensor"])
+        d = conv(small_tree(np.random.default_rng(0)), torch.as_tensor)
+        t, tv = Tree(d), ttorch.Tensor(d)
+        new = torch.randn(2, 3)
+        fv = treevalue.FastTreeValue(tiny)
+
+        def pair(fa: Callable[[], object], fb: Callable[[], object]) -> dict[str, float]:
+            return _paired(fa, fb, names, min_time)
+
+        vtable.add("get `t.a` (torch leaves)", pair(lambda: t.a, lambda: tv.a))
+        vtable.add("get `t.x.c` (torch leaves)", pair(lambda: t.x.c, lambda: tv.x.c))
+        vtable.add(
+            "set `t.a = v` (torch leaves)", pair(lambda: setattr(t, "a", new), lambda: setattr(tv, "a", new))
+        )
+        vtable.add("init from dict of ints", pair(lambda: Tree(tiny), lambda: treevalue.FastTreeValue(tiny)))
+        vtable.add(
+            "map (`evotensor.tree.map` / `treevalue.mapping`)",
+            pair(lambda: et.map(t_tiny, inc), lambda: treevalue.mapping(fv, inc)),
+        )
+        vtable.add(
+            "flatten (`evotensor.tree.flatten` -> dict / `treevalue.flatten` -> list)",
+            pair(lambda: et.flatten(t_tiny), lambda: treevalue.flatten(fv)),
+        )
+        vtable.add(
+            "flatten to a path-keyed dict (treevalue: `dict(treevalue.flatten(t))`)",
+            pair(lambda: et.flatten(t_tiny), lambda: dict(treevalue.flatten(fv))),
+        )
+        print("\n" + vtable.markdown() + "\n", flush=True)
+
+    # ---- pytree overhead: Tree vs dict --------------------------------------------------------------
+    names = ("Tree", "dict")
+    columns = ["Tree", "dict", "Tree/dict"]
     ptable = Table(columns)
+
+    def paired(fa: Callable[[], object], fb: Callable[[], object]) -> dict[str, float]:
+        return _paired(fa, fb, names, min_time)
+
     tu = jax.tree_util
     leaves_t, def_t = tu.tree_flatten(t_tiny)
     leaves_d, def_d = tu.tree_flatten(tiny)
-    inc = lambda x: x + 1  # noqa: E731
     ptable.add(
         "jax.tree_util.tree_flatten", paired(lambda: tu.tree_flatten(t_tiny), lambda: tu.tree_flatten(tiny))
     )
@@ -264,14 +338,18 @@ def main() -> None:
     ptable.add(
         "jax.tree.map(x+1)", paired(lambda: jax.tree.map(inc, t_tiny), lambda: jax.tree.map(inc, tiny))
     )
-    res_own_map = {"Tree": m(lambda: et.map(t_tiny, inc))}
-    res_own_flat = {"Tree": m(lambda: et.flatten(t_tiny))}
-    if treevalue is not None:
-        fv = treevalue.FastTreeValue(tiny)
-        res_own_map["DI-treetensor"] = m(lambda: treevalue.mapping(fv, inc))
-        res_own_flat["DI-treetensor"] = m(lambda: treevalue.flatten(fv))
-    ptable.add("library map (evotensor.tree.map / treevalue.mapping)", res_own_map)
-    ptable.add("library flatten (evotensor.tree.flatten / treevalue.flatten)", res_own_flat)
+    big = {f"k{i:02d}": {"w": 1.0, "b": 2.0} for i in range(16)}
+    t_big = Tree(big)
+    leaves_tb, def_tb = tu.tree_flatten(t_big)
+    leaves_db, def_db = tu.tree_flatten(big)
+    ptable.add(
+        "jax.tree_util.tree_flatten, 17 nodes",
+        paired(lambda: tu.tree_flatten(t_big), lambda: tu.tree_flatten(big)),
+    )
+    ptable.add(
+        "treedef.unflatten, 17 nodes",
+        paired(lambda: def_tb.unflatten(leaves_tb), lambda: def_db.unflatten(leaves_db)),
+    )
 
     # jitted t * 2 + 1, per call (dispatch + tiny compute + waiting for the result)
     f_tree = jax.jit(lambda t: t * 2 + 1)
@@ -299,6 +377,20 @@ def main() -> None:
                 lambda tj=tj: jax.block_until_ready(g_tree(tj)),
                 lambda dj=dj: jax.block_until_ready(g_tree(dj)),
             ),
+        )
+    # array in, tree out: isolates the unflatten of the result (one Python callback per Tree node)
+    x0 = jnp.ones(3)
+    for label, n in (("2 nodes", 1), ("17 nodes", 16)):
+        if n == 1:
+            h_tree = jax.jit(lambda x: Tree(a=x, x=Tree(c=x)))
+            h_dict = jax.jit(lambda x: {"a": x, "x": {"c": x}})
+        else:
+            h_tree = jax.jit(lambda x: Tree({f"k{i:02d}": {"w": x, "b": x} for i in range(16)}))
+            h_dict = jax.jit(lambda x: {f"k{i:02d}": {"w": x, "b": x} for i in range(16)})
+        jax.block_until_ready((h_tree(x0), h_dict(x0)))
+        ptable.add(
+            f"jit(array in, tree out) per call, {label}",
+            paired(lambda h=h_tree: h(x0), lambda h=h_dict: h(x0)),
         )
     print("\n" + ptable.markdown(), flush=True)
 

@@ -147,6 +147,22 @@ def test_map_with_and_without_path():
     assert tt.map(t, lambda v: v * 10).to_dict() == {"a": 10, "x": {"c": 20, "d": 30}}
     assert tt.map(t, lambda v, p: "/".join(p)).to_dict() == {"a": "a", "x": {"c": "x/c", "d": "x/d"}}
     assert tt.map(t, np.negative).x.d == -3  # builtins/ufuncs: value only
+    # path detection: defaults and keyword-only parameters do not count as a path parameter
+    assert tt.map(t, lambda v, k=5: v + k).to_dict() == {"a": 6, "x": {"c": 7, "d": 8}}
+    assert tt.map(t, lambda v, *, p=1: v * p).x.c == 2
+    assert tt.map(t, lambda v, *rest: len(rest)).x.c == 0
+
+
+def test_map_error_names_the_nested_leaf_path():
+    t = Tree(a=1, x={"c": 2, "y": {"e": "s"}})
+    with pytest.raises(TypeError) as info:
+        tt.map(t, lambda v: v + 1)
+    notes = getattr(info.value, "__notes__", [])
+    assert any("x.y.e" in n for n in notes), notes
+    with pytest.raises(TypeError, match="map: t must be a Tree"):
+        tt.map({"a": 1}, lambda v: v)
+    with pytest.raises(TypeError, match="flatten: t must be a Tree"):
+        tt.flatten({"a": 1})
 
 
 def test_filter_and_mask_with_remove_empty():
@@ -181,6 +197,13 @@ def test_flatten_sep_and_unflatten_errors():
         tt.unflatten({("a",): 1, ("a", "b"): 2})
     with pytest.raises(ValueError, match="both a leaf and a subtree|twice"):
         tt.unflatten({("a", "b"): 2, ("a",): 1})
+    # a dict given as a leaf value stays a leaf, and cannot be extended by a deeper path
+    leaf = {"b": 1}
+    u = tt.unflatten({("a",): leaf, ("x", "c"): 2})
+    assert u.a is leaf and isinstance(u.x, Tree) and u.x.c == 2
+    with pytest.raises(ValueError, match=r"a is both a leaf and a subtree"):
+        tt.unflatten({("a",): {"b": 1}, ("a", "c"): 2})
+    assert tt.equal(tt.unflatten({("x", "y", "z"): 1, ("x", "w"): 2}), Tree(x={"w": 2, "y": {"z": 1}}))
 
 
 def test_union():
@@ -300,3 +323,129 @@ def test_equal_edge_cases():
     assert tt.equal(Tree(a="s", b=None), Tree(a="s", b=None)) is True
     assert tt.equal(Tree(a=1), {"a": 1}) is False
     assert tt.equal(Tree(a=jnp.ones(2)), Tree(a=np.ones(2))) is True
+
+
+def test_path_detection_matches_inspect_signature():
+    """The code-object shortcut of map/filter agrees with inspect.signature on every kind of callable."""
+    import functools
+    import inspect
+
+    from evotensor.tree.structure import _takes_path, _takes_path_fresh
+
+    def reference(fn):
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            return False
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return sum(p.kind in kinds and p.default is p.empty for p in params) >= 2
+
+    def two(v, p):
+        return v
+
+    def pos_only(v, p, /, q=1):
+        return v
+
+    def wrapped_two(v, p):
+        return v
+
+    @functools.wraps(wrapped_two)
+    def wrapper(*args):  # a wrapper's own code says (*args); its signature says (v, p)
+        return wrapped_two(*args)
+
+    def with_attr(v):
+        return v
+
+    with_attr.__signature__ = inspect.signature(two)
+
+    class K:
+        def meth(self, v):
+            return v
+
+        def meth2(self, v, p):
+            return v
+
+        @classmethod
+        def cm(cls, v, p=None):
+            return v
+
+        @staticmethod
+        def sm(v, p):
+            return v
+
+        def __call__(self, v, p):
+            return v
+
+    class Slotted:
+        __slots__ = ()
+
+        def f(self, a, b, c=0):
+            return a
+
+    def with_defaults(v, p=(), *rest, k, **kw):
+        return v
+
+    two_defaults_changed = lambda v, p: v  # noqa: E731
+    two_defaults_changed.__defaults__ = ((),)  # now p has a default: one required parameter
+    callables = [
+        lambda v: v,
+        lambda v, p: v,
+        lambda v, p=1: v,
+        lambda v, *a: v,
+        lambda *a: 0,
+        lambda v, *, p: v,
+        two,
+        pos_only,
+        wrapper,
+        with_attr,
+        with_defaults,
+        two_defaults_changed,
+        K().meth,
+        K().meth2,
+        K.meth2,
+        K.cm,
+        K.sm,
+        K(),
+        Slotted().f,
+        functools.partial(two, 1),
+        functools.partial(pos_only),
+        np.negative,
+        len,
+        max,
+        "".join,
+    ]
+    for fn in callables:
+        assert _takes_path_fresh(fn) == reference(fn), fn
+        assert _takes_path(fn) == reference(fn), fn  # first call fills the cache
+        assert _takes_path(fn) == reference(fn), fn  # second call may be answered from it
+
+
+def test_path_detection_cache_is_per_function_object():
+    import gc
+    import weakref
+
+    from evotensor.tree.structure import _TAKES_PATH, _takes_path
+
+    t = Tree(a=1, x={"c": 2})
+    # many short-lived functions, alternately with and without a path parameter: ids get reused,
+    # the answers must not leak from a dead function to a new one at the same address
+    for i in range(200):
+        fn = (lambda v, p: p) if i % 2 else (lambda v: v)
+        assert _takes_path(fn) == bool(i % 2)
+        out = tt.map(t, fn)
+        assert out.x.c == (("x", "c") if i % 2 else 2)
+        del fn, out
+        if i % 50 == 0:
+            gc.collect()
+    assert len(_TAKES_PATH) <= 4096
+
+    def adder(arr):
+        return lambda v: v + arr
+
+    captured = np.ones(1000)
+    ref = weakref.ref(captured)
+    keep = adder(captured)
+    tt.map(t, keep)
+    del keep, captured
+    gc.collect()
+    assert ref() is None  # the cache does not keep closures (and what they capture) alive

@@ -369,3 +369,100 @@ def test_tree_as_evaluation_info_under_jit():
     out = jax.jit(lambda e: e.replace(info=e.info * 2))(ev)
     assert isinstance(out.info, Tree) and isinstance(out.info.extra, Tree)
     np.testing.assert_array_equal(out.info.steps, np.arange(4) * 2)
+
+
+# ---- hot paths: the inlined set fast path and the pytree callbacks -------------------------------
+
+
+class _Sub(Tree):
+    pass
+
+
+@pytest.mark.parametrize("by", ["attr", "item"])
+def test_set_on_existing_key_fast_path_matches_checked_path(by):
+    """Replacing an existing child (the inlined fast path) behaves as inserting it afresh would."""
+    from collections import OrderedDict
+
+    def put(t, k, v):
+        if by == "attr":
+            setattr(t, k, v)
+        else:
+            t[k] = v
+
+    values = [
+        np.ones(2),  # plain leaf: replaced in place
+        {"z": 1, "b": 2},  # dict: becomes a subtree of the node's class
+        OrderedDict(z=1, b=2),  # dict subclass: converted as well
+        tt.raw({"k": 1}),  # raw: unwrapped, stored as a leaf
+        Tree(q=3),  # Tree: aliased
+    ]
+    for v in values:
+        t = _Sub(a=0, m=0, z=0)
+        put(t, "m", v)  # existing key
+        ref = _Sub(a=0, z=0)
+        put(ref, "m", v)  # new key: always the checked path (set_child)
+        assert list(t.keys()) == list(ref.keys()) == ["a", "m", "z"]
+        assert type(t.m) is type(ref.m)
+        if isinstance(ref.m, Tree):
+            assert tt.equal(t.m, ref.m) and list(t.m.keys()) == list(ref.m.keys())
+            if isinstance(v, dict):
+                assert type(t.m) is _Sub
+            else:
+                assert t.m is v
+        elif isinstance(v, tt.raw):
+            assert t.m == v.value and t.m is v.value
+        else:
+            assert t.m is v
+
+
+def test_set_on_existing_key_named_like_a_method_still_refused():
+    t = Tree(a=1)
+    t["keys"] = 1  # reachable by item
+    with pytest.raises(AttributeError, match=r"t\['keys'\]"):
+        t.keys = 2  # an existing key does not bypass the reserved-name check
+    assert t["keys"] == 1
+    t["keys"] = 2
+    assert t["keys"] == 2
+    with pytest.raises(AttributeError, match=r"t\['_cons'\]"):
+        t._cons = ("not constraints",)  # the constraint slot cannot be set by attribute
+    assert t.constraints == ()
+
+
+def test_set_on_existing_key_of_constrained_node_is_checked():
+    t = Tree(a=np.ones(2, np.float32), b=np.ones(2, np.float32)).with_constraints(tt.dtype("float32"))
+    old = t.a
+    for setter in (lambda: setattr(t, "a", np.ones(2, np.int32)), lambda: t.__setitem__("a", np.ones(2))):
+        with pytest.raises(tt.ConstraintError, match=r"violated at a"):
+            setter()
+        assert t.a is old
+
+
+def test_pytree_callbacks_one_level():
+    from jax._src.tree_util import flatten_one_level, flatten_one_level_with_keys
+
+    t = _Sub({"b": np.ones(2), "a": {"c": 1}, "x": 3})
+    children, aux = flatten_one_level(t)
+    children = list(children)
+    assert [id(c) for c in children] == [id(v) for v in t.values()]
+    assert aux == ("a", "b", "x") and hash(aux) == hash(("a", "b", "x"))
+    keyed, aux_k = flatten_one_level_with_keys(t)
+    assert aux_k == aux
+    assert [k.key for k, _ in keyed] == ["a", "b", "x"]
+    assert [id(v) for _, v in keyed] == [id(v) for v in t.values()]
+    # leaves from the fast flatten and from the keyed flatten agree, in the same order
+    leaves = jax.tree_util.tree_leaves(t)
+    with_path = jax.tree_util.tree_flatten_with_path(t)[0]
+    assert [id(x) for x in leaves] == [id(x) for _, x in with_path]
+
+
+def test_unflattened_nodes_are_complete_trees():
+    t = _Sub(a=jnp.ones(2), x={"c": jnp.zeros(3)})
+    leaves, treedef = jax.tree_util.tree_flatten(t)
+    for back in (jax.tree_util.tree_unflatten(treedef, leaves), jax.jit(lambda u: u)(t)):
+        assert type(back) is _Sub and type(back.x) is _Sub
+        assert back.constraints == () and back.x.constraints == ()
+        assert list(back.keys()) == ["a", "x"]
+        back.a = 5  # the set fast path reads the constraint slot: it must be initialised
+        back.x.d = 1
+        assert back.a == 5 and list(back.x.keys()) == ["c", "d"]
+        assert "a" in t and t.a is not back.a

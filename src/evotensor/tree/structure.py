@@ -9,7 +9,10 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Sequence
+from types import FunctionType as _FunctionType
+from types import MethodType as _MethodType
 from typing import Any
 
 import jax
@@ -17,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.tree import constraints as _c
-from evotensor.tree.tree import _CONS, Tree, annotate, index_leaves, map_nodes
+from evotensor.tree.tree import Tree, _set_cons, annotate, index_leaves, map_nodes
 from evotensor.tree.treelize import MISSING, _check_config, apply_tree
 
 __all__ = [
@@ -45,21 +48,50 @@ def _require_tree(t: Any, fn: str, arg: str = "t") -> None:
         raise TypeError(f"{fn}: {arg} must be a Tree, got {type(t).__name__}")
 
 
-_TAKES_PATH: dict[Any, bool] = {}
+# function -> "takes a path": {hash(fn): (weakref to fn, answer)}. A hit reads none of fn's
+# attributes and calls no audited builtin: `fn.__code__`/`fn.__defaults__` reads and `id()` raise
+# audit events, and with an audit hook installed (filelock >= 3.32 installs one, and jax imports
+# filelock when it is present) each costs a Python call. A function's hash is derived from its
+# address; the weak reference keeps closures collectable and proves that an entry found under a
+# reused address is still the same function. Reassigning `fn.__code__`/`__defaults__` after the
+# first use is not seen.
+_TAKES_PATH: dict[int, tuple[weakref.ref, bool]] = {}
 
 
 def _takes_path(fn: Callable) -> bool:
     """True when ``fn`` has at least two required positional parameters: ``fn(value, path)``."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return _takes_path_uncached(fn)
-    key = (code, len(getattr(fn, "__defaults__", None) or ()))
+    if type(fn) is not _FunctionType:
+        return _takes_path_fresh(fn)
+    key = hash(fn)
     hit = _TAKES_PATH.get(key)
-    if hit is None:
-        if len(_TAKES_PATH) > 4096:  # many distinct lambdas: keep the cache bounded
-            _TAKES_PATH.clear()
-        hit = _TAKES_PATH[key] = _takes_path_uncached(fn)
-    return hit
+    if hit is not None and hit[0]() is fn:
+        return hit[1]
+    answer = _takes_path_fresh(fn)
+    if len(_TAKES_PATH) >= 4096:  # many short-lived lambdas: keep the table bounded
+        _TAKES_PATH.clear()
+    _TAKES_PATH[key] = (weakref.ref(fn), answer)
+    return answer
+
+
+def _takes_path_fresh(fn: Callable) -> bool:
+    """:func:`_takes_path` without the cache.
+
+    Plain functions and methods are answered from their code object (what ``inspect.signature``
+    reports for them, at a fraction of the cost). Anything else (builtins, ufuncs, partials,
+    wrappers carrying ``__wrapped__`` or ``__signature__`` in their ``__dict__``) goes through
+    ``inspect.signature``.
+    """
+    tf = type(fn)
+    if tf is _FunctionType:
+        func, bound = fn, 0
+    elif tf is _MethodType and type(fn.__func__) is _FunctionType:
+        func, bound = fn.__func__, 1  # the bound first argument is not a parameter of the call
+    else:
+        return _takes_path_uncached(fn)
+    if func.__dict__:  # possibly __wrapped__ / __signature__, which inspect.signature honours
+        return _takes_path_uncached(fn)
+    defaults = func.__defaults__
+    return func.__code__.co_argcount - bound - (len(defaults) if defaults else 0) >= 2
 
 
 def _takes_path_uncached(fn: Callable) -> bool:
@@ -77,7 +109,7 @@ def _takes_path_uncached(fn: Callable) -> bool:
 
 def _empty(cls: type) -> Tree:
     out = _new(cls)
-    _CONS.__set__(out, ())
+    _set_cons(out, ())
     return out
 
 
@@ -89,7 +121,8 @@ def map(t: Tree, fn: Callable) -> Tree:  # noqa: A001 - the public name mirrors 
 
     ``path`` is the tuple of keys leading to the leaf. Constraints are not carried over.
     """
-    _require_tree(t, "map")
+    if not isinstance(t, Tree):
+        _require_tree(t, "map")
     if not callable(fn):
         raise TypeError(f"map: fn must be callable, got {fn!r}")
     if _takes_path(fn):
@@ -189,9 +222,16 @@ def flatten(t: Tree, sep: str | None = None) -> dict:
     is then an error). Empty subtrees appear as an empty ``Tree()`` value, so
     ``unflatten(flatten(t))`` rebuilds ``t`` exactly.
     """
-    _require_tree(t, "flatten")
+    if not isinstance(t, Tree):
+        _require_tree(t, "flatten")
     out: dict = {}
-    _flatten(t, (), out)
+    for k, v in t.__dict__.items():  # the root level inline: one Python call fewer
+        if isinstance(v, Tree):
+            vd = v.__dict__
+            if vd:
+                _flatten(vd, (k,), out)
+                continue
+        out[(k,)] = v
     if sep is None:
         return out
     joined = {}
@@ -205,21 +245,23 @@ def flatten(t: Tree, sep: str | None = None) -> dict:
     return joined
 
 
-def _flatten(node: Tree, path: tuple[str, ...], out: dict) -> None:
-    for k, v in node.__dict__.items():
-        p = (*path, k)
-        if isinstance(v, Tree) and v.__dict__:
-            _flatten(v, p, out)
-        else:
-            out[p] = v
+def _flatten(d: dict, path: tuple[str, ...], out: dict, _tree: type = Tree) -> None:
+    # `path + (k,)` rather than `(*path, k)`: one concatenation instead of a list round trip
+    # (and `() + (k,)` is `(k,)` itself at the root)
+    for k, v in d.items():
+        if isinstance(v, _tree):
+            vd = v.__dict__
+            if vd:
+                _flatten(vd, path + (k,), out)
+                continue
+        out[path + (k,)] = v
 
 
 def unflatten(flat: dict, sep: str | None = None, cls: type[Tree] = Tree) -> Tree:
     """Inverse of :func:`flatten`: ``{path: leaf}`` (tuple paths, or strings split on ``sep``)."""
     if not isinstance(flat, dict):
         raise TypeError(f"unflatten: flat must be a dict of path -> value, got {type(flat).__name__}")
-    root: dict = {}
-    is_node: set[int] = {id(root)}
+    root = _Node()
     for raw, v in flat.items():
         if isinstance(raw, str):
             path = tuple(raw.split(sep)) if sep is not None else (raw,)
@@ -233,9 +275,8 @@ def unflatten(flat: dict, sep: str | None = None, cls: type[Tree] = Tree) -> Tre
         for i, k in enumerate(path[:-1]):
             nxt = node.get(k)
             if nxt is None and k not in node:
-                nxt = node[k] = {}
-                is_node.add(id(nxt))
-            elif id(nxt) not in is_node:
+                nxt = node[k] = _Node()
+            elif type(nxt) is not _Node:
                 raise ValueError(f"unflatten: {_c.format_path(path[: i + 1])} is both a leaf and a subtree")
             node = nxt
         if path[-1] in node:
@@ -243,15 +284,22 @@ def unflatten(flat: dict, sep: str | None = None, cls: type[Tree] = Tree) -> Tre
                 f"unflatten: {_c.format_path(path)} given twice (or is both a leaf and a subtree)"
             )
         node[path[-1]] = v
-    return _build(root, cls, is_node)
+    return _build(root, cls)
 
 
-def _build(d: dict, cls: type, is_node: set[int]) -> Tree:
+class _Node(dict):
+    """An inner node being assembled by :func:`unflatten` (never escapes it), so that a dict given
+    as a leaf value is told apart by type alone (no ``id()``, which raises an audit event)."""
+
+    __slots__ = ()
+
+
+def _build(d: dict, cls: type) -> Tree:
     out = _empty(cls)
     od = out.__dict__
     for k in sorted(d):
         v = d[k]
-        od[k] = _build(v, cls, is_node) if id(v) in is_node else v
+        od[k] = _build(v, cls) if type(v) is _Node else v
     return out
 
 
@@ -570,7 +618,7 @@ def _zip_apply(
             )
     out = _empty(type(first))
     if kind is not None:
-        _CONS.__set__(out, _joined_constraints(trees, kind, axis))
+        _set_cons(out, _joined_constraints(trees, kind, axis))
     d = out.__dict__
     for k in keys:
         vals = [t.__dict__[k] for t in trees]
@@ -692,7 +740,7 @@ def _split_node(node: Tree, sections: Any, axis: int, count: int, path: tuple[st
     cons = tuple(_split_constraints(node, sections, axis))
     if cons:
         for o in outs:
-            _CONS.__set__(o, cons)
+            _set_cons(o, cons)
     dicts = [o.__dict__ for o in outs]
     for k, v in node.__dict__.items():
         p = (*path, k)

@@ -1,7 +1,7 @@
 """The :class:`Tree` container: nested data with string keys, a first-class JAX pytree.
 
 Storage. A node keeps its children in its instance ``__dict__``, always in sorted key order, so
-``t.a`` is a plain attribute lookup (no Python code runs) and flattening is ``tuple(values)``.
+``t.a`` is a plain attribute lookup (no Python code runs) and flattening hands JAX ``values()``.
 Tree methods are data descriptors, so they win over keys of the same name: a key called ``keys``
 is still reachable as ``t["keys"]``.
 
@@ -81,7 +81,10 @@ class raw:  # noqa: N801 - lower case like treevalue's `raw`
         self.value = value
 
 
-_DICT_OR_RAW = (dict, raw)  # values that a set must convert (a tuple: no union object per call)
+# Values that a set must convert (a tuple: no union object per call). The hot set paths test
+# `issubclass(type(value), _DICT_OR_RAW)`, cheaper than `isinstance` (which also looks up
+# `value.__class__` when the type check fails); they differ only for objects that fake `__class__`.
+_DICT_OR_RAW = (dict, raw)
 
 
 class _Each:
@@ -129,10 +132,10 @@ class Tree:
     __array_ufunc__ = None  # numpy defers `ndarray + tree` to Tree.__radd__
 
     def __init__(self, data: Any = None, /, **kwargs: Any):
-        _CONS.__set__(self, ())
+        _set_cons(self, ())
         if data is not None:
             if isinstance(data, Tree):
-                _CONS.__set__(self, data._cons)
+                _set_cons(self, data._cons)
                 self.__dict__.update(data.__dict__)
                 if kwargs:
                     for k, v in kwargs.items():
@@ -221,12 +224,19 @@ class Tree:
         return leafwise_getattr(self, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
+        # Hot path first: replace an existing child of an unconstrained node. Every check is
+        # inlined (a Python __setattr__ already costs a call; helpers would add more).
+        d = self.__dict__
+        if (
+            name in d
+            and not self._cons
+            and not issubclass(type(value), _DICT_OR_RAW)
+            and name not in type(self)._reserved_names
+        ):
+            d[name] = value
+            return
         if name in type(self)._reserved_names:
             raise AttributeError(f"{name!r} is a Tree attribute; set the key with t[{name!r}] = value")
-        d = self.__dict__
-        if name in d and not self._cons and not isinstance(value, _DICT_OR_RAW):
-            d[name] = value  # fast path: replace an existing child of an unconstrained node
-            return
         set_child(self, name, value)
 
     def __delattr__(self, name: str) -> None:
@@ -247,8 +257,8 @@ class Tree:
     def __setitem__(self, key: Any, value: Any) -> None:
         if type(key) is str:
             d = self.__dict__
-            if key in d and not self._cons and not isinstance(value, _DICT_OR_RAW):
-                d[key] = value
+            if key in d and not self._cons and not issubclass(type(value), _DICT_OR_RAW):
+                d[key] = value  # fast path: replace an existing child of an unconstrained node
                 return
             set_child(self, key, value)
         elif isinstance(key, str):
@@ -317,14 +327,14 @@ class Tree:
     # ---- copying, pickling, printing ---------------------------------------------------
     def __copy__(self) -> Tree:
         out = _new(type(self))
-        _CONS.__set__(out, self._cons)
+        _set_cons(out, self._cons)
         out.__dict__.update(self.__dict__)
         return out
 
     def __deepcopy__(self, memo: dict) -> Tree:
         out = _new(type(self))
         memo[id(self)] = out
-        _CONS.__set__(out, self._cons)
+        _set_cons(out, self._cons)
         d = out.__dict__
         deepcopy = _copy.deepcopy
         for k, v in self.__dict__.items():
@@ -341,11 +351,12 @@ class Tree:
 
 
 _CONS = Tree._cons  # the slot descriptor: sets the constraints without going through __setattr__
+_set_cons = _CONS.__set__  # bound once: `_CONS.__set__(...)` builds a method wrapper per call
 
 
 def _rebuild(cls: type, data: dict, cons: tuple) -> Tree:
     out = _new(cls)
-    _CONS.__set__(out, cons)
+    _set_cons(out, cons)
     out.__dict__.update(data)
     return out
 
@@ -353,7 +364,7 @@ def _rebuild(cls: type, data: dict, cons: tuple) -> Tree:
 def new_node(cls: type, keys: tuple | list, children: Any) -> Tree:
     """A node from keys already in sorted order (no checks): the pytree unflatten."""
     out = _new(cls)
-    _CONS.__set__(out, ())
+    _set_cons(out, ())
     out.__dict__.update(zip(keys, children))
     return out
 
@@ -373,7 +384,7 @@ def _fill(node: Tree, data: dict, cls: type, path: tuple[str, ...]) -> None:
         v = data[k]
         if type(v) is dict or (isinstance(v, dict) and not isinstance(v, Tree)):
             child = _new(cls)
-            _CONS.__set__(child, ())
+            _set_cons(child, ())
             _fill(child, v, cls, (*path, k))
             v = child
         elif type(v) is raw:
@@ -384,7 +395,7 @@ def _fill(node: Tree, data: dict, cls: type, path: tuple[str, ...]) -> None:
 def from_dict(data: dict, cls: type = Tree) -> Tree:
     """A tree of class ``cls`` from nested dicts (fast path used by the constructor)."""
     node = _new(cls)
-    _CONS.__set__(node, ())
+    _set_cons(node, ())
     _fill(node, data, cls, ())
     return node
 
@@ -467,7 +478,7 @@ def attach_copy(tree: Tree, extra: tuple[_c.Attached, ...]) -> Tree:
     Non-inherited constraints in ``extra`` stay on the root only.
     """
     out = _new(type(tree))
-    _CONS.__set__(out, tree._cons + extra)
+    _set_cons(out, tree._cons + extra)
     inherited = tuple(a for a in extra if a.constraint.inherit)
     d = out.__dict__
     for k, v in tree.__dict__.items():
@@ -516,16 +527,16 @@ def map_nodes(
             if c is not None:
                 derived.append(_c.Attached(c, a.where))
         cons = tuple(derived)
-    _CONS.__set__(out, cons)
+    _set_cons(out, cons)
     d = out.__dict__
     for k, v in node.__dict__.items():
         if isinstance(v, Tree):
-            d[k] = map_nodes(v, leaf_fn, cons_fn, (*path, k))
+            d[k] = map_nodes(v, leaf_fn, cons_fn, path + (k,))
         else:
             try:
                 d[k] = leaf_fn(v)
             except Exception as exc:
-                annotate(exc, (*path, k), v)
+                annotate(exc, path + (k,), v)
                 raise
     return out
 
@@ -539,7 +550,7 @@ def annotate(exc: BaseException, path: tuple[str, ...], leaf: Any) -> None:
 
 def leafwise_getattr(node: Tree, name: str, path: tuple[str, ...] = ()) -> Tree:
     out = _new(type(node))
-    _CONS.__set__(out, ())
+    _set_cons(out, ())
     d = out.__dict__
     for k, v in node.__dict__.items():
         if isinstance(v, Tree):
@@ -594,22 +605,32 @@ def _astype(x: Any, dtype: Any) -> Any:
 # ---- pytree registration ------------------------------------------------------------------
 
 
+# JAX calls these once per node on every flatten/unflatten (a jitted call flattens its arguments
+# and unflattens its result), so they do the least Python allows: globals and builtins are bound
+# as default arguments (fast locals), and flatten hands JAX the live ``values()`` view instead of
+# copying it into a tuple (JAX's C++ flattener iterates it at once; nothing can mutate the dict
+# in between). The aux data is the tuple of sorted keys. Registered as ``flatten_func`` so that
+# plain flattening (jit, tree_map, tree_leaves) never builds key paths.
+
+
+def _flatten(t: Tree, _tuple=tuple) -> tuple[Any, tuple]:
+    d = t.__dict__
+    return d.values(), _tuple(d)
+
+
+def _flatten_with_keys(t: Tree, _key=DictKey, _tuple=tuple) -> tuple[list, tuple]:
+    d = t.__dict__
+    return [(_key(k), v) for k, v in d.items()], _tuple(d)
+
+
 def _register(cls: type) -> None:
-    def flatten(t: Tree) -> tuple[tuple, tuple]:
-        d = t.__dict__
-        return tuple(d.values()), tuple(d)
-
-    def flatten_with_keys(t: Tree) -> tuple[tuple, tuple]:
-        d = t.__dict__
-        return tuple((DictKey(k), v) for k, v in d.items()), tuple(d)
-
-    def unflatten(keys: tuple, children: Any) -> Tree:
-        out = _new(cls)
-        _CONS.__set__(out, ())
-        out.__dict__.update(zip(keys, children))
+    def unflatten(keys: tuple, children: Any, _cls=cls, _new=_new, _set_cons=_set_cons, _zip=zip) -> Tree:
+        out = _new(_cls)
+        _set_cons(out, ())
+        out.__dict__.update(_zip(keys, children))
         return out
 
-    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten_func=flatten)
+    jax.tree_util.register_pytree_with_keys(cls, _flatten_with_keys, unflatten, flatten_func=_flatten)
 
 
 _protect(Tree)

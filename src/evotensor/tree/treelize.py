@@ -41,7 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evotensor.tree import constraints as _c
-from evotensor.tree.tree import _CONS, Tree, annotate, set_child
+from evotensor.tree.tree import Tree, _set_cons, annotate, set_child
 
 __all__ = [
     "MISSING",
@@ -153,7 +153,7 @@ def _walk(
     labels = [_arg_label(i, None) for i in tpos] + [_arg_label(None, k) for k in tkw]
     keys = _keyset(trees, labels, mode, path)
     out = _new(cls)
-    _CONS.__set__(out, ())
+    _set_cons(out, ())
     d = out.__dict__
     a = list(args)
     kw = dict(kwargs)
@@ -170,7 +170,7 @@ def _walk_single(fn: Callable, args: list, kwargs: dict, i: int, cls: type, path
     """Fast path: one positional tree argument, everything else broadcast."""
     node = args[i]
     out = _new(cls)
-    _CONS.__set__(out, ())
+    _set_cons(out, ())
     d = out.__dict__
     for k, v in node.__dict__.items():
         args[i] = v
