@@ -21,7 +21,7 @@ from es_fdg_helpers import (  # noqa: E402
 
 from evotensor.core.fitness_shaping import centered_ranks  # noqa: E402
 from evotensor.es import NoiseReuseES  # noqa: E402
-from evotensor.es.open_es import identity_shaping  # noqa: E402
+from evotensor.es.gradient_es import identity_shaping  # noqa: E402
 
 X0 = jnp.full(10, 3.0)
 

@@ -21,7 +21,7 @@ from es_fdg_helpers import (  # noqa: E402
 )
 
 from evotensor.es import PGPE  # noqa: E402
-from evotensor.es.open_es import identity_shaping  # noqa: E402
+from evotensor.es.gradient_es import identity_shaping  # noqa: E402
 from evotensor.es.optimizers import clipup  # noqa: E402
 from evotensor.es.pgpe import pgpe_gradients  # noqa: E402
 

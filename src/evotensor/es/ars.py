@@ -20,13 +20,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from evotensor.es.open_es import (
-    FitnessShaping,
-    GradientES,
-    antithetic_perturbations,
-    check_even,
-    identity_shaping,
-)
+from evotensor.es.base import check_even
+from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping
+from evotensor.es.open_es import antithetic_perturbations
 
 
 def ars_gradient(x: jax.Array, weights: jax.Array, sigma: jax.Array, num_elite: int) -> jax.Array:

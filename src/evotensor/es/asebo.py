@@ -32,7 +32,8 @@ import optax
 
 from evotensor.core.fitness_shaping import z_score
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.open_es import FitnessShaping, GradientES, check_even
+from evotensor.es.base import check_even
+from evotensor.es.gradient_es import FitnessShaping, GradientES
 from evotensor.es.optimizers import safe_norm
 
 

@@ -32,6 +32,10 @@ class VectorStrategy(abc.ABC):
     """
 
     name: str = "strategy"
+    # False: ``_tell`` sees NaN/inf replaced by finite values worse than this batch (right for
+    # ranking within a generation). True: it sees ``+inf`` instead, for archive/elitist strategies
+    # that compare across generations, where a finite stand-in could beat an older valid member.
+    invalid_fitness_as_inf: bool = False
 
     def __init__(self, population_size: int, solution: Any = None, num_dims: int | None = None):
         self.space = as_solution_space(solution, num_dims)
@@ -69,7 +73,10 @@ class VectorStrategy(abc.ABC):
             raise ValueError(
                 f"genotypes flatten to {x.shape}, expected ({self.population_size}, {self.num_dims})"
             )
-        return self._tell(key, state, x, worst_for_nonfinite(fitness.astype(jnp.float32)), params)
+        fitness = fitness.astype(jnp.float32)
+        if self.invalid_fitness_as_inf:
+            return self._tell(key, state, x, jnp.where(jnp.isfinite(fitness), fitness, jnp.inf), params)
+        return self._tell(key, state, x, worst_for_nonfinite(fitness), params)
 
     def mean_solution(self, state: Any) -> Any:
         """The distribution mean as a solution pytree (for strategies that have one)."""
@@ -91,3 +98,71 @@ class VectorStrategy(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(population_size={self.population_size}, num_dims={self.num_dims})"
+
+
+class InvalidAsInfStrategy(VectorStrategy):
+    """Base of archive and elitist strategies (GAs, PSO, DE, GLD, hill climbing, SA, PBT, CEM, DES,
+    iAMaLGaM): ``_tell`` sees ``+inf`` for every NaN/inf fitness, so an invalid candidate never wins
+    a strict ``<`` comparison and never replaces a stored solution; ``+inf`` is also the "not
+    evaluated yet" marker of every archive's initial fitness. States keep ``best_solution``.
+    """
+
+    invalid_fitness_as_inf = True
+
+    def best_solution(self, state: Any) -> Any:
+        """Best solution seen so far, as a solution pytree."""
+        return self.space.unravel(state.best_solution)
+
+
+def update_best(
+    best_x: jax.Array, best_f: jax.Array, x: jax.Array, fitness: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Best-so-far update. ``best_x [dims]``, ``best_f []``, ``x [pop, dims]``, ``fitness [pop]``.
+
+    ``fitness`` uses ``+inf`` for invalid entries, so they never replace the incumbent.
+    """
+    i = jnp.argmin(fitness)
+    better = fitness[i] < best_f
+    return jnp.where(better, x[i], best_x), jnp.where(better, fitness[i], best_f)
+
+
+def track_best(state: Any, x: jax.Array, fitness: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
+    """Best-so-far bookkeeping shared by all strategies here.
+
+    Args:
+        state: has ``best_solution [dims]`` and ``best_fitness []``.
+        x: ``[pop, dims]`` evaluated samples; fitness: ``[pop]`` minimized, finite.
+
+    Returns:
+        ``(state with updated best, metrics)`` where metrics has ``best_fitness``,
+        ``generation_best_fitness`` and ``mean_fitness``.
+    """
+    i = jnp.argmin(fitness)
+    better = fitness[i] < state.best_fitness
+    best_fitness = jnp.where(better, fitness[i], state.best_fitness)
+    best_solution = jnp.where(better, x[i], state.best_solution)
+    metrics = dict(
+        best_fitness=best_fitness, generation_best_fitness=fitness[i], mean_fitness=jnp.mean(fitness)
+    )
+    return state.replace(best_solution=best_solution, best_fitness=best_fitness), metrics
+
+
+def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:
+    """Validate a positive (or non-negative) float hyperparameter at construction time."""
+    value = float(value)
+    if not (value >= 0.0 if allow_zero else value > 0.0) or value != value:
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+    return value
+
+
+def check_fraction(value: Any, name: str) -> float:
+    """Validate a fraction in ``(0, 1]``."""
+    value = float(value)
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{name} must be in (0, 1], got {value}")
+    return value
+
+
+def check_even(population_size: int, why: str) -> None:
+    if population_size % 2:
+        raise ValueError(f"{why} needs an even population_size, got {population_size}")

@@ -30,9 +30,9 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.fitness_shaping import ranks
+from evotensor.core.numerics import exact_matvec, exact_sum, exact_vecmat
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy
-from evotensor.es.open_es import exact_matvec, exact_sum, exact_vecmat, update_best
+from evotensor.es.base import VectorStrategy, track_best
 from evotensor.es.xnes import default_population_size
 
 
@@ -252,7 +252,7 @@ class CRFMNES(VectorStrategy):
             & jnp.all(jnp.isfinite(p_c))
         )
         keep = lambda new, old: jnp.where(ok, new, old)
-        new, metrics = update_best(state, x, fitness)
+        new, metrics = track_best(state, x, fitness)
         new = new.replace(
             mean=keep(mean, state.mean),
             sigma=keep(sigma_new, sigma),

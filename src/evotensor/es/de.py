@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.random_search import InvalidAsInfStrategy, check_positive, update_best
+from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
 
 VARIANTS = ("rand/1/bin", "best/1/bin")
 

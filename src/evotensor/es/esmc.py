@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from evotensor.es.open_es import FitnessShaping, GradientES, identity_shaping
+from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping
 
 
 def esmc_gradient(x: jax.Array, weights: jax.Array, sigma: jax.Array) -> jax.Array:

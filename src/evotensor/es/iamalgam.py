@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.random_search import InvalidAsInfStrategy, check_fraction, check_positive, update_best
+from evotensor.es.base import InvalidAsInfStrategy, check_fraction, check_positive, update_best
 
 
 @pytree_dataclass

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.random_search import InvalidAsInfStrategy, check_positive, update_best
+from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
 from evotensor.es.simple_ga import initial_population, num_elites
 
 

@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import optax
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.open_es import FitnessShaping, GradientES, check_even, identity_shaping
+from evotensor.es.base import check_even
+from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping
 
 
 @pytree_dataclass

@@ -26,8 +26,8 @@ import optax
 
 from evotensor.core.fitness_shaping import centered_ranks
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy
-from evotensor.es.open_es import FitnessShaping, check_even, check_shaping, update_best
+from evotensor.es.base import VectorStrategy, check_even, track_best
+from evotensor.es.gradient_es import FitnessShaping, check_shaping
 from evotensor.es.optimizers import check_optimizer, clipup, safe_norm
 
 
@@ -161,7 +161,7 @@ class PGPE(VectorStrategy):
         lo = state.sigma * (1.0 - params.sigma_max_change)
         hi = state.sigma * (1.0 + params.sigma_max_change)
         sigma = jnp.maximum(jnp.clip(sigma, lo, hi), params.sigma_min)
-        state, metrics = update_best(state, x, fitness)
+        state, metrics = track_best(state, x, fitness)
         metrics.update(sigma=jnp.mean(sigma), grad_norm=safe_norm(g_mean))
         state = state.replace(mean=mean, sigma=sigma, opt_state=opt_state, generation=state.generation + 1)
         return state, metrics

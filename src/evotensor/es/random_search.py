@@ -3,19 +3,6 @@
 Every generation samples ``population_size`` points uniformly from the box
 ``[center - radius, center + radius]`` (``center`` = the solution template) and remembers the
 best point seen so far. It is the baseline every other strategy must beat.
-
-This module also holds the small machinery shared by evotensor's population-based and elitist
-strategies (GA family, PSO, DE, GLD, hill climbing, simulated annealing, PBT, CEM, DES, iAMaLGaM):
-
-* :class:`InvalidAsInfStrategy` – a :class:`~evotensor.es.base.VectorStrategy` whose ``_tell``
-  receives the fitness with every NaN/inf entry replaced by ``+inf``. The base class maps
-  non-finite values to "worse than this batch" *finite* numbers, which is right for ranking
-  within a generation but wrong for comparisons *across* generations (a mapped NaN could beat an
-  older, worse but valid archive member, and an all-NaN batch would become all zeros). With
-  ``+inf`` an invalid candidate never wins a strict ``<`` comparison, so it never replaces a
-  stored solution and NaN never enters state; ``+inf`` is also the "not evaluated yet" marker of
-  every archive's initial fitness.
-* :func:`update_best` – best-so-far bookkeeping under that convention.
 """
 
 from __future__ import annotations
@@ -25,71 +12,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from evotensor.core.evaluation import Evaluation
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy
-
-
-class InvalidAsInfStrategy(VectorStrategy):
-    """VectorStrategy whose ``_tell`` sees ``+inf`` (not a finite stand-in) for NaN/inf fitness.
-
-    Subclasses implement ``_tell(key, state, x [pop, dims], fitness [pop], params)`` where
-    ``fitness`` is minimized and ``+inf`` marks an invalid (NaN/inf) evaluation.
-    """
-
-    def tell(
-        self,
-        key: jax.Array,
-        state: Any,
-        genotypes: Any,
-        evaluation: Evaluation | jax.Array,
-        params: Any = None,
-    ) -> tuple[Any, dict[str, jax.Array]]:
-        """Update from *minimized* fitness ``[pop]`` (or an :class:`Evaluation`)."""
-        params = self.default_params() if params is None else params
-        fitness = evaluation.fitness if isinstance(evaluation, Evaluation) else jnp.asarray(evaluation)
-        if fitness.shape != (self.population_size,):
-            raise ValueError(f"fitness must have shape ({self.population_size},), got {fitness.shape}")
-        x = self.space.ravel_population(genotypes)
-        if x.shape != (self.population_size, self.num_dims):
-            raise ValueError(
-                f"genotypes flatten to {x.shape}, expected ({self.population_size}, {self.num_dims})"
-            )
-        fitness = fitness.astype(jnp.float32)
-        fitness = jnp.where(jnp.isfinite(fitness), fitness, jnp.inf)
-        return self._tell(key, state, x.astype(jnp.float32), fitness, params)
-
-    def best_solution(self, state: Any) -> Any:
-        """Best solution seen so far, as a solution pytree."""
-        return self.space.unravel(state.best_solution)
-
-
-def update_best(
-    best_x: jax.Array, best_f: jax.Array, x: jax.Array, fitness: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-    """Best-so-far update. ``best_x [dims]``, ``best_f []``, ``x [pop, dims]``, ``fitness [pop]``.
-
-    ``fitness`` uses ``+inf`` for invalid entries, so they never replace the incumbent.
-    """
-    i = jnp.argmin(fitness)
-    better = fitness[i] < best_f
-    return jnp.where(better, x[i], best_x), jnp.where(better, fitness[i], best_f)
-
-
-def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:
-    """Validate a positive (or non-negative) float hyperparameter at construction time."""
-    value = float(value)
-    if not (value >= 0.0 if allow_zero else value > 0.0) or value != value:
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-    return value
-
-
-def check_fraction(value: Any, name: str) -> float:
-    """Validate a fraction in ``(0, 1]``."""
-    value = float(value)
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"{name} must be in (0, 1], got {value}")
-    return value
+from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
 
 
 @pytree_dataclass

@@ -20,9 +20,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core.numerics import exact_vecmat
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy
-from evotensor.es.open_es import FitnessShaping, check_shaping, exact_vecmat, update_best
+from evotensor.es.base import VectorStrategy, track_best
+from evotensor.es.gradient_es import FitnessShaping, check_shaping
 from evotensor.es.xnes import nes_weights, resolve_population_size
 
 
@@ -115,7 +116,7 @@ class SNES(VectorStrategy):
         mean = state.mean + params.eta_mean * state.sigma * g_mean
         sigma = jnp.maximum(state.sigma * jnp.exp(params.eta_sigma / 2.0 * g_sigma), params.sigma_min)
         ok = jnp.all(jnp.isfinite(mean)) & jnp.all(jnp.isfinite(sigma))
-        new, metrics = update_best(state, x, fitness)
+        new, metrics = track_best(state, x, fitness)
         new = new.replace(
             mean=jnp.where(ok, mean, state.mean),
             sigma=jnp.where(ok, sigma, state.sigma),

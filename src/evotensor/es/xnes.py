@@ -28,17 +28,10 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.fitness_shaping import ranks
+from evotensor.core.numerics import exact_matmul, exact_matvec, exact_sum, exact_vecmat
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy
-from evotensor.es.open_es import (
-    FitnessShaping,
-    check_shaping,
-    exact_matmul,
-    exact_matvec,
-    exact_sum,
-    exact_vecmat,
-    update_best,
-)
+from evotensor.es.base import VectorStrategy, track_best
+from evotensor.es.gradient_es import FitnessShaping, check_shaping
 
 
 def default_population_size(num_dims: int) -> int:
@@ -180,7 +173,7 @@ class XNES(VectorStrategy):
         sigma = jnp.maximum(state.sigma * jnp.exp(params.eta_sigma / 2.0 * g_sigma), params.sigma_min)
         B = exact_matmul(state.B, sym_expm(params.eta_B / 2.0 * g_b))
         ok = jnp.all(jnp.isfinite(mean)) & jnp.isfinite(sigma) & jnp.all(jnp.isfinite(B))
-        new, metrics = update_best(state, x, fitness)
+        new, metrics = track_best(state, x, fitness)
         new = new.replace(
             mean=jnp.where(ok, mean, state.mean),
             sigma=jnp.where(ok, sigma, state.sigma),
