@@ -49,3 +49,12 @@ def test_weight_decay_penalizes_large_solutions():
 def test_shaping_rejects_matrices():
     with pytest.raises(ValueError, match="vector"):
         centered_ranks(jnp.zeros((2, 2)))
+
+
+def test_z_score_is_batching_invariant():
+    import jax
+
+    f = jax.random.normal(jax.random.key(0), (5, 37)) * 1e3
+    batched = jax.jit(jax.vmap(z_score))(f)
+    for i in range(5):
+        np.testing.assert_array_equal(jax.jit(z_score)(f[i]), batched[i])

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.evaluation import worst_for_nonfinite
+from evotensor.core.numerics import exact_sum
 
 
 def _check_vector(fitness: jax.Array, name: str = "fitness") -> jax.Array:
@@ -35,9 +36,15 @@ def centered_ranks(fitness: jax.Array) -> jax.Array:
 
 
 def z_score(fitness: jax.Array, eps: float = 1e-8) -> jax.Array:
-    """``(f - mean) / (std + eps)``. ``[pop]``."""
+    """``(f - mean) / (std + eps)``. ``[pop]``.
+
+    Mean and variance use :func:`evotensor.core.numerics.exact_sum`, so vmapped runs that shape
+    with z-scores stay bit-identical to separate runs.
+    """
     f = _check_vector(fitness)
-    return (f - f.mean()) / (f.std() + eps)
+    n = f.shape[0]
+    centered = f - exact_sum(f) / n
+    return centered / (jnp.sqrt(exact_sum(centered**2) / n) + eps)
 
 
 def normalize(fitness: jax.Array, eps: float = 1e-8) -> jax.Array:
