@@ -82,11 +82,7 @@ def test_run_many_over_hyperparameters():
     for i in range(3):
         p = es.default_params().replace(sigma_init=sigmas[i])
         single = evotensor.run(es, problem, 10, keys[i], params=p)
-        # A batched hyperparameter changes the shapes XLA vectorizes over, and with them where it
-        # contracts multiply-adds into FMAs: agreement is to float32 rounding, not bit for bit
-        # (seed sweeps with shared params, above, are bit-identical).
-        for a, b in zip(jax.tree_util.tree_leaves(single.state), jax.tree_util.tree_leaves(many.state)):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b)[i], rtol=2e-6, atol=1e-7)
+        assert tree_equal(single.state, jax.tree_util.tree_map(lambda a: a[i], many.state))
     with pytest.raises(ValueError, match="leading axis of 3"):
         evotensor.run_many(es, problem, 10, keys, params=es.default_params(), params_batched=True)
 

@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core.numerics import exact_vecmat
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import VectorStrategy
 
@@ -120,8 +121,9 @@ class SimpleES(VectorStrategy):
     def _tell(self, key, state, x, fitness, params):
         elite = x[jnp.argsort(fitness, stable=True)[: self.num_elites]]
         step = elite - state.mean
-        mean = state.mean + params.c_mean * (self.weights @ step)
-        variance = (1.0 - params.c_sigma) * state.sigma**2 + params.c_sigma * (self.weights @ step**2)
+        mean = state.mean + params.c_mean * exact_vecmat(self.weights, step)
+        spread = exact_vecmat(self.weights, step**2)
+        variance = (1.0 - params.c_sigma) * state.sigma**2 + params.c_sigma * spread
         sigma = jnp.clip(jnp.sqrt(variance), params.sigma_min, params.sigma_max)
         new = SimpleESState(mean=mean, sigma=sigma, generation=state.generation + 1)
         return new, {"sigma_mean": sigma.mean()}
