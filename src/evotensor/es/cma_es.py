@@ -1,0 +1,478 @@
+"""CMA-ES with pycma's default constants (Hansen 2016; pycma ``CMAEvolutionStrategy``).
+
+The update follows pycma 4.x exactly (``cma/evolution_strategy.py`` ``tell2``), for its default
+options without mirrored sampling:
+
+* recombination weights ``w'_i = ln((lambda+1)/2) - ln i``; positive ones sum to 1, negative
+  ("active") ones are finalized as ``min(1 + c1/cmu, (1-c1-cmu)/(n cmu), 1 + 2 mu_eff^-/(mu_eff+2))``
+  times a shape summing to -1;
+* ``c_sigma = (mu_eff+2)/(n+mu_eff+3)`` (capped at 1/2), pycma's damping ``d_sigma``,
+  ``c_c = (4+mu_eff/n)/(n+4+2mu_eff/n)``, ``c_1 = min(1, lambda/6) * 2/((n+1.3)^2+mu_eff)``,
+  ``c_mu = min(1-c_1, 2(0.25+mu_eff-2+1/mu_eff)/((n+2)^2+mu_eff))``;
+* squared-form ``h_sigma``: ``|p_sigma|^2 / (1-(1-c_sigma)^(2g)) / n - 1 < 1 + 4/(n+1)``;
+* negative-weight vectors rescaled to Mahalanobis length ``sqrt(n)`` before the rank-mu update;
+* a *lazy* eigendecomposition: ``C = B diag(D^2) B^T`` is decomposed only when at least
+  ``lazy_gap = 1/(c_1+c_mu)/n/10`` generations passed since the last decomposition (a counter
+  and ``lax.cond``), so the O(n^3) ``eigh`` does not dominate each generation when ``lazy_gap > 1``.
+
+``preset="tutorial"`` gives the textbook constants of pycma's ``purecma`` (positive weights only,
+``c_sigma`` with +5, ``c_1`` without the ``min(1, lambda/6)`` factor, ``c_mu`` without the 0.25
+offset, ``d_sigma = 2 mu_eff/lambda + 0.3 + c_sigma``, the squared-length step-size rule and
+``lazy_gap = 0.5/(c_1+c_mu)/n``).
+
+Numerical guards (float32 runs far past convergence stay finite): ``sigma`` is clipped to
+``[sigma_min, sigma_max]``, the eigenvalues of ``C`` are lifted to a condition number of at most
+``max_condition`` (pycma's ``limit_condition``), and a non-finite decomposition keeps the previous
+``B, D``. NaN/inf fitness is ranked last by :meth:`VectorStrategy.tell` before it gets here.
+
+Example::
+
+    es = CMAES(num_dims=10, sigma_init=0.5)
+    state = es.init(jax.random.key(0))
+    x, state = es.ask(jax.random.key(1), state)          # x: [pop, 10]
+    state, metrics = es.tell(jax.random.key(2), state, x, jnp.sum(x**2, axis=1))
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from evotensor.core.numerics import exact_sum
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.core.strategy import as_solution_space
+from evotensor.es.base import VectorStrategy
+
+PRESETS = ("pycma", "tutorial")
+LARGE_DIMS = 2000  # above this, full C costs O(n^2) memory per run and O(n^3) per decomposition
+
+
+# --------------------------------------------------------------------------------------------------
+# constants
+# --------------------------------------------------------------------------------------------------
+def chi_n(num_dims: int, preset: str = "pycma") -> float:
+    """Expected norm of an ``n``-dimensional standard normal vector, as the preset computes it.
+
+    pycma stores the exact value ``sqrt(2) Gamma((n+1)/2) / Gamma(n/2)`` for ``n <= 100`` and uses
+    ``sqrt(n) (1 - 1/(4n) + 1/(32 n^2))`` above; purecma always uses ``1/(21 n^2)``.
+    """
+    n = num_dims
+    if preset == "tutorial":
+        return n**0.5 * (1 - 1.0 / (4 * n) + 1.0 / (21 * n**2))
+    if n <= 100:
+        return math.sqrt(2.0) * math.exp(math.lgamma((n + 1) / 2.0) - math.lgamma(n / 2.0))
+    return n**0.5 * (1 - 1.0 / (4 * n) + 1.0 / (32 * n**2))
+
+
+def cma_constants(num_dims: int, lam: Any, size: int, preset: str = "pycma", xp: Any = np) -> dict[str, Any]:
+    """All derived CMA-ES constants for dimension ``num_dims`` and population size ``lam``.
+
+    Written once for NumPy (exact float64 at construction) and ``jax.numpy`` (a *traced* ``lam``
+    for restarts with a dynamic population size).
+
+    Args:
+        num_dims: ``n`` (static int).
+        lam: population size (int, or a traced integer scalar when ``xp`` is ``jax.numpy``).
+        size: length of the returned weight vector (``>= lam``); ranks ``>= lam`` get weight 0.
+        preset: ``"pycma"`` or ``"tutorial"``.
+        xp: ``numpy`` or ``jax.numpy``.
+
+    Returns:
+        dict with ``weights [size]`` (rank-ordered, best first), ``mu_eff, c_sigma, d_sigma, c_c,
+        c_1, c_mu, lazy_gap`` (scalars).
+    """
+    n = float(num_dims)
+    dtype = xp.float64 if xp is np else jnp.result_type(float)
+    total = np.sum if xp is np else exact_sum  # batch-invariant sums when traced (see exact_sum)
+    lam_f = xp.asarray(lam, dtype=dtype)
+    i = xp.arange(1, size + 1, dtype=dtype)
+    valid = i <= lam_f
+    raw = xp.where(valid, xp.log((lam_f + 1) / 2) - xp.log(i), 0.0)
+    pos = raw > 0
+    neg = valid & (raw < 0)
+    w_pos = xp.where(pos, raw, 0.0)
+    w_pos = w_pos / total(w_pos)
+    mu_eff = 1.0 / total(w_pos**2)
+    if preset == "tutorial":
+        c_sigma = (mu_eff + 2) / (n + mu_eff + 5)
+        c_c = (4 + mu_eff / n) / (n + 4 + 2 * mu_eff / n)
+        c_1 = 2 / ((n + 1.3) ** 2 + mu_eff)
+        c_mu = xp.minimum(1 - c_1, 2 * (mu_eff - 2 + 1 / mu_eff) / ((n + 2) ** 2 + mu_eff))
+        d_sigma = 2 * mu_eff / lam_f + 0.3 + c_sigma
+        weights = w_pos
+        lazy_gap = 0.5 / (c_1 + c_mu) / n
+    else:
+        c_sigma = xp.minimum(0.5, (mu_eff + 2) / (n + mu_eff + 3))
+        # pycma 4.x CSA damping, no mirrors: 0.5 + 1/2 + 2 max(0, d_in sqrt((mu_eff-1)/(n+1)) - 1) + c_sigma
+        damp_in = max(1.0, 3.0 * (1 - 0.5 ** (n / 9.0)))
+        d_sigma = 1.0 + 2 * xp.maximum(0.0, damp_in * xp.sqrt((mu_eff - 1) / (n + 1)) - 1) + c_sigma
+        c_c = (4 + mu_eff / n) / (n + 4 + 2 * mu_eff / n)
+        c_1 = xp.minimum(1.0, lam_f / 6) * 2 / ((n + 1.3) ** 2 + mu_eff)
+        c_mu = xp.minimum(1 - c_1, 2 * (0.25 + mu_eff - 2 + 1 / mu_eff) / ((n + 2) ** 2 + mu_eff))
+        w_neg = xp.where(neg, raw, 0.0)
+        w_neg = w_neg / -total(w_neg)  # sums to -1
+        mu_eff_minus = 1.0 / total(w_neg**2)
+        neg_sum = xp.minimum(
+            xp.minimum(1 + c_1 / c_mu, (1 - c_1 - c_mu) / (c_mu * n)), 1 + 2 * mu_eff_minus / (mu_eff + 2)
+        )
+        weights = w_pos + neg_sum * w_neg
+        lazy_gap = 1.0 / (c_1 + c_mu + 1e-23) / n / 10
+    return dict(
+        weights=weights,
+        mu_eff=mu_eff,
+        c_sigma=c_sigma,
+        d_sigma=d_sigma,
+        c_c=c_c,
+        c_1=c_1,
+        c_mu=c_mu,
+        lazy_gap=lazy_gap,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# params and state
+# --------------------------------------------------------------------------------------------------
+@pytree_dataclass
+class CMAESParams:
+    """Dynamic hyperparameters of CMA-ES (a pytree: ``vmap`` over any field).
+
+    Attributes:
+        mean_init: ``[n]`` initial mean.
+        sigma_init: ``[]`` initial step size.
+        weights: ``[pop]`` rank-ordered recombination weights (best first; negative = active).
+        mu_eff, c_mean, c_sigma, d_sigma, c_c, c_1, c_mu, chi_n: ``[]`` learning rates and constants.
+        lazy_gap: ``[]`` generations between eigendecompositions (``<= 1``: every generation).
+        sigma_min, sigma_max: ``[]`` bounds for ``sigma`` (numerical guard).
+        max_condition: ``[]`` largest allowed condition number of ``C`` (numerical guard).
+    """
+
+    mean_init: jax.Array
+    sigma_init: jax.Array
+    weights: jax.Array
+    mu_eff: jax.Array
+    c_mean: jax.Array
+    c_sigma: jax.Array
+    d_sigma: jax.Array
+    c_c: jax.Array
+    c_1: jax.Array
+    c_mu: jax.Array
+    chi_n: jax.Array
+    lazy_gap: jax.Array
+    sigma_min: jax.Array
+    sigma_max: jax.Array
+    max_condition: jax.Array
+
+
+@pytree_dataclass
+class CMAESState:
+    """CMA-ES state.
+
+    Attributes:
+        mean: ``[n]`` distribution mean.
+        sigma: ``[]`` step size.
+        p_sigma: ``[n]`` conjugate evolution path (for step-size adaptation).
+        p_c: ``[n]`` evolution path (rank-one update).
+        C: ``[n, n]`` covariance matrix.
+        B: ``[n, n]`` eigenvectors of ``C`` at the last decomposition (columns).
+        D: ``[n]`` square roots of the eigenvalues at the last decomposition (ascending).
+        generation: ``[]`` int32, completed ``tell`` calls.
+        last_eigen: ``[]`` int32, generation of the last decomposition.
+        best_solution: ``[n]`` best candidate seen; ``best_fitness``: ``[]`` its (minimized) fitness.
+    """
+
+    mean: jax.Array
+    sigma: jax.Array
+    p_sigma: jax.Array
+    p_c: jax.Array
+    C: jax.Array
+    B: jax.Array
+    D: jax.Array
+    generation: jax.Array
+    last_eigen: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+
+
+# --------------------------------------------------------------------------------------------------
+# pure building blocks (shared with Sep-CMA-ES and the restart wrappers)
+# --------------------------------------------------------------------------------------------------
+def float_dtype() -> Any:
+    """float32 unless x64 is enabled (then float64, used by the pycma reference tests)."""
+    return jnp.result_type(float)
+
+
+def initial_state(mean: jax.Array, sigma: jax.Array) -> CMAESState:
+    """Fresh state around ``mean [n]`` with ``C = I``."""
+    n = mean.shape[0]
+    dtype = mean.dtype
+    eye = jnp.eye(n, dtype=dtype)
+    return CMAESState(
+        mean=mean,
+        sigma=jnp.asarray(sigma, dtype),
+        p_sigma=jnp.zeros(n, dtype),
+        p_c=jnp.zeros(n, dtype),
+        C=eye,
+        B=eye,
+        D=jnp.ones(n, dtype),
+        generation=jnp.zeros((), jnp.int32),
+        last_eigen=jnp.zeros((), jnp.int32),
+        best_solution=mean,
+        best_fitness=jnp.asarray(jnp.inf, dtype),
+    )
+
+
+def sample(key: jax.Array, state: CMAESState, population_size: int) -> jax.Array:
+    """``x = mean + sigma * B diag(D) z``, ``z ~ N(0, I)``: ``[population_size, n]``."""
+    z = jax.random.normal(key, (population_size, state.mean.shape[0]), state.mean.dtype)
+    # tie z to the state: under ``vmap`` over hyperparameters with one shared key, z would be
+    # unbatched and XLA would lower the product below as a different (not bit-identical) matmul
+    z = z + 0 * state.sigma
+    y = (z * state.D) @ state.B.T
+    return state.mean + state.sigma * y
+
+
+def decompose(C: jax.Array, B_old: jax.Array, D_old: jax.Array, max_condition: jax.Array):
+    """Symmetrize and eigendecompose ``C``; lift eigenvalues to ``max_condition`` (pycma's
+    ``limit_condition``: add the same ``eps`` to ``C``'s diagonal). A non-finite result keeps the
+    previous ``B, D`` and rebuilds ``C`` from them.
+
+    Returns:
+        ``(C [n, n], B [n, n], D [n])``.
+    """
+    C = (C + C.T) / 2
+    ev, B = jnp.linalg.eigh(C)
+    tiny = jnp.finfo(C.dtype).tiny
+    ev_max = jnp.maximum(ev[-1], tiny)
+    ev_min = ev[0]
+    # eps so that (ev_max + eps) / (ev_min + eps) == max_condition when the limit is exceeded
+    excess = ev_max - max_condition * ev_min
+    eps = jnp.where(excess > 0, excess / (max_condition - 1), 0.0)
+    ev = jnp.maximum(ev + eps, tiny)
+    C = C + eps * jnp.eye(C.shape[0], dtype=C.dtype)
+    ok = jnp.all(jnp.isfinite(ev)) & jnp.all(jnp.isfinite(B))
+    B = jnp.where(ok, B, B_old)
+    D = jnp.where(ok, jnp.sqrt(ev), D_old)
+    C = jnp.where(ok, C, (B_old * D_old**2) @ B_old.T)
+    return C, B, D
+
+
+def cma_update(
+    state: CMAESState,
+    x: jax.Array,
+    fitness: jax.Array,
+    params: CMAESParams,
+    squared_csa: bool = False,
+) -> tuple[CMAESState, dict[str, jax.Array]]:
+    """One CMA-ES update from a scored population.
+
+    Args:
+        state: current state.
+        x: ``[pop, n]`` candidates.
+        fitness: ``[pop]`` finite, minimized. Entries with weight 0 after ranking (e.g. masked
+            candidates given ``+inf``, ranked last) do not influence the update.
+        params: constants; ``params.weights`` has length ``pop``.
+        squared_csa: use purecma's squared-length step-size rule (``preset="tutorial"``).
+
+    Returns:
+        ``(new state, metrics)``.
+    """
+    n = x.shape[1]
+    dtype = state.mean.dtype
+    x = x.astype(dtype)
+    order = jnp.argsort(fitness, stable=True)
+    xs = x[order]
+    w = params.weights.astype(dtype)
+    sigma, mold = state.sigma, state.mean
+    # multiply by reciprocals of scalars: XLA may rewrite ``v / s`` as ``v * (1/s)`` in the batched
+    # (vmapped) program but not in the unbatched one, which breaks bit-identical vmap
+    inv_sigma = 1 / sigma
+    ys = (xs - mold) * inv_sigma  # [pop, n]
+
+    w_pos = jnp.where(w > 0, w, 0.0)
+    # an explicit weighted sum (not ``w @ xs``): XLA lowers the dot differently when batched
+    mean = mold + params.c_mean * (exact_sum(w_pos[:, None] * xs, axis=0) - mold)
+    dm = (mean - mold) * (inv_sigma / params.c_mean)  # [n]
+
+    # conjugate path with the (possibly stale) B, D of the last decomposition, as pycma does
+    # matrix-vector products as explicit sums, for bit-identical results under vmap (see above)
+    bt_dm = exact_sum(state.B * dm[:, None], axis=0) / state.D
+    z_mean = exact_sum(state.B * bt_dm[None, :], axis=1)
+    c_s = params.c_sigma
+    p_sigma = (1 - c_s) * state.p_sigma + jnp.sqrt(c_s * (2 - c_s) * params.mu_eff) * z_mean
+    generation = state.generation + 1
+    ps_sq = exact_sum(p_sigma**2)
+    h_sigma = ps_sq / (1 - (1 - c_s) ** (2 * generation.astype(dtype))) / n - 1 < 1 + 4.0 / (n + 1)
+    h = h_sigma.astype(dtype)
+
+    c_c = params.c_c
+    p_c = (1 - c_c) * state.p_c + h * jnp.sqrt(c_c * (2 - c_c) * params.mu_eff) * dm
+    c_1, c_mu = params.c_1, params.c_mu
+    c_1a = c_1 * (1 - (1 - h**2) * c_c * (2 - c_c))
+
+    # active vectors are rescaled to Mahalanobis length sqrt(n) (keeps C positive definite)
+    maha = jnp.sqrt(exact_sum(((ys @ state.B) / state.D) ** 2, axis=1))
+    w_c = jnp.where(w < 0, w * n / (maha + 1e-9) ** 2, w)
+    C = state.C * (1 - c_1a - c_mu * exact_sum(w)) + c_1 * jnp.outer(p_c, p_c) + c_mu * (ys.T * w_c) @ ys
+
+    if squared_csa:
+        log_step = jnp.minimum(1.0, c_s / params.d_sigma * (ps_sq / n - 1) / 2)
+    else:
+        log_step = jnp.clip((jnp.sqrt(ps_sq) / params.chi_n - 1) * c_s / params.d_sigma, -1.0, 1.0)
+    new_sigma = jnp.clip(sigma * jnp.exp(log_step), params.sigma_min, params.sigma_max)
+
+    do_eigen = (generation - state.last_eigen).astype(dtype) >= params.lazy_gap
+
+    def _decomposed(_):
+        return (*decompose(C, state.B, state.D, params.max_condition.astype(dtype)), generation)
+
+    def _kept(_):
+        return C, state.B, state.D, state.last_eigen
+
+    C, B, D, last_eigen = jax.lax.cond(do_eigen, _decomposed, _kept, None)
+
+    best_idx = order[0]
+    better = fitness[best_idx] < state.best_fitness
+    new_state = CMAESState(
+        mean=mean,
+        sigma=new_sigma,
+        p_sigma=p_sigma,
+        p_c=p_c,
+        C=C,
+        B=B,
+        D=D,
+        generation=generation,
+        last_eigen=last_eigen,
+        best_solution=jnp.where(better, x[best_idx], state.best_solution),
+        best_fitness=jnp.where(better, fitness[best_idx].astype(dtype), state.best_fitness),
+    )
+    metrics = {
+        "sigma": new_sigma,
+        "h_sigma": h_sigma,
+        "axis_ratio": D[-1] / D[0],
+        "eigen_updated": do_eigen,
+    }
+    return new_state, metrics
+
+
+# --------------------------------------------------------------------------------------------------
+# the strategy
+# --------------------------------------------------------------------------------------------------
+class CMAES(VectorStrategy):
+    """Covariance Matrix Adaptation Evolution Strategy (pycma defaults).
+
+    Args:
+        population_size: ``lambda``; ``None`` -> ``4 + floor(3 ln n)``.
+        solution: template pytree (exclusive with ``num_dims``); its values are the default mean.
+        num_dims: flat dimension ``n`` (exclusive with ``solution``); the default mean is 0.
+        sigma_init: initial step size (> 0).
+        preset: ``"pycma"`` (default) or ``"tutorial"`` (purecma's textbook constants).
+        mean_init: optional initial mean, ``[n]`` or a pytree like ``solution``.
+
+    Warns:
+        UserWarning when ``n > 2000``: full CMA-ES keeps ``n x n`` matrices (see :class:`SepCMAES`,
+        :class:`LMMAES`).
+    """
+
+    name = "cma_es"
+    min_population_size = 2
+
+    def __init__(
+        self,
+        population_size: int | None = None,
+        solution: Any = None,
+        num_dims: int | None = None,
+        *,
+        sigma_init: float = 1.0,
+        preset: str = "pycma",
+        mean_init: Any = None,
+    ):
+        n = as_solution_space(solution, num_dims).num_dims
+        if population_size is None:
+            population_size = 4 + int(math.floor(3 * math.log(n)))
+        super().__init__(population_size, solution, num_dims)
+        if preset not in PRESETS:
+            raise ValueError(f"preset must be one of {PRESETS}, got {preset!r}")
+        sigma_init = float(sigma_init)
+        if not (math.isfinite(sigma_init) and sigma_init > 0):
+            raise ValueError(f"sigma_init must be a positive finite number, got {sigma_init!r}")
+        if n > LARGE_DIMS:
+            warnings.warn(
+                f"CMAES with num_dims={n} stores n x n matrices ({4 * n * n / 2**20:.0f} MiB each in "
+                "float32) and eigendecomposes them in O(n^3); consider SepCMAES or LMMAES for large n",
+                UserWarning,
+                stacklevel=2,
+            )
+        self.preset = preset
+        self.sigma_init = sigma_init
+        self._mean_init = self._check_mean(mean_init)
+        consts = cma_constants(n, population_size, population_size, preset, np)
+        consts["chi_n"] = chi_n(n, preset)
+        self.constants = consts  # exact float64 values (NumPy), for inspection and tests
+
+    def _check_mean(self, mean_init: Any) -> np.ndarray:
+        if mean_init is None:
+            return np.asarray(self.initial_mean(), np.float64)
+        leaves = jax.tree_util.tree_leaves(mean_init)
+        if len(leaves) == 1 and np.ndim(leaves[0]) == 1 and np.shape(leaves[0])[0] == self.num_dims:
+            flat = np.asarray(leaves[0], np.float64)
+        else:
+            try:
+                flat = np.asarray(ravel_pytree(mean_init)[0], np.float64)
+            except Exception as err:  # pragma: no cover - message below is what matters
+                raise ValueError(f"mean_init could not be flattened: {err}") from err
+        if flat.shape != (self.num_dims,):
+            raise ValueError(f"mean_init must flatten to shape ({self.num_dims},), got {flat.shape}")
+        if not np.all(np.isfinite(flat)):
+            raise ValueError("mean_init must be finite")
+        return flat
+
+    def default_params(self) -> CMAESParams:
+        """pycma's (or purecma's) defaults as arrays of the default float dtype."""
+        dtype = float_dtype()
+        c = self.constants
+
+        def s(v):
+            return jnp.asarray(v, dtype)
+
+        return CMAESParams(
+            mean_init=jnp.asarray(self._mean_init, dtype),
+            sigma_init=s(self.sigma_init),
+            weights=jnp.asarray(c["weights"], dtype),
+            mu_eff=s(c["mu_eff"]),
+            c_mean=s(1.0),
+            c_sigma=s(c["c_sigma"]),
+            d_sigma=s(c["d_sigma"]),
+            c_c=s(c["c_c"]),
+            c_1=s(c["c_1"]),
+            c_mu=s(c["c_mu"]),
+            chi_n=s(c["chi_n"]),
+            lazy_gap=s(c["lazy_gap"]),
+            sigma_min=s(1e-20),
+            sigma_max=s(1e20),
+            max_condition=s(1e14),
+        )
+
+    @property
+    def squared_csa(self) -> bool:
+        return self.preset == "tutorial"
+
+    def _init(self, key, params):
+        return initial_state(jnp.asarray(params.mean_init), params.sigma_init)
+
+    def _ask(self, key, state, params):
+        return sample(key, state, self.population_size), state
+
+    def _tell(self, key, state, x, fitness, params):
+        return cma_update(state, x, fitness, params, self.squared_csa)
+
+    def __repr__(self) -> str:
+        return (
+            f"CMAES(population_size={self.population_size}, num_dims={self.num_dims}, "
+            f"sigma_init={self.sigma_init}, preset={self.preset!r})"
+        )

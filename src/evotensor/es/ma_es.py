@@ -1,0 +1,180 @@
+"""MA-ES: the Matrix Adaptation Evolution Strategy (Beyer & Sendhoff, IEEE TEVC 2017).
+
+"Simplify Your Covariance Matrix Adaptation Evolution Strategy": CMA-ES without the covariance
+matrix. The search distribution is ``N(m, sigma^2 M M^T)`` and ``M`` is updated multiplicatively,
+so no eigendecomposition or matrix square root is ever needed (Algorithm 2 of the paper)::
+
+    z_l ~ N(0, I),  d_l = M z_l,  x_l = m + sigma d_l                  (l = 1..lambda)
+    m     <- m + sigma <d>_w
+    s     <- (1-c_s) s + sqrt(mu_eff c_s (2-c_s)) <z>_w
+    M     <- M [I + c_1/2 (s s^T - I) + c_w/2 (<z z^T>_w - I)]
+    sigma <- sigma exp(c_s/d_s (|s| / E|N(0,I)| - 1))
+
+with positive weights ``w_i ~ ln(mu + 1/2) - ln i`` on the ``mu = floor(lambda/2)`` best and the
+CMA-ES constants ``c_s = (mu_eff+2)/(mu_eff+n+5)``, ``c_1 = 2/((n+1.3)^2+mu_eff)``,
+``c_w = min(1-c_1, 2(mu_eff+1/mu_eff-2)/((n+2)^2+mu_eff))``,
+``d_s = 1 + c_s + 2 max(0, sqrt((mu_eff-1)/(n+1)) - 1)``.
+
+``tell`` uses the ``z`` drawn by the last ``ask`` (kept in the state), so ``tell`` must receive the
+asked candidates. ``sigma`` is clipped to ``[sigma_min, sigma_max]`` as a float32 guard.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.core.numerics import exact_sum
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.core.strategy import as_solution_space
+from evotensor.es.base import VectorStrategy
+from evotensor.es.cma_es import float_dtype
+
+
+def positive_log_weights(population_size: int) -> np.ndarray:
+    """``[pop]`` weights ``ln(mu+1/2) - ln i`` on the best ``mu = pop // 2``, zero after; sum 1."""
+    mu = population_size // 2
+    i = np.arange(1, population_size + 1)
+    w = np.where(i <= mu, np.log(mu + 0.5) - np.log(i), 0.0)
+    return w / w.sum()
+
+
+def expected_norm(num_dims: int) -> float:
+    """``E|N(0, I_n)|`` approximated as ``sqrt(n) (1 - 1/(4n) + 1/(21 n^2))``."""
+    n = num_dims
+    return math.sqrt(n) * (1 - 1 / (4 * n) + 1 / (21 * n**2))
+
+
+@pytree_dataclass
+class MAESParams:
+    """Dynamic hyperparameters (vmappable): ``weights [pop]`` (best first) and scalars."""
+
+    mean_init: jax.Array
+    sigma_init: jax.Array
+    weights: jax.Array
+    mu_eff: jax.Array
+    c_sigma: jax.Array
+    d_sigma: jax.Array
+    c_1: jax.Array
+    c_w: jax.Array
+    chi_n: jax.Array
+    sigma_min: jax.Array
+    sigma_max: jax.Array
+
+
+@pytree_dataclass
+class MAESState:
+    """``mean [n]``, ``sigma []``, ``s [n]`` (path), ``M [n, n]``, ``z [pop, n]`` (last draw),
+    ``generation []`` int32, ``best_solution [n]``, ``best_fitness []``."""
+
+    mean: jax.Array
+    sigma: jax.Array
+    s: jax.Array
+    M: jax.Array
+    z: jax.Array
+    generation: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+
+
+class MAES(VectorStrategy):
+    """Matrix Adaptation ES (O(n^2) memory, O(n^3) per generation, no decomposition).
+
+    Args:
+        population_size: ``None`` -> ``4 + floor(3 ln n)``.
+        solution / num_dims: the solution template or flat dimension (exactly one).
+        sigma_init: initial step size (> 0).
+        mean_init: optional initial mean ``[n]``.
+    """
+
+    name = "ma_es"
+    min_population_size = 2
+
+    def __init__(self, population_size=None, solution=None, num_dims=None, *, sigma_init=1.0, mean_init=None):
+        n = as_solution_space(solution, num_dims).num_dims
+        if population_size is None:
+            population_size = 4 + int(math.floor(3 * math.log(n)))
+        super().__init__(population_size, solution, num_dims)
+        if not (math.isfinite(float(sigma_init)) and float(sigma_init) > 0):
+            raise ValueError(f"sigma_init must be a positive finite number, got {sigma_init!r}")
+        self.sigma_init = float(sigma_init)
+        self._mean_init = np.asarray(self.initial_mean() if mean_init is None else mean_init, np.float64)
+        if self._mean_init.shape != (self.num_dims,):
+            raise ValueError(f"mean_init must have shape ({self.num_dims},), got {self._mean_init.shape}")
+
+    def default_params(self) -> MAESParams:
+        n = float(self.num_dims)
+        w = positive_log_weights(self.population_size)
+        mu_eff = 1 / np.sum(w**2)
+        c_s = (mu_eff + 2) / (mu_eff + n + 5)
+        c_1 = 2 / ((n + 1.3) ** 2 + mu_eff)
+        c_w = min(1 - c_1, 2 * (mu_eff + 1 / mu_eff - 2) / ((n + 2) ** 2 + mu_eff))
+        d_s = 1 + c_s + 2 * max(0.0, math.sqrt((mu_eff - 1) / (n + 1)) - 1)
+        dtype = float_dtype()
+        s = lambda v: jnp.asarray(v, dtype)  # noqa: E731
+        return MAESParams(
+            mean_init=s(self._mean_init),
+            sigma_init=s(self.sigma_init),
+            weights=s(w),
+            mu_eff=s(mu_eff),
+            c_sigma=s(c_s),
+            d_sigma=s(d_s),
+            c_1=s(c_1),
+            c_w=s(c_w),
+            chi_n=s(expected_norm(self.num_dims)),
+            sigma_min=s(1e-20),
+            sigma_max=s(1e20),
+        )
+
+    def _init(self, key, params):
+        mean = jnp.asarray(params.mean_init)
+        n, dtype = mean.shape[0], mean.dtype
+        return MAESState(
+            mean=mean,
+            sigma=jnp.asarray(params.sigma_init, dtype),
+            s=jnp.zeros(n, dtype),
+            M=jnp.eye(n, dtype=dtype),
+            z=jnp.zeros((self.population_size, n), dtype),
+            generation=jnp.zeros((), jnp.int32),
+            best_solution=mean,
+            best_fitness=jnp.asarray(jnp.inf, dtype),
+        )
+
+    def _ask(self, key, state, params):
+        z = jax.random.normal(key, (self.population_size, self.num_dims), state.mean.dtype)
+        z = z + 0 * state.sigma  # batched with the state under vmap (see cma_es.sample)
+        d = z @ state.M.T
+        return state.mean + state.sigma * d, state.replace(z=z)
+
+    def _tell(self, key, state, x, fitness, params):
+        n = self.num_dims
+        dtype = state.mean.dtype
+        order = jnp.argsort(fitness, stable=True)
+        w = params.weights.astype(dtype)
+        zs = state.z[order]
+        z_w = exact_sum(w[:, None] * zs, axis=0)
+        d_w = exact_sum(state.M * z_w[None, :], axis=1)  # M z_w, batch-invariant (see cma_es.exact_sum)
+        mean = state.mean + state.sigma * d_w
+        c_s = params.c_sigma
+        s = (1 - c_s) * state.s + jnp.sqrt(params.mu_eff * c_s * (2 - c_s)) * z_w
+        eye = jnp.eye(n, dtype=dtype)
+        zz_w = (zs.T * w) @ zs
+        update = eye + params.c_1 / 2 * (jnp.outer(s, s) - eye) + params.c_w / 2 * (zz_w - eye)
+        M = state.M @ update
+        log_step = jnp.clip(c_s / params.d_sigma * (jnp.sqrt(exact_sum(s**2)) / params.chi_n - 1), -1.0, 1.0)
+        sigma = jnp.clip(state.sigma * jnp.exp(log_step), params.sigma_min, params.sigma_max)
+        best = order[0]
+        better = fitness[best] < state.best_fitness
+        new = state.replace(
+            mean=mean,
+            sigma=sigma,
+            s=s,
+            M=M,
+            generation=state.generation + 1,
+            best_solution=jnp.where(better, x[best].astype(dtype), state.best_solution),
+            best_fitness=jnp.where(better, fitness[best].astype(dtype), state.best_fitness),
+        )
+        return new, {"sigma": sigma}

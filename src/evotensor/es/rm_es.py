@@ -1,0 +1,212 @@
+"""Rm-ES: the rank-m evolution strategy (Li & Zhang, IEEE TEVC 2018).
+
+"A Simple Yet Efficient Evolution Strategy for Large-Scale Black-Box Optimization". The covariance
+is ``(1-c_cov)^m I + c_cov sum_j (1-c_cov)^(m-j) p_j p_j^T`` built from ``m`` stored evolution
+paths, sampled in O(m n) per candidate without ever forming a matrix::
+
+    x_i = mean + sigma (a^m z_i + b sum_j a^(m-j) r_ij p_j),  a = sqrt(1-c_cov), b = sqrt(c_cov),
+    z_i ~ N(0, I_n), r_ij ~ N(0, 1) independently for every candidate and path.
+
+Update: ``mean <- sum w_i x_i:lambda`` (positive log weights on the best ``mu = floor(lambda/2)``),
+``p <- (1-c_c) p + sqrt(c_c(2-c_c) mu_eff) (mean_new - mean)/sigma``. The archive keeps ``m`` past
+paths spaced at least ``T`` generations apart (Algorithm 2: when the closest pair is nearer than
+``T``, the older of that pair is dropped, otherwise the oldest). The step size follows the
+rank-based success rule (RSR): the ``mu`` best fitness values of this and of the previous
+generation are ranked together, ``q = sum_i w_i (R_prev,i - R_cur,i) / mu``,
+``s <- (1-c_s) s + c_s (q - q*)``, ``sigma <- sigma exp(s / d_sigma)``; the first generation has no
+previous one and leaves ``sigma`` unchanged.
+
+Defaults (the paper's Table / pypop7's RMES): ``c_cov = 1/(3 sqrt(n)+5)``, ``c_c = 2/(n+7)``,
+``c_s = 0.3``, ``q* = 0.3``, ``d_sigma = 1``, ``m = 2``, ``T = n``. ``sigma`` is clipped to
+``[sigma_min, sigma_max]`` as a float32 guard.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.core.numerics import exact_sum
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.core.strategy import as_solution_space
+from evotensor.es.base import VectorStrategy
+from evotensor.es.cma_es import float_dtype
+from evotensor.es.ma_es import positive_log_weights
+
+
+@pytree_dataclass
+class RmESParams:
+    """Dynamic hyperparameters (vmappable): ``weights [pop]`` and scalars."""
+
+    mean_init: jax.Array
+    sigma_init: jax.Array
+    weights: jax.Array
+    mu_eff: jax.Array
+    c_cov: jax.Array
+    c_c: jax.Array
+    c_s: jax.Array
+    q_star: jax.Array
+    d_sigma: jax.Array
+    gap: jax.Array
+    sigma_min: jax.Array
+    sigma_max: jax.Array
+
+
+@pytree_dataclass
+class RmESState:
+    """``mean [n]``, ``sigma []``, ``p [n]`` (path), ``P [m, n]`` (archived paths, oldest first),
+    ``t_hat [m]`` (their generations), ``s []`` (cumulative rank rate), ``prev_fitness [mu]``,
+    ``generation []`` int32, ``best_solution [n]``, ``best_fitness []``."""
+
+    mean: jax.Array
+    sigma: jax.Array
+    p: jax.Array
+    P: jax.Array
+    t_hat: jax.Array
+    s: jax.Array
+    prev_fitness: jax.Array
+    generation: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+
+
+class RmES(VectorStrategy):
+    """Rank-m ES for large ``n`` (O(m n) memory).
+
+    Args:
+        population_size: ``None`` -> ``4 + floor(3 ln n)``.
+        solution / num_dims: the solution template or flat dimension (exactly one).
+        sigma_init: initial step size (> 0).
+        mean_init: optional initial mean ``[n]``.
+        num_paths: ``m``, the number of archived evolution paths (default 2).
+    """
+
+    name = "rm_es"
+    min_population_size = 2
+
+    def __init__(
+        self,
+        population_size=None,
+        solution=None,
+        num_dims=None,
+        *,
+        sigma_init=1.0,
+        mean_init=None,
+        num_paths=2,
+    ):
+        n = as_solution_space(solution, num_dims).num_dims
+        if population_size is None:
+            population_size = 4 + int(math.floor(3 * math.log(n)))
+        super().__init__(population_size, solution, num_dims)
+        if not (math.isfinite(float(sigma_init)) and float(sigma_init) > 0):
+            raise ValueError(f"sigma_init must be a positive finite number, got {sigma_init!r}")
+        if isinstance(num_paths, bool) or not isinstance(num_paths, int) or num_paths < 1:
+            raise ValueError(f"num_paths must be a positive int, got {num_paths!r}")
+        self.num_paths = num_paths
+        self.mu = population_size // 2
+        self.sigma_init = float(sigma_init)
+        self._mean_init = np.asarray(self.initial_mean() if mean_init is None else mean_init, np.float64)
+        if self._mean_init.shape != (self.num_dims,):
+            raise ValueError(f"mean_init must have shape ({self.num_dims},), got {self._mean_init.shape}")
+
+    def default_params(self) -> RmESParams:
+        n = float(self.num_dims)
+        w = positive_log_weights(self.population_size)
+        dtype = float_dtype()
+        s = lambda v: jnp.asarray(v, dtype)  # noqa: E731
+        return RmESParams(
+            mean_init=s(self._mean_init),
+            sigma_init=s(self.sigma_init),
+            weights=s(w),
+            mu_eff=s(1 / np.sum(w**2)),
+            c_cov=s(1 / (3 * math.sqrt(n) + 5)),
+            c_c=s(2 / (n + 7)),
+            c_s=s(0.3),
+            q_star=s(0.3),
+            d_sigma=s(1.0),
+            gap=s(n),
+            sigma_min=s(1e-20),
+            sigma_max=s(1e20),
+        )
+
+    def _init(self, key, params):
+        mean = jnp.asarray(params.mean_init)
+        n, dtype, m = mean.shape[0], mean.dtype, self.num_paths
+        return RmESState(
+            mean=mean,
+            sigma=jnp.asarray(params.sigma_init, dtype),
+            p=jnp.zeros(n, dtype),
+            P=jnp.zeros((m, n), dtype),
+            t_hat=jnp.zeros(m, dtype),
+            s=jnp.zeros((), dtype),
+            prev_fitness=jnp.full(self.mu, jnp.inf, dtype),
+            generation=jnp.zeros((), jnp.int32),
+            best_solution=mean,
+            best_fitness=jnp.asarray(jnp.inf, dtype),
+        )
+
+    def _ask(self, key, state, params):
+        m = self.num_paths
+        dtype = state.mean.dtype
+        kz, kr = jax.random.split(key)
+        z = jax.random.normal(kz, (self.population_size, self.num_dims), dtype) + 0 * state.sigma
+        r = jax.random.normal(kr, (self.population_size, m), dtype) + 0 * state.sigma
+        a = jnp.sqrt(1 - params.c_cov)
+        powers = a ** jnp.arange(m - 1, -1, -1, dtype=dtype)  # a^(m-j) for j = 1..m
+        low_rank = r * powers @ state.P  # [pop, n]
+        y = a**m * z + jnp.sqrt(params.c_cov) * low_rank
+        return state.mean + state.sigma * y, state
+
+    def _tell(self, key, state, x, fitness, params):
+        m, mu = self.num_paths, self.mu
+        dtype = state.mean.dtype
+        order = jnp.argsort(fitness, stable=True)
+        w = params.weights.astype(dtype)
+        xs = x.astype(dtype)[order]
+        mean = exact_sum(w[:, None] * xs, axis=0)
+        c_c = params.c_c
+        p = (1 - c_c) * state.p + jnp.sqrt(c_c * (2 - c_c) * params.mu_eff) * (mean - state.mean) * (
+            1 / state.sigma
+        )
+
+        # rank-based success rule on the mu best of the previous and this generation
+        current = fitness.astype(dtype)[order][:mu]
+        merged = jnp.concatenate([state.prev_fitness, current])
+        ranks = jnp.argsort(jnp.argsort(merged, stable=True), stable=True).astype(dtype)
+        q = exact_sum(w[:mu] * (ranks[:mu] - ranks[mu:])) / mu
+        first = state.generation == 0
+        s = jnp.where(first, state.s, (1 - params.c_s) * state.s + params.c_s * (q - params.q_star))
+        sigma = jnp.clip(state.sigma * jnp.exp(s / params.d_sigma), params.sigma_min, params.sigma_max)
+
+        # path archive (Algorithm 2): drop the older of the closest pair, or the oldest
+        g = state.generation.astype(dtype)
+        if m > 1:
+            gaps = state.t_hat[1:] - state.t_hat[:-1]
+            i_drop = jnp.argmin(gaps) + 1
+            i_drop = jnp.where((gaps[i_drop - 1] > params.gap) | (state.generation < m), 0, i_drop)
+        else:
+            i_drop = jnp.zeros((), jnp.int32)
+        idx = jnp.arange(m)
+        shifted_P = jnp.concatenate([state.P[1:], p[None]], axis=0)
+        shifted_t = jnp.concatenate([state.t_hat[1:], g[None]])
+        P = jnp.where((idx >= i_drop)[:, None], shifted_P, state.P)
+        t_hat = jnp.where(idx >= i_drop, shifted_t, state.t_hat)
+
+        best = order[0]
+        better = fitness[best] < state.best_fitness
+        new = RmESState(
+            mean=mean,
+            sigma=sigma,
+            p=p,
+            P=P,
+            t_hat=t_hat,
+            s=s,
+            prev_fitness=current,
+            generation=state.generation + 1,
+            best_solution=jnp.where(better, x[best].astype(dtype), state.best_solution),
+            best_fitness=jnp.where(better, fitness[best].astype(dtype), state.best_fitness),
+        )
+        return new, {"sigma": sigma, "success_rate": q}

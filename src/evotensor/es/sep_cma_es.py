@@ -1,0 +1,212 @@
+"""Sep-CMA-ES: CMA-ES with a diagonal covariance matrix (Ros & Hansen, PPSN 2008).
+
+"A Simple Modification in CMA-ES Achieving Linear Time and Space Complexity": the covariance
+matrix is restricted to its diagonal ``c`` (so sampling, update and memory are O(n) per
+candidate), and because only ``n`` instead of ``n(n+1)/2`` numbers are learned, the covariance
+learning rate is multiplied by ``(n+2)/3``. With ``mu_cov = mu_eff``::
+
+    c_cov     = 1/mu_cov * 2/(n+sqrt 2)^2 + (1 - 1/mu_cov) * min(1, (2 mu_eff - 1)/((n+2)^2 + mu_eff))
+    c_cov_sep = (n+2)/3 * c_cov,  c_1 = c_cov_sep/mu_cov,  c_mu = c_cov_sep (1 - 1/mu_cov)
+    c_c = 4/(n+4),  c_sigma = (mu_eff+2)/(n+mu_eff+3),
+    d_sigma = 1 + 2 max(0, sqrt((mu_eff-1)/(n+1)) - 1) + c_sigma
+
+Update per generation (``y_i = (x_i:lambda - m)/sigma``, positive log weights on the best half)::
+
+    m   <- sum w_i x_i:lambda
+    p_s <- (1-c_sigma) p_s + sqrt(c_sigma(2-c_sigma) mu_eff) * <y>_w / sqrt(c)
+    h   <- |p_s| / sqrt(1-(1-c_sigma)^(2g)) < (1.4 + 2/(n+1)) chi_n
+    p_c <- (1-c_c) p_c + h sqrt(c_c(2-c_c) mu_eff) <y>_w
+    c   <- (1 - c_1 - c_mu) c + c_1 (p_c^2 + (1-h) c_c (2-c_c) c) + c_mu sum w_i y_i^2
+    sigma <- sigma exp(c_sigma/d_sigma (|p_s|/chi_n - 1))
+
+``sigma`` is clipped to ``[sigma_min, sigma_max]`` and ``c`` to a condition number of at most
+``max_condition`` so float32 runs far past convergence stay finite.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.core.numerics import exact_sum
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.core.strategy import as_solution_space
+from evotensor.es.base import VectorStrategy
+from evotensor.es.cma_es import float_dtype
+
+
+def sep_cma_constants(num_dims: int, population_size: int) -> dict[str, Any]:
+    """Ros & Hansen (2008) constants in float64: ``weights [pop]`` and scalars."""
+    n, lam = float(num_dims), population_size
+    mu = lam // 2
+    raw = np.log((lam + 1) / 2.0) - np.log(np.arange(1, lam + 1))
+    w = np.where(np.arange(lam) < mu, raw, 0.0)
+    w = w / w.sum()
+    mu_eff = 1.0 / np.sum(w**2)
+    mu_cov = mu_eff
+    c_cov = (1 / mu_cov) * 2 / (n + math.sqrt(2)) ** 2 + (1 - 1 / mu_cov) * min(
+        1.0, (2 * mu_eff - 1) / ((n + 2) ** 2 + mu_eff)
+    )
+    c_cov = min(1.0, (n + 2) / 3 * c_cov)
+    c_sigma = (mu_eff + 2) / (n + mu_eff + 3)
+    return dict(
+        weights=w,
+        mu_eff=mu_eff,
+        c_sigma=c_sigma,
+        d_sigma=1 + 2 * max(0.0, math.sqrt((mu_eff - 1) / (n + 1)) - 1) + c_sigma,
+        c_c=4 / (n + 4),
+        c_1=c_cov / mu_cov,
+        c_mu=c_cov * (1 - 1 / mu_cov),
+        chi_n=math.sqrt(n) * (1 - 1 / (4 * n) + 1 / (21 * n**2)),
+    )
+
+
+@pytree_dataclass
+class SepCMAESParams:
+    """Dynamic hyperparameters (vmappable). ``weights [pop]`` best rank first, the rest ``[]``."""
+
+    mean_init: jax.Array
+    sigma_init: jax.Array
+    weights: jax.Array
+    mu_eff: jax.Array
+    c_sigma: jax.Array
+    d_sigma: jax.Array
+    c_c: jax.Array
+    c_1: jax.Array
+    c_mu: jax.Array
+    chi_n: jax.Array
+    sigma_min: jax.Array
+    sigma_max: jax.Array
+    max_condition: jax.Array
+
+
+@pytree_dataclass
+class SepCMAESState:
+    """``mean [n]``, ``sigma []``, ``p_sigma [n]``, ``p_c [n]``, ``c [n]`` (diagonal of C),
+    ``generation []`` int32, ``best_solution [n]``, ``best_fitness []``."""
+
+    mean: jax.Array
+    sigma: jax.Array
+    p_sigma: jax.Array
+    p_c: jax.Array
+    c: jax.Array
+    generation: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+
+
+class SepCMAES(VectorStrategy):
+    """Separable (diagonal) CMA-ES, O(n) memory and time per candidate.
+
+    Args:
+        population_size: ``None`` -> ``4 + floor(3 ln n)``.
+        solution / num_dims: the solution template or flat dimension (exactly one).
+        sigma_init: initial step size (> 0).
+        mean_init: optional initial mean (default: the template's values, or 0).
+    """
+
+    name = "sep_cma_es"
+    min_population_size = 2
+
+    def __init__(self, population_size=None, solution=None, num_dims=None, *, sigma_init=1.0, mean_init=None):
+        n = as_solution_space(solution, num_dims).num_dims
+        if population_size is None:
+            population_size = 4 + int(math.floor(3 * math.log(n)))
+        super().__init__(population_size, solution, num_dims)
+        if not (math.isfinite(float(sigma_init)) and float(sigma_init) > 0):
+            raise ValueError(f"sigma_init must be a positive finite number, got {sigma_init!r}")
+        self.sigma_init = float(sigma_init)
+        self._mean_init = np.asarray(self.initial_mean() if mean_init is None else mean_init, np.float64)
+        if self._mean_init.shape != (self.num_dims,):
+            raise ValueError(f"mean_init must have shape ({self.num_dims},), got {self._mean_init.shape}")
+        self.constants = sep_cma_constants(n, population_size)
+
+    def default_params(self) -> SepCMAESParams:
+        dtype = float_dtype()
+        c = self.constants
+        s = lambda v: jnp.asarray(v, dtype)  # noqa: E731
+        return SepCMAESParams(
+            mean_init=s(self._mean_init),
+            sigma_init=s(self.sigma_init),
+            weights=s(c["weights"]),
+            mu_eff=s(c["mu_eff"]),
+            c_sigma=s(c["c_sigma"]),
+            d_sigma=s(c["d_sigma"]),
+            c_c=s(c["c_c"]),
+            c_1=s(c["c_1"]),
+            c_mu=s(c["c_mu"]),
+            chi_n=s(c["chi_n"]),
+            sigma_min=s(1e-20),
+            sigma_max=s(1e20),
+            max_condition=s(1e14),
+        )
+
+    def _init(self, key, params):
+        mean = jnp.asarray(params.mean_init)
+        n, dtype = mean.shape[0], mean.dtype
+        return SepCMAESState(
+            mean=mean,
+            sigma=jnp.asarray(params.sigma_init, dtype),
+            p_sigma=jnp.zeros(n, dtype),
+            p_c=jnp.zeros(n, dtype),
+            c=jnp.ones(n, dtype),
+            generation=jnp.zeros((), jnp.int32),
+            best_solution=mean,
+            best_fitness=jnp.asarray(jnp.inf, dtype),
+        )
+
+    def _ask(self, key, state, params):
+        z = jax.random.normal(key, (self.population_size, self.num_dims), state.mean.dtype)
+        z = z + 0 * state.sigma  # batched with the state under vmap (see cma_es.sample)
+        return state.mean + state.sigma * (z * jnp.sqrt(state.c)), state
+
+    def _tell(self, key, state, x, fitness, params):
+        n = self.num_dims
+        dtype = state.mean.dtype
+        order = jnp.argsort(fitness, stable=True)
+        xs = x.astype(dtype)[order]
+        w = params.weights.astype(dtype)
+        inv_sigma = 1 / state.sigma
+        ys = (xs - state.mean) * inv_sigma
+        y_w = exact_sum(w[:, None] * ys, axis=0)
+        mean = state.mean + state.sigma * y_w
+        c_s, c_c = params.c_sigma, params.c_c
+        p_sigma = (1 - c_s) * state.p_sigma + jnp.sqrt(c_s * (2 - c_s) * params.mu_eff) * y_w / jnp.sqrt(
+            state.c
+        )
+        generation = state.generation + 1
+        ps_norm = jnp.sqrt(exact_sum(p_sigma**2))
+        h_sigma = (
+            ps_norm / jnp.sqrt(1 - (1 - c_s) ** (2 * generation.astype(dtype)))
+            < (1.4 + 2 / (n + 1)) * params.chi_n
+        )
+        h = h_sigma.astype(dtype)
+        p_c = (1 - c_c) * state.p_c + h * jnp.sqrt(c_c * (2 - c_c) * params.mu_eff) * y_w
+        c1, cmu = params.c_1, params.c_mu
+        c = (
+            (1 - c1 - cmu) * state.c
+            + c1 * (p_c**2 + (1 - h) * c_c * (2 - c_c) * state.c)
+            + cmu * exact_sum(w[:, None] * ys**2, axis=0)
+        )
+        # condition guard: lift the smallest variances (keeps 1/sqrt(c) finite in float32)
+        tiny = jnp.finfo(dtype).tiny
+        c = jnp.maximum(c, jnp.maximum(jnp.max(c) / params.max_condition, tiny))
+        log_step = jnp.clip(c_s / params.d_sigma * (ps_norm / params.chi_n - 1), -1.0, 1.0)
+        sigma = jnp.clip(state.sigma * jnp.exp(log_step), params.sigma_min, params.sigma_max)
+        best = order[0]
+        better = fitness[best] < state.best_fitness
+        new = SepCMAESState(
+            mean=mean,
+            sigma=sigma,
+            p_sigma=p_sigma,
+            p_c=p_c,
+            c=c,
+            generation=generation,
+            best_solution=jnp.where(better, x[best].astype(dtype), state.best_solution),
+            best_fitness=jnp.where(better, fitness[best].astype(dtype), state.best_fitness),
+        )
+        return new, {"sigma": sigma, "h_sigma": h_sigma, "axis_ratio": jnp.sqrt(jnp.max(c) / jnp.min(c))}

@@ -1,0 +1,214 @@
+"""CMA-ES: construction, convergence, numerical robustness, NaN handling, vmap exactness."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evotensor.es import CMAES
+from evotensor.es.cma_es import cma_constants, decompose, exact_sum
+
+
+def sphere(x):
+    return jnp.sum(x**2, axis=-1)
+
+
+def make_run(es, f, generations):
+    """jit(run): (key, params) -> (final state, best fitness per generation)."""
+
+    def run(key, params):
+        def step(state, k):
+            k1, k2 = jax.random.split(k)
+            x, state = es.ask(k1, state, params)
+            fx = f(x)
+            state, _ = es.tell(k2, state, x, fx, params)
+            return state, jnp.min(fx)
+
+        init_key, loop_key = jax.random.split(key)
+        state = es.init(init_key, params)
+        return jax.lax.scan(step, state, jax.random.split(loop_key, generations))
+
+    return jax.jit(run)
+
+
+def test_default_population_size():
+    for n in (2, 10, 30, 100):
+        assert CMAES(num_dims=n).population_size == 4 + math.floor(3 * math.log(n))
+
+
+def test_bad_arguments_raise_naming_the_argument():
+    with pytest.raises(ValueError, match="preset"):
+        CMAES(num_dims=3, preset="textbook")
+    with pytest.raises(ValueError, match="sigma_init"):
+        CMAES(num_dims=3, sigma_init=0.0)
+    with pytest.raises(ValueError, match="mean_init"):
+        CMAES(num_dims=3, mean_init=np.zeros(4))
+    with pytest.raises(ValueError, match="population_size"):
+        CMAES(1, num_dims=3)
+
+
+def test_large_dimension_warns_about_memory():
+    with pytest.warns(UserWarning, match="SepCMAES or LMMAES"):
+        CMAES(num_dims=2001)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CMAES(num_dims=2000)
+
+
+def test_weights_and_learning_rates_are_consistent():
+    es = CMAES(num_dims=10)
+    c = es.constants
+    w = c["weights"]
+    assert np.all(np.diff(w) <= 0)  # best rank first
+    assert np.sum(w[w > 0]) == pytest.approx(1.0)
+    assert c["mu_eff"] == pytest.approx(1 / np.sum(w[w > 0] ** 2))
+    # active weights are finalized so that the decay 1 - c1 - cmu * sum(w) is at most 1
+    assert c["c_1"] + c["c_mu"] * np.sum(w) >= -1e-12
+    t = CMAES(num_dims=10, preset="tutorial").constants
+    assert np.all(t["weights"] >= 0) and t["c_sigma"] < c["c_sigma"]
+
+
+def test_solves_10d_sphere():
+    """Documented tolerance: best f < 1e-12 within 300 generations (float32)."""
+    es = CMAES(num_dims=10, sigma_init=1.0, mean_init=np.full(10, 3.0))
+    state, best = make_run(es, sphere, 300)(jax.random.key(0), es.default_params())
+    assert float(best[-1]) < 1e-12
+    assert float(sphere(state.mean)) < 1e-10
+
+
+def test_tutorial_preset_solves_10d_sphere():
+    es = CMAES(num_dims=10, sigma_init=1.0, mean_init=np.full(10, 3.0), preset="tutorial")
+    _, best = make_run(es, sphere, 300)(jax.random.key(0), es.default_params())
+    assert float(best[-1]) < 1e-12
+
+
+def test_3000_generations_past_convergence_stay_finite_float32():
+    es = CMAES(num_dims=30, sigma_init=1.0, mean_init=np.full(30, 3.0))
+    state, best = make_run(es, sphere, 3000)(jax.random.key(1), es.default_params())
+    assert state.mean.dtype == jnp.float32
+    for name, leaf in vars(state).items():
+        assert bool(jnp.all(jnp.isfinite(leaf))), name
+    assert float(best[-1]) < 1e-20
+    assert float(state.sigma) > 0
+
+
+def test_nonfinite_fitness_ranks_last_and_never_enters_state():
+    es = CMAES(num_dims=5, sigma_init=0.5)
+    params = es.default_params()
+    tell = jax.jit(es.tell)
+    state = es.init(jax.random.key(0), params)
+    x, state = es.ask(jax.random.key(1), state, params)
+    f = sphere(x)
+    bad_idx = jnp.asarray([1, 4, 6])
+    bad = f.at[bad_idx].set(jnp.asarray([jnp.nan, jnp.inf, -jnp.nan]))
+    # reference: the same candidates ranked last (ties among non-finite values keep index order)
+    ref = f.at[bad_idx].set(1e30 + jnp.arange(3.0) * 1e24)
+    s_bad, _ = tell(jax.random.key(2), state, x, bad, params)
+    s_ref, _ = tell(jax.random.key(2), state, x, ref, params)
+    for a, b in zip(jax.tree_util.tree_leaves(s_bad), jax.tree_util.tree_leaves(s_ref)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    all_bad, _ = tell(jax.random.key(2), state, x, jnp.full_like(f, jnp.nan), params)
+    assert all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in jax.tree_util.tree_leaves(all_bad))
+
+
+def test_lazy_eigendecomposition_follows_the_gap():
+    es = CMAES(num_dims=100)  # pycma's gap is ~1.07 generations here
+    params = es.default_params()
+    assert float(params.lazy_gap) > 1
+    state = es.init(jax.random.key(0), params)
+    tell = jax.jit(es.tell)
+    ask = jax.jit(es.ask)
+    updated = []
+    for g in range(10):
+        x, state = ask(jax.random.key(g), state, params)
+        state, m = tell(jax.random.key(g), state, x, sphere(x - 1.0), params)
+        updated.append(bool(m["eigen_updated"]))
+        if updated[-1]:  # C == B diag(D^2) B^T right after a decomposition
+            np.testing.assert_allclose((state.B * state.D**2) @ state.B.T, state.C, atol=2e-5)
+    assert updated == [False, True] * 5
+
+
+def test_decompose_limits_condition_and_survives_nan():
+    C = jnp.diag(jnp.asarray([1e-20, 1.0, 4.0]))
+    C2, B, D = decompose(C, jnp.eye(3), jnp.ones(3), jnp.asarray(1e6))
+    assert float(D[-1] ** 2 / D[0] ** 2) == pytest.approx(1e6, rel=1e-3)
+    np.testing.assert_allclose((B * D**2) @ B.T, C2, rtol=1e-5, atol=1e-9)
+    C3, B3, D3 = decompose(jnp.full((3, 3), jnp.nan), jnp.eye(3), jnp.full(3, 2.0), jnp.asarray(1e6))
+    np.testing.assert_array_equal(D3, jnp.full(3, 2.0))
+    np.testing.assert_allclose(C3, 4 * jnp.eye(3))
+
+
+def test_pytree_solution_and_mean_solution():
+    template = {"a": jnp.ones((2, 2)), "b": jnp.zeros(3)}
+    es = CMAES(solution=template, sigma_init=0.3)
+    assert es.num_dims == 7
+    params = es.default_params()
+    state = es.init(jax.random.key(0), params)
+    pop, state = jax.jit(es.ask)(jax.random.key(1), state, params)
+    assert pop["a"].shape == (es.population_size, 2, 2)
+    fit = jnp.sum(pop["a"] ** 2, axis=(1, 2)) + jnp.sum(pop["b"] ** 2, axis=1)
+    state, _ = jax.jit(es.tell)(jax.random.key(2), state, pop, fit, params)
+    mean = es.mean_solution(state)
+    assert mean["a"].shape == (2, 2) and mean["b"].shape == (3,)
+
+
+def exact_sphere(x):
+    # the objective must be batch-invariant too: XLA:CPU may sum a row in a different order when
+    # the program is vmapped (observed for jnp.sum over 64 elements), exact_sum is not reordered
+    return exact_sum(x**2)
+
+
+@pytest.mark.parametrize("n", [6, pytest.param(30, marks=pytest.mark.slow)])
+def test_vmap_over_seeds_and_sigma_init_is_bit_identical(n):
+    es = CMAES(num_dims=n, mean_init=np.full(n, 2.0))
+    run = make_run(es, exact_sphere, 20)
+    params = es.default_params()
+    keys = jax.random.split(jax.random.key(3), 3)
+    batched = jax.jit(jax.vmap(run, in_axes=(0, None)))(keys, params)
+    for i in range(3):
+        single = run(keys[i], params)
+        for a, b in zip(jax.tree_util.tree_leaves(batched), jax.tree_util.tree_leaves(single)):
+            np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
+    sigmas = jnp.asarray([0.1, 1.0, 3.0])
+    p_batched = jax.vmap(lambda s: params.replace(sigma_init=s))(sigmas)
+    batched = jax.jit(jax.vmap(run, in_axes=(None, 0)))(keys[0], p_batched)
+    for i in range(3):
+        single = run(keys[0], params.replace(sigma_init=sigmas[i]))
+        for a, b in zip(jax.tree_util.tree_leaves(batched), jax.tree_util.tree_leaves(single)):
+            np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
+
+
+_traced_constants = {}
+
+
+def _jnp_constants(n, size):
+    if (n, size) not in _traced_constants:
+        _traced_constants[(n, size)] = jax.jit(lambda lam: cma_constants(n, lam, size, "pycma", jnp))
+    return _traced_constants[(n, size)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.sampled_from([1, 2, 7, 30, 300, 3000]), lam=st.integers(2, 300))
+def test_constants_invariants_and_traced_path_agrees(n, lam):
+    """Structural invariants of the weights/learning rates, and the traced (dynamic lambda) path used
+    by the restart strategies equals the float64 NumPy path."""
+    c = cma_constants(n, lam, lam, "pycma", np)
+    w = c["weights"]
+    assert np.all(np.diff(w) <= 1e-15) and w[0] > 0 and w[-1] <= 0  # 0 when c_1 + c_mu = 1
+    assert np.sum(w[w > 0]) == pytest.approx(1.0)
+    assert 0 < c["c_1"] and 0 < c["c_mu"] and c["c_1"] + c["c_mu"] <= 1 + 1e-12
+    assert 0 < c["c_sigma"] <= 0.5 and 0 < c["c_c"] <= 1 and c["d_sigma"] >= 1
+    assert c["c_1"] + c["c_mu"] * np.sum(w) >= -1e-9  # the decay factor of C is at most 1
+    size = 320
+    t = _jnp_constants(n, size)(jnp.asarray(lam))
+    np.testing.assert_allclose(np.asarray(t["weights"])[:lam], w, rtol=2e-5, atol=1e-7)
+    assert np.all(np.asarray(t["weights"])[lam:] == 0)
+    for name in ("mu_eff", "c_sigma", "d_sigma", "c_c", "c_1", "c_mu"):
+        assert float(t[name]) == pytest.approx(c[name], rel=2e-5), name

@@ -1,0 +1,154 @@
+"""IPOP/BIPOP-CMA-ES: dynamic population with masking, restarts inside one compiled scan."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from evotensor.core.numerics import exact_sum
+from evotensor.es import BIPOPCMAES, CMAES, IPOPCMAES
+
+
+def sphere(x):
+    return exact_sum(x**2)
+
+
+def rastrigin(x):
+    return 10 * x.shape[-1] + exact_sum(x**2 - 10 * jnp.cos(2 * jnp.pi * x))
+
+
+def flat(x):
+    return jnp.zeros(x.shape[0], x.dtype)
+
+
+def make_run(es, f, generations):
+    def run(key, params):
+        def step(state, k):
+            k1, k2 = jax.random.split(k)
+            x, state = es.ask(k1, state, params)
+            state, m = es.tell(k2, state, x, f(x), params)
+            return state, (state.best_fitness, m["population_size"], m["restarted"], state.evaluations)
+
+        init_key, loop_key = jax.random.split(key)
+        return jax.lax.scan(step, es.init(init_key, params), jax.random.split(loop_key, generations))
+
+    return jax.jit(run)
+
+
+def test_ipop_doubles_population_on_each_restart_up_to_the_cap():
+    es = IPOPCMAES(num_dims=5, max_population_size=64)
+    state, (_, lam, restarted, evals) = make_run(es, flat, 20)(jax.random.key(0), es.default_params())
+    lam, restarted = np.asarray(lam), np.asarray(restarted)
+    # flat fitness: tolflatfitness fires after 2 generations of every run
+    sizes = [lam[0]] + [lam[i + 1] for i in range(len(lam) - 1) if restarted[i]]
+    assert sizes[:5] == [8, 16, 32, 64, 64]
+    assert int(state.restarts) == int(restarted.sum())
+    assert int(evals[-1]) == int(lam.sum())  # only real candidates are counted
+
+
+def test_padding_candidates_never_influence_the_update():
+    es = IPOPCMAES(num_dims=4, max_population_size=32)
+    params = es.default_params()
+    state = es.init(jax.random.key(0), params)
+    x, state = jax.jit(es.ask)(jax.random.key(1), state, params)
+    mask = np.asarray(es.active_mask(state))
+    assert mask.sum() == es.base_population_size
+    np.testing.assert_array_equal(
+        np.asarray(x)[~mask], np.broadcast_to(np.asarray(state.cma.mean), x[~mask].shape)
+    )
+    f = sphere(x)
+    tell = jax.jit(es.tell)
+    garbage_x = jnp.where(jnp.asarray(mask)[:, None], x, jnp.nan)
+    garbage_f = jnp.where(jnp.asarray(mask), f, -1e30)
+    s1, _ = tell(jax.random.key(2), state, x, f, params)
+    s2, _ = tell(jax.random.key(2), state, garbage_x, garbage_f, params)
+    for a, b in zip(jax.tree_util.tree_leaves(s1), jax.tree_util.tree_leaves(s2)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_first_run_equals_plain_cmaes_update():
+    n = 6
+    es = IPOPCMAES(num_dims=n, max_population_size=40, sigma_init=0.5)
+    plain = CMAES(num_dims=n, sigma_init=0.5)
+    lam = plain.population_size
+    p, pp = es.default_params(), plain.default_params()
+    state, pstate = es.init(jax.random.key(0), p), plain.init(jax.random.key(0), pp)
+    tell, ptell = jax.jit(es.tell), jax.jit(plain.tell)
+    ask = jax.jit(es.ask)
+    for g in range(5):
+        x, _ = ask(jax.random.key(g), state, p)
+        f = sphere(x - 1.0)
+        state, _ = tell(jax.random.key(g), state, x, f, p)
+        pstate, _ = ptell(jax.random.key(g), pstate, x[:lam], f[:lam], pp)
+        for name in ("mean", "sigma", "p_sigma", "p_c", "C"):
+            np.testing.assert_allclose(getattr(state.cma, name), getattr(pstate, name), rtol=1e-5, atol=1e-7)
+
+
+def test_ipop_solves_10d_sphere_and_bipop_too():
+    """Documented tolerance: best f < 1e-12 on the 10-d sphere within 400 generations."""
+    for cls in (IPOPCMAES, BIPOPCMAES):
+        es = cls(num_dims=10, max_population_size=40, sigma_init=1.0, mean_init=np.full(10, 3.0))
+        _, (best, *_rest) = make_run(es, sphere, 400)(jax.random.key(0), es.default_params())
+        assert float(best[-1]) < 1e-12, cls.__name__
+
+
+def test_bipop_budgets_population_and_sigma_of_small_runs():
+    es = BIPOPCMAES(num_dims=5, max_population_size=256, sigma_init=2.0)
+    lam0 = es.base_population_size
+    run = make_run(es, flat, 60)
+    state, (_, lam, restarted, evals) = run(jax.random.key(1), es.default_params())
+    lam, restarted = np.asarray(lam), np.asarray(restarted)
+    assert int(state.restarts) >= 5
+    assert int(state.large_runs) >= 1
+    # every population size is lam0 * 2^k (large) or between lam0 and the last large size (small)
+    assert np.all(lam >= lam0) and np.all(lam <= 256)
+    assert int(state.evals_small + state.evals_large) <= int(evals[-1])
+    # the small-run budget stays within one run of the large budget (BIPOP's balance)
+    assert abs(int(state.evals_small) - int(state.evals_large)) <= int(lam.max()) * 3 + 3 * lam0
+    assert 0.02 - 1e-6 <= float(state.run_sigma) <= 2.0 + 1e-6
+
+
+def test_campaign_vmaps_over_seeds_bit_identically():
+    es = IPOPCMAES(num_dims=4, max_population_size=32, sigma_init=1.0, mean_init=np.full(4, 1.0))
+    run = make_run(es, sphere, 250)
+    params = es.default_params()
+    keys = jax.random.split(jax.random.key(5), 3)
+    batched = jax.jit(jax.vmap(run, in_axes=(0, None)))(keys, params)
+    assert np.all(np.asarray(batched[0].restarts) >= 1)  # restarts happened inside the scan
+    for i in range(3):
+        single = run(keys[i], params)
+        for a, b in zip(jax.tree_util.tree_leaves(batched), jax.tree_util.tree_leaves(single)):
+            np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="max_population_size"):
+        IPOPCMAES(num_dims=5, max_population_size=4)
+    with pytest.raises(ValueError, match="init_bounds"):
+        IPOPCMAES(num_dims=5, max_population_size=64, init_bounds=(1.0, -1.0))
+
+
+@pytest.mark.slow
+def test_ipop_and_bipop_solve_10d_rastrigin():
+    for cls in (IPOPCMAES, BIPOPCMAES):
+        es = cls(num_dims=10, max_population_size=320, sigma_init=2.0, init_bounds=(-4.0, 4.0))
+        runs = jax.jit(jax.vmap(make_run(es, rastrigin, 3000), in_axes=(0, None)))
+        _, (best, *_rest) = runs(jax.random.split(jax.random.key(0), 4), es.default_params())
+        assert np.sum(np.asarray(best)[:, -1] < 1e-8) >= 3, cls.__name__
+
+
+@pytest.mark.slow
+def test_3000_generations_stay_finite_float32():
+    es = IPOPCMAES(num_dims=30, max_population_size=64, mean_init=np.full(30, 3.0))
+    state, _ = make_run(es, sphere, 3000)(jax.random.key(1), es.default_params())
+    assert int(state.restarts) >= 1
+    for leaf in jax.tree_util.tree_leaves(
+        (state.cma, state.run_params, state.best_solution, state.best_fitness)
+    ):
+        assert bool(jnp.all(jnp.isfinite(leaf)))
+    # termination histories use NaN only as the "not yet recorded" marker of the current run
+    for hist in (state.term.best, state.term.stag_best, state.term.stag_median):
+        filled = np.arange(hist.shape[0]) < int(state.term.generation)
+        assert np.all(np.isfinite(np.asarray(hist)[filled])) and np.all(np.isnan(np.asarray(hist)[~filled]))
