@@ -1,0 +1,412 @@
+"""Pallas kernel for forest evaluation: EvoGP's hybrid and data-parallel schemes.
+
+One kernel body, two launch shapes (EvoGP, arXiv 2501.17168, Sec. IV-C):
+
+* **hybrid** — grid ``(tree blocks, row blocks)``; each program loads its block of
+  ``tree_block`` trees once and evaluates them one after the other on its ``row_block`` rows, so
+  many trees and many rows run in one launch (best for small and medium data).
+* **data-parallel** — grid ``(trees, row blocks)`` with one tree per program and large row blocks:
+  every tree is spread across all rows (best for very large data).
+
+``scheme="auto"`` picks data-parallel when ``n_points >= DATA_PARALLEL_MIN_POINTS``.
+
+Inside a program a tree is run in reverse prefix order on a **bounded value stack** of
+``max_stack`` slots, each a vector of ``row_block`` rows (one-hot addressed, so the stack lives
+in registers). The opcode is uniform across the program's rows, so a ``lax.switch`` on it runs
+exactly one function per node (no divergence). The default ``max_stack`` is the worst case for
+``max_len`` and the set's largest arity, ``((A - 1) * max_len + 1) // A``; with a smaller value,
+trees that need more stack get NaN predictions (so the worst fitness) instead of wrong values.
+
+Fitness uses a deterministic two-stage reduction, no atomics: each program writes one partial
+sum per tree for its row block (stage 1), and a fixed-order sum over row blocks finishes (stage 2),
+so results are bit-reproducible.
+
+Triton (the GPU backend) wants power-of-two block dimensions: ``max_len``, ``n_vars`` and the
+stack are padded up automatically; ``tree_block``, ``row_block`` and ``n_outputs`` should be powers
+of two on a GPU. The kernel has been run only in interpret mode so far (no GPU was available);
+on its first GPU run, check it against the JAX path (the tests in
+``tests/gp/test_pallas_kernel.py`` with ``interpret=False``).
+
+Semantics are exactly those of :mod:`evotensor.gp.evaluate` (functions from
+:class:`~evotensor.gp.functions.FunctionSet`, Modi outputs as in :mod:`evotensor.gp.reference`,
+metrics from :func:`evotensor.gp.evaluate.row_terms`). Off GPU the kernel runs in Pallas's
+interpreter (``interpret=True``, slow; used by the CPU tests of the kernel's logic).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from evotensor.gp.evaluate import (
+    METRICS,
+    _check_function_set,
+    _check_int,
+    _check_X,
+    _check_y,
+    _fields,
+    finalize_metric,
+    row_terms,
+    total_sum_of_squares,
+)
+from evotensor.gp.functions import CONST, PAD, VAR, FunctionSet
+
+SCHEMES = ("auto", "hybrid", "data_parallel")
+DATA_PARALLEL_MIN_POINTS = 1 << 15
+HYBRID_BLOCKS = (8, 128)  # (trees, rows) per program
+DATA_PARALLEL_ROWS = 1024
+
+
+def default_max_stack(max_len: int, max_arity: int) -> int:
+    """Worst-case stack height of reverse-prefix evaluation of a ``max_len`` tree.
+
+    Every value on the stack but one waits for an unprocessed parent that still lacks its first
+    child, and such a parent holds at most ``A - 1`` of them, so ``h <= (A - 1) * parents + 1``
+    and ``h + parents <= max_len``.
+    """
+    return max(1, ((max_arity - 1) * max_len + 1) // max_arity)
+
+
+def stack_peak(opcode: jax.Array, size: jax.Array, fs: FunctionSet) -> jax.Array:
+    """Largest stack height each tree reaches. ``[pop, max_len] -> int32 [pop]``."""
+    in_tree = jnp.arange(opcode.shape[-1]) < size[..., :1]
+    delta = jnp.where(in_tree, 1 - jnp.asarray(fs.arity)[opcode], 0)
+    heights = jnp.cumsum(delta[..., ::-1], axis=-1)
+    return jnp.max(heights, axis=-1).astype(jnp.int32)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _pick_scheme(scheme: str, n_points: int) -> str:
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    if scheme == "auto":
+        return "data_parallel" if n_points >= DATA_PARALLEL_MIN_POINTS else "hybrid"
+    return scheme
+
+
+def _tree_value(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t):
+    """Run tree ``t`` of the program's block on the program's rows -> ``[n_outputs, rows]``."""
+    rows = x_ref.shape[1]
+    slots = lax.broadcasted_iota(jnp.int32, (max_stack, rows), 0)
+    out_ids = lax.broadcasted_iota(jnp.int32, (max(n_outputs, 1), rows), 0)
+    length = len_ref[t]
+
+    def read(stack, idx):  # one-hot read of slot idx (0 if out of range)
+        return jnp.sum(jnp.where(slots == idx, stack, 0.0), axis=0)
+
+    def branches():
+        def leaf_const(val, a, b, c):
+            return jnp.full((rows,), val, jnp.float32), jnp.int32(0)
+
+        def leaf_var(val, a, b, c):
+            row = x_ref[pl.ds(val.astype(jnp.int32), 1), :]
+            return row[0].astype(jnp.float32), jnp.int32(0)
+
+        def pad(val, a, b, c):
+            return jnp.zeros((rows,), jnp.float32), jnp.int32(0)
+
+        table = {PAD: pad, CONST: leaf_const, VAR: leaf_var}
+        for f in fs.functions:
+
+            def apply(val, a, b, c, f=f):
+                return f.fn(*(a, b, c)[: f.arity]).astype(jnp.float32), jnp.int32(f.arity)
+
+            table[f.opcode] = apply
+        return [table[o] for o in range(fs.n_opcodes)]
+
+    branch_list = branches()
+
+    def step(k, carry):
+        stack, sp, outs = carry
+        i = length - 1 - k
+        op = jnp.clip(op_ref[t, i], 0, fs.n_opcodes - 1)
+        val = val_ref[t, i]
+        a, b, c = read(stack, sp - 1), read(stack, sp - 2), read(stack, sp - 3)
+        node, arity = lax.switch(op, branch_list, val, a, b, c)
+        passed = node
+        if n_outputs > 1:
+            modi = out_ref[t, i]
+            outs = outs + jnp.where(out_ids == modi, node[None, :], 0.0)
+            right = jnp.where(arity == 1, a, jnp.where(arity == 2, b, c))
+            passed = jnp.where((modi >= 0) & (arity > 0), right, node)
+        sp = sp - arity + 1
+        stack = jnp.where(slots == sp - 1, passed[None, :], stack)
+        return stack, sp, outs
+
+    stack = jnp.zeros((max_stack, rows), jnp.float32)
+    outs = jnp.zeros((max(n_outputs, 1), rows), jnp.float32)
+    stack, _, outs = lax.fori_loop(0, length, step, (stack, jnp.int32(0), outs))
+    return stack[0:1] if n_outputs == 1 else outs
+
+
+def _predict_kernel(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, ok_ref, x_ref, pred_ref):
+    tree_block = op_ref.shape[0]
+
+    def body(t, carry):
+        value = _tree_value(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t)
+        value = jnp.where(ok_ref[t] > 0, value, jnp.nan)  # stack would overflow: NaN, never wrong values
+        pred_ref[:, pl.ds(t, 1), :] = value[:, None, :]
+        return carry
+
+    lax.fori_loop(0, tree_block, body, 0)
+
+
+def _fitness_kernel(
+    fs,
+    n_outputs,
+    max_stack,
+    metric,
+    op_ref,
+    val_ref,
+    out_ref,
+    len_ref,
+    ok_ref,
+    x_ref,
+    y_ref,
+    valid_ref,
+    term_ref,
+    bad_ref,
+):
+    tree_block = op_ref.shape[0]
+    valid = valid_ref[0] > 0
+    lanes = lax.broadcasted_iota(jnp.int32, (1, tree_block), 1)
+
+    def body(t, carry):
+        terms, bads = carry
+        value = _tree_value(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t)
+        value = jnp.where(ok_ref[t] > 0, value, jnp.nan)
+        term, bad = row_terms(value, y_ref[...], metric)
+        term_sum = jnp.sum(jnp.where(valid, term, 0.0))
+        bad_sum = jnp.sum(jnp.where(valid, bad, 0.0))
+        return jnp.where(lanes == t, term_sum, terms), jnp.where(lanes == t, bad_sum, bads)
+
+    zero = jnp.zeros((1, tree_block), jnp.float32)
+    terms, bads = lax.fori_loop(0, tree_block, body, (zero, zero))
+    term_ref[...] = terms
+    bad_ref[...] = bads
+
+
+def _prepare(forest: Any, X: jax.Array, fs: FunctionSet, scheme: str, tree_block, row_block, max_stack):
+    """Pad trees and rows to whole blocks; returns everything the launches need."""
+    if isinstance(forest, tuple):
+        opcode, value, size, output = forest
+        single = False
+    else:
+        opcode, value, size, output, single = _fields(forest)
+    pop, max_len = opcode.shape
+    n_points, n_vars = X.shape
+    scheme = _pick_scheme(scheme, n_points)
+    if scheme == "hybrid":
+        tb, rb = HYBRID_BLOCKS
+    else:
+        tb, rb = 1, DATA_PARALLEL_ROWS
+    # capped at the next power of two (not at pop / n_points themselves): blocks stay powers of two
+    tb = min(tb if tree_block is None else _check_int(tree_block, "tree_block"), _next_pow2(pop))
+    rb = min(rb if row_block is None else _check_int(row_block, "row_block"), _next_pow2(n_points))
+    if scheme == "data_parallel" and tb != 1:
+        raise ValueError(f"the data-parallel scheme runs one tree per program, got tree_block={tb}")
+    stack = (
+        default_max_stack(max_len, fs.max_arity) if max_stack is None else _check_int(max_stack, "max_stack")
+    )
+    n_tb, n_rb = -(-pop // tb), -(-n_points // rb)
+    pad_t, pad_r = n_tb * tb - pop, n_rb * rb - n_points
+    lengths = size[:, 0]
+    ok = (stack_peak(opcode, size, fs) <= stack).astype(jnp.int32)
+    # Triton wants power-of-two block dimensions: round the stack, the node axis (PAD columns are
+    # never visited) and the variable axis (zero rows are never read) up.
+    stack = _next_pow2(stack)
+    pad_l, pad_v = _next_pow2(max_len) - max_len, _next_pow2(n_vars) - n_vars
+
+    def pad_trees(a, fill=0):
+        if a.ndim == 2 and pad_l:
+            a = jnp.concatenate([a, jnp.full((a.shape[0], pad_l), fill, a.dtype)], axis=1)
+        return jnp.concatenate([a, jnp.full((pad_t,) + a.shape[1:], fill, a.dtype)]) if pad_t else a
+
+    trees = (pad_trees(opcode), pad_trees(value), pad_trees(output, -1), pad_trees(lengths), pad_trees(ok))
+    Xp = jnp.pad(X, ((0, pad_r), (0, pad_v)))
+    XT = Xp.T
+    return dict(
+        trees=trees,
+        XT=XT,
+        tb=tb,
+        rb=rb,
+        n_tb=n_tb,
+        n_rb=n_rb,
+        stack=stack,
+        pop=pop,
+        n_points=n_points,
+        pad_r=pad_r,
+        single=single,
+    )
+
+
+def _tree_specs(tb: int, max_len: int):
+    two_d = pl.BlockSpec((tb, max_len), lambda i, j: (i, 0))
+    one_d = pl.BlockSpec((tb,), lambda i, j: (i,))
+    return [two_d, two_d, two_d, one_d, one_d]
+
+
+@functools.partial(
+    jax.jit, static_argnames=("fs", "n_outputs", "tb", "rb", "n_tb", "n_rb", "stack", "interpret")
+)
+def _predict_call(trees, XT, fs, n_outputs, tb, rb, n_tb, n_rb, stack, interpret):
+    max_len = trees[0].shape[1]
+    n_vars = XT.shape[0]
+    kernel = functools.partial(_predict_kernel, fs, n_outputs, stack)
+    return pl.pallas_call(
+        kernel,
+        grid=(n_tb, n_rb),
+        in_specs=[*_tree_specs(tb, max_len), pl.BlockSpec((n_vars, rb), lambda i, j: (0, j))],
+        out_specs=pl.BlockSpec((n_outputs, tb, rb), lambda i, j: (0, i, j)),
+        out_shape=jax.ShapeDtypeStruct((n_outputs, n_tb * tb, n_rb * rb), jnp.float32),
+        interpret=interpret,
+    )(*trees, XT)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("fs", "n_outputs", "metric", "tb", "rb", "n_tb", "n_rb", "stack", "interpret")
+)
+def _fitness_call(trees, XT, yT, valid, fs, n_outputs, metric, tb, rb, n_tb, n_rb, stack, interpret):
+    max_len = trees[0].shape[1]
+    n_vars, n_y = XT.shape[0], yT.shape[0]
+    kernel = functools.partial(_fitness_kernel, fs, n_outputs, stack, metric)
+    partial_spec = pl.BlockSpec((1, tb), lambda i, j: (j, i))
+    partial_shape = jax.ShapeDtypeStruct((n_rb, n_tb * tb), jnp.float32)
+    terms, bads = pl.pallas_call(
+        kernel,
+        grid=(n_tb, n_rb),
+        in_specs=[
+            *_tree_specs(tb, max_len),
+            pl.BlockSpec((n_vars, rb), lambda i, j: (0, j)),
+            pl.BlockSpec((n_y, rb), lambda i, j: (0, j)),
+            pl.BlockSpec((1, rb), lambda i, j: (0, j)),
+        ],
+        out_specs=[partial_spec, partial_spec],
+        out_shape=[partial_shape, partial_shape],
+        interpret=interpret,
+    )(*trees, XT, yT, valid)
+    # stage 2: a fixed-order sum over row blocks (deterministic, no atomics)
+    return jnp.sum(terms, axis=0), jnp.sum(bads, axis=0)
+
+
+def _interpret(interpret: bool | None) -> bool:
+    return jax.default_backend() != "gpu" if interpret is None else bool(interpret)
+
+
+def evaluate_pallas(
+    forest: Any,
+    X: Any,
+    function_set: FunctionSet,
+    n_outputs: int = 1,
+    *,
+    scheme: str = "auto",
+    tree_block: int | None = None,
+    row_block: int | None = None,
+    max_stack: int | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
+    """Forward of a forest with the Pallas kernel.
+
+    Args:
+        forest: ``[pop, max_len]`` forest (fields ``opcode, value, size, output``), or the tuple of
+            those four arrays.
+        X: ``[n_points, n_vars]``.
+        function_set, n_outputs: as in :func:`evotensor.gp.evaluate`.
+        scheme: ``"auto" | "hybrid" | "data_parallel"`` (see the module docstring).
+        tree_block, row_block: trees and rows per program (defaults: hybrid 8 x 128, data-parallel
+            1 x 1024).
+        max_stack: stack slots (default: the worst case for ``max_len``); trees that need more
+            get NaN predictions.
+        interpret: run in Pallas's interpreter (default: True unless the backend is a GPU).
+
+    Returns:
+        ``float32 [pop, n_points, n_outputs]``.
+    """
+    fs = _check_function_set(function_set)
+    n_outputs = _check_int(n_outputs, "n_outputs")
+    X = _check_X(X)
+    p = _prepare(forest, X, fs, scheme, tree_block, row_block, max_stack)
+    pred = _predict_call(
+        p["trees"],
+        p["XT"],
+        fs,
+        n_outputs,
+        p["tb"],
+        p["rb"],
+        p["n_tb"],
+        p["n_rb"],
+        p["stack"],
+        _interpret(interpret),
+    )
+    out = pred.transpose(1, 2, 0)[: p["pop"], : p["n_points"]]
+    return out[0] if p["single"] else out
+
+
+def fitness_pallas(
+    forest: Any,
+    X: Any,
+    y: Any,
+    function_set: FunctionSet,
+    n_outputs: int | None = None,
+    metric: str = "mse",
+    *,
+    scheme: str = "auto",
+    tree_block: int | None = None,
+    row_block: int | None = None,
+    max_stack: int | None = None,
+    interpret: bool | None = None,
+    y_is_transposed: bool = False,
+) -> jax.Array:
+    """Fused fitness with the Pallas kernel (two-stage deterministic reduction).
+
+    Args:
+        forest, X, function_set, scheme, tree_block, row_block, max_stack, interpret: as in
+            :func:`evaluate_pallas`.
+        y: targets as in :func:`evotensor.gp.fitness` (``y_is_transposed``: already ``[n_y, n_points]``,
+            as :func:`evotensor.gp.fitness` passes them).
+        n_outputs: as in :func:`evotensor.gp.fitness`.
+        metric: one of :data:`evotensor.gp.evaluate.METRICS`.
+
+    Returns:
+        ``float32 [pop]`` fitness, identical in meaning to :func:`evotensor.gp.fitness`.
+    """
+    fs = _check_function_set(function_set)
+    X = _check_X(X)
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    if y_is_transposed:
+        yT = jnp.asarray(y, jnp.float32)
+        n_out = _check_int(n_outputs, "n_outputs")
+    else:
+        yT, n_out = _check_y(y, X.shape[0], metric, n_outputs)
+    p = _prepare(forest, X, fs, scheme, tree_block, row_block, max_stack)
+    pad_r = p["pad_r"]
+    yP = jnp.concatenate([yT, jnp.zeros((yT.shape[0], pad_r), yT.dtype)], axis=1) if pad_r else yT
+    valid = (jnp.arange(p["n_rb"] * p["rb"]) < p["n_points"]).astype(jnp.float32)[None]
+    term_sum, bad_sum = _fitness_call(
+        p["trees"],
+        p["XT"],
+        yP,
+        valid,
+        fs,
+        n_out,
+        metric,
+        p["tb"],
+        p["rb"],
+        p["n_tb"],
+        p["n_rb"],
+        p["stack"],
+        _interpret(interpret),
+    )
+    fit = finalize_metric(
+        term_sum[: p["pop"]], bad_sum[: p["pop"]], metric, p["n_points"], n_out, total_sum_of_squares(yT)
+    )
+    return fit[0] if p["single"] else fit

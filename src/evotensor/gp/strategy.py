@@ -1,0 +1,400 @@
+"""``GP``: tree genetic programming under the ask/tell protocol (EvoGP's generation loop).
+
+One generation, all inside one jitted step (no host callbacks)::
+
+    ask:   (first call) the random initial forest;
+           (later)      elites = the ceil(elite_rate * pop) best, copied unchanged;
+                        pop - n_elite children: select recipient and donor parents,
+                        crossover with probability crossover_rate (else a copy of the recipient);
+                        then exactly round(mutation_rate * n_children) children are mutated, split
+                        among the mutations in proportion to mutation_probs (children come in random
+                        order, so a fixed slice of them is a random subset; fixed counts keep every
+                        operator's shape static, so each mutation runs on its own children only);
+                        results longer than max_len are rejected (the parent is kept) and counted.
+    tell:  records the fitness (minimized), the best tree so far, and metrics.
+
+Example::
+
+    fs = FunctionSet(("add", "sub", "mul", "div"))
+    gp = GP(population_size=1000, function_set=fs, n_vars=2, max_len=64)
+    state = gp.init(jax.random.key(0))
+    forest, state = gp.ask(key, state)                # Forest [pop, max_len]
+    state, metrics = gp.tell(key, state, forest, Evaluation(fitness=mse))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.core.strategy import check_population_size
+from evotensor.gp import operators as ops
+from evotensor.gp import selection as sel
+from evotensor.gp.encoding import Forest
+from evotensor.gp.generate import TreeGenerator
+
+MUTATIONS = (
+    "subtree",
+    "hoist",
+    "single_point",
+    "multi_point",
+    "insert",
+    "delete",
+    "single_constant",
+    "multi_constant",
+)
+SELECTIONS = ("truncation", "tournament", "rank", "roulette")
+CROSSOVERS = ("one_point", "leaf_biased")
+
+# Default relative weights of the mutations, in MUTATIONS order.
+DEFAULT_MUTATION_PROBS = (0.35, 0.1, 0.1, 0.05, 0.1, 0.1, 0.1, 0.1)
+
+
+@pytree_dataclass
+class GPParams:
+    """Dynamic hyperparameters (may be traced / vmapped).
+
+    Attributes:
+        crossover_rate: probability that a child is made by crossover (else a copy of its
+            recipient parent). Default 0.9 (EvoGP, gplearn).
+        internal_bias: Koza's function-node probability for one-point crossover points. 0.9.
+        leaf_bias: probability of leaf/leaf points in leaf-biased crossover. 0.3 (EvoGP).
+        point_rate: per-node probability of multi-point mutation. 0.1.
+        const_rate: per-constant probability of multi-constant mutation. 0.3.
+        const_sigma: standard deviation of constant perturbations (``const_perturb=True``). 0.1.
+        rank_pressure: linear ranking pressure in ``[1, 2]`` (``selection="rank"``). 2.0.
+    """
+
+    crossover_rate: jax.Array
+    internal_bias: jax.Array
+    leaf_bias: jax.Array
+    point_rate: jax.Array
+    const_rate: jax.Array
+    const_sigma: jax.Array
+    rank_pressure: jax.Array
+
+
+@pytree_dataclass
+class GPState:
+    """Attributes:
+    forest: the current population, Forest ``[pop, max_len]``.
+    fitness: ``[pop]`` its minimized fitness (float32 max before the first ``tell``).
+    best: Forest ``[max_len]``, the best tree told so far.
+    best_fitness: ``[]`` its fitness.
+    generation: ``[]`` int32, number of ``tell`` calls.
+    crossover_rejected, mutation_rejected: ``[]`` int32, children of the last ``ask`` whose
+        crossover / structural mutation was rejected by the ``max_len`` cap.
+    """
+
+    forest: Forest
+    fitness: jax.Array
+    best: Forest
+    best_fitness: jax.Array
+    generation: jax.Array
+    crossover_rejected: jax.Array
+    mutation_rejected: jax.Array
+
+
+class GP:
+    """Tree GP over fixed-shape forests.
+
+    Args:
+        population_size: trees per generation (static).
+        function_set: :class:`evotensor.gp.functions.FunctionSet`.
+        n_vars: number of input variables.
+        max_len: slots per tree; the hard length cap of every operator. Default 128.
+        n_outputs: outputs of a tree (Modi nodes when ``> 1``). Default 1.
+        init_depth: ``(min, max)`` depth of the initial trees (root depth 0). Default (2, 6), gplearn.
+        init_method: ``"half_and_half"`` (default), ``"full"`` or ``"grow"``.
+        leaf_prob: grow's per-depth leaf probability (float or sequence). Default 0.3.
+        const_prob: probability that a new leaf is a constant. Default 0.5.
+        const_range: continuous range of new constants. Default (-1, 1), gplearn.
+        modi_prob: probability that a new function node is a Modi node (``n_outputs > 1``). 0.5 if
+            ``n_outputs > 1`` (EvoGP), else 0.
+        mutation_depth: ``(min, max)`` depth of the subtrees of subtree mutation. Default (0, 3).
+        selection: ``"truncation"`` (EvoGP's default: parents uniform among the ``survival_rate``
+            best), ``"tournament"``, ``"rank"`` or ``"roulette"``. Default ``"tournament"``.
+            (Epsilon-lexicase needs per-case errors, which ``Evaluation.fitness`` does not carry; it
+            is available as :func:`evotensor.gp.selection.epsilon_lexicase`.)
+        tournament_size: Default 7.
+        survival_rate: truncation's survivor fraction. Default 0.3 (EvoGP).
+        elite_rate: fraction of best trees copied unchanged. Default 0.01 (EvoGP).
+        crossover: ``"one_point"`` (with Koza's bias ``internal_bias``) or ``"leaf_biased"``.
+        const_perturb: constant mutations perturb by ``const_sigma * N(0,1)`` (True, default) or
+            redraw uniformly in ``const_range`` (False).
+        mutation_rate: fraction of the children that are mutated. Default 0.1 (EvoGP).
+        mutation_probs: relative weights of the mutations in :data:`MUTATIONS` order (see
+            :func:`mutation_probs`). Default :data:`DEFAULT_MUTATION_PROBS`.
+    """
+
+    def __init__(
+        self,
+        population_size: int,
+        function_set: Any,
+        n_vars: int,
+        max_len: int = 128,
+        *,
+        n_outputs: int = 1,
+        init_depth: tuple[int, int] = (2, 6),
+        init_method: str = "half_and_half",
+        leaf_prob: float | Sequence[float] = 0.3,
+        const_prob: float = 0.5,
+        const_range: tuple[float, float] = (-1.0, 1.0),
+        modi_prob: float | None = None,
+        mutation_depth: tuple[int, int] = (0, 3),
+        selection: str = "tournament",
+        tournament_size: int = 7,
+        survival_rate: float = 0.3,
+        elite_rate: float = 0.01,
+        crossover: str = "one_point",
+        const_perturb: bool = True,
+        mutation_rate: float = 0.1,
+        mutation_probs: Sequence[float] = DEFAULT_MUTATION_PROBS,
+    ):
+        self.population_size = check_population_size(population_size, 2)
+        if selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
+        if crossover not in CROSSOVERS:
+            raise ValueError(f"crossover must be one of {CROSSOVERS}, got {crossover!r}")
+        if isinstance(tournament_size, bool) or not isinstance(tournament_size, int) or tournament_size < 1:
+            raise ValueError(f"tournament_size must be a positive int, got {tournament_size!r}")
+        if not 0.0 < survival_rate <= 1.0:
+            raise ValueError(f"survival_rate must be in (0, 1], got {survival_rate!r}")
+        if not 0.0 <= elite_rate < 1.0:
+            raise ValueError(f"elite_rate must be in [0, 1), got {elite_rate!r}")
+        if not 0.0 <= mutation_rate <= 1.0:
+            raise ValueError(f"mutation_rate must be in [0, 1], got {mutation_rate!r}")
+        probs = np.asarray(mutation_probs, np.float64)
+        if probs.shape != (len(MUTATIONS),) or np.any(probs < 0) or not np.any(probs > 0):
+            raise ValueError(
+                f"mutation_probs must be {len(MUTATIONS)} non-negative weights (order {MUTATIONS}), "
+                f"not all zero; got {mutation_probs!r}"
+            )
+        self.function_set = function_set
+        self.n_vars = n_vars
+        self.max_len = max_len
+        self.n_outputs = n_outputs
+        self.selection = selection
+        self.tournament_size = tournament_size
+        self.survival_rate = float(survival_rate)
+        self.elite_rate = float(elite_rate)
+        self.n_elite = math.ceil(elite_rate * self.population_size) if elite_rate > 0 else 0
+        self.n_elite = min(self.n_elite, self.population_size - 1)
+        self.mutation_rate = float(mutation_rate)
+        self.mutation_probs = tuple(float(x) for x in probs / probs.sum())
+        self.mutation_counts = _split_counts(
+            round(self.mutation_rate * (self.population_size - self.n_elite)), self.mutation_probs
+        )
+        self.crossover = crossover
+        self.const_perturb = bool(const_perturb)
+        self.const_range = tuple(float(c) for c in const_range)
+        self.const_prob = float(const_prob)
+        if modi_prob is None:
+            modi_prob = 0.5 if n_outputs > 1 else 0.0
+        leaf = dict(
+            const_prob=const_prob, const_range=self.const_range, n_outputs=n_outputs, modi_prob=modi_prob
+        )
+        self.initializer = TreeGenerator(
+            function_set, n_vars, max_len, init_depth[0], init_depth[1], init_method, leaf_prob, **leaf
+        )
+        d_min, d_max = mutation_depth
+        a = int(function_set.max_arity)
+        full_size = d_max + 1 if a == 1 else (a ** (d_max + 1) - 1) // (a - 1)
+        self.mutation_generator = TreeGenerator(
+            function_set, n_vars, min(max_len, full_size), d_min, d_max, "half_and_half", leaf_prob, **leaf
+        )
+        self.insert_generator = ops.default_insert_generator(
+            function_set, n_vars, min(max_len, 1 + a), **leaf
+        )
+
+    # -- protocol -------------------------------------------------------------------------------------
+    def default_params(self) -> GPParams:
+        """The documented defaults (see :class:`GPParams`)."""
+        f = lambda x: jnp.asarray(x, jnp.float32)
+        return GPParams(
+            crossover_rate=f(0.9),
+            internal_bias=f(0.9),
+            leaf_bias=f(0.3),
+            point_rate=f(0.1),
+            const_rate=f(0.3),
+            const_sigma=f(0.1),
+            rank_pressure=f(2.0),
+        )
+
+    def init(self, key: jax.Array, params: GPParams | None = None) -> GPState:
+        """A random initial forest (see ``init_depth``, ``init_method``)."""
+        forest = self.initializer(key, self.population_size)
+        big = jnp.finfo(jnp.float32).max
+        return GPState(
+            forest=forest,
+            fitness=jnp.full(self.population_size, big, jnp.float32),
+            best=forest[0],
+            best_fitness=jnp.asarray(big, jnp.float32),
+            generation=jnp.int32(0),
+            crossover_rejected=jnp.int32(0),
+            mutation_rejected=jnp.int32(0),
+        )
+
+    def ask(self, key: jax.Array, state: GPState, params: GPParams | None = None) -> tuple[Forest, GPState]:
+        """The forest to evaluate, ``[pop, max_len]``: the initial one, then offspring."""
+        params = self.default_params() if params is None else params
+
+        def first(_):
+            return state.forest, jnp.int32(0), jnp.int32(0)
+
+        def later(_):
+            return self._offspring(key, state, params)
+
+        forest, rej_c, rej_m = jax.lax.cond(state.generation == 0, first, later, None)
+        return forest, state.replace(crossover_rejected=rej_c, mutation_rejected=rej_m)  # type: ignore[attr-defined]
+
+    def tell(
+        self,
+        key: jax.Array,
+        state: GPState,
+        forest: Forest,
+        evaluation: Evaluation | jax.Array,
+        params: GPParams | None = None,
+    ) -> tuple[GPState, dict[str, jax.Array]]:
+        """Record the *minimized* fitness ``[pop]`` of ``forest`` (the one from ``ask``)."""
+        fitness = evaluation.fitness if isinstance(evaluation, Evaluation) else jnp.asarray(evaluation)
+        if fitness.shape != (self.population_size,):
+            raise ValueError(f"fitness must have shape ({self.population_size},), got {fitness.shape}")
+        if forest.opcode.shape != (self.population_size, self.max_len):
+            raise ValueError(
+                f"forest must be [{self.population_size}, {self.max_len}], got {forest.opcode.shape}"
+            )
+        fitness = worst_for_nonfinite(fitness.astype(jnp.float32))
+        i = jnp.argmin(fitness)
+        improved = fitness[i] < state.best_fitness
+        best = jax.tree_util.tree_map(lambda new, old: jnp.where(improved, new, old), forest[i], state.best)
+        best_fitness = jnp.where(improved, fitness[i], state.best_fitness)
+        length = forest.length
+        new_state = state.replace(  # type: ignore[attr-defined]
+            forest=forest,
+            fitness=fitness,
+            best=best,
+            best_fitness=best_fitness,
+            generation=state.generation + 1,
+        )
+        metrics = {
+            "best_fitness": best_fitness,
+            "generation_best": fitness[i],
+            "mean_fitness": jnp.mean(fitness),
+            "mean_length": jnp.mean(length.astype(jnp.float32)),
+            "max_length": jnp.max(length),
+            "best_length": best.length,
+            "crossover_rejected": state.crossover_rejected,
+            "mutation_rejected": state.mutation_rejected,
+        }
+        return new_state, metrics
+
+    # -- variation --------------------------------------------------------------------------------------
+    def _select(self, key: jax.Array, fitness: jax.Array, n: int, params: GPParams) -> jax.Array:
+        if self.selection == "truncation":
+            return sel.truncation(key, fitness, n, self.survival_rate)
+        if self.selection == "tournament":
+            return sel.tournament(key, fitness, n, self.tournament_size)
+        if self.selection == "rank":
+            return sel.rank_selection(key, fitness, n, params.rank_pressure)
+        return sel.roulette(key, fitness, n)
+
+    def _offspring(self, key: jax.Array, state: GPState, params: GPParams):
+        P, E = self.population_size, self.n_elite
+        C = P - E
+        fs = self.function_set
+        # few random call sites: each one costs compile time
+        keys = jax.random.split(key, 4)
+        forest, fitness = state.forest, state.fitness
+        take = lambda f, idx: jax.tree_util.tree_map(lambda a: a[idx], f)
+        parents = self._select(keys[0], fitness, 2 * C, params)
+        recipients, donors = take(forest, parents[:C]), take(forest, parents[C:])
+        if self.crossover == "one_point":
+            crossed, ok_c = ops.one_point_crossover(keys[1], recipients, donors, fs, params.internal_bias)
+        else:
+            crossed, ok_c = ops.leaf_biased_crossover(keys[1], recipients, donors, fs, params.leaf_bias)
+        do_cross = jax.random.uniform(keys[2], (C,)) < params.crossover_rate
+        children = _where_tree(do_cross, crossed, recipients)
+        rej_c = jnp.sum(do_cross & ~ok_c)
+
+        # Children are in random order (parents were drawn i.i.d.), so consecutive slices of them
+        # are random subsets: mutation m rewrites the next mutation_counts[m] children.
+        mut_keys = jax.random.split(keys[3], len(MUTATIONS))
+        rej_m = jnp.int32(0)
+        start = 0
+        for m, n_m in enumerate(self.mutation_counts):
+            if n_m == 0:
+                continue
+            part = jax.tree_util.tree_map(lambda a, s=start, n=n_m: a[s : s + n], children)
+            mutant, ok = self._mutate(MUTATIONS[m], mut_keys[m], part, params)
+            children = jax.tree_util.tree_map(
+                lambda a, b, s=start: jax.lax.dynamic_update_slice_in_dim(a, b, s, axis=0), children, mutant
+            )
+            if MUTATIONS[m] in ("subtree", "insert"):  # the ones that can grow past max_len
+                rej_m = rej_m + jnp.sum(~ok)
+            start += n_m
+        mutated = children
+        elites = take(forest, sel.elite_indices(fitness, E)) if E else None
+        out = (
+            mutated
+            if elites is None
+            else jax.tree_util.tree_map(lambda e, c: jnp.concatenate([e, c], axis=0), elites, mutated)
+        )
+        return out, rej_c.astype(jnp.int32), rej_m.astype(jnp.int32)
+
+    def _mutate(self, name: str, key: jax.Array, forest: Forest, params: GPParams):
+        fs, nv = self.function_set, self.n_vars
+        sigma = params.const_sigma if self.const_perturb else None
+        if name == "subtree":
+            return ops.subtree_mutation(key, forest, self.mutation_generator)
+        if name == "hoist":
+            return ops.hoist_mutation(key, forest, fs)
+        if name == "single_point":
+            return ops.single_point_mutation(key, forest, fs, nv, self.const_range, self.const_prob)
+        if name == "multi_point":
+            return ops.multi_point_mutation(
+                key, forest, fs, nv, params.point_rate, self.const_range, self.const_prob
+            )
+        if name == "insert":
+            return ops.insert_mutation(key, forest, self.insert_generator)
+        if name == "delete":
+            return ops.delete_mutation(key, forest, fs)
+        if name == "single_constant":
+            return ops.single_constant_mutation(key, forest, self.const_range, sigma)
+        return ops.multi_constant_mutation(key, forest, params.const_rate, self.const_range, sigma)
+
+    def __repr__(self) -> str:
+        return (
+            f"GP(population_size={self.population_size}, max_len={self.max_len}, "
+            f"function_set={self.function_set!r}, n_vars={self.n_vars}, selection={self.selection!r})"
+        )
+
+
+def _split_counts(total: int, weights: Sequence[float]) -> tuple[int, ...]:
+    """Integer counts summing to ``total`` in proportion to ``weights`` (largest remainders)."""
+    raw = np.asarray(weights) * total
+    counts = np.floor(raw).astype(int)
+    for i in np.argsort(-(raw - counts), kind="stable")[: total - int(counts.sum())]:
+        counts[i] += 1
+    return tuple(int(c) for c in counts)
+
+
+def _where_tree(mask: jax.Array, a: Forest, b: Forest) -> Forest:
+    """Per-tree select: row ``j`` from ``a`` where ``mask[j]``, else from ``b``."""
+    return jax.tree_util.tree_map(lambda x, y: jnp.where(mask.reshape(-1, *([1] * (x.ndim - 1))), x, y), a, b)
+
+
+def mutation_probs(**weights: float) -> np.ndarray:
+    """Build a ``mutation_probs`` vector by name, e.g. ``mutation_probs(subtree=0.5, hoist=0.5)``
+    (unnamed mutations get 0)."""
+    unknown = set(weights) - set(MUTATIONS)
+    if unknown:
+        raise ValueError(f"unknown mutation(s) {sorted(unknown)}; valid: {MUTATIONS}")
+    return np.asarray([float(weights.get(m, 0.0)) for m in MUTATIONS], np.float32)

@@ -1,0 +1,165 @@
+"""Symbolic-regression problems scored on GP forests.
+
+:class:`SymbolicRegression` wraps a data set ``(X, y)`` and a metric; its :meth:`evaluate` takes a
+population of GP trees (a :class:`evotensor.gp.Forest` ``[pop, max_len]``, the phenotype: GP has no
+decoding step) and returns the fused fitness of :func:`evotensor.gp.evaluate.fitness`, in natural
+orientation (``mse``/``rmse``/``cross_entropy`` minimized, ``r2``/``accuracy`` maximized). A tree
+with a non-finite prediction gets ``+inf`` (or ``-inf`` for maximized metrics); the run loop maps
+that to the worst finite value.
+
+:class:`Pagie1` is the Pagie-1 benchmark (Pagie & Hogeweg 1997; McDermott et al. 2012)::
+
+    f(x, y) = 1 / (1 + x**-4) + 1 / (1 + y**-4)
+
+on the 26 x 26 = 676-point grid ``x, y in {-5, -4.6, ..., 5}`` (step 0.4; 0 is not on the grid, so
+the target is finite everywhere), training MSE as fitness.
+
+Example::
+
+    problem = Pagie1()
+    forest = Forest.from_tuples([("add", ("var", 0), ("var", 1))], 16, problem.function_set)
+    problem.evaluate(key, forest).fitness      # [1] training MSE
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.core.evaluation import Evaluation
+from evotensor.gp.evaluate import MAXIMIZED_METRICS, METRICS, evaluate, fitness
+from evotensor.gp.functions import FunctionSet
+
+# EvoGP's function set for symbolic regression (paper Table V; its uci_sr.py example).
+EVOGP_SR_FUNCTIONS = ("add", "sub", "mul", "div", "sin", "cos", "tan")
+
+
+class SymbolicRegression:
+    """Fit ``y`` from ``X`` with GP trees: a policy problem over forests.
+
+    Args:
+        X: ``[n_points, n_vars]`` training inputs.
+        y: ``[n_points]`` (or ``[n_points, n_outputs]``) targets; class labels ``[n_points]`` for
+            ``metric="accuracy"`` / ``"cross_entropy"``.
+        function_set: the :class:`FunctionSet` the trees are written in.
+        metric: ``"mse" | "rmse" | "r2" | "accuracy" | "cross_entropy"``.
+        n_outputs: outputs per tree (inferred from ``y`` for regression; default 1 otherwise).
+        X_test, y_test: optional held-out data for :meth:`test_evaluate`.
+        backend: evaluation path, ``"auto" | "jax" | "pallas"`` (see :func:`evotensor.gp.evaluate`).
+
+    Attributes:
+        X, y: the training data (float32 device arrays). ``maximize``: natural orientation.
+        n_vars, n_outputs: what a tree reads and returns.
+    """
+
+    kind = "policy"
+
+    def __init__(
+        self,
+        X: Any,
+        y: Any,
+        function_set: FunctionSet,
+        metric: str = "mse",
+        n_outputs: int | None = None,
+        X_test: Any = None,
+        y_test: Any = None,
+        backend: str = "auto",
+    ):
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+        if backend not in ("auto", "jax", "pallas"):
+            raise ValueError(f"backend must be 'auto', 'jax' or 'pallas', got {backend!r}")
+        if not isinstance(function_set, FunctionSet):
+            raise ValueError(f"function_set must be a FunctionSet, got {type(function_set).__name__}")
+        X = np.asarray(X, np.float32)
+        y = np.asarray(y, np.float32)
+        if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
+            raise ValueError(f"X must be [n_points, n_vars], got shape {X.shape}")
+        if y.ndim not in (1, 2) or y.shape[0] != X.shape[0]:
+            raise ValueError(
+                f"y must be [n_points={X.shape[0]}] or [n_points, n_outputs], got shape {y.shape}"
+            )
+        if (X_test is None) != (y_test is None):
+            raise ValueError("give both X_test and y_test, or neither")
+        if X_test is not None:
+            X_test = np.asarray(X_test, np.float32)
+            y_test = np.asarray(y_test, np.float32)
+            if X_test.ndim != 2 or X_test.shape[1] != X.shape[1] or y_test.shape[1:] != y.shape[1:]:
+                raise ValueError(
+                    f"X_test/y_test shapes {X_test.shape}/{y_test.shape} do not match X/y {X.shape}/{y.shape}"
+                )
+        if metric in ("accuracy", "cross_entropy"):
+            self.n_outputs = 1 if n_outputs is None else int(n_outputs)
+        else:
+            self.n_outputs = 1 if y.ndim == 1 else y.shape[1]
+            if n_outputs is not None and n_outputs != self.n_outputs:
+                raise ValueError(f"n_outputs={n_outputs} but y has {self.n_outputs} output column(s)")
+        self.function_set = function_set
+        self.metric = metric
+        self.maximize = metric in MAXIMIZED_METRICS
+        self.backend = backend
+        self.X, self.y = jnp.asarray(X), jnp.asarray(y)
+        self.X_test = None if X_test is None else jnp.asarray(X_test)
+        self.y_test = None if y_test is None else jnp.asarray(y_test)
+        self.n_vars = X.shape[1]
+
+    def _score(self, forest: Any, X: jax.Array, y: jax.Array) -> Evaluation:
+        fit = fitness(forest, X, y, self.function_set, self.metric, self.n_outputs, backend=self.backend)
+        return Evaluation(fitness=fit)
+
+    def evaluate(self, key: jax.Array, phenotypes: Any, apply: Any = None) -> Evaluation:
+        """Training fitness of a forest ``[pop, max_len]`` -> ``Evaluation(fitness [pop])``.
+
+        ``key`` and ``apply`` are unused (the data are fixed; trees are run by the GP evaluator).
+        """
+        del key, apply
+        return self._score(phenotypes, self.X, self.y)
+
+    def test_evaluate(self, phenotypes: Any, apply: Any = None) -> Evaluation:
+        """The same metric on the held-out data."""
+        if self.X_test is None:
+            raise ValueError("this problem has no test data (pass X_test and y_test)")
+        return self._score(phenotypes, self.X_test, self.y_test)
+
+    def predict(self, forest: Any, X: Any = None) -> jax.Array:
+        """Predictions ``[pop, n_points, n_outputs]`` on ``X`` (default: the training inputs)."""
+        X = self.X if X is None else X
+        return evaluate(forest, X, self.function_set, self.n_outputs, backend=self.backend)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(n_points={self.X.shape[0]}, n_vars={self.n_vars}, "
+            f"metric={self.metric!r}, function_set={self.function_set!r})"
+        )
+
+
+def pagie1_data() -> tuple[np.ndarray, np.ndarray]:
+    """The Pagie-1 grid: ``X [676, 2]`` (x, y in -5..5 step 0.4) and ``y [676]`` (float32)."""
+    axis = np.round(np.arange(26) * 0.4 - 5.0, 6)  # exact grid values, no float drift
+    gx, gy = np.meshgrid(axis, axis, indexing="ij")
+    X = np.stack([gx.ravel(), gy.ravel()], axis=1)
+    y = 1.0 / (1.0 + X[:, 0] ** -4) + 1.0 / (1.0 + X[:, 1] ** -4)
+    return X.astype(np.float32), y.astype(np.float32)
+
+
+class Pagie1(SymbolicRegression):
+    """Pagie-1 on its 676-point grid (see the module docstring).
+
+    Args:
+        function_set: default :data:`EVOGP_SR_FUNCTIONS` (``+ - * / sin cos tan``, raw semantics).
+        metric: default ``"mse"`` (the EvoGP paper's measure).
+        backend: as in :class:`SymbolicRegression`.
+
+    Attributes:
+        true_expression: the target in infix, for printing beside a discovered expression.
+    """
+
+    true_expression = "1/(1 + x0**-4) + 1/(1 + x1**-4)"
+
+    def __init__(self, function_set: FunctionSet | None = None, metric: str = "mse", backend: str = "auto"):
+        X, y = pagie1_data()
+        fs = FunctionSet(EVOGP_SR_FUNCTIONS) if function_set is None else function_set
+        super().__init__(X, y, fs, metric=metric, backend=backend)

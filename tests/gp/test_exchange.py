@@ -1,0 +1,72 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.gp.tree_helpers import FS, N_VARS, count, forests, replace, subtree
+
+from evotensor.gp.encoding import Forest
+from evotensor.gp.exchange import exchange
+
+POP, L, LD = 6, 24, 16
+_exchange = jax.jit(exchange)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    forests(POP, L, n_outputs=2),
+    forests(POP, LD, n_outputs=2),
+    st.lists(st.floats(0, 0.999), min_size=POP, max_size=POP),
+    st.lists(st.floats(0, 0.999), min_size=POP, max_size=POP),
+)
+def test_exchange_equals_pointer_tree_reference(rec, don, up, uq):
+    recipients, r_trees = rec
+    donors, d_trees = don
+    p = [int(u * count(t)) for u, t in zip(up, r_trees)]
+    q = [int(u * count(t)) for u, t in zip(uq, d_trees)]
+    out, ok = _exchange(recipients, jnp.asarray(p), donors, jnp.asarray(q))
+    out.check(FS, n_vars=N_VARS, n_outputs=2)
+    got = out.to_tuples(FS)
+    for j in range(POP):
+        expected = replace(r_trees[j], p[j], subtree(d_trees[j], q[j]))
+        if count(expected) <= L:
+            assert bool(ok[j]) and got[j] == expected
+        else:  # over the length cap: the recipient, unchanged, flagged
+            assert not bool(ok[j]) and got[j] == r_trees[j]
+
+
+@settings(max_examples=15, deadline=None)
+@given(forests(POP, L), st.lists(st.integers(-3, L + 3), min_size=POP, max_size=POP))
+def test_positions_outside_the_tree_leave_it_unchanged(rec, pos):
+    forest, ts = rec
+    out, ok = _exchange(forest, jnp.asarray(pos), forest, jnp.zeros(POP, jnp.int32))
+    for j in range(POP):
+        inside = 0 <= pos[j] < count(ts[j])
+        if not inside:
+            assert not bool(ok[j])
+            assert out[j].to_tuples(FS) == ts[j]
+
+
+def test_length_cap_by_hand():
+    big = ("add", ("mul", ("var", 0), ("var", 1)), ("sub", ("var", 2), ("const", 1.0)))  # 7 nodes
+    r = Forest.from_tuples([("neg", ("var", 0)), ("neg", ("var", 0))], 8, FS)
+    d = Forest.from_tuples([big, big], 8, FS)
+    out, ok = exchange(r, jnp.array([1, 0]), d, jnp.array([0, 0]))
+    # slot 0: neg(big) has 8 nodes (fits); slot 1: big replaces the root (7 nodes)
+    assert ok.tolist() == [True, True]
+    assert out.to_tuples(FS) == [("neg", big), big]
+    r2 = Forest.from_tuples([("add", ("var", 0), ("var", 1))], 8, FS)
+    out, ok = exchange(r2, jnp.array([1]), d[:1], jnp.array([0]))  # 3 - 1 + 7 = 9 > 8
+    assert ok.tolist() == [False] and out.to_tuples(FS) == [("add", ("var", 0), ("var", 1))]
+    np.testing.assert_array_equal(np.asarray(out.size), np.asarray(r2.size))
+
+
+def test_exchange_validates_shapes():
+    f = Forest.from_tuples([("var", 0)] * 3, 4, FS)
+    with pytest.raises(ValueError, match="donors has 2 trees"):
+        exchange(f, jnp.zeros(3, int), f[:2], jnp.zeros(2, int))
+    with pytest.raises(ValueError, match="positions must have shape"):
+        exchange(f, jnp.zeros(2, int), f, jnp.zeros(3, int))
+    with pytest.raises(ValueError, match=r"\[pop, max_len\]"):
+        exchange(f[0], jnp.zeros(3, int), f, jnp.zeros(3, int))

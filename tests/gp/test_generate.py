@@ -1,0 +1,138 @@
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.gp.tree_helpers import FS
+
+from evotensor.gp.encoding import CONST, VAR
+from evotensor.gp.functions import FunctionSet
+from evotensor.gp.generate import TreeGenerator, generate
+
+POP = 64
+
+
+def _gen(**kw):
+    base = dict(function_set=FS, n_vars=3, max_len=32, min_depth=1, max_depth=4)
+    base.update(kw)
+    g = TreeGenerator(**base)
+    return g, jax.jit(lambda k: g(k, POP))
+
+
+FS2 = FunctionSet(("add", "mul"))
+FS3 = FunctionSet(("add", "sin"))
+# Every test uses these (jitted once, [POP, max_len] each); statistics pool several keys.
+GENERATORS = {
+    "half_and_half": _gen(),
+    "full": _gen(method="full", min_depth=3, max_depth=3),
+    "grow_modi": _gen(method="grow", n_outputs=3, modi_prob=0.5, leaf_prob=(0.0, 0.5, 0.9)),
+    "tight": _gen(max_len=7, min_depth=4, max_depth=6, method="full"),
+    "grow_depths": _gen(
+        function_set=FS2, max_len=16, min_depth=0, max_depth=5, method="grow", leaf_prob=(0.0, 0.0, 1.0)
+    ),
+    "stats": _gen(max_len=64, min_depth=2, max_depth=5, const_prob=0.25, const_range=(2.0, 3.0)),
+    "weights_no_vars": _gen(function_set=FS3, n_vars=0, function_weights=(1.0, 0.0), max_depth=3),
+}
+
+
+def _pooled(name, n_keys):
+    _, fn = GENERATORS[name]
+    parts = [fn(jax.random.key(1000 + i)) for i in range(n_keys)]
+    return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs, 0), *parts)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from(sorted(GENERATORS)), st.integers(0, 2**31 - 1))
+def test_generated_trees_are_valid_and_within_bounds(name, seed):
+    g, fn = GENERATORS[name]
+    forest = fn(jax.random.key(seed))
+    forest.check(g.function_set, n_vars=g.n_vars, n_outputs=g.n_outputs)
+    depth = np.asarray(forest.depth())
+    length = np.asarray(forest.length)
+    assert np.all(length <= g.max_len)
+    for t in range(POP):
+        assert depth[t, : length[t]].max() <= g.max_depth
+    if g.n_outputs == 1:
+        assert np.all(np.asarray(forest.output) == -1)
+
+
+def test_full_trees_are_complete():
+    g, fn = GENERATORS["full"]
+    forest = fn(jax.random.key(1))
+    depth = np.asarray(forest.depth())
+    is_leaf = FS.arity[np.asarray(forest.opcode)] == 0
+    for t in range(POP):
+        n = int(forest.length[t])
+        # every leaf sits at exactly depth 3 (32 slots fit any depth-3 tree with arity <= 3? no:
+        # 1 + 3 + 9 + 27 = 40 > 32, so leaves may be shallower only where the budget ran out)
+        leaf_depths = depth[t, :n][is_leaf[t, :n]]
+        assert leaf_depths.max() == 3
+        if n < 32 - 3:  # the budget never bound: a complete full tree
+            assert np.all(leaf_depths == 3)
+
+
+def test_grow_per_depth_leaf_probabilities():
+    # leaf_prob 0 at depths 0 and 1, 1.0 at depth 2: a tree is complete binary down to
+    # min(2, its ramped depth bound in 0..5), i.e. 1, 3 or 7 nodes; bound >= 2 (7 nodes) is 4/6 likely
+    forest = _pooled("grow_depths", 5)
+    length = np.asarray(forest.length)
+    assert set(np.unique(length)) == {1, 3, 7}
+    assert 0.55 < np.mean(length == 7) < 0.78
+
+
+def test_leaf_statistics_and_constant_range():
+    forest = _pooled("stats", 6)
+    op, val = np.asarray(forest.opcode), np.asarray(forest.value)
+    consts = val[op == CONST]
+    vars_ = val[op == VAR]
+    frac = consts.size / (consts.size + vars_.size)
+    assert 0.2 < frac < 0.3
+    assert consts.min() >= 2.0 and consts.max() <= 3.0 and np.unique(consts).size > 100  # continuous
+    assert set(np.unique(vars_).astype(int)) == {0, 1, 2}
+    # every function is used, roughly uniformly
+    funcs = op[FS.arity[op] > 0]
+    counts = np.bincount(funcs, minlength=FS.n_opcodes)[3:]
+    assert counts.min() > 0.5 * counts.mean()
+
+
+def test_function_weights_and_no_variables():
+    forest = _pooled("weights_no_vars", 2)
+    op = np.asarray(forest.opcode)
+    assert np.any(op == FS3.opcode("add")) and not np.any(op == FS3.opcode("sin"))
+    assert not np.any(op == VAR)  # n_vars == 0: every leaf is a constant
+
+
+def test_generate_function_is_the_generator():
+    g, _ = GENERATORS["half_and_half"]
+    shape = jax.eval_shape(lambda k: generate(k, 5, FS, 3, 32, min_depth=1, max_depth=4), jax.random.key(0))
+    assert shape.opcode.shape == (5, 32) and shape.value.dtype == np.float32
+    with pytest.raises(ValueError, match="n must be"):
+        g(jax.random.key(0), 0)
+
+
+def test_deterministic_given_key():
+    _, fn = GENERATORS["half_and_half"]
+    a, b = fn(jax.random.key(7)), fn(jax.random.key(7))
+    np.testing.assert_array_equal(np.asarray(a.opcode), np.asarray(b.opcode))
+    c = fn(jax.random.key(8))
+    assert not np.array_equal(np.asarray(a.opcode), np.asarray(c.opcode))
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(max_len=0), "max_len"),
+        (dict(min_depth=3, max_depth=2), "min_depth"),
+        (dict(method="ramped"), "method"),
+        (dict(leaf_prob=1.5), "leaf_prob"),
+        (dict(const_range=(1.0, 0.0)), "const_range"),
+        (dict(modi_prob=2.0), "modi_prob"),
+        (dict(function_weights=(1.0,)), "function_weights"),
+        (dict(n_vars=-1), "n_vars"),
+    ],
+)
+def test_bad_arguments(kw, match):
+    base = dict(function_set=FS, n_vars=3, max_len=32)
+    base.update(kw)
+    with pytest.raises(ValueError, match=match):
+        TreeGenerator(**base)

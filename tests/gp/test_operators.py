@@ -1,0 +1,228 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.gp.tree_helpers import (
+    FS,
+    N_VARS,
+    children_of,
+    count,
+    forests,
+    is_function,
+    replace,
+    subtree,
+)
+
+from evotensor.gp import operators as ops
+from evotensor.gp.encoding import CONST, Forest
+from evotensor.gp.generate import TreeGenerator
+
+POP, L = 6, 24
+SUB_GEN = TreeGenerator(FS, N_VARS, 7, 0, 2, n_outputs=2, modi_prob=0.3)
+INS_GEN = ops.default_insert_generator(FS, N_VARS, 4, n_outputs=2, modi_prob=0.3)
+
+# One jitted function per operator: shapes are fixed, so each compiles once for the whole module.
+OPS = {
+    "one_point_crossover": jax.jit(lambda k, a, b: ops.one_point_crossover(k, a, b, FS)),
+    "koza_crossover": jax.jit(lambda k, a, b: ops.one_point_crossover(k, a, b, FS, 0.9)),
+    "leaf_biased_crossover": jax.jit(lambda k, a, b: ops.leaf_biased_crossover(k, a, b, FS, 0.3)),
+    "subtree_mutation": jax.jit(lambda k, a, b: ops.subtree_mutation(k, a, SUB_GEN)),
+    "hoist_mutation": jax.jit(lambda k, a, b: ops.hoist_mutation(k, a, FS)),
+    "single_point_mutation": jax.jit(lambda k, a, b: ops.single_point_mutation(k, a, FS, N_VARS)),
+    "multi_point_mutation": jax.jit(lambda k, a, b: ops.multi_point_mutation(k, a, FS, N_VARS, 0.3)),
+    "insert_mutation": jax.jit(lambda k, a, b: ops.insert_mutation(k, a, INS_GEN)),
+    "delete_mutation": jax.jit(lambda k, a, b: ops.delete_mutation(k, a, FS)),
+    "single_constant_mutation": jax.jit(lambda k, a, b: ops.single_constant_mutation(k, a, (-1, 1), 0.5)),
+    "multi_constant_mutation": jax.jit(lambda k, a, b: ops.multi_constant_mutation(k, a, 0.5, (-1, 1))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+@settings(max_examples=5, deadline=None)
+@given(forests(POP, L, n_outputs=2), forests(POP, L, n_outputs=2), st.integers(0, 2**31 - 1))
+def test_every_operator_yields_valid_forests(name, rec, don, seed):
+    (a, ta), (b, tb) = rec, don
+    out, ok = OPS[name](jax.random.key(seed), a, b)
+    out.check(FS, n_vars=N_VARS, n_outputs=2)
+    assert out.opcode.shape == (POP, L) and ok.shape == (POP,)
+    got = out.to_tuples(FS)
+    for j in range(POP):
+        if not bool(ok[j]):
+            assert got[j] == ta[j]  # not applied: unchanged
+    if name.endswith("crossover"):
+        for j in range(POP):  # the child is the recipient with one of its subtrees swapped for a donor's
+            if bool(ok[j]):
+                cands = {
+                    replace(ta[j], p, subtree(tb[j], q))
+                    for p in range(count(ta[j]))
+                    for q in range(count(tb[j]))
+                }
+                assert got[j] in cands
+    if name == "hoist_mutation":
+        for j in range(POP):
+            assert bool(ok[j]) == is_function(ta[j])  # fails only on a single leaf
+            if bool(ok[j]):
+                n = count(ta[j])
+                cands = {
+                    replace(ta[j], p, subtree(ta[j], q))
+                    for p in range(n)
+                    for q in range(p + 1, p + count(subtree(ta[j], p)))
+                }
+                assert got[j] in cands and count(got[j]) < n
+    if name == "delete_mutation":
+        for j in range(POP):
+            if bool(ok[j]):
+                n = count(ta[j])
+                cands = {replace(ta[j], p, kid) for p in range(n) for kid in children_of(subtree(ta[j], p))}
+                assert got[j] in cands
+    if name == "insert_mutation":
+        for j in range(POP):
+            if bool(ok[j]):
+                assert count(got[j]) > count(ta[j])
+    if name in (
+        "single_point_mutation",
+        "multi_point_mutation",
+        "single_constant_mutation",
+        "multi_constant_mutation",
+    ):
+        # in-place: the shape (sizes, arities, Modi outputs) never changes
+        np.testing.assert_array_equal(np.asarray(out.size), np.asarray(a.size))
+        np.testing.assert_array_equal(np.asarray(out.output), np.asarray(a.output))
+        np.testing.assert_array_equal(FS.arity[np.asarray(out.opcode)], FS.arity[np.asarray(a.opcode)])
+    if name == "single_point_mutation":
+        changed = np.sum(
+            (np.asarray(out.opcode) != np.asarray(a.opcode)) | (np.asarray(out.value) != np.asarray(a.value)),
+            1,
+        )
+        assert np.all(changed <= 1)
+    if name.endswith("constant_mutation"):
+        np.testing.assert_array_equal(np.asarray(out.opcode), np.asarray(a.opcode))
+        non_const = np.asarray(a.opcode) != CONST
+        np.testing.assert_array_equal(np.asarray(out.value)[non_const], np.asarray(a.value)[non_const])
+
+
+BIG = 67 * POP  # statistical tests: 402 trees, run in chunks of POP so no operator compiles twice
+_T12 = (
+    "div",
+    ("add", ("mul", ("var", 0), ("const", 0.5)), ("sub", ("sin", ("var", 1)), ("const", 2.0))),
+    ("add", ("const", 1.0), ("const", -3.0)),
+)  # 12 nodes: 6 functions, 6 leaves (4 constants)
+
+
+def _big_forest(tree=_T12):
+    return Forest.from_tuples([tree] * BIG, L, FS)
+
+
+def _chunked(fn, seed, forest):
+    """``fn(key, chunk)`` on consecutive [POP, L] chunks (the shape every jitted op was built for)."""
+    outs = [fn(jax.random.fold_in(jax.random.key(seed), i), forest[i : i + POP]) for i in range(0, BIG, POP)]
+    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0), *outs)
+
+
+def _run(name, seed, forest):
+    return _chunked(lambda k, f: OPS[name](k, f, f), seed, forest)
+
+
+def test_multi_point_mutation_decides_per_node():
+    f = _big_forest()
+    out, ok = _run("multi_point_mutation", 0, f)  # rate 0.3
+    changed = np.sum(
+        (np.asarray(out.opcode) != np.asarray(f.opcode)) | (np.asarray(out.value) != np.asarray(f.value)), 1
+    )
+    # per-node decisions: most trees have some, but not all, of their 12 nodes rewritten
+    assert np.mean((changed > 0) & (changed < 12)) > 0.9
+    assert 2.0 < changed.mean() < 4.5  # about 0.3 * 12 (minus rare no-op rewrites)
+
+
+def test_multi_constant_mutation_decides_per_node():
+    f = _big_forest()
+    out, ok = _run("multi_constant_mutation", 1, f)  # rate 0.5, 4 constants
+    changed = np.sum(np.asarray(out.value) != np.asarray(f.value), 1)
+    assert np.mean((changed > 0) & (changed < 4)) > 0.7
+    assert np.all(np.asarray(ok) == (changed > 0))
+
+
+def test_delete_keeps_any_child():
+    f2 = _big_forest(("sub", ("var", 0), ("var", 1)))
+    f3 = _big_forest(("if_then_else", ("var", 0), ("var", 1), ("var", 2)))
+    for forest, n_kids in ((f2, 2), (f3, 3)):
+        out, ok = _run("delete_mutation", 2, forest)
+        assert np.all(ok) and np.all(np.asarray(out.length) == 1)
+        kept = np.bincount(np.asarray(out.value[:, 0]).astype(int), minlength=n_kids)
+        assert np.all(kept > BIG / n_kids * 0.6)  # every child is kept a fair share of the time
+
+
+def test_hoist_picks_strictly_inside_and_never_grows():
+    f = _big_forest()
+    out, ok = _run("hoist_mutation", 3, f)
+    assert np.all(ok) and np.all(np.asarray(out.length) < 12)
+    out, ok = _run("hoist_mutation", 3, _big_forest(("var", 0)))
+    assert not np.any(ok) and np.all(np.asarray(out.length) == 1)
+
+
+_random_nodes = jax.jit(lambda k, f, bias: ops.random_nodes(k, f, FS, bias))
+_random_nodes_uniform = jax.jit(lambda k, f: ops.random_nodes(k, f, FS, None))
+
+
+def test_koza_bias_of_crossover_points():
+    f = _big_forest()  # 12 nodes: 6 functions, 6 leaves
+    is_func = FS.arity[np.asarray(f.opcode)] > 0
+    rows = np.arange(BIG)
+    for seed in range(2):
+        for bias in (1.0, 0.0, 0.9):
+            picks = _chunked(lambda k, c, b=bias: _random_nodes(k, c, b), seed, f)
+            frac = is_func[rows, np.asarray(picks)].mean()
+            assert abs(frac - bias) < 0.06, (bias, frac)
+        picks = np.asarray(_chunked(_random_nodes_uniform, seed, f))
+        assert abs(is_func[rows, picks].mean() - 0.5) < 0.08
+        assert np.all(picks < 12) and np.bincount(picks, minlength=12).min() > BIG / 12 * 0.4
+
+
+_leaf_biased_one = jax.jit(lambda k, a: ops.leaf_biased_crossover(k, a, a, FS, 1.0))
+
+
+def test_leaf_biased_crossover_with_bias_one_swaps_leaves():
+    f = _big_forest()
+    out, ok = _chunked(_leaf_biased_one, 5, f)
+    assert np.all(ok) and np.all(np.asarray(out.length) == 12)
+
+
+def test_length_cap_rejections_are_flagged():
+    f = _big_forest(("add", _T12, ("mul", _T12[1], ("var", 2))))  # 22 of 24 slots
+    out, ok = _run("subtree_mutation", 6, f)  # new subtrees of up to 7 nodes
+    rejected = ~np.asarray(ok)
+    assert rejected.any() and not rejected.all()
+    np.testing.assert_array_equal(np.asarray(out.opcode)[rejected], np.asarray(f.opcode)[rejected])
+    out.check(FS)
+
+
+def test_insert_mutation_wraps_the_subtree():
+    out, ok = _run("insert_mutation", 7, _big_forest(("var", 1)))
+    assert np.all(ok)
+    for t in out[:50].to_tuples(FS):  # the old tree is now a child of a new function node
+        node = t[2] if t[0] == "modi" else t
+        assert is_function(node) and ("var", 1) in children_of(node)
+
+
+def test_single_point_keeps_arity_and_changes_function():
+    out, ok = _run("single_point_mutation", 8, _big_forest(("add", ("var", 0), ("var", 1))))
+    roots = np.asarray(out.opcode[:, 0])
+    hit_root = roots != FS.opcode("add")
+    assert 0.2 < hit_root.mean() < 0.47  # the root is one of 3 nodes
+    assert set(FS.name(o) for o in roots[hit_root]) == {"sub", "mul", "div"}
+
+
+_const_redraw = jax.jit(lambda k, f: ops.multi_constant_mutation(k, f, 1.0, (5.0, 6.0), None))
+_const_perturb = jax.jit(lambda k, f: ops.multi_constant_mutation(k, f, 1.0, (5.0, 6.0), 0.1))
+
+
+def test_constant_values():
+    f = _big_forest()
+    is_c = np.asarray(f.opcode) == CONST
+    old = np.asarray(f.value)[is_c]
+    c = np.asarray(_chunked(_const_redraw, 9, f)[0].value)[is_c]
+    assert c.min() >= 5.0 and c.max() <= 6.0 and np.unique(c).size > 1000
+    c = np.asarray(_chunked(_const_perturb, 9, f)[0].value)[is_c]
+    assert 0.09 < np.std(c - old) < 0.11 and abs(np.mean(c - old)) < 0.01

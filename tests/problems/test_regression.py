@@ -1,0 +1,110 @@
+import jax
+import numpy as np
+import pytest
+from tests.gp.eval_helpers import ArrayForest, random_data, random_forest, tree_to_arrays
+
+from evotensor.core.evaluation import Evaluation
+from evotensor.gp.functions import FunctionSet
+from evotensor.gp.reference import reference_eval
+from evotensor.problems.regression import EVOGP_SR_FUNCTIONS, Pagie1, SymbolicRegression, pagie1_data
+
+KEY = jax.random.key(0)
+
+
+def _forest(trees, fs, max_len=24):
+    return ArrayForest(*(np.stack(c) for c in zip(*(tree_to_arrays(t, fs, max_len) for t in trees))))
+
+
+def V(k):
+    return ("var", -1, k)
+
+
+def C(c):
+    return ("const", -1, c)
+
+
+def F(name, *children):
+    return (name, -1, children)
+
+
+def test_pagie1_grid():
+    X, y = pagie1_data()
+    assert X.shape == (676, 2) and y.shape == (676,) and X.dtype == np.float32
+    axis = np.unique(X[:, 0])
+    assert len(axis) == 26 and axis[0] == -5.0 and axis[-1] == 5.0
+    np.testing.assert_allclose(np.diff(axis), 0.4, atol=1e-6)
+    assert not np.any(X == 0.0)
+    # spot values by hand: at (5, 5) each term is 625/626; at (0.2, -0.2) each is 1/626
+    corner = np.flatnonzero((X[:, 0] == 5.0) & (X[:, 1] == 5.0))[0]
+    np.testing.assert_allclose(y[corner], 2 * 625 / 626, rtol=1e-6)
+    near0 = np.flatnonzero(np.isclose(X[:, 0], 0.2) & np.isclose(X[:, 1], -0.2))[0]
+    np.testing.assert_allclose(y[near0], 2 / 626, rtol=1e-4)
+
+
+def test_pagie1_scores_the_true_expression_as_perfect_and_constants_by_variance():
+    problem = Pagie1()
+    fs = problem.function_set
+    assert fs.names == EVOGP_SR_FUNCTIONS and not problem.maximize and problem.kind == "policy"
+
+    def term(k):  # x^4 / (x^4 + 1) == 1 / (1 + x^-4)
+        x4 = F("mul", F("mul", V(k), V(k)), F("mul", V(k), V(k)))
+        return F("div", x4, F("add", x4, C(1.0)))
+
+    forest = _forest([F("add", term(0), term(1)), C(1.0), F("div", V(0), F("sub", V(1), V(1)))], fs, 40)
+    ev = problem.evaluate(KEY, forest)
+    assert isinstance(ev, Evaluation) and ev.fitness.shape == (3,)
+    _, y = pagie1_data()
+    assert float(ev.fitness[0]) < 1e-10
+    np.testing.assert_allclose(float(ev.fitness[1]), np.mean((y - 1.0) ** 2), rtol=1e-5)
+    assert np.isposinf(float(ev.fitness[2]))  # x / 0 everywhere: the worst fitness
+    assert problem.predict(forest).shape == (3, 676, 1)
+    assert "x0**-4" in problem.true_expression
+
+
+def test_generic_problem_matches_reference_mse_and_r2_orientation():
+    fs = FunctionSet(("add", "mul", "sub", "sin"))
+    X = random_data(1, 40, 3)
+    y = np.sin(X[:, 0]) * X[:, 1]
+    forest = random_forest(2, fs, 9, 20, 3)
+    problem = SymbolicRegression(X, y, fs, X_test=X[:10], y_test=y[:10], backend="jax")
+    pred = reference_eval(forest, X, fs)[..., 0]
+    np.testing.assert_allclose(
+        problem.evaluate(KEY, forest).fitness, np.mean((pred - y) ** 2, axis=1), rtol=1e-4
+    )
+    np.testing.assert_allclose(
+        problem.test_evaluate(forest).fitness, np.mean((pred[:, :10] - y[:10]) ** 2, axis=1), rtol=1e-4
+    )
+    r2 = SymbolicRegression(X, y, fs, metric="r2", backend="jax")
+    assert r2.maximize
+    expected = 1 - np.sum((pred - y) ** 2, axis=1) / np.sum((y - y.mean()) ** 2)
+    np.testing.assert_allclose(r2.evaluate(KEY, forest).fitness, expected, rtol=1e-3, atol=1e-4)
+
+
+def test_multi_output_regression():
+    fs = FunctionSet(("add", "mul"))
+    X = random_data(3, 15, 2)
+    problem = SymbolicRegression(X, np.stack([X[:, 0], X[:, 1]], 1), fs, backend="jax")
+    assert problem.n_outputs == 2
+    forest = random_forest(4, fs, 5, 16, 2, n_outputs=2)
+    pred = reference_eval(forest, X, fs, n_outputs=2)
+    expected = np.mean((pred - np.stack([X[:, 0], X[:, 1]], 1)[None]) ** 2, axis=(1, 2))
+    np.testing.assert_allclose(problem.evaluate(KEY, forest).fitness, expected, rtol=1e-4)
+
+
+def test_errors():
+    fs = FunctionSet()
+    X = np.ones((5, 2), np.float32)
+    with pytest.raises(ValueError, match="metric"):
+        SymbolicRegression(X, X[:, 0], fs, metric="mae")
+    with pytest.raises(ValueError, match="y must be"):
+        SymbolicRegression(X, X[:3, 0], fs)
+    with pytest.raises(ValueError, match="X must be"):
+        SymbolicRegression(X[0], X[0], fs)
+    with pytest.raises(ValueError, match="function_set"):
+        SymbolicRegression(X, X[:, 0], ("add",))
+    with pytest.raises(ValueError, match="both X_test"):
+        SymbolicRegression(X, X[:, 0], fs, X_test=X)
+    with pytest.raises(ValueError, match="backend"):
+        SymbolicRegression(X, X[:, 0], fs, backend="cuda")
+    with pytest.raises(ValueError, match="no test data"):
+        SymbolicRegression(X, X[:, 0], fs).test_evaluate(None)
