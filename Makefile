@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-TASK   ?= es-rastrigin
+TASK   ?= sr-pagie
 ARGS   ?=
 PYTEST_ARGS ?=
 
