@@ -19,8 +19,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -106,6 +107,8 @@ class Loop:
                 raise TypeError(f"strategy must have an {method}() method (got {type(strategy).__name__})")
         if not callable(getattr(problem, "evaluate", None)):
             raise TypeError(f"problem must have an evaluate() method (got {type(problem).__name__})")
+        # a family may carry its own decoder (GP trees run directly on data)
+        decoder = decoder if decoder is not None else getattr(strategy, "decoder", None)
         if is_policy_problem(problem) and decoder is None:
             raise ValueError("a policy problem needs a decoder (with decode() and apply())")
         self.strategy = strategy
@@ -209,7 +212,8 @@ def run(
         generations: total number of generations (> 0).
         key: ``jax.random.key(seed)``.
         params: strategy params (default ``strategy.default_params()``).
-        decoder: genotype -> phenotype map (``decode``, ``apply``) for policy problems.
+        decoder: genotype -> phenotype map (``decode``, ``apply``) for policy problems; default
+            ``strategy.decoder`` when the strategy has one (GP), else none.
         chunk_size: generations per compiled ``lax.scan`` chunk (default: ~20 chunks).
         run_dir: if given, write ``config.json``, ``metrics.csv``, ``checkpoint.npz``,
             ``best.npz``/``best.txt``/``best.json`` and ``fitness.png`` there.

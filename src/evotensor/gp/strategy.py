@@ -38,6 +38,7 @@ from evotensor.core.strategy import check_population_size
 from evotensor.gp import operators as ops
 from evotensor.gp import selection as sel
 from evotensor.gp.encoding import Forest
+from evotensor.gp.evaluate import evaluate
 from evotensor.gp.generate import TreeGenerator
 
 MUTATIONS = (
@@ -55,6 +56,21 @@ CROSSOVERS = ("one_point", "leaf_biased")
 
 # Default relative weights of the mutations, in MUTATIONS order.
 DEFAULT_MUTATION_PROBS = (0.35, 0.1, 0.1, 0.05, 0.1, 0.1, 0.1, 0.1)
+
+
+class ForestDecoder:
+    """GP needs no decoding: the tree is executed directly. ``decode`` is the identity and
+    ``apply(tree, X [n_points, n_vars]) -> [n_points, n_outputs]`` runs one tree."""
+
+    def __init__(self, function_set: Any, n_outputs: int = 1):
+        self.function_set = function_set
+        self.n_outputs = n_outputs
+
+    def decode(self, genotypes: Forest) -> Forest:
+        return genotypes
+
+    def apply(self, phenotype: Forest, x: jax.Array) -> jax.Array:
+        return evaluate(phenotype, x, self.function_set, self.n_outputs)
 
 
 @pytree_dataclass
@@ -375,6 +391,12 @@ class GP:
             f"GP(population_size={self.population_size}, max_len={self.max_len}, "
             f"function_set={self.function_set!r}, n_vars={self.n_vars}, selection={self.selection!r})"
         )
+
+    @property
+    def decoder(self) -> ForestDecoder:
+        """The family decoder: identity decode, ``apply`` runs a tree on data. :func:`evotensor.run`
+        uses it when a policy problem (symbolic regression) is given no explicit decoder."""
+        return ForestDecoder(self.function_set, self.n_outputs)
 
 
 def _split_counts(total: int, weights: Sequence[float]) -> tuple[int, ...]:

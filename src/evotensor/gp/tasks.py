@@ -11,28 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 
 from evotensor.gp.encoding import Forest
-from evotensor.gp.evaluate import evaluate
 from evotensor.gp.strategy import GP
 from evotensor.tasks import Task, register_task
-
-
-class ForestDecoder:
-    """GP needs no decoding: the tree is executed directly. ``decode`` is the identity and
-    ``apply(tree, X [n_points, n_vars]) -> [n_points, n_outputs]`` runs one tree."""
-
-    def __init__(self, function_set: Any, n_outputs: int = 1):
-        self.function_set = function_set
-        self.n_outputs = n_outputs
-
-    def decode(self, genotypes: Forest) -> Forest:
-        return genotypes
-
-    def apply(self, phenotype: Forest, x: jax.Array) -> jax.Array:
-        return evaluate(phenotype, x, self.function_set, self.n_outputs)
 
 
 def _report(problem: Any, precision: int = 3):
@@ -118,7 +101,7 @@ def _build_pagie(cfg: dict[str, Any]) -> Task:
     return Task(
         strategy=strategy,
         problem=problem,
-        decoder=ForestDecoder(fs),
+        decoder=strategy.decoder,
         generations=cfg["generations"] or 100,
         report=_report(problem),
         best_to_text=lambda best: best.to_infix(fs, precision=6),

@@ -49,6 +49,6 @@ def _register(name: str, dims: int, pop: int | None, generations: int, descripti
 
 
 _register("sphere", 10, None, 300, "CMA-ES on the 10-d sphere (smoke test: reaches ~1e-12)")
-_register("rastrigin", 30, 200, 1200, "CMA-ES, pop 200, on 30-d Rastrigin (the default `make run` job)")
+_register("rastrigin", 30, 200, 1200, "CMA-ES, pop 200, on 30-d Rastrigin")
 _register("rosenbrock", 10, None, 2000, "CMA-ES on 10-d Rosenbrock")
 _register("ackley", 10, None, 600, "CMA-ES on 10-d Ackley")
