@@ -24,6 +24,7 @@ Usage::
     python benchmarks/tree_ops.py            # full run (a few minutes on 2 cores)
     python benchmarks/tree_ops.py --quick    # fewer sizes, shorter timing loops
     python benchmarks/tree_ops.py --pytree   # only the paired tables (Tree vs dict, vs DI-treetensor)
+    python benchmarks/tree_ops.py --joins    # only stack/cat/split, evotensor[jax] vs DI-treetensor, paired
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer sizes and shorter timing loops")
     parser.add_argument("--wall", action="store_true", help="time wall-clock instead of process CPU time")
     parser.add_argument("--pytree", action="store_true", help="only the paired tables")
+    parser.add_argument(
+        "--joins", action="store_true", help="only stack/cat/split with JAX leaves vs DI-treetensor, paired"
+    )
     args = parser.parse_args()
     global TIMER
     if args.wall:
@@ -148,9 +152,52 @@ def main() -> None:
         + f"; timer: {'wall clock' if args.wall else 'process CPU time'}",
         flush=True,
     )
+    if args.joins:
+        joins_table(min_time, counts, split_ns)
+        return
     if not args.pytree:
         container_tables(args, m, backends, columns, batch_col, to_batch_leaf, rng, counts, split_ns)
     pytree_tables(min_time)
+
+
+def joins_table(min_time: float, counts: list[int], split_ns: list[int]) -> None:
+    """stack / cat / split with JAX leaves vs DI-treetensor's torch leaves, in alternating rounds.
+
+    The JAX calls are not blocked on (nor are DI-treetensor's), as in the container table: with CPU
+    time the XLA work done in the background is counted anyway.
+    """
+    if ttorch is None:
+        print("DI-treetensor is not installed: no paired join table")
+        return
+    names = ("evotensor[jax]", "DI-treetensor[torch]")
+    table = Table([*names, "evotensor[jax]/DI-treetensor[torch]"])
+    small = small_tree(np.random.default_rng(0))
+    for op in ("stack", "cat"):
+        fe = et.stack if op == "stack" else et.concatenate
+        ft = ttorch.stack if op == "stack" else ttorch.cat
+        for n in counts:
+            te = [Tree(conv(small, jnp.asarray)) for _ in range(n)]
+            tt = [ttorch.Tensor(conv(small, torch.as_tensor)) for _ in range(n)]
+            jax.block_until_ready(fe(te))
+            table.add(
+                f"{op} {n}",
+                _paired(lambda fe=fe, te=te: fe(te), lambda ft=ft, tt=tt: ft(tt), names, min_time),
+            )
+    rng = np.random.default_rng(1)
+    for n in split_ns:
+        data = {
+            "obs": rng.standard_normal((n, 4, 84, 84)).astype(np.float32),
+            "action": rng.integers(0, 6, (n, 1)),
+            "reward": rng.random((n, 1)).astype(np.float32),
+        }
+        te = Tree(conv(data, jnp.asarray))
+        tt = ttorch.Tensor(conv(data, torch.as_tensor))
+        jax.block_until_ready(et.split(te, n))
+        table.add(
+            f"split {n} -> size 1",
+            _paired(lambda te=te, n=n: et.split(te, n), lambda tt=tt: ttorch.split(tt, 1), names, min_time),
+        )
+    print("\n" + table.markdown() + "\n", flush=True)
 
 
 def container_tables(args, m, backends, columns, batch_col, to_batch_leaf, rng, counts, split_ns) -> None:

@@ -449,3 +449,157 @@ def test_path_detection_cache_is_per_function_object():
     del keep, captured
     gc.collect()
     assert ref() is None  # the cache does not keep closures (and what they capture) alive
+
+
+# ---- JAX leaves: one compiled call per tree operation ------------------------------------------
+# The fast path joins/splits all JAX leaves of a tree in one jitted call; these tests compare it
+# with the obviously correct per-leaf computation (jnp.stack / jnp.concatenate / jnp.split on each
+# leaf position, found through tt.flatten).
+
+
+def _jax_trees(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        Tree(
+            obs=jnp.asarray(rng.standard_normal((3, 4)), jnp.float32),
+            act=jnp.asarray(rng.integers(0, 9, (3, 1)), jnp.int32),
+            x={
+                "c": jnp.asarray(rng.standard_normal((3, 2)), jnp.float32),
+                "e": {"f": jnp.arange(6.0).reshape(3, 2) + i},
+            },
+        )
+        for i in range(n)
+    ]
+
+
+def _per_leaf_join(trees, op, axis):
+    flats = [tt.flatten(t) for t in trees]
+    return tt.unflatten({p: op([f[p] for f in flats], axis=axis) for p in flats[0]})
+
+
+def _assert_same(a, b):
+    fa, fb = tt.flatten(a), tt.flatten(b)
+    assert list(fa) == list(fb)
+    for p in fa:
+        assert type(fa[p]) is type(fb[p]), p
+        assert fa[p].shape == fb[p].shape and fa[p].dtype == fb[p].dtype, p
+        np.testing.assert_array_equal(np.asarray(fa[p]), np.asarray(fb[p]))
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_jax_stack_concatenate_equal_per_leaf_reference(n, axis):
+    trees = _jax_trees(n)
+    _assert_same(tt.stack(trees, axis=axis), _per_leaf_join(trees, jnp.stack, axis))
+    _assert_same(tt.concatenate(trees, axis=axis), _per_leaf_join(trees, jnp.concatenate, axis))
+
+
+def test_join_keeps_each_backend_per_leaf_position():
+    # numpy-only positions stay numpy (no XLA call), jax-only and mixed positions become jax
+    a = Tree(n=np.ones(2, np.float32), j=jnp.zeros(2), m=np.ones(2, np.float32))
+    b = Tree(n=np.zeros(2, np.float32), j=jnp.ones(2), m=jnp.full(2, 3.0))
+    for fn, op in ((tt.stack, jnp.stack), (tt.concatenate, jnp.concatenate)):
+        out = fn([a, b])
+        assert isinstance(out.n, np.ndarray)
+        assert isinstance(out.j, jax.Array) and isinstance(out.m, jax.Array)
+        ref = _per_leaf_join([a, b], op, 0)
+        for k in ("n", "j", "m"):
+            np.testing.assert_array_equal(np.asarray(out[k]), np.asarray(ref[k]))
+        assert list(out.keys()) == ["j", "m", "n"]
+
+
+def test_jax_join_under_jit_with_traced_leaves():
+    trees = _jax_trees(3)
+    for fn, op in ((tt.stack, jnp.stack), (tt.concatenate, jnp.concatenate)):
+        jitted = jax.jit(lambda ts, fn=fn: fn(ts, axis=1))
+        _assert_same(jitted(trees), _per_leaf_join(trees, op, 1))
+    pieces = jax.jit(lambda t: tt.split(t, 3))(tt.stack(trees))
+    for p, t in zip(pieces, trees):
+        _assert_same(tt.index(p, 0), t)
+
+
+def test_jax_join_errors_name_the_leaf_and_the_tree():
+    good = Tree(x={"a": jnp.ones(1), "b": jnp.ones(2)})
+    bad = Tree(x={"a": jnp.ones(1), "b": jnp.ones(3)})
+    with pytest.raises(ValueError) as info:
+        tt.stack([good, good, bad])
+    assert any("x.b" in n for n in info.value.__notes__)
+    with pytest.raises(TypeError) as info:
+        tt.concatenate([good, good, bad.x.b.reshape(1, 3)])
+    assert "trees[2]" in str(info.value)
+    with pytest.raises(TypeError, match=r"trees\[1\].*at x, expected a Tree"):
+        tt.stack([good, Tree(x=jnp.ones(1))])
+    with pytest.raises(KeyError, match=r"key sets differ at x.*trees\[3\] has \['a'\]"):
+        tt.stack([good, good, good, Tree(x={"a": jnp.ones(1)})])
+    with pytest.raises(KeyError, match=r"key sets differ at x.*trees\[1\] has \['a', 'c'\]"):
+        tt.stack([good, Tree(x={"a": jnp.ones(1), "c": jnp.ones(2)})])
+
+
+def test_jax_join_derives_constraints():
+    c = Tree(obs=jnp.zeros((4, 3, 5)), agents={"pos": jnp.zeros((4, 3, 2))}).with_constraints(
+        tt.shape_prefix(4, 3)
+    )
+    s = tt.stack([c, c])
+    assert s.constraints == (tt.shape_prefix(2, 4, 3),) and s.agents.constraints == s.constraints
+    s.validate()
+    assert tt.concatenate([c, c, c]).constraints == (tt.shape_prefix(12, 3),)
+
+
+@pytest.mark.parametrize("sections", [3, [1], [1, 2], [0, 3]])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_jax_split_equals_per_leaf_reference(sections, axis):
+    t = tt.stack(_jax_trees(3), axis=axis)  # every leaf has length 3 on `axis`
+    t["host"] = np.arange(3 * 4, dtype=np.float32).reshape((3, 4) if axis == 0 else (4, 3))
+    pieces = tt.split(t, sections, axis=axis)
+    flat = tt.flatten(t)
+    ref = {
+        p: (np.split if isinstance(v, np.ndarray) else jnp.split)(v, sections, axis=axis)
+        for p, v in flat.items()
+    }
+    assert len(pieces) == len(ref[("obs",)])
+    for i, piece in enumerate(pieces):
+        _assert_same(piece, tt.unflatten({p: ref[p][i] for p in flat}))
+        assert isinstance(piece.host, np.ndarray) and isinstance(piece.obs, jax.Array)
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    d=st.recursive(
+        st.integers(1, 2), lambda ch: st.dictionaries(key_st, ch, min_size=1, max_size=3), max_leaves=5
+    ).filter(lambda v: isinstance(v, dict)),
+    n=st.integers(1, 3),
+)
+def test_jax_join_split_roundtrip_on_random_structures(d, n):
+    def build(v, i):
+        if isinstance(v, dict):
+            return {k: build(x, i) for k, x in v.items()}
+        return jnp.arange(2 * v, dtype=jnp.float32).reshape(2, v) + i
+
+    trees = [Tree(build(d, i)) for i in range(n)]
+    s = tt.stack(trees)
+    _assert_same(s, _per_leaf_join(trees, jnp.stack, 0))
+    for piece, t in zip(tt.split(s, n), trees):
+        _assert_same(tt.index(piece, 0), t)
+    c = tt.concatenate(trees, axis=1)
+    _assert_same(c, _per_leaf_join(trees, jnp.concatenate, 1))
+
+
+@pytest.mark.parametrize("limit", [1, 100])
+def test_jax_large_leaves_get_their_own_call_with_equal_results(monkeypatch, limit):
+    # with a tiny byte limit some or all leaves take the one-call-per-large-leaf path
+    from evotensor.tree import structure
+
+    assert structure._calls([5, 200, 7, 300]) == [[0, 1, 2, 3]]
+    monkeypatch.setattr(structure, "_OWN_CALL_BYTES", limit)
+    assert structure._calls([5, 200, 7, 300]) == ([[0], [1], [2], [3]] if limit == 1 else [[1], [3], [0, 2]])
+    trees = _jax_trees(4)
+    _assert_same(tt.stack(trees), _per_leaf_join(trees, jnp.stack, 0))
+    _assert_same(tt.concatenate(trees, axis=1), _per_leaf_join(trees, jnp.concatenate, 1))
+    s = tt.stack(trees)
+    for piece, t in zip(tt.split(s, 4), trees):
+        _assert_same(tt.index(piece, 0), t)
+    bad = Tree(**{k: v for k, v in trees[0].items()})
+    bad["obs"] = jnp.ones((2, 4))
+    with pytest.raises(ValueError) as info:
+        tt.stack([trees[0], bad])
+    assert any("obs" in n for n in info.value.__notes__)
