@@ -224,7 +224,10 @@ def test_matches_reference(fn, problems, points):
     # float32 vs float64: relative accuracy of f - f_opt, plus f_opt's own float32 rounding.
     scale = np.abs(ref - inst["f_opt"]) + 1.0
     err = np.abs(fast - ref)
-    assert np.all(err <= 1e-3 * scale + 2e-6 * abs(inst["f_opt"])), (fn, fast, ref)
+    # f19 takes cos of s_i up to ~1e5: the float32 argument alone is uncertain by |s_i| 2^-24, and
+    # XLA:CPU's cheaper compile mode (tests/conftest.py) reduces such arguments less accurately.
+    rel = 5e-3 if fn == 19 else 1e-3
+    assert np.all(err <= rel * scale + 2e-6 * abs(inst["f_opt"])), (fn, fast, ref)
 
 
 def pycma_instance(fn, f, d):
