@@ -46,7 +46,11 @@ def main() -> None:
     parser.add_argument("--pop", type=int, default=32)
     parser.add_argument("--generations", type=int, default=2000)
     args = parser.parse_args()
-    es, problem, key = CMAES(args.pop, num_dims=args.dims, sigma_init=2.0), Rastrigin(args.dims), jax.random.key(0)
+    es, problem, key = (
+        CMAES(args.pop, num_dims=args.dims, sigma_init=2.0),
+        Rastrigin(args.dims),
+        jax.random.key(0),
+    )
 
     result = evotensor.run(es, problem, args.generations, key, chunk_size=args.generations)
     compile_py, run_py = python_loop(es, problem, args.generations, key)

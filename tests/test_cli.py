@@ -12,9 +12,16 @@ from evotensor.io.rundir import read_metrics
 
 
 def evotensor(*args, cwd=None):
-    env = dict(os.environ, EVOTENSOR_CACHE_DIR=os.environ.get("EVOTENSOR_CACHE_DIR", "/tmp/evotensor-test-cache"))
+    env = dict(
+        os.environ, EVOTENSOR_CACHE_DIR=os.environ.get("EVOTENSOR_CACHE_DIR", "/tmp/evotensor-test-cache")
+    )
     return subprocess.run(
-        [sys.executable, "-m", "evotensor.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300
+        [sys.executable, "-m", "evotensor.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
     )
 
 
@@ -50,8 +57,20 @@ def test_run_show_and_resume(tmp_path):
     run_dir = tmp_path / "run"
     config = tmp_path / "c.toml"
     config.write_text('dims = 4\nstrategy = "simple_es"\n')
-    out = evotensor("run", "es-sphere", "--config", str(config), "--generations", "8", "--chunk-size", "4",
-                    "--out", str(run_dir), "--seed", "3")
+    out = evotensor(
+        "run",
+        "es-sphere",
+        "--config",
+        str(config),
+        "--generations",
+        "8",
+        "--chunk-size",
+        "4",
+        "--out",
+        str(run_dir),
+        "--seed",
+        "3",
+    )
     assert out.returncode == 0, out.stderr
     assert "best fitness" in out.stdout
     recorded = json.loads((run_dir / "config.json").read_text())
@@ -63,8 +82,19 @@ def test_run_show_and_resume(tmp_path):
     out = evotensor("run", "es-sphere", "--resume", str(run_dir), "--generations", "16", "--chunk-size", "4")
     assert out.returncode == 0, out.stderr
     straight = tmp_path / "straight"
-    out = evotensor("run", "es-sphere", "--config", str(config), "--generations", "16", "--out", str(straight),
-                    "--seed", "3", "--quiet")
+    out = evotensor(
+        "run",
+        "es-sphere",
+        "--config",
+        str(config),
+        "--generations",
+        "16",
+        "--out",
+        str(straight),
+        "--seed",
+        "3",
+        "--quiet",
+    )
     assert out.returncode == 0, out.stderr
     a, b = read_metrics(run_dir / "metrics.csv"), read_metrics(straight / "metrics.csv")
     for name in a:

@@ -12,7 +12,7 @@ import os
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -68,7 +68,9 @@ def list_tasks() -> None:
 
     table = Table("task", "description", "options")
     for name, spec in all_tasks().items():
-        options = ", ".join(f"{k}={v}" for k, v in spec.defaults.items() if k not in ("pop", "generations", "seed"))
+        options = ", ".join(
+            f"{k}={v}" for k, v in spec.defaults.items() if k not in ("pop", "generations", "seed")
+        )
         table.add_row(name, spec.description, options)
     Console().print(table)
 
@@ -76,14 +78,16 @@ def list_tasks() -> None:
 @app.command("run")
 def run_task(
     task: str = typer.Argument(..., help="task name (see `evotensor list`)"),
-    pop: Optional[int] = typer.Option(None, "--pop", min=1, help="population size"),
-    generations: Optional[int] = typer.Option(None, "--generations", min=1, help="number of generations"),
-    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="random seed (default 0)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="run directory (default runs/<task>-<time>)"),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory"),
-    config: Optional[Path] = typer.Option(None, "--config", help="TOML file of task options"),
+    pop: int | None = typer.Option(None, "--pop", min=1, help="population size"),
+    generations: int | None = typer.Option(None, "--generations", min=1, help="number of generations"),
+    seed: int | None = typer.Option(None, "--seed", min=0, help="random seed (default 0)"),
+    out: Path | None = typer.Option(None, "--out", help="run directory (default runs/<task>-<time>)"),
+    resume: Path | None = typer.Option(None, "--resume", help="continue the run in this directory"),
+    config: Path | None = typer.Option(None, "--config", help="TOML file of task options"),
     set_: list[str] = typer.Option([], "--set", help="task option KEY=VALUE (repeatable)"),
-    chunk_size: Optional[int] = typer.Option(None, "--chunk-size", min=1, help="generations per compiled chunk"),
+    chunk_size: int | None = typer.Option(
+        None, "--chunk-size", min=1, help="generations per compiled chunk"
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="no progress output"),
 ) -> None:
     """Run TASK and write a run directory (config, metrics, checkpoint, best solution, plots)."""
@@ -128,14 +132,17 @@ def run_task(
     except _USER_ERRORS as err:
         _fail(_message(err))
         return
-    typer.echo(f"best fitness: {result.best_fitness:.6g}  (problem {'maximizes' if built.problem.maximize else 'minimizes'})")
+    direction = "maximizes" if built.problem.maximize else "minimizes"
+    typer.echo(f"best fitness: {result.best_fitness:.6g}  (problem {direction})")
     typer.echo(
         f"{result.generations} generations, {result.evaluations:,} evaluations, "
         f"compile {result.compile_seconds:.1f}s, run {result.run_seconds:.1f}s"
     )
     if built.report is not None:
         typer.echo(built.report(result, Path(run_dir)))
-    typer.echo(f"wrote {run_dir}/: config.json metrics.csv checkpoint.npz best.npz best.txt best.json fitness.png")
+    typer.echo(
+        f"wrote {run_dir}/: config.json metrics.csv checkpoint.npz best.npz best.txt best.json fitness.png"
+    )
 
 
 def _collect_options(task, pop, generations, seed, config, set_, resume) -> dict[str, Any]:

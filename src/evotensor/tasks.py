@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # Modules whose import registers tasks (kept as strings: importing a family is deferred).
 _TASK_MODULES = (

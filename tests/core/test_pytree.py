@@ -1,3 +1,5 @@
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -20,7 +22,7 @@ def test_leaves_and_static_fields():
 
 def test_frozen_and_replace():
     s = State(x=jnp.ones(2))
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         s.x = jnp.zeros(2)
     t = s.replace(x=jnp.zeros(2))
     assert float(t.x.sum()) == 0.0 and float(s.x.sum()) == 2.0

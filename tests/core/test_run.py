@@ -4,12 +4,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tests.core.toy import ToyStrategy
 
 import evotensor
 from evotensor.core import Evaluation, Strategy, to_minimization
 from evotensor.es.simple_es import SimpleES
 from evotensor.problems import Rastrigin, Sphere
-from tests.core.toy import ToyStrategy
 
 
 def tree_equal(a, b):
@@ -43,7 +43,9 @@ def test_toy_strategy_follows_the_protocol_and_runs():
     assert result.evaluations == 320
 
 
-@pytest.mark.parametrize("make", [lambda: ToyStrategy(8, 4), lambda: SimpleES(12, num_dims=4, sigma_init=2.0)])
+@pytest.mark.parametrize(
+    "make", [lambda: ToyStrategy(8, 4), lambda: SimpleES(12, num_dims=4, sigma_init=2.0)]
+)
 def test_run_equals_hand_written_loop(make):
     strategy, problem = make(), Rastrigin(4)
     result = evotensor.run(strategy, problem, 25, jax.random.key(7), chunk_size=6)
@@ -68,7 +70,7 @@ def test_run_many_equals_separate_runs():
     assert many.best_fitness.shape == (8,)
     for i in range(8):
         single = evotensor.run(es, problem, 15, keys[i])
-        assert tree_equal(single.state, jax.tree_util.tree_map(lambda a: a[i], many.state))
+        assert tree_equal(single.state, jax.tree_util.tree_map(lambda a, i=i: a[i], many.state))
         np.testing.assert_array_equal(single.history["best_fitness"], many.history["best_fitness"][i])
         assert single.best_fitness == many.best_fitness[i]
 
@@ -82,7 +84,7 @@ def test_run_many_over_hyperparameters():
     for i in range(3):
         p = es.default_params().replace(sigma_init=sigmas[i])
         single = evotensor.run(es, problem, 10, keys[i], params=p)
-        assert tree_equal(single.state, jax.tree_util.tree_map(lambda a: a[i], many.state))
+        assert tree_equal(single.state, jax.tree_util.tree_map(lambda a, i=i: a[i], many.state))
     with pytest.raises(ValueError, match="leading axis of 3"):
         evotensor.run_many(es, problem, 10, keys, params=es.default_params(), params_batched=True)
 

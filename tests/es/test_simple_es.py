@@ -22,7 +22,11 @@ def test_tell_matches_a_numpy_reference():
     fitness = jnp.array([3.0, 1.0, 2.0, 6.0, 0.5, 4.0])
     new, _ = es.tell(jax.random.key(2), state, x, fitness, params)
 
-    x, mean, sigma = np.asarray(x, np.float64), np.asarray(state.mean, np.float64), np.asarray(state.sigma, np.float64)
+    x, mean, sigma = (
+        np.asarray(x, np.float64),
+        np.asarray(state.mean, np.float64),
+        np.asarray(state.sigma, np.float64),
+    )
     elite = x[[4, 1, 2]]  # the three best, best first
     w = np.log(3.5) - np.log([1, 2, 3])
     w /= w.sum()

@@ -27,7 +27,9 @@ def test_round_trip_with_keys_dtypes_and_extras(tmp_path):
     assert load_metadata(path) == {"generation": 4}
     np.testing.assert_array_equal(load_extra_arrays(path)["h"], np.arange(3.0))
     # the reloaded key draws the same numbers
-    np.testing.assert_array_equal(jax.random.normal(loaded["key"], (3,)), jax.random.normal(tree["key"], (3,)))
+    np.testing.assert_array_equal(
+        jax.random.normal(loaded["key"], (3,)), jax.random.normal(tree["key"], (3,))
+    )
 
 
 def test_mismatched_template_names_the_leaf(tmp_path):

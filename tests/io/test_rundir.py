@@ -31,9 +31,26 @@ def _leaves_equal(a, b):
 
 def test_run_directory_contents(tmp_path):
     es = SimpleES(10, num_dims=3, sigma_init=2.0)
-    result = evotensor.run(es, Rastrigin(3), 12, jax.random.key(0), run_dir=tmp_path, chunk_size=5,
-                           config={"note": "x"}, task_name="demo", progress=False)
-    for name in ("config.json", "metrics.csv", "checkpoint.npz", "best.npz", "best.txt", "best.json", "fitness.png"):
+    result = evotensor.run(
+        es,
+        Rastrigin(3),
+        12,
+        jax.random.key(0),
+        run_dir=tmp_path,
+        chunk_size=5,
+        config={"note": "x"},
+        task_name="demo",
+        progress=False,
+    )
+    for name in (
+        "config.json",
+        "metrics.csv",
+        "checkpoint.npz",
+        "best.npz",
+        "best.txt",
+        "best.json",
+        "fitness.png",
+    ):
         assert (tmp_path / name).exists(), name
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["task"] == "demo" and config["config"] == {"note": "x"}
@@ -43,7 +60,9 @@ def test_run_directory_contents(tmp_path):
     metrics = read_metrics(tmp_path / "metrics.csv")
     np.testing.assert_array_equal(metrics["generation"], np.arange(1, 13))
     np.testing.assert_allclose(metrics["best_fitness"], result.history["best_fitness"], rtol=1e-7)
-    assert json.loads((tmp_path / "best.json").read_text())["best_fitness"] == pytest.approx(result.best_fitness)
+    assert json.loads((tmp_path / "best.json").read_text())["best_fitness"] == pytest.approx(
+        result.best_fitness
+    )
     assert RunDirectory.checkpoint_generation(tmp_path) == 12
 
 
@@ -52,7 +71,9 @@ def test_resume_after_interruption_is_bit_identical(tmp_path):
     full = evotensor.run(es, problem, 30, key, chunk_size=4)
 
     with pytest.raises(Interrupt):
-        evotensor.run(es, problem, 30, key, run_dir=tmp_path, chunk_size=4, callback=_stop_after(12), progress=False)
+        evotensor.run(
+            es, problem, 30, key, run_dir=tmp_path, chunk_size=4, callback=_stop_after(12), progress=False
+        )
     assert RunDirectory.checkpoint_generation(tmp_path) == 12
     # a crash could leave metric rows past the checkpoint: resume must drop them
     with (tmp_path / "metrics.csv").open("a") as handle:
@@ -70,4 +91,6 @@ def test_resume_after_interruption_is_bit_identical(tmp_path):
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        evotensor.run(SimpleES(8, num_dims=2), Rastrigin(2), 5, jax.random.key(0), run_dir=tmp_path, resume=True)
+        evotensor.run(
+            SimpleES(8, num_dims=2), Rastrigin(2), 5, jax.random.key(0), run_dir=tmp_path, resume=True
+        )

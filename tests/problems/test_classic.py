@@ -15,7 +15,9 @@ def reference(name, x):
     if name == "rosenbrock":
         return float(sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(len(x) - 1)))
     d = len(x)
-    return float(-20 * np.exp(-0.2 * np.sqrt(np.sum(x**2) / d)) - np.exp(np.sum(np.cos(2 * np.pi * x)) / d) + 20 + np.e)
+    return float(
+        -20 * np.exp(-0.2 * np.sqrt(np.sum(x**2) / d)) - np.exp(np.sum(np.cos(2 * np.pi * x)) / d) + 20 + np.e
+    )
 
 
 @pytest.mark.parametrize("make", [Sphere, Rastrigin, Rosenbrock, Ackley])
@@ -23,7 +25,9 @@ def test_matches_reference_and_optimum(make):
     problem = make(5)
     x = jax.random.uniform(jax.random.key(0), (7, 5), minval=-2, maxval=2)
     fitness = problem.evaluate(jax.random.key(1), x).fitness
-    np.testing.assert_allclose(fitness, [reference(problem.name, xi) for xi in np.asarray(x)], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        fitness, [reference(problem.name, xi) for xi in np.asarray(x)], rtol=1e-5, atol=1e-5
+    )
     optimum = jnp.full((1, 5), problem.optimum)
     assert abs(float(problem.evaluate(jax.random.key(1), optimum).fitness[0])) < 1e-5
     assert problem.maximize is False

@@ -12,7 +12,8 @@ strategies; they must be pure and jit-able.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 

@@ -86,7 +86,9 @@ class RunManyResult:
     run_seconds: float
 
 
-def generation_keys(loop_key: jax.Array, generation: jax.Array | int) -> tuple[jax.Array, jax.Array, jax.Array]:
+def generation_keys(
+    loop_key: jax.Array, generation: jax.Array | int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The ``(ask, evaluate, tell)`` keys of one generation (see the module docstring)."""
     keys = jax.random.split(jax.random.fold_in(loop_key, generation), 3)
     return keys[0], keys[1], keys[2]
@@ -132,14 +134,17 @@ class Loop:
         best = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape[1:], s.dtype), genotypes)
         return RunState(state, best, jnp.array(jnp.inf, jnp.float32), jnp.zeros((), jnp.int32)), loop_key
 
-    def step(self, carry: RunState, loop_key: jax.Array, params: Any) -> tuple[RunState, dict[str, jax.Array]]:
+    def step(
+        self, carry: RunState, loop_key: jax.Array, params: Any
+    ) -> tuple[RunState, dict[str, jax.Array]]:
         """One generation. Metrics are in natural orientation."""
         ask_key, eval_key, tell_key = generation_keys(loop_key, carry.generation)
         genotypes, state = self.strategy.ask(ask_key, carry.strategy_state, params)
         natural = self.evaluate(eval_key, genotypes)
         if jnp.ndim(natural.fitness) != 1:
             raise ValueError(
-                f"run() tracks a single objective: fitness must be [pop], got shape {jnp.shape(natural.fitness)}"
+                "run() tracks a single objective: fitness must be [pop], "
+                f"got shape {jnp.shape(natural.fitness)}"
             )
         minimized = to_minimization(natural, self.maximize)
         state, strategy_metrics = self.strategy.tell(tell_key, state, genotypes, minimized, params)
@@ -342,7 +347,9 @@ def run_many(
     """
     if isinstance(generations, bool) or not isinstance(generations, int) or generations < 1:
         raise ValueError(f"generations must be a positive int, got {generations!r}")
-    if not (isinstance(keys, jax.Array) and jnp.issubdtype(keys.dtype, jax.dtypes.prng_key) and keys.ndim == 1):
+    if not (
+        isinstance(keys, jax.Array) and jnp.issubdtype(keys.dtype, jax.dtypes.prng_key) and keys.ndim == 1
+    ):
         raise TypeError("keys must be a 1-d array of typed keys, e.g. jax.random.split(jax.random.key(0), 8)")
     runs = keys.shape[0]
     params = strategy.default_params() if params is None else params

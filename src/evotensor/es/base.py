@@ -61,7 +61,12 @@ class VectorStrategy(abc.ABC):
         return self.space.unravel_population(x), state
 
     def tell(
-        self, key: jax.Array, state: Any, genotypes: Any, evaluation: Evaluation | jax.Array, params: Any = None
+        self,
+        key: jax.Array,
+        state: Any,
+        genotypes: Any,
+        evaluation: Evaluation | jax.Array,
+        params: Any = None,
     ) -> tuple[Any, dict[str, jax.Array]]:
         """Update from *minimized* fitness. ``evaluation`` may be an :class:`Evaluation` or ``[pop]``."""
         params = self.default_params() if params is None else params

@@ -105,7 +105,9 @@ def load_pytree(path: str | os.PathLike, template: Any) -> Any:
             ref_arr = np.asarray(ref)
             if kinds[slot].startswith("bits:"):
                 if ref_arr.dtype.name != kinds[slot][5:]:
-                    raise ValueError(f"checkpoint leaf {name} has dtype {kinds[slot][5:]}, the template {ref_arr.dtype}")
+                    raise ValueError(
+                        f"checkpoint leaf {name} has dtype {kinds[slot][5:]}, the template {ref_arr.dtype}"
+                    )
                 value = value.view(ref_arr.dtype)
             if value.shape != ref_arr.shape or value.dtype != ref_arr.dtype:
                 raise ValueError(

@@ -7,6 +7,7 @@ On a terminal: a ``rich`` progress bar with generation, best, mean, evals/s and 
 from __future__ import annotations
 
 import sys
+
 import numpy as np
 
 
@@ -50,7 +51,9 @@ class ProgressReporter:
         done = generation - self.start
         eta = run_seconds / max(done, 1) * (self.total - generation)
         width = len(str(self.total))
-        print(f"gen {generation:>{width}}/{self.total}  {stats}  ETA {eta:5.1f}s", file=sys.stderr, flush=True)
+        print(
+            f"gen {generation:>{width}}/{self.total}  {stats}  ETA {eta:5.1f}s", file=sys.stderr, flush=True
+        )
 
     def close(self) -> None:
         if self._bar is not None:

@@ -106,7 +106,9 @@ class RunDirectory:
         self.path.mkdir(parents=True, exist_ok=True)
 
     # -- start -----------------------------------------------------------------------------
-    def start(self, config: dict[str, Any], *, strategy: Any, problem: Any, params: Any, key: jax.Array) -> None:
+    def start(
+        self, config: dict[str, Any], *, strategy: Any, problem: Any, params: Any, key: jax.Array
+    ) -> None:
         """Write ``config.json`` and an empty ``metrics.csv``."""
         record = {
             "task": self.task_name,
@@ -153,7 +155,9 @@ class RunDirectory:
         if not path.exists():
             raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist")
         carry = load_pytree(path, template)
-        history = {k[len(_HISTORY) :]: v for k, v in load_extra_arrays(path).items() if k.startswith(_HISTORY)}
+        history = {
+            k[len(_HISTORY) :]: v for k, v in load_extra_arrays(path).items() if k.startswith(_HISTORY)
+        }
         # metrics.csv may hold rows past the checkpoint (a crash between the two writes): rebuild it.
         (self.path / "metrics.csv").unlink(missing_ok=True)
         if history:

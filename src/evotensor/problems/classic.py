@@ -87,7 +87,11 @@ class ClassicFunction:
 
     def evaluate(self, key: jax.Array, genotypes) -> Evaluation:
         """``genotypes``: ``[pop, num_dims]`` or a pytree with a leading pop axis."""
-        x = genotypes if isinstance(genotypes, jax.Array) else jax.vmap(lambda g: ravel_pytree(g)[0])(genotypes)
+        x = (
+            genotypes
+            if isinstance(genotypes, jax.Array)
+            else jax.vmap(lambda g: ravel_pytree(g)[0])(genotypes)
+        )
         if x.ndim != 2 or x.shape[1] != self.num_dims:
             raise ValueError(f"{self.name}: genotypes must be [pop, {self.num_dims}], got {x.shape}")
         return Evaluation(fitness=self(x.astype(jnp.float32)))
