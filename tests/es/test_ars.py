@@ -1,16 +1,11 @@
 """ARS: sphere, top-b selection, NaN safety, float32 stability, vmap."""
 
-import os
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
-from es_fdg_helpers import (  # noqa: E402
+from tests.es.es_fdg_helpers import (
     assert_finite_tree,
     check_vmap_matches_separate,
     make_runner,
@@ -18,8 +13,8 @@ from es_fdg_helpers import (  # noqa: E402
     stack_params,
 )
 
-from evotensor.es import ARS  # noqa: E402
-from evotensor.es.ars import ars_gradient  # noqa: E402
+from evotensor.es import ARS
+from evotensor.es.ars import ars_gradient
 
 X0 = jnp.full(10, 3.0)
 

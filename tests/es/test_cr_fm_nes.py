@@ -1,16 +1,12 @@
 """CR-FM-NES: constants, sample structure, sphere, stability, vmap."""
 
 import math
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
-from es_fdg_helpers import (  # noqa: E402
+from tests.es.es_fdg_helpers import (
     assert_finite_tree,
     check_vmap_matches_separate,
     make_runner,
@@ -18,8 +14,8 @@ from es_fdg_helpers import (  # noqa: E402
     stack_params,
 )
 
-from evotensor.es import CRFMNES  # noqa: E402
-from evotensor.es.cr_fm_nes import h_inv  # noqa: E402
+from evotensor.es import CRFMNES
+from evotensor.es.cr_fm_nes import h_inv
 
 X0 = jnp.full(10, 3.0)
 

@@ -1,16 +1,11 @@
 """OpenAI-ES: sphere, unbiased gradient on a linear function, NaN safety, float32 stability, vmap."""
 
-import os
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
-from es_fdg_helpers import (  # noqa: E402
+from tests.es.es_fdg_helpers import (
     assert_finite_tree,
     check_vmap_matches_separate,
     make_runner,
@@ -19,10 +14,10 @@ from es_fdg_helpers import (  # noqa: E402
     stack_params,
 )
 
-from evotensor.core.fitness_shaping import centered_ranks  # noqa: E402
-from evotensor.es import OpenES  # noqa: E402
-from evotensor.es.gradient_es import identity_shaping  # noqa
-from evotensor.es.open_es import open_es_gradient  # noqa: E402
+from evotensor.core.fitness_shaping import centered_ranks
+from evotensor.es import OpenES
+from evotensor.es.gradient_es import identity_shaping
+from evotensor.es.open_es import open_es_gradient
 
 X0 = jnp.full(10, 3.0)
 

@@ -1,16 +1,11 @@
 """Persistent ES: sphere, unbiased estimate, window bookkeeping, stability, vmap."""
 
-import os
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
-from es_fdg_helpers import (  # noqa: E402
+from tests.es.es_fdg_helpers import (
     assert_finite_tree,
     assert_unbiased,
     check_vmap_matches_separate,
@@ -19,9 +14,9 @@ from es_fdg_helpers import (  # noqa: E402
     stack_params,
 )
 
-from evotensor.core.fitness_shaping import centered_ranks  # noqa: E402
-from evotensor.es import PersistentES  # noqa: E402
-from evotensor.es.gradient_es import identity_shaping  # noqa: E402
+from evotensor.core.fitness_shaping import centered_ranks
+from evotensor.es import PersistentES
+from evotensor.es.gradient_es import identity_shaping
 
 X0 = jnp.full(10, 3.0)
 

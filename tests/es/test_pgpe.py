@@ -1,16 +1,11 @@
 """PGPE + ClipUp: sphere, mean-gradient unbiasedness, sigma-gradient closed form, stability, vmap."""
 
-import os
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
-from es_fdg_helpers import (  # noqa: E402
+from tests.es.es_fdg_helpers import (
     assert_finite_tree,
     assert_unbiased,
     check_vmap_matches_separate,
@@ -20,10 +15,10 @@ from es_fdg_helpers import (  # noqa: E402
     stack_params,
 )
 
-from evotensor.es import PGPE  # noqa: E402
-from evotensor.es.gradient_es import identity_shaping  # noqa: E402
-from evotensor.es.optimizers import clipup  # noqa: E402
-from evotensor.es.pgpe import pgpe_gradients  # noqa: E402
+from evotensor.es import PGPE
+from evotensor.es.gradient_es import identity_shaping
+from evotensor.es.optimizers import clipup
+from evotensor.es.pgpe import pgpe_gradients
 
 X0 = jnp.full(10, 3.0)
 

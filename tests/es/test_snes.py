@@ -1,15 +1,10 @@
 """SNES: sphere, closed-form expected natural gradients, stability, vmap."""
 
-import os
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
-from es_fdg_helpers import (  # noqa: E402
+from tests.es.es_fdg_helpers import (
     assert_finite_tree,
     check_vmap_matches_separate,
     make_runner,
@@ -18,7 +13,7 @@ from es_fdg_helpers import (  # noqa: E402
     stack_params,
 )
 
-from evotensor.es import SNES  # noqa: E402
+from evotensor.es import SNES
 
 X0 = jnp.full(10, 3.0)
 
