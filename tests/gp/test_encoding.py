@@ -41,7 +41,7 @@ def test_modi_tuples_and_infix():
 def test_infix_rounding_and_forms():
     t = ("if_then_else", ("var", 0), ("div", ("const", 3.14159265), ("var", 1)), ("neg", ("const", 2.0)))
     f = Forest.from_tuples([t, ("var", 2)], 8, FS)
-    assert f.to_infix(FS, precision=3) == ["if_then_else(x0, (3.14 / x1), neg(2))", "x2"]
+    assert f.to_infix(FS, precision=3) == ["if_then_else(x0, 3.14 / x1, neg(2))", "x2"]
 
 
 @settings(max_examples=40, deadline=None)

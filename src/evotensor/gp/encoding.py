@@ -234,7 +234,8 @@ class Forest:
         """Human-readable infix string of a single tree (a list of strings for a forest).
 
         Constants are rounded to ``precision`` significant digits, variables print as ``x0, x1…``,
-        infix operators are parenthesized, other functions print as ``name(a, b)``, and a Modi node
+        infix operators are parenthesized where they are operands of other infix operators (not as
+        function arguments or at the root), other functions print as ``name(a, b)``, and a Modi node
         prints as ``out[k]=<expr>`` (its value goes to output ``k``; its parent sees its last child).
         """
         op = np.asarray(self.opcode)
@@ -244,34 +245,34 @@ class Forest:
         arity = np.asarray(function_set.arity)
         symbols = function_set.symbols
 
-        def build(i: int) -> tuple[str, int]:
+        def build(i: int) -> tuple[str, str, int]:
+            """``(text, bare, next)``: ``text`` is safe as an operand of an infix operator, ``bare``
+            drops the outer grouping parentheses (used for function arguments and the root)."""
             o = int(op[i])
-            j, kids = i + 1, []
+            j, kids, bare_kids = i + 1, [], []
             if o == CONST:
-                text = _fmt_const(float(val[i]), precision)
+                bare = f"{float(val[i]):.{precision}g}"
+                text = f"({bare})" if bare.startswith("-") else bare
             elif o == VAR:
-                text = f"x{int(val[i])}"
+                text = bare = f"x{int(val[i])}"
             else:
                 for _ in range(int(arity[o])):
-                    kid, j = build(j)
+                    kid, kid_bare, j = build(j)
                     kids.append(kid)
+                    bare_kids.append(kid_bare)
                 sym = symbols[o]
                 if len(kids) == 2 and function_set.is_infix(o):
-                    text = f"({kids[0]} {sym} {kids[1]})"
+                    bare = f"{kids[0]} {sym} {kids[1]}"
+                    text = f"({bare})"
                 else:
-                    text = f"{sym}({', '.join(kids)})"
+                    text = bare = f"{sym}({', '.join(bare_kids)})"
             if out[i] >= 0:
-                text = f"out[{int(out[i])}]={text}"
-            return text, j
+                text = bare = f"out[{int(out[i])}]={text}"
+            return text, bare, j
 
         if int(np.asarray(self.size)[0]) < 1:
             return "<empty>"
-        return build(0)[0]
-
-
-def _fmt_const(v: float, precision: int) -> str:
-    text = f"{v:.{precision}g}"
-    return f"({text})" if v < 0 else text
+        return build(0)[1]
 
 
 def _flatten(node: Any, function_set: Any, arity: np.ndarray, nodes: list) -> None:
