@@ -32,8 +32,9 @@ run: $(VENV)/.installed-run
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS); s=$$?; [ $$s -eq 5 ] && exit 0; exit $$s
 
+# The slow tier runs long computations, where XLA's full optimizations pay for their compile time.
 test-slow: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m slow $(PYTEST_ARGS)
+	EVOTENSOR_TEST_DEFAULT_XLA=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m slow $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-test
 	$(BIN)/python -m pip install --quiet -c constraints.txt ruff
