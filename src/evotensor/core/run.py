@@ -69,7 +69,6 @@ class RunResult:
     compile_seconds: float
     run_seconds: float
     run_dir: Path | None = None
-    run_state: RunState | None = None
 
 
 @dataclasses.dataclass
@@ -315,7 +314,6 @@ def run(
         compile_seconds=compile_seconds,
         run_seconds=run_seconds,
         run_dir=directory.path if directory is not None else None,
-        run_state=carry,
     )
     if directory is not None:
         directory.finish(result, best_to_text=best_to_text)
