@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from evotensor.problems.bbob_noisy import BBOBNoisy
 from evotensor.problems.classic import (
     Ackley,
     ClassicFunction,
@@ -21,10 +22,11 @@ from evotensor.problems.classic import (
     sphere,
 )
 
-_SUBMODULES = ("bbob", "classic", "classification", "control", "networks", "regression")
+_SUBMODULES = ("bbob", "bbob_noisy", "classic", "classification", "control", "networks", "regression")
 
 __all__ = [
     "Ackley",
+    "BBOBNoisy",
     "ClassicFunction",
     "Rastrigin",
     "Rosenbrock",

@@ -22,7 +22,7 @@ Transformations (all act on the last axis, ``D = num_dims``, ``t_i = i / (D - 1)
 
 Noise (``noise="gaussian-moderate"``…, see :data:`NOISE_MODELS`) can be put on any of the 24
 functions; the noisy testbed f101-f130 pairs a few of them with these models and a stronger
-boundary penalty, whereas here each function keeps its own penalty.
+boundary penalty (:mod:`evotensor.problems.bbob_noisy`), whereas here each function keeps its own.
 
 Everything is computed in float32 (the library default). The tests compare every function with
 two float64 references to ~1e-3 relative accuracy: a loop-by-loop transcription of the
@@ -295,23 +295,56 @@ def _rosenbrock_core(z: jax.Array) -> jax.Array:
     return jnp.sum(100.0 * (z[:, :-1] ** 2 - z[:, 1:]) ** 2 + (z[:, :-1] - 1.0) ** 2, axis=-1)
 
 
-def _schaffers(x: jax.Array, inst: BBOBInstance, condition: float) -> jax.Array:
+# Cores without boundary penalty, shared with the noisy testbed (bbob_noisy.py), which puts its
+# noise on these and adds its own, stronger penalty afterwards.
+def _schaffers_core(x: jax.Array, inst: BBOBInstance, condition: float) -> jax.Array:
     d = x.shape[-1]
     z = lambda_diag(condition, d) * _rot(t_asy(_rot(x - inst.x_opt, inst.R), 0.5), inst.Q)
     s = jnp.sqrt(z[:, :-1] ** 2 + z[:, 1:] ** 2)
     root = jnp.sqrt(s)
     mean = jnp.mean(root + root * jnp.sin(50.0 * s**0.2) ** 2, axis=-1)
-    return mean**2 + 10.0 * f_pen(x)
+    return mean**2
 
 
-def _gallagher(x: jax.Array, inst: BBOBInstance) -> jax.Array:
+def _schaffers(x: jax.Array, inst: BBOBInstance, condition: float) -> jax.Array:
+    return _schaffers_core(x, inst, condition) + 10.0 * f_pen(x)
+
+
+def _gallagher_core(x: jax.Array, inst: BBOBInstance) -> jax.Array:
     d = x.shape[-1]
     rx = _rot(x, inst.R)  # [pop, D]
     ry = _rot(inst.peaks_y, inst.R)  # [P, D]
     diff = rx[:, None, :] - ry[None, :, :]  # [pop, P, D]
     quad = jnp.sum(inst.peaks_scale[None] * diff**2, axis=-1)  # [pop, P]
     best = jnp.max(inst.peaks_w[None] * jnp.exp(-quad / (2.0 * d)), axis=-1)
-    return t_osz(10.0 - best) ** 2 + f_pen(x)
+    return t_osz(10.0 - best) ** 2
+
+
+def _gallagher(x: jax.Array, inst: BBOBInstance) -> jax.Array:
+    return _gallagher_core(x, inst) + f_pen(x)
+
+
+def _step_ellipsoid_core(x: jax.Array, inst: BBOBInstance) -> jax.Array:
+    d = x.shape[-1]
+    zhat = lambda_diag(10.0, d) * _rot(x - inst.x_opt, inst.R)
+    ztil = jnp.where(jnp.abs(zhat) > 0.5, jnp.floor(0.5 + zhat), jnp.floor(0.5 + 10.0 * zhat) / 10.0)
+    z = _rot(ztil, inst.Q)
+    core = jnp.maximum(jnp.abs(zhat[:, 0]) / 1e4, jnp.sum(10.0 ** (2.0 * _ramp(d)) * z**2, axis=-1))
+    return 0.1 * core
+
+
+def _ellipsoid_core(x: jax.Array, inst: BBOBInstance, log10_condition: float) -> jax.Array:
+    """Rotated ellipsoid with ``T_osz``, condition ``10^log10_condition`` (f10: 6, noisy f116-f118: 4)."""
+    t = _ramp(x.shape[-1])
+    return jnp.sum(10.0 ** (log10_condition * t) * t_osz(_rot(x - inst.x_opt, inst.R)) ** 2, axis=-1)
+
+
+def _griewank_rosenbrock_sum(x: jax.Array, inst: BBOBInstance) -> jax.Array:
+    """``sum_i s_i / 4000 - cos(s_i)`` over the 2-D Rosenbrock blocks ``s_i`` of f19 / f125-f127."""
+    d = x.shape[-1]
+    z = _rosenbrock_scale(d) * _rot(x, inst.R) + 0.5
+    s = 100.0 * (z[:, :-1] ** 2 - z[:, 1:]) ** 2 + (z[:, :-1] - 1.0) ** 2
+    return jnp.sum(s / 4000.0 - jnp.cos(s), axis=-1)
 
 
 def _raw(fn_id: int, inst: BBOBInstance, x: jax.Array) -> jax.Array:
@@ -339,17 +372,13 @@ def _raw(fn_id: int, inst: BBOBInstance, x: jax.Array) -> jax.Array:
         s = jnp.where(z * xo > 0, 100.0, 1.0)
         return t_osz(jnp.sum((s * z) ** 2, axis=-1)) ** 0.9
     if fn_id == 7:
-        zhat = lambda_diag(10.0, d) * _rot(x - xo, inst.R)
-        ztil = jnp.where(jnp.abs(zhat) > 0.5, jnp.floor(0.5 + zhat), jnp.floor(0.5 + 10.0 * zhat) / 10.0)
-        z = _rot(ztil, inst.Q)
-        core = jnp.maximum(jnp.abs(zhat[:, 0]) / 1e4, jnp.sum(10.0 ** (2.0 * t) * z**2, axis=-1))
-        return 0.1 * core + f_pen(x)
+        return _step_ellipsoid_core(x, inst) + f_pen(x)
     if fn_id == 8:
         return _rosenbrock_core(_rosenbrock_scale(d) * (x - xo) + 1.0)
     if fn_id == 9:
         return _rosenbrock_core(_rosenbrock_scale(d) * _rot(x, inst.R) + 0.5)
     if fn_id == 10:
-        return jnp.sum(10.0 ** (6.0 * t) * t_osz(_rot(x - xo, inst.R)) ** 2, axis=-1)
+        return _ellipsoid_core(x, inst, 6.0)
     if fn_id == 11:
         z = t_osz(_rot(x - xo, inst.R))
         return 1e6 * z[:, 0] ** 2 + jnp.sum(z[:, 1:] ** 2, axis=-1)
@@ -377,9 +406,7 @@ def _raw(fn_id: int, inst: BBOBInstance, x: jax.Array) -> jax.Array:
     if fn_id == 18:
         return _schaffers(x, inst, 1000.0)
     if fn_id == 19:
-        z = _rosenbrock_scale(d) * _rot(x, inst.R) + 0.5
-        s = 100.0 * (z[:, :-1] ** 2 - z[:, 1:]) ** 2 + (z[:, :-1] - 1.0) ** 2
-        return 10.0 / (d - 1) * jnp.sum(s / 4000.0 - jnp.cos(s), axis=-1) + 10.0
+        return 10.0 / (d - 1) * _griewank_rosenbrock_sum(x, inst) + 10.0
     if fn_id == 20:
         two_abs = 2.0 * jnp.abs(xo)
         xhat = 2.0 * jnp.sign(xo) * x
@@ -438,26 +465,47 @@ def apply_noise(key: jax.Array, f: jax.Array, f_opt: jax.Array, noise: str, num_
     * uniform: ``ftrue * U1^beta * max(1, (1e9 / ftrue)^(alpha U2))``, ``alpha = a (0.49 + 1/D)``;
     * cauchy: ``ftrue + alpha * max(0, 1000 + [U < p] N1 / (|N2| + eps))``.
     """
+    ftrue = f - f_opt
+    return noise_from_draws(ftrue, noise_draws(key, noise, ftrue.shape), noise, num_dims) + f_opt
+
+
+def _check_noise(noise: Any) -> tuple[str, tuple[float, float]]:
     if noise not in NOISE_MODELS:
         raise ValueError(f"noise must be one of {', '.join(NOISE_MODELS)} or None, got {noise!r}")
-    model, (a, b) = NOISE_MODELS[noise]
-    ftrue = f - f_opt
-    safe = jnp.maximum(ftrue, _NOISE_THRESHOLD)  # the noisy branch is only used where ftrue >= 1e-8
+    return NOISE_MODELS[noise]
+
+
+def noise_draws(key: jax.Array, noise: str, shape: tuple[int, ...]) -> tuple[jax.Array, ...]:
+    """The random variates one evaluation of noise model ``noise`` consumes, each of ``shape``.
+
+    gaussian: ``(N,)``; uniform: ``(U1, U2)``; cauchy: ``(U, N1, N2)`` — the order in which the
+    reference code draws them, so the same draws can be fed to both (see :func:`noise_from_draws`).
+    """
+    model, _ = _check_noise(noise)
     k1, k2, k3 = jax.random.split(key, 3)
-    shape = ftrue.shape
     if model == "gaussian":
-        noisy = safe * jnp.exp(a * jax.random.normal(k1, shape))
+        return (jax.random.normal(k1, shape),)
+    if model == "uniform":
+        return jax.random.uniform(k1, shape), jax.random.uniform(k2, shape)
+    return jax.random.uniform(k1, shape), jax.random.normal(k2, shape), jax.random.normal(k3, shape)
+
+
+def noise_from_draws(ftrue: jax.Array, draws: tuple[jax.Array, ...], noise: str, num_dims: int) -> jax.Array:
+    """Noisy ``ftrue`` (``f - f_opt``, any shape) given the variates of :func:`noise_draws`."""
+    model, (a, b) = _check_noise(noise)
+    safe = jnp.maximum(ftrue, _NOISE_THRESHOLD)  # the noisy branch is only used where ftrue >= 1e-8
+    if model == "gaussian":
+        (n,) = draws
+        noisy = safe * jnp.exp(a * n)
     elif model == "uniform":
         alpha = a * (0.49 + 1.0 / num_dims)
-        u1 = jax.random.uniform(k1, shape)
-        u2 = jax.random.uniform(k2, shape)
+        u1, u2 = draws
         noisy = safe * u1**b * jnp.maximum(1.0, (1e9 / safe) ** (alpha * u2))
     else:  # cauchy: a = alpha, b = p
-        outlier = jax.random.uniform(k1, shape) < b
-        ratio = jax.random.normal(k2, shape) / (jnp.abs(jax.random.normal(k3, shape)) + 1e-30)
-        noisy = safe + a * jnp.maximum(0.0, 1000.0 + jnp.where(outlier, ratio, 0.0))
-    noisy = jnp.where(ftrue < _NOISE_THRESHOLD, ftrue, noisy + 1.01 * _NOISE_THRESHOLD)
-    return noisy + f_opt
+        u, n1, n2 = draws
+        ratio = n1 / (jnp.abs(n2) + 1e-30)
+        noisy = safe + a * jnp.maximum(0.0, 1000.0 + jnp.where(u < b, ratio, 0.0))
+    return jnp.where(ftrue < _NOISE_THRESHOLD, ftrue, noisy + 1.01 * _NOISE_THRESHOLD)
 
 
 def _noisy_value(fn_id: int, noise: str, instance: BBOBInstance, key: jax.Array, x: jax.Array) -> jax.Array:
