@@ -101,13 +101,16 @@ def test_rank_and_roulette_sampling_frequencies():
 
 
 def _lexicase_reference(errors, eps, orders, u):
-    errors = np.where(np.isnan(errors), np.inf, errors)
+    """Plain loop: non-finite errors are the worst; on a case where the pool has a finite error,
+    only the finite errors within epsilon of the best survive."""
+    errors = np.where(np.isfinite(errors), errors, np.inf)
     out = []
     for s in range(orders.shape[0]):
         pool = list(range(errors.shape[0]))
         for c in orders[s]:
             best = min(errors[i, c] for i in pool)
-            pool = [i for i in pool if errors[i, c] <= best + eps[c]]
+            if np.isfinite(best):
+                pool = [i for i in pool if np.isfinite(errors[i, c]) and errors[i, c] <= best + eps[c]]
         out.append(pool[min(int(np.floor(u[s] * len(pool))), len(pool) - 1)])
     return out
 
@@ -116,7 +119,7 @@ def _lexicase_reference(errors, eps, orders, u):
 @given(st.lists(st.integers(0, 4), min_size=POP * 5, max_size=POP * 5), seeds)
 def test_epsilon_lexicase_matches_python_loop(flat, seed):
     errors = np.asarray(flat, np.float32).reshape(POP, 5)
-    errors[0, 0] = np.nan
+    errors[0, 0], errors[1, 1], errors[2, 2] = np.nan, -np.inf, np.inf
     key = jax.random.key(seed)
     got = np.asarray(_lexicase(key, jnp.asarray(errors)))
     eps = np.asarray(sel.lexicase_epsilon(jnp.asarray(errors)))
@@ -130,13 +133,102 @@ def test_epsilon_lexicase_matches_python_loop(flat, seed):
 
 
 def test_lexicase_prefers_specialists():
+    lexicase = jax.jit(lambda k, e: sel.epsilon_lexicase(k, e, 400, epsilon=jnp.zeros(2)))
     # individual 3 is best on every case: with epsilon 0 it is always selected
     errors = jnp.asarray([[1.0, 2.0], [2.0, 1.0], [3.0, 3.0], [0.5, 0.5]])
-    idx = sel.epsilon_lexicase(jax.random.key(0), errors, 50, epsilon=jnp.zeros(2))
+    idx = lexicase(jax.random.key(0), errors)
     assert np.all(np.asarray(idx) == 3)
-    errors = jnp.asarray([[0.0, 5.0], [5.0, 0.0], [3.0, 3.0]])  # 2 is never best on any case
-    idx = np.asarray(sel.epsilon_lexicase(jax.random.key(0), errors, 400, epsilon=jnp.zeros(2)))
+    errors = jnp.asarray([[0.0, 5.0], [5.0, 0.0], [3.0, 3.0], [3.0, 3.0]])  # 2, 3 are never best
+    idx = np.asarray(lexicase(jax.random.key(0), errors))
     assert set(idx.tolist()) == {0, 1}
+
+
+_groups = jax.jit(sel.duplicate_groups)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 2), min_size=POP * 3, max_size=POP * 3))
+def test_duplicate_groups_separate_distinct_rows(flat):
+    errors = np.asarray(flat, np.float32).reshape(POP, 3)  # few values: many duplicate rows
+    errors[:2] = np.inf  # two identical rows of infinities
+    gid = np.asarray(_groups(jnp.asarray(errors)))
+    for i in range(POP):
+        for j in range(POP):
+            same = bool(np.array_equal(errors[i], errors[j]))
+            assert (gid[i] == gid[j]) == same  # no hash collisions among these few rows
+
+
+def test_lexicase_duplicates_and_long_ties_match_the_reference():
+    # many identical rows, so pools never shrink to one individual; the distinct rows differ on one
+    # case each, so a pool keeps two kinds of rows until that case comes (a premature stop shows)
+    rng = np.random.default_rng(3)
+    base = np.vstack([np.zeros((1, 40)), np.eye(5, 40)]).astype(np.float32)
+    errors = base[np.concatenate([np.arange(6), rng.integers(0, 6, POP - 6)])]
+    key = jax.random.key(11)
+    got = np.asarray(_lexicase(key, jnp.asarray(errors)))
+    eps = np.asarray(sel.lexicase_epsilon(jnp.asarray(errors)))
+    k_order, k_pick = jax.random.split(key)
+    orders = np.asarray(jnp.argsort(jax.random.uniform(k_order, (N, 40)), axis=1))
+    u = np.asarray(jax.random.uniform(k_pick, (N,)))
+    assert got.tolist() == _lexicase_reference(errors, eps, orders, u)
+    # every selection on the same case order, the decisive cases last: all pools hold two kinds of
+    # rows until the very end, so stopping one case early changes the result
+    order = np.concatenate([np.arange(5, 40), [0, 1, 2, 3, 4]])
+    same = np.tile(order, (N, 1))
+    draws = jax.jit(sel.lexicase_from_draws)(jnp.asarray(errors), jnp.asarray(eps), jnp.asarray(same), u)
+    expected = _lexicase_reference(errors, eps, same, u)
+    assert np.asarray(draws).tolist() == expected and all(not errors[i].any() for i in expected)
+
+
+def test_lexicase_nonfinite_errors_lose_even_when_epsilon_overflows():
+    # on case 0 the best finite error plus epsilon overflows to inf; row 1's inf must still lose
+    lexicase = jax.jit(lambda k, e, eps: sel.epsilon_lexicase(k, e, 200, eps))
+    big = np.float32(3e38)
+    errors = jnp.asarray([[big, big], [jnp.inf, 0.0], [jnp.nan, 0.0], [-jnp.inf, 0.0]])
+    idx = np.asarray(lexicase(jax.random.key(0), errors, jnp.full(2, big)))
+    assert set(idx.tolist()) == {0}
+    # a case on which every error is non-finite keeps the whole pool
+    errors = jnp.asarray([[jnp.nan, 1.0], [jnp.inf, 0.0], [jnp.nan, 2.0], [jnp.nan, jnp.nan]])
+    idx = np.asarray(lexicase(jax.random.key(1), errors, jnp.zeros(2)))
+    assert set(idx.tolist()) == {1}
+
+
+_parsimony = jax.jit(sel.parsimony_fitness)
+_covariant = jax.jit(sel.covariant_parsimony)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.floats(-100, 100, width=32), min_size=POP, max_size=POP),
+    st.lists(st.integers(1, 64), min_size=POP, max_size=POP),
+    st.floats(0, 1, width=32),
+)
+def test_parsimony_fitness_and_covariant_coefficient_match_numpy(fit, length, c):
+    f = np.asarray(fit, np.float32)
+    n = np.asarray(length, np.int32)
+    got = np.asarray(_parsimony(jnp.asarray(f), jnp.asarray(n), jnp.float32(c)))
+    np.testing.assert_allclose(got, f + np.float32(c) * n.astype(np.float32), rtol=1e-6, atol=1e-6)
+    # gplearn's "auto": np.cov(length, raw)[1, 0] / np.var(length), raw maximized (here -f)
+    auto = float(_covariant(jnp.asarray(f), jnp.asarray(n)))
+    if np.var(n) == 0:
+        assert auto == 0.0
+    else:
+        ref = np.cov(n.astype(np.float64), -f.astype(np.float64))[1, 0] / np.var(n.astype(np.float64))
+        assert auto == pytest.approx(ref, rel=1e-3, abs=1e-4)
+
+
+def test_covariant_coefficient_removes_the_length_trend():
+    # fitness = a - b * length exactly (longer is better): the coefficient is b * n / (n - 1) (gplearn's
+    # ddof=1 covariance over ddof=0 variance), positive, so the penalty counters the trend
+    length = jnp.arange(1, 11, dtype=jnp.int32)
+    c = float(_covariant(3.0 - 0.2 * length, length))
+    assert c == pytest.approx(0.2 * 10 / 9, rel=1e-5)
+    assert float(_covariant(jnp.ones(10), jnp.full(10, 5))) == 0.0  # no length variance
+    overflow = jnp.asarray([3e38, 3e38] + [1.0] * 8, jnp.float32)  # statistics overflow: no pressure
+    assert float(_covariant(overflow, length)) == 0.0
+    # the penalized fitness never holds inf/NaN
+    pen = _parsimony(jnp.asarray([3e38, 1.0]), jnp.asarray([64, 3]), jnp.float32(1e37))
+    assert np.all(np.isfinite(np.asarray(pen))) and float(pen[0]) > float(pen[1])
 
 
 def test_elite_indices_and_errors():

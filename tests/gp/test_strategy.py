@@ -3,11 +3,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from evotensor.core.evaluation import Evaluation
+from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
+from evotensor.core.run import generation_keys, run
 from evotensor.core.strategy import Strategy
+from evotensor.gp import selection as sel
 from evotensor.gp.evaluate import fitness
 from evotensor.gp.functions import FunctionSet
 from evotensor.gp.strategy import GP, MUTATIONS, _split_counts, mutation_probs
+from evotensor.problems.regression import SymbolicRegression
+from evotensor.tree import Tree
 
 FS = FunctionSet(("add", "sub", "mul", "div"))
 POP, L = 64, 32
@@ -26,28 +30,38 @@ def gp():
 
 
 def _step(gp):
-    def step(key, state):
+    def step(key, state, params=None):
         k1, k2 = jax.random.split(key)
-        forest, state = gp.ask(k1, state)
+        forest, state = gp.ask(k1, state, params)
         fit = fitness(forest, X, Y, FS, "mse", backend="jax")
         fit = jnp.where(jnp.isfinite(fit), fit, jnp.finfo(jnp.float32).max)
-        state, metrics = gp.tell(k2, state, forest, Evaluation(fitness=fit))
+        state, metrics = gp.tell(k2, state, forest, Evaluation(fitness=fit), params)
         return state, (forest, fit, metrics)
 
     return step
 
 
 @pytest.fixture(scope="module")
-def history(gp):
-    """12 jitted generations (one compile shared by the tests below)."""
-    step = jax.jit(_step(gp))
+def step(gp):
+    """The jitted generation ``(key, state, params) -> (state, (forest, fit, metrics))``, compiled
+    once and shared by every test of the default GP (params are an argument, so any values reuse it)."""
+    return jax.jit(_step(gp))
+
+
+def _generations(step, gp, params, n=12):
     state = gp.init(jax.random.key(0))
     out = []
-    for g in range(12):
+    for g in range(n):
         prev = state
-        state, (forest, fit, metrics) = step(jax.random.key(100 + g), state)
+        state, (forest, fit, metrics) = step(jax.random.key(100 + g), state, params)
         out.append((prev, state, forest, fit, {k: np.asarray(v) for k, v in metrics.items()}))
     return out
+
+
+@pytest.fixture(scope="module")
+def history(gp, step):
+    """12 jitted generations with the default params (no parsimony pressure)."""
+    return _generations(step, gp, gp.default_params())
 
 
 def test_is_a_strategy(gp):
@@ -114,7 +128,7 @@ def _host_primitives(jaxpr) -> list[str]:
 
 def test_jitted_generation_has_no_host_callbacks(gp):
     state = gp.init(jax.random.key(0))
-    closed = jax.make_jaxpr(_step(gp))(jax.random.key(1), state)
+    closed = jax.make_jaxpr(_step(gp))(jax.random.key(1), state, gp.default_params())
     assert _host_primitives(closed.jaxpr) == []
 
     # the checker does see callbacks (sanity check of the test itself)
@@ -192,6 +206,234 @@ def test_mutated_share_matches_mutation_rate(history):
     kids = [tuple(np.asarray(forest.opcode[i])) + tuple(np.asarray(forest.value[i])) for i in range(1, POP)]
     changed = sum(k not in parents for k in kids)
     assert 0.3 * 63 <= changed <= 0.5 * 63 + 1  # 32 rewritten; a few rewrites hit a same-valued node
+
+
+# ---- parsimony pressure ----------------------------------------------------------------------------
+
+
+def _fields_equal(a, b) -> bool:
+    fields = ("opcode", "value", "size", "output")
+    return all(np.array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f))) for f in fields)
+
+
+@pytest.fixture(scope="module")
+def parsimonious(gp, step):
+    """The first 6 generations of ``history`` (same keys) under a strong parsimony coefficient."""
+    params = gp.default_params().replace(parsimony_coefficient=jnp.float32(0.5))
+    return _generations(step, gp, params, n=6)
+
+
+def test_parsimony_pressure_shrinks_trees_and_reports_raw_fitness(history, parsimonious):
+    plain = np.array([h[4]["mean_length"] for h in history[:6]])
+    lean = np.array([h[4]["mean_length"] for h in parsimonious])
+    assert lean[0] == plain[0]  # the same initial forest
+    assert np.all(lean[2:] < plain[2:]) and lean[2:].mean() < 0.7 * plain[2:].mean()
+    for _, told, _, fit, m in parsimonious:  # state, best and metrics keep the raw fitness
+        np.testing.assert_array_equal(np.asarray(told.fitness), np.asarray(fit))
+        assert m["generation_best"] == np.min(np.asarray(fit))
+    raw_best = min(float(np.min(h[3])) for h in parsimonious)
+    assert float(parsimonious[-1][1].best_fitness) == raw_best
+
+
+def test_penalized_selection_is_tournament_on_raw_plus_c_len(gp, step, history):
+    c = np.float32(0.05)
+    params = gp.default_params().replace(parsimony_coefficient=c, crossover_rate=jnp.float32(0.0))
+    _, told, _, _, _ = history[5]
+    raw = np.asarray(told.fitness)
+    length = np.asarray(told.forest.length).astype(np.float32)
+    penalized = raw + c * length  # by hand (float32, like the strategy)
+    np.testing.assert_allclose(np.asarray(gp.selection_fitness(told, params)), penalized, rtol=1e-6)
+
+    key = jax.random.key(7)
+    _, (forest, _, _) = step(key, told, params)
+    select_key = jax.random.split(jax.random.split(key)[0], 4)[0]  # tell key, then ask's first split
+    E, C = gp.n_elite, POP - gp.n_elite
+    cands = np.asarray(jax.random.randint(select_key, (2 * C, gp.tournament_size), 0, POP))
+
+    def winners(f):
+        out = []
+        for row in cands:
+            best = row[0]
+            for i in row[1:]:
+                best = i if f[i] < f[best] else best
+            out.append(best)
+        return out
+
+    parents, raw_parents = winners(penalized), winners(raw)
+    assert parents != raw_parents  # the penalty changes who is selected
+    # with crossover_rate 0 every child past the mutated ones is an exact copy of its recipient
+    n_mutated = sum(gp.mutation_counts)
+    for j in range(n_mutated, C):
+        assert _fields_equal(forest[E + j], told.forest[parents[j]])
+    # elites are chosen on the RAW fitness (documented): here the most accurate tree is not the
+    # best penalized one, and it is the one kept
+    assert int(np.argmin(raw)) != int(np.argmin(penalized))
+    assert _fields_equal(forest[0], told.forest[int(np.argmin(raw))])
+
+
+def test_auto_parsimony_coefficient_matches_numpy_reference(history):
+    gp_auto = _make(parsimony_coefficient="auto")
+    _, told, _, _, _ = history[4]
+    # a finite population fitness as the run loop makes it (the test step maps inf to float max)
+    f32 = worst_for_nonfinite(jnp.where(told.fitness >= jnp.finfo(jnp.float32).max, jnp.inf, told.fitness))
+    told = told.replace(fitness=f32)
+    f = np.asarray(f32, np.float64)
+    length = np.asarray(told.forest.length, np.float64)
+    assert np.var(length) > 0
+    # gplearn: np.cov(length, raw)[1, 0] / np.var(length), raw in the maximized orientation (-f)
+    c_ref = np.cov(length, -f)[1, 0] / np.var(length)
+    assert float(sel.covariant_parsimony(told.fitness, told.forest.length)) == pytest.approx(c_ref, rel=1e-4)
+    # the selection fitness uses it, and ignores params.parsimony_coefficient
+    params = gp_auto.default_params().replace(parsimony_coefficient=jnp.float32(9.0))
+    np.testing.assert_allclose(gp_auto.selection_fitness(told, params), f + c_ref * length, rtol=1e-4)
+    _, metrics = gp_auto.tell(jax.random.key(0), told, told.forest, told.fitness)
+    assert float(metrics["parsimony_coefficient"]) == pytest.approx(c_ref, rel=1e-4)
+    assert "parsimony_coefficient" not in history[4][4]  # only reported in "auto" mode
+
+
+def test_vmap_over_parsimony_coefficients_equals_separate_runs():
+    # a crossover-only GP: the property does not depend on the operators, and it compiles ~3x faster
+    gp = _make(mutation_rate=0.0)
+    step = jax.jit(_step(gp))
+    base = gp.default_params()
+    cs = jnp.asarray([0.0, 0.05], jnp.float32)
+    batched = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), base).replace(parsimony_coefficient=cs)
+    vstep = jax.jit(jax.vmap(_step(gp), in_axes=(None, 0, 0)))
+    init = gp.init(jax.random.key(0))
+    vstate = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), init)
+    single = [init, init]
+    for g in range(4):
+        key = jax.random.key(100 + g)
+        vstate, (vforest, _, _) = vstep(key, vstate, batched)
+        for r in range(2):
+            single[r], (forest, _, _) = step(key, single[r], base.replace(parsimony_coefficient=cs[r]))
+            assert _fields_equal(forest, jax.tree_util.tree_map(lambda x, r=r: x[r], vforest))
+            for a, b in zip(jax.tree_util.tree_leaves(single[r]), jax.tree_util.tree_leaves(vstate)):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b[r]))
+    # and the two coefficients did lead to different populations
+    assert not _fields_equal(single[0].forest, single[1].forest)
+
+
+def test_parsimony_arguments():
+    assert _make().default_params().parsimony_coefficient == 0.0
+    assert _make(parsimony_coefficient=0.001).default_params().parsimony_coefficient == np.float32(0.001)
+    assert _make(parsimony_coefficient="auto").parsimony_auto
+    for bad in (-0.1, float("nan"), "gplearn", True, None):
+        with pytest.raises(ValueError, match="parsimony_coefficient"):
+            _make(parsimony_coefficient=bad)
+    with pytest.raises(ValueError, match="parsimony_coefficient must be 0 with selection='lexicase'"):
+        _make(selection="lexicase", parsimony_coefficient=0.01)
+
+
+# ---- epsilon-lexicase -------------------------------------------------------------------------------
+
+LEX_POP, LEX_GENERATIONS = 32, 8
+
+
+@pytest.fixture(scope="module")
+def lexicase_run():
+    """GP with lexicase selection under ``evotensor.run`` on a tiny symbolic regression (25 cases).
+    Crossover only (``mutation_rate=0``): a much smaller program to compile."""
+    problem = SymbolicRegression(X, Y, FS, case_errors=True, backend="jax")
+    gp = GP(LEX_POP, FS, 2, L, selection="lexicase", mutation_rate=0.0)
+    key = jax.random.key(0)
+    result = run(gp, problem, LEX_GENERATIONS, key, chunk_size=LEX_GENERATIONS)
+    return gp, problem, key, result
+
+
+def test_lexicase_runs_end_to_end_and_improves(lexicase_run):
+    gp, problem, _, result = lexicase_run
+    best = result.history["best_fitness"]
+    assert best[-1] < 0.5 * best[0]
+    result.best_genotype.check(FS, n_vars=2)
+    assert float(fitness(result.best_genotype, X, Y, FS, backend="jax")) == pytest.approx(
+        result.best_fitness, rel=1e-5, abs=1e-7
+    )
+    assert np.all(np.isfinite(np.asarray(result.state.fitness)))
+
+
+def _lexicase_errors(errors):
+    """What GP.tell hands to lexicase: a row with any non-finite error is +inf on every case."""
+    errors = np.asarray(errors, np.float32)
+    return np.where(np.any(~np.isfinite(errors), axis=1, keepdims=True), np.inf, errors)
+
+
+def test_lexicase_parents_equal_a_direct_call_and_are_the_ones_asked(lexicase_run):
+    gp, problem, key, result = lexicase_run
+    state = result.state
+    C = LEX_POP - gp.n_elite
+    # the last tell drew the parents with its key (the run loop's documented schedule)
+    loop_key = jax.random.split(key)[1]
+    _, _, tell_key = generation_keys(loop_key, LEX_GENERATIONS - 1)
+    errors = jax.jit(lambda f: problem.evaluate(None, f).info["case_errors"])(state.forest)
+    assert errors.shape == (LEX_POP, X.shape[0])
+    lexicase = jax.jit(sel.epsilon_lexicase, static_argnums=2)  # jit: eager dispatch compiles more
+    expected = lexicase(tell_key, jnp.asarray(_lexicase_errors(errors)), 2 * C)
+    np.testing.assert_array_equal(np.asarray(state.parents), np.asarray(expected))
+    # ask uses exactly these parents: without crossover (and mutation) children copy their recipients
+    params = gp.default_params().replace(crossover_rate=jnp.float32(0.0))
+    forest, _ = jax.jit(gp.ask)(jax.random.key(3), state, params)
+    assert sum(gp.mutation_counts) == 0
+    parents = np.asarray(state.parents)
+    for j in range(C):
+        assert _fields_equal(forest[gp.n_elite + j], state.forest[int(parents[j])])
+
+
+def test_lexicase_without_case_errors_is_a_clear_error(lexicase_run):
+    gp, _, _, result = lexicase_run
+    state, key = result.state, jax.random.key(1)
+    fit = jnp.zeros(LEX_POP)
+    for evaluation in (
+        fit,
+        Evaluation(fitness=fit),
+        Evaluation(fitness=fit, info={"errors": jnp.zeros((LEX_POP, 4))}),
+    ):
+        with pytest.raises(ValueError, match="selection='lexicase' needs per-case errors"):
+            gp.tell(key, state, state.forest, evaluation)
+    with pytest.raises(ValueError, match=r"case_errors'\] must have shape \(32, n_cases"):
+        gp.tell(key, state, state.forest, Evaluation(fitness=fit, info=Tree(case_errors=jnp.zeros((3, 4)))))
+    # raised while tracing (before anything runs), e.g. inside a jitted generation
+    with pytest.raises(ValueError, match="case_errors"):
+        jax.eval_shape(lambda s, f: gp.tell(key, s, s.forest, Evaluation(fitness=f)), state, fit)
+
+
+def test_lexicase_never_selects_nonfinite_case_errors(lexicase_run):
+    gp, _, _, result = lexicase_run
+    state = result.state
+    rng = np.random.default_rng(0)
+    errors = rng.integers(0, 3, (LEX_POP, 6)).astype(np.float32)
+    bad = np.arange(LEX_POP) % 3 == 0
+    # bad trees are perfect on every case but one, where they are NaN / +inf / -inf: treated as
+    # finite they would win most selections
+    errors[bad] = 0.0
+    errors[bad, rng.integers(0, 6, bad.sum())] = np.resize([np.nan, np.inf, -np.inf], bad.sum())
+    fit = jnp.asarray(np.where(bad, np.nan, errors.mean(1)))
+    tell = jax.jit(
+        lambda k, e: gp.tell(k, state, state.forest, Evaluation(fitness=fit, info={"case_errors": e}))
+    )
+    for seed in range(3):
+        told, _ = tell(jax.random.key(seed), errors)
+        parents = np.asarray(told.parents)
+        assert not np.any(bad[parents])
+        assert np.all(np.isfinite(np.asarray(told.fitness)))
+    # all non-finite: selection still returns valid indices and the state stays finite
+    told, _ = tell(jax.random.key(5), errors * np.nan)
+    parents = np.asarray(told.parents)
+    assert parents.min() >= 0 and parents.max() < LEX_POP
+    assert np.all(np.isfinite(np.asarray(told.fitness)))
+
+
+def test_sr_pagie_task_options():
+    from evotensor.tasks import get_task
+
+    spec = get_task("sr-pagie")
+    task = spec.build({"pop": 16})
+    assert task.strategy.selection == "tournament" and task.strategy.parsimony_coefficient == 0.0
+    assert not task.problem.case_errors
+    task = spec.build({"pop": 16, "selection": "lexicase"})
+    assert task.strategy.selection == "lexicase" and task.problem.case_errors
+    assert spec.build({"pop": 16, "parsimony_coefficient": "auto"}).strategy.parsimony_auto
+    assert spec.build({"pop": 16, "parsimony_coefficient": 0.001}).strategy.parsimony_coefficient == 0.001
 
 
 @pytest.mark.slow

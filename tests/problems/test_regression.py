@@ -6,7 +6,13 @@ from tests.gp.eval_helpers import ArrayForest, random_data, random_forest, tree_
 from evotensor.core.evaluation import Evaluation
 from evotensor.gp.functions import FunctionSet
 from evotensor.gp.reference import reference_eval
-from evotensor.problems.regression import EVOGP_SR_FUNCTIONS, Pagie1, SymbolicRegression, pagie1_data
+from evotensor.problems.regression import (
+    EVOGP_SR_FUNCTIONS,
+    Pagie1,
+    SymbolicRegression,
+    pagie1_data,
+    per_case_errors,
+)
 
 KEY = jax.random.key(0)
 
@@ -91,6 +97,58 @@ def test_multi_output_regression():
     np.testing.assert_allclose(problem.evaluate(KEY, forest).fitness, expected, rtol=1e-4)
 
 
+def test_case_errors_are_per_row_squared_errors_and_only_when_asked():
+    fs = FunctionSet(("add", "mul", "sub", "div"))
+    X = random_data(5, 30, 2)
+    y = X[:, 0] * X[:, 1] - X[:, 1]
+    trees = [F("mul", V(0), V(1)), F("div", V(0), F("sub", V(1), V(1))), F("add", V(0), C(0.5))]
+    forest = _forest(trees, fs)
+    plain = SymbolicRegression(X, y, fs, backend="jax")
+    assert plain.evaluate(KEY, forest).info is None  # off by default: no [pop, n_points] array
+    problem = SymbolicRegression(X, y, fs, backend="jax", case_errors=True)
+    ev = problem.evaluate(KEY, forest)
+    errors = np.asarray(ev.info["case_errors"])
+    pred = reference_eval(forest, X, fs)[..., 0]
+    assert errors.shape == (3, 30) and errors.dtype == np.float32
+    np.testing.assert_allclose(errors[[0, 2]], ((pred - y) ** 2)[[0, 2]], rtol=1e-5, atol=1e-6)
+    assert np.all(np.isposinf(errors[1]))  # x / 0: non-finite on every row -> +inf, never NaN
+    # the fitness is the one of the fused path, and the mean of the case errors
+    fit = np.asarray(ev.fitness)
+    np.testing.assert_allclose(fit, np.asarray(plain.evaluate(KEY, forest).fitness), rtol=1e-5)
+    np.testing.assert_allclose(fit[[0, 2]], errors[[0, 2]].mean(1), rtol=1e-5)
+    assert Pagie1(case_errors=True).case_errors and not Pagie1().case_errors
+
+
+def test_per_case_errors_for_every_metric():
+    rng = np.random.default_rng(0)
+    pred = rng.normal(size=(4, 12, 2)).astype(np.float32)
+    pred[1, 3, 0] = np.nan
+    y2 = rng.normal(size=(12, 2)).astype(np.float32)
+    got = np.asarray(per_case_errors(pred, y2, "mse"))
+    expected = np.mean((pred - y2[None]) ** 2, axis=2)
+    expected[1, 3] = np.inf
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(per_case_errors(pred, y2, "r2")), got)
+    labels = rng.integers(0, 2, 12).astype(np.float32)
+    miss = np.asarray(per_case_errors(pred, labels, "accuracy"))  # 2 outputs: argmax is the class
+    expected = (np.argmax(pred, axis=2) != labels[None]).astype(np.float32)
+    expected[1, 3] = np.inf
+    np.testing.assert_array_equal(miss, expected)
+    ce = np.asarray(per_case_errors(pred, labels, "cross_entropy"))
+    logp = pred - np.log(np.exp(pred).sum(axis=2, keepdims=True))
+    expected = -np.take_along_axis(logp, labels.astype(int)[None, :, None].repeat(4, 0), axis=2)[..., 0]
+    expected[1, 3] = np.inf
+    np.testing.assert_allclose(ce, expected, rtol=1e-5)
+    binary = np.asarray(per_case_errors(pred[..., :1], labels, "accuracy"))  # 1 output: pred > 0
+    np.testing.assert_array_equal(binary[0], ((pred[0, :, 0] > 0) != (labels > 0.5)).astype(np.float32))
+    with pytest.raises(ValueError, match="metric"):
+        per_case_errors(pred, y2, "mae")
+    with pytest.raises(ValueError, match="pred must be"):
+        per_case_errors(pred[0], y2, "mse")
+    with pytest.raises(ValueError, match="y must have 12 rows"):
+        per_case_errors(pred, y2[:5], "mse")
+
+
 def test_errors():
     fs = FunctionSet()
     X = np.ones((5, 2), np.float32)
@@ -106,5 +164,7 @@ def test_errors():
         SymbolicRegression(X, X[:, 0], fs, X_test=X)
     with pytest.raises(ValueError, match="backend"):
         SymbolicRegression(X, X[:, 0], fs, backend="cuda")
+    with pytest.raises(ValueError, match="case_errors"):
+        SymbolicRegression(X, X[:, 0], fs, case_errors="yes")
     with pytest.raises(ValueError, match="no test data"):
         SymbolicRegression(X, X[:, 0], fs).test_evaluate(None)

@@ -3,15 +3,31 @@
 One generation, all inside one jitted step (no host callbacks)::
 
     ask:   (first call) the random initial forest;
-           (later)      elites = the ceil(elite_rate * pop) best, copied unchanged;
-                        pop - n_elite children: select recipient and donor parents,
+           (later)      elites = the ceil(elite_rate * pop) best (on the RAW fitness), copied unchanged;
+                        pop - n_elite children: select recipient and donor parents (on the
+                        parsimony-penalized fitness; lexicase: the parents drawn by ``tell``),
                         crossover with probability crossover_rate (else a copy of the recipient);
                         then exactly round(mutation_rate * n_children) children are mutated, split
                         among the mutations in proportion to mutation_probs (children come in random
                         order, so a fixed slice of them is a random subset; fixed counts keep every
                         operator's shape static, so each mutation runs on its own children only);
                         results longer than max_len are rejected (the parent is kept) and counted.
-    tell:  records the fitness (minimized), the best tree so far, and metrics.
+    tell:  records the fitness (minimized), the best tree so far (raw fitness), and metrics;
+           with ``selection="lexicase"`` it also draws the next parents from the per-case errors
+           ``evaluation.info["case_errors"] [pop, n_cases]`` (so the state never holds them).
+
+Parsimony pressure (gplearn's ``parsimony_coefficient``): parents are selected on
+``fitness + c * length`` (minimized orientation; in natural orientation gplearn's
+``raw - c * length * sign``), with ``c = params.parsimony_coefficient`` (default 0: no pressure) or,
+with ``parsimony_coefficient="auto"``, Poli & McPhee's covariant coefficient recomputed on every
+told population (:func:`evotensor.gp.selection.covariant_parsimony`). Everything reported — state
+fitness, best tree, metrics — stays the raw fitness, and elites are chosen on the raw fitness (as
+EvoGP; gplearn has no elitism): the most accurate tree always survives, so the best fitness of the
+population never gets worse. ``"auto"`` equals gplearn's for maximized metrics; for minimized ones
+gplearn's formula has the opposite sign (see :func:`~evotensor.gp.selection.covariant_parsimony`).
+
+Epsilon-lexicase (``selection="lexicase"``) costs ``O(pop * n_parents * cases visited)`` per
+generation, far more than a tournament; it needs a problem that returns per-case errors.
 
 Example::
 
@@ -20,12 +36,17 @@ Example::
     state = gp.init(jax.random.key(0))
     forest, state = gp.ask(key, state)                # Forest [pop, max_len]
     state, metrics = gp.tell(key, state, forest, Evaluation(fitness=mse))
+
+    # lexicase on per-row errors; or parsimony pressure, gplearn-style
+    problem = SymbolicRegression(X, y, fs, case_errors=True)
+    result = evotensor.run(GP(1000, fs, n_vars=2, selection="lexicase"), problem, 50, key)
+    result = evotensor.run(GP(1000, fs, n_vars=2, parsimony_coefficient=0.001), problem, 50, key)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -40,6 +61,7 @@ from evotensor.gp import selection as sel
 from evotensor.gp.encoding import Forest
 from evotensor.gp.evaluate import evaluate
 from evotensor.gp.generate import TreeGenerator
+from evotensor.tree import Tree
 
 MUTATIONS = (
     "subtree",
@@ -51,7 +73,7 @@ MUTATIONS = (
     "single_constant",
     "multi_constant",
 )
-SELECTIONS = ("truncation", "tournament", "rank", "roulette")
+SELECTIONS = ("truncation", "tournament", "rank", "roulette", "lexicase")
 CROSSOVERS = ("one_point", "leaf_biased")
 
 # Default relative weights of the mutations, in MUTATIONS order.
@@ -86,6 +108,10 @@ class GPParams:
         const_rate: per-constant probability of multi-constant mutation. 0.3.
         const_sigma: standard deviation of constant perturbations (``const_perturb=True``). 0.1.
         rank_pressure: linear ranking pressure in ``[1, 2]`` (``selection="rank"``). 2.0.
+        parsimony_coefficient: penalty per node added to the minimized fitness that parents are
+            selected on (see the module docstring). Default: the constructor's numeric
+            ``parsimony_coefficient`` (0.0 unless given); unused when it is ``"auto"`` and by
+            lexicase selection.
     """
 
     crossover_rate: jax.Array
@@ -95,6 +121,7 @@ class GPParams:
     const_rate: jax.Array
     const_sigma: jax.Array
     rank_pressure: jax.Array
+    parsimony_coefficient: jax.Array
 
 
 @pytree_dataclass
@@ -107,6 +134,8 @@ class GPState:
     generation: ``[]`` int32, number of ``tell`` calls.
     crossover_rejected, mutation_rejected: ``[]`` int32, children of the last ``ask`` whose
         crossover / structural mutation was rejected by the ``max_len`` cap.
+    parents: int32 ``[2 * (pop - n_elite)]``, the recipient then donor parents drawn by the last
+        ``tell`` (``selection="lexicase"`` only; zeros otherwise).
     """
 
     forest: Forest
@@ -116,6 +145,7 @@ class GPState:
     generation: jax.Array
     crossover_rejected: jax.Array
     mutation_rejected: jax.Array
+    parents: jax.Array
 
 
 class GP:
@@ -136,9 +166,13 @@ class GP:
             ``n_outputs > 1`` (EvoGP), else 0.
         mutation_depth: ``(min, max)`` depth of the subtrees of subtree mutation. Default (0, 3).
         selection: ``"truncation"`` (EvoGP's default: parents uniform among the ``survival_rate``
-            best), ``"tournament"``, ``"rank"`` or ``"roulette"``. Default ``"tournament"``.
-            (Epsilon-lexicase needs per-case errors, which ``Evaluation.fitness`` does not carry; it
-            is available as :func:`evotensor.gp.selection.epsilon_lexicase`.)
+            best), ``"tournament"``, ``"rank"``, ``"roulette"`` or ``"lexicase"``. Default
+            ``"tournament"``. ``"lexicase"`` is epsilon-lexicase
+            (:func:`evotensor.gp.selection.epsilon_lexicase`, static MAD epsilon) on per-case errors
+            that the problem must return as ``Evaluation.info["case_errors"]`` ``[pop, n_cases]``
+            (lower is better; e.g. ``SymbolicRegression(..., case_errors=True)``); ``tell`` raises
+            if they are missing. A tree with any non-finite case error gets ``+inf`` on every case,
+            so it is never selected over a tree whose errors are all finite.
         tournament_size: Default 7.
         survival_rate: truncation's survivor fraction. Default 0.3 (EvoGP).
         elite_rate: fraction of best trees copied unchanged. Default 0.01 (EvoGP).
@@ -148,6 +182,11 @@ class GP:
         mutation_rate: fraction of the children that are mutated. Default 0.1 (EvoGP).
         mutation_probs: relative weights of the mutations in :data:`MUTATIONS` order (see
             :func:`mutation_probs`). Default :data:`DEFAULT_MUTATION_PROBS`.
+        parsimony_coefficient: a number ``>= 0`` (the default of the dynamic
+            ``GPParams.parsimony_coefficient``; 0.0 here, gplearn's default is 0.001) or ``"auto"``
+            (gplearn's covariant coefficient, see :func:`evotensor.gp.selection.covariant_parsimony`).
+            Parents are selected on ``fitness + c * length``; see the module docstring. Must be 0
+            with ``selection="lexicase"``, which selects on per-case errors only.
     """
 
     def __init__(
@@ -173,6 +212,7 @@ class GP:
         const_perturb: bool = True,
         mutation_rate: float = 0.1,
         mutation_probs: Sequence[float] = DEFAULT_MUTATION_PROBS,
+        parsimony_coefficient: float | str = 0.0,
     ):
         self.population_size = check_population_size(population_size, 2)
         if selection not in SELECTIONS:
@@ -187,6 +227,25 @@ class GP:
             raise ValueError(f"elite_rate must be in [0, 1), got {elite_rate!r}")
         if not 0.0 <= mutation_rate <= 1.0:
             raise ValueError(f"mutation_rate must be in [0, 1], got {mutation_rate!r}")
+        if isinstance(parsimony_coefficient, str):
+            if parsimony_coefficient != "auto":
+                raise ValueError(
+                    f"parsimony_coefficient must be a number >= 0 or 'auto', got {parsimony_coefficient!r}"
+                )
+        elif (
+            isinstance(parsimony_coefficient, bool)
+            or not isinstance(parsimony_coefficient, (int, float, np.floating, np.integer))
+            or not math.isfinite(parsimony_coefficient)
+            or parsimony_coefficient < 0
+        ):
+            raise ValueError(
+                f"parsimony_coefficient must be a finite number >= 0 or 'auto', got {parsimony_coefficient!r}"
+            )
+        if selection == "lexicase" and parsimony_coefficient != 0:
+            raise ValueError(
+                "parsimony_coefficient must be 0 with selection='lexicase' (lexicase selects on the "
+                f"per-case errors only), got {parsimony_coefficient!r}"
+            )
         probs = np.asarray(mutation_probs, np.float64)
         if probs.shape != (len(MUTATIONS),) or np.any(probs < 0) or not np.any(probs > 0):
             raise ValueError(
@@ -198,6 +257,10 @@ class GP:
         self.max_len = max_len
         self.n_outputs = n_outputs
         self.selection = selection
+        self.parsimony_auto = parsimony_coefficient == "auto"
+        self.parsimony_coefficient = (
+            "auto" if self.parsimony_auto else float(parsimony_coefficient)  # type: ignore[arg-type]
+        )
         self.tournament_size = tournament_size
         self.survival_rate = float(survival_rate)
         self.elite_rate = float(elite_rate)
@@ -242,6 +305,7 @@ class GP:
             const_rate=f(0.3),
             const_sigma=f(0.1),
             rank_pressure=f(2.0),
+            parsimony_coefficient=f(0.0 if self.parsimony_auto else self.parsimony_coefficient),
         )
 
     def init(self, key: jax.Array, params: GPParams | None = None) -> GPState:
@@ -256,6 +320,7 @@ class GP:
             generation=jnp.int32(0),
             crossover_rejected=jnp.int32(0),
             mutation_rejected=jnp.int32(0),
+            parents=jnp.zeros(2 * (self.population_size - self.n_elite), jnp.int32),
         )
 
     def ask(self, key: jax.Array, state: GPState, params: GPParams | None = None) -> tuple[Forest, GPState]:
@@ -279,7 +344,19 @@ class GP:
         evaluation: Evaluation | jax.Array,
         params: GPParams | None = None,
     ) -> tuple[GPState, dict[str, jax.Array]]:
-        """Record the *minimized* fitness ``[pop]`` of ``forest`` (the one from ``ask``)."""
+        """Record the *minimized* fitness ``[pop]`` of ``forest`` (the one from ``ask``).
+
+        ``evaluation`` is an :class:`Evaluation` (or the fitness array itself). With
+        ``selection="lexicase"`` it must be an :class:`Evaluation` whose ``info`` (a dict or
+        :class:`evotensor.tree.Tree`) holds ``"case_errors"`` ``[pop, n_cases]``, and ``key`` draws the
+        next generation's parents: ``state.parents = epsilon_lexicase(key, errors, 2 * (pop - n_elite))``
+        (recipients first), where a tree with any non-finite case error has ``+inf`` on every case.
+
+        Metrics (scalars): ``best_fitness``, ``generation_best``, ``mean_fitness`` (raw minimized
+        fitness), ``mean_length``, ``max_length``, ``best_length``, ``crossover_rejected``,
+        ``mutation_rejected``, and with ``parsimony_coefficient="auto"`` the coefficient the next
+        ``ask`` selects with, ``parsimony_coefficient``.
+        """
         fitness = evaluation.fitness if isinstance(evaluation, Evaluation) else jnp.asarray(evaluation)
         if fitness.shape != (self.population_size,):
             raise ValueError(f"fitness must have shape ({self.population_size},), got {fitness.shape}")
@@ -287,6 +364,7 @@ class GP:
             raise ValueError(
                 f"forest must be [{self.population_size}, {self.max_len}], got {forest.opcode.shape}"
             )
+        case_errors = self._case_errors(evaluation) if self.selection == "lexicase" else None
         fitness = worst_for_nonfinite(fitness.astype(jnp.float32))
         i = jnp.argmin(fitness)
         improved = fitness[i] < state.best_fitness
@@ -300,6 +378,9 @@ class GP:
             best_fitness=best_fitness,
             generation=state.generation + 1,
         )
+        if case_errors is not None:
+            n_parents = 2 * (self.population_size - self.n_elite)
+            new_state = new_state.replace(parents=sel.epsilon_lexicase(key, case_errors, n_parents))
         metrics = {
             "best_fitness": best_fitness,
             "generation_best": fitness[i],
@@ -310,7 +391,44 @@ class GP:
             "crossover_rejected": state.crossover_rejected,
             "mutation_rejected": state.mutation_rejected,
         }
+        if self.parsimony_auto:
+            metrics["parsimony_coefficient"] = sel.covariant_parsimony(fitness, length)
         return new_state, metrics
+
+    def _case_errors(self, evaluation: Evaluation | jax.Array) -> jax.Array:
+        """``evaluation.info["case_errors"]`` as float32 ``[pop, n_cases]``, rows with any non-finite
+        error set to ``+inf`` (raises if missing: lexicase cannot run without them)."""
+        info = evaluation.info if isinstance(evaluation, Evaluation) else None
+        errors = info["case_errors"] if isinstance(info, (Mapping, Tree)) and "case_errors" in info else None
+        if errors is None:
+            got = "a bare fitness array" if not isinstance(evaluation, Evaluation) else f"info={info!r:.60}"
+            raise ValueError(
+                "selection='lexicase' needs per-case errors: tell() must get an Evaluation whose info "
+                "holds 'case_errors' [pop, n_cases] (lower is better), e.g. from "
+                f"SymbolicRegression(..., case_errors=True); got {got}"
+            )
+        errors = jnp.asarray(errors)
+        if errors.ndim != 2 or errors.shape[0] != self.population_size or errors.shape[1] < 1:
+            raise ValueError(
+                f"info['case_errors'] must have shape ({self.population_size}, n_cases >= 1), "
+                f"got {errors.shape}"
+            )
+        errors = errors.astype(jnp.float32)
+        bad = jnp.any(~jnp.isfinite(errors), axis=1, keepdims=True)
+        return jnp.where(bad, jnp.inf, errors)
+
+    def selection_fitness(self, state: GPState, params: GPParams | None = None) -> jax.Array:
+        """The minimized fitness ``[pop]`` that parents are selected on (all selections but lexicase):
+        ``state.fitness + c * length`` with ``c = params.parsimony_coefficient``, or the covariant
+        coefficient of the state's population with ``parsimony_coefficient="auto"``
+        (:func:`evotensor.gp.selection.parsimony_fitness`). Equals ``state.fitness`` when ``c == 0``."""
+        params = self.default_params() if params is None else params
+        length = state.forest.length
+        if self.parsimony_auto:
+            c = sel.covariant_parsimony(state.fitness, length)
+        else:
+            c = params.parsimony_coefficient
+        return sel.parsimony_fitness(state.fitness, length, c)
 
     # -- variation --------------------------------------------------------------------------------------
     def _select(self, key: jax.Array, fitness: jax.Array, n: int, params: GPParams) -> jax.Array:
@@ -330,7 +448,10 @@ class GP:
         keys = jax.random.split(key, 4)
         forest, fitness = state.forest, state.fitness
         take = lambda f, idx: jax.tree_util.tree_map(lambda a: a[idx], f)
-        parents = self._select(keys[0], fitness, 2 * C, params)
+        if self.selection == "lexicase":
+            parents = state.parents  # drawn by tell, where the per-case errors were
+        else:
+            parents = self._select(keys[0], self.selection_fitness(state, params), 2 * C, params)
         recipients, donors = take(forest, parents[:C]), take(forest, parents[C:])
         if self.crossover == "one_point":
             crossed, ok_c = ops.one_point_crossover(keys[1], recipients, donors, fs, params.internal_bias)
@@ -357,7 +478,7 @@ class GP:
                 rej_m = rej_m + jnp.sum(~ok)
             start += n_m
         mutated = children
-        elites = take(forest, sel.elite_indices(fitness, E)) if E else None
+        elites = take(forest, sel.elite_indices(fitness, E)) if E else None  # raw fitness (see top)
         out = (
             mutated
             if elites is None
@@ -387,9 +508,11 @@ class GP:
         return ops.multi_constant_mutation(key, forest, params.const_rate, self.const_range, sigma)
 
     def __repr__(self) -> str:
+        c = self.parsimony_coefficient
         return (
             f"GP(population_size={self.population_size}, max_len={self.max_len}, "
-            f"function_set={self.function_set!r}, n_vars={self.n_vars}, selection={self.selection!r})"
+            f"function_set={self.function_set!r}, n_vars={self.n_vars}, selection={self.selection!r}"
+            + (f", parsimony_coefficient={c!r})" if c else ")")
         )
 
     @property

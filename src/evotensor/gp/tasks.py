@@ -4,6 +4,11 @@
 Pagie-1 grid with EvoGP's function set ``+ - * / sin cos tan`` (raw semantics), training MSE as the
 fitness, then prints the best expression (infix, constants rounded) beside the true one and saves
 ``pred_vs_true.png`` into the run directory (``fitness.png`` comes from the run loop).
+
+Options (``--set KEY=VALUE``) besides ``pop``/``generations``/``seed``: ``max_len`` (64),
+``max_depth`` (6), ``selection`` (``tournament``; ``lexicase`` makes the problem return per-row
+errors), ``tournament_size`` (7), ``elite_rate`` (0.01), ``parsimony_coefficient`` (0.0, a number or
+``auto``; see :class:`evotensor.gp.GP`).
 """
 
 from __future__ import annotations
@@ -80,12 +85,14 @@ def _plot(pred: np.ndarray, y: np.ndarray, found: str, true: str, mse: float, pa
         "selection": "tournament",
         "tournament_size": 7,
         "elite_rate": 0.01,
+        "parsimony_coefficient": 0.0,
     },
 )
 def _build_pagie(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.regression import Pagie1
 
-    problem = Pagie1()
+    problem = Pagie1(case_errors=cfg["selection"] == "lexicase")
+    c = cfg["parsimony_coefficient"]
     strategy = GP(
         population_size=cfg["pop"] or 5000,
         function_set=problem.function_set,
@@ -96,6 +103,7 @@ def _build_pagie(cfg: dict[str, Any]) -> Task:
         tournament_size=int(cfg["tournament_size"]),
         elite_rate=float(cfg["elite_rate"]),
         const_range=(-5.0, 5.0),
+        parsimony_coefficient=c if isinstance(c, str) else float(c),
     )
     fs = problem.function_set
     return Task(

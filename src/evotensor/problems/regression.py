@@ -7,6 +7,14 @@ orientation (``mse``/``rmse``/``cross_entropy`` minimized, ``r2``/``accuracy`` m
 with a non-finite prediction gets ``+inf`` (or ``-inf`` for maximized metrics); the run loop maps
 that to the worst finite value.
 
+With ``case_errors=True`` the evaluation also carries per-case (per-row) errors for lexicase
+selection (``GP(selection="lexicase")``) in ``Evaluation.info["case_errors"]`` ``[pop, n_points]``,
+lower is better (:func:`per_case_errors`): the squared error averaged over outputs for the regression
+metrics, the 0/1 misclassification for ``accuracy``, the row's loss for ``cross_entropy``; ``+inf``
+on a row with a non-finite prediction. This materializes ``[pop, n_points, n_outputs]`` predictions
+(one forward pass; the fitness is then computed from them, equal to the fused fitness up to float32
+summation order), so it is off by default.
+
 :class:`Pagie1` is the Pagie-1 benchmark (Pagie & Hogeweg 1997; McDermott et al. 2012)::
 
     f(x, y) = 1 / (1 + x**-4) + 1 / (1 + y**-4)
@@ -30,8 +38,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core.evaluation import Evaluation
-from evotensor.gp.evaluate import MAXIMIZED_METRICS, METRICS, evaluate, fitness
+from evotensor.gp.evaluate import (
+    MAXIMIZED_METRICS,
+    METRICS,
+    evaluate,
+    fitness,
+    metric_from_predictions,
+    row_terms,
+)
 from evotensor.gp.functions import FunctionSet
+from evotensor.tree import Tree
 
 # EvoGP's function set for symbolic regression (paper Table V; its uci_sr.py example).
 EVOGP_SR_FUNCTIONS = ("add", "sub", "mul", "div", "sin", "cos", "tan")
@@ -49,6 +65,8 @@ class SymbolicRegression:
         n_outputs: outputs per tree (inferred from ``y`` for regression; default 1 otherwise).
         X_test, y_test: optional held-out data for :meth:`test_evaluate`.
         backend: evaluation path, ``"auto" | "jax" | "pallas"`` (see :func:`evotensor.gp.evaluate`).
+        case_errors: also return per-row errors ``info["case_errors"] [pop, n_points]`` (for
+            lexicase selection; see the module docstring). Default False.
 
     Attributes:
         X, y: the training data (float32 device arrays). ``maximize``: natural orientation.
@@ -67,7 +85,10 @@ class SymbolicRegression:
         X_test: Any = None,
         y_test: Any = None,
         backend: str = "auto",
+        case_errors: bool = False,
     ):
+        if not isinstance(case_errors, (bool, np.bool_)):
+            raise ValueError(f"case_errors must be a bool, got {case_errors!r}")
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
         if backend not in ("auto", "jax", "pallas"):
@@ -101,22 +122,28 @@ class SymbolicRegression:
         self.metric = metric
         self.maximize = metric in MAXIMIZED_METRICS
         self.backend = backend
+        self.case_errors = bool(case_errors)
         self.X, self.y = jnp.asarray(X), jnp.asarray(y)
         self.X_test = None if X_test is None else jnp.asarray(X_test)
         self.y_test = None if y_test is None else jnp.asarray(y_test)
         self.n_vars = X.shape[1]
 
-    def _score(self, forest: Any, X: jax.Array, y: jax.Array) -> Evaluation:
-        fit = fitness(forest, X, y, self.function_set, self.metric, self.n_outputs, backend=self.backend)
-        return Evaluation(fitness=fit)
+    def _score(self, forest: Any, X: jax.Array, y: jax.Array, with_cases: bool = False) -> Evaluation:
+        if not with_cases:
+            fit = fitness(forest, X, y, self.function_set, self.metric, self.n_outputs, backend=self.backend)
+            return Evaluation(fitness=fit)
+        pred = evaluate(forest, X, self.function_set, self.n_outputs, backend=self.backend)
+        fit = metric_from_predictions(pred, y, self.metric)
+        return Evaluation(fitness=fit, info=Tree(case_errors=per_case_errors(pred, y, self.metric)))
 
     def evaluate(self, key: jax.Array, phenotypes: Any, apply: Any = None) -> Evaluation:
-        """Training fitness of a forest ``[pop, max_len]`` -> ``Evaluation(fitness [pop])``.
+        """Training fitness of a forest ``[pop, max_len]`` -> ``Evaluation(fitness [pop])``, with
+        ``info = Tree(case_errors=[pop, n_points])`` when the problem was built with ``case_errors=True``.
 
         ``key`` and ``apply`` are unused (the data are fixed; trees are run by the GP evaluator).
         """
         del key, apply
-        return self._score(phenotypes, self.X, self.y)
+        return self._score(phenotypes, self.X, self.y, self.case_errors)
 
     def test_evaluate(self, phenotypes: Any, apply: Any = None) -> Evaluation:
         """The same metric on the held-out data."""
@@ -136,6 +163,38 @@ class SymbolicRegression:
         )
 
 
+def per_case_errors(pred: Any, y: Any, metric: str = "mse") -> jax.Array:
+    """Per-row errors of predictions, lower is better (the cases of lexicase selection).
+
+    Args:
+        pred: ``[pop, n_points, n_outputs]`` predictions (e.g. from :func:`evotensor.gp.evaluate`).
+        y: ``[n_points]`` / ``[n_points, n_outputs]`` targets, or ``[n_points]`` class labels.
+        metric: ``"mse" | "rmse" | "r2"``: squared error averaged over outputs; ``"accuracy"``: 1 for a
+            misclassified row, else 0; ``"cross_entropy"``: the row's loss (as
+            :func:`evotensor.gp.evaluate.fitness` defines them).
+
+    Returns:
+        float32 ``[pop, n_points]``; ``+inf`` where a prediction of the row is non-finite.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    pred = jnp.asarray(pred, jnp.float32)
+    if pred.ndim != 3:
+        raise ValueError(f"pred must be [pop, n_points, n_outputs], got shape {pred.shape}")
+    y = jnp.asarray(y, jnp.float32)
+    if y.shape[0] != pred.shape[1]:
+        raise ValueError(f"y must have {pred.shape[1]} rows (pred's n_points), got shape {y.shape}")
+    yt = y.reshape(y.shape[0], -1).T  # [n_y, n_points]
+    term, bad = row_terms(jnp.moveaxis(pred, 2, 0), yt, metric)  # each [pop, n_points]
+    if metric == "accuracy":
+        err = 1.0 - term
+    elif metric == "cross_entropy":
+        err = term
+    else:
+        err = term / pred.shape[2]
+    return jnp.where((bad > 0) | ~jnp.isfinite(err), jnp.inf, err).astype(jnp.float32)
+
+
 def pagie1_data() -> tuple[np.ndarray, np.ndarray]:
     """The Pagie-1 grid: ``X [676, 2]`` (x, y in -5..5 step 0.4) and ``y [676]`` (float32)."""
     axis = np.round(np.arange(26) * 0.4 - 5.0, 6)  # exact grid values, no float drift
@@ -151,7 +210,7 @@ class Pagie1(SymbolicRegression):
     Args:
         function_set: default :data:`EVOGP_SR_FUNCTIONS` (``+ - * / sin cos tan``, raw semantics).
         metric: default ``"mse"`` (the EvoGP paper's measure).
-        backend: as in :class:`SymbolicRegression`.
+        backend, case_errors: as in :class:`SymbolicRegression`.
 
     Attributes:
         true_expression: the target in infix, for printing beside a discovered expression.
@@ -159,7 +218,13 @@ class Pagie1(SymbolicRegression):
 
     true_expression = "1/(1 + x0**-4) + 1/(1 + x1**-4)"
 
-    def __init__(self, function_set: FunctionSet | None = None, metric: str = "mse", backend: str = "auto"):
+    def __init__(
+        self,
+        function_set: FunctionSet | None = None,
+        metric: str = "mse",
+        backend: str = "auto",
+        case_errors: bool = False,
+    ):
         X, y = pagie1_data()
         fs = FunctionSet(EVOGP_SR_FUNCTIONS) if function_set is None else function_set
-        super().__init__(X, y, fs, metric=metric, backend=backend)
+        super().__init__(X, y, fs, metric=metric, backend=backend, case_errors=case_errors)
