@@ -28,8 +28,10 @@ from evotensor.gp.operators import (
 )
 from evotensor.gp.reference import reference_eval
 from evotensor.gp.selection import (
+    covariant_parsimony,
     elite_indices,
     epsilon_lexicase,
+    parsimony_fitness,
     rank_selection,
     roulette,
     tournament,
@@ -51,6 +53,7 @@ __all__ = [
     "Forest",
     "FunctionSet",
     "TreeGenerator",
+    "covariant_parsimony",
     "default_insert_generator",
     "delete_mutation",
     "elite_indices",
@@ -67,6 +70,7 @@ __all__ = [
     "multi_point_mutation",
     "mutation_probs",
     "one_point_crossover",
+    "parsimony_fitness",
     "random_nodes",
     "rank_selection",
     "reference_eval",
