@@ -8,6 +8,8 @@ Table 4):
 * deepcopy of ``{obs: (4,84,84), action: (1,), reward: (1,)}``
 * stack and cat of N copies of the get/set tree (N = 2 .. 256)
 * split of ``{obs: (n,4,84,84), action: (n,1), reward: (n,1)}`` into n size-1 pieces
+* indexing every leaf of the get/set tree: ``t[0]``, ``t[:1]``, ``t[int_array]`` (not one of
+  treevalue's published workloads; added for ``evotensor.tree.index``)
 * pytree overhead against plain dicts with ``jax.tree_util`` on ``{a: 1, b: 2, x: {c: 3, d: 4}}``:
   flatten, unflatten, ``jax.tree.map``; and a jitted ``t * 2 + 1`` (per-call time, Tree vs dict)
 
@@ -25,6 +27,7 @@ Usage::
     python benchmarks/tree_ops.py --quick    # fewer sizes, shorter timing loops
     python benchmarks/tree_ops.py --pytree   # only the paired tables (Tree vs dict, vs DI-treetensor)
     python benchmarks/tree_ops.py --joins    # only stack/cat/split, evotensor[jax] vs DI-treetensor, paired
+    python benchmarks/tree_ops.py --index    # only indexing, evotensor[jax] vs DI-treetensor, paired
 """
 
 from __future__ import annotations
@@ -117,6 +120,9 @@ def main() -> None:
     parser.add_argument(
         "--joins", action="store_true", help="only stack/cat/split with JAX leaves vs DI-treetensor, paired"
     )
+    parser.add_argument(
+        "--index", action="store_true", help="only indexing with JAX leaves vs DI-treetensor, paired"
+    )
     args = parser.parse_args()
     global TIMER
     if args.wall:
@@ -154,6 +160,9 @@ def main() -> None:
     )
     if args.joins:
         joins_table(min_time, counts, split_ns)
+        return
+    if args.index:
+        index_table(min_time)
         return
     if not args.pytree:
         container_tables(args, m, backends, columns, batch_col, to_batch_leaf, rng, counts, split_ns)
@@ -197,6 +206,51 @@ def joins_table(min_time: float, counts: list[int], split_ns: list[int]) -> None
             f"split {n} -> size 1",
             _paired(lambda te=te, n=n: et.split(te, n), lambda tt=tt: ttorch.split(tt, 1), names, min_time),
         )
+    print("\n" + table.markdown() + "\n", flush=True)
+
+
+INDEX_OPS = ("t[0]", "t[:1]", "t[int array]", "index(t, 1, axis=1)")
+
+
+def _index_fns(t: object, make_array: Callable[[list[int]], object], index_fn: Callable | None) -> list:
+    """The indexing workloads of ``INDEX_OPS`` on tree ``t`` (``index_fn(t, i, axis)`` if given)."""
+    arr = make_array([1, 0])
+    fns = [lambda: t[0], lambda: t[:1], lambda: t[arr]]
+    fns.append((lambda: index_fn(t, 1, 1)) if index_fn is not None else (lambda: t[:, 1]))
+    return fns
+
+
+def index_table(min_time: float) -> None:
+    """Indexing every leaf: evotensor[jax] vs DI-treetensor's torch leaves, in alternating rounds.
+
+    The JAX results are not blocked on (nor are DI-treetensor's); with CPU time the XLA work done in
+    the background is counted anyway. DI-treetensor has no ``index(t, i, axis)``: ``t[:, 1]`` there.
+    """
+    if ttorch is None:
+        print("DI-treetensor is not installed: no paired index table")
+        return
+    names = ("evotensor[jax]", "DI-treetensor[torch]")
+    table = Table([*names, "evotensor[jax]/DI-treetensor[torch]"])
+    small = small_tree(np.random.default_rng(0))
+    te = Tree(conv(small, jnp.asarray))
+    tt = ttorch.Tensor(conv(small, torch.as_tensor))
+    fes = _index_fns(te, lambda v: np.array(v), et.index)
+    fts = _index_fns(tt, lambda v: torch.tensor(v), None)
+    for name, fe, ft in zip(INDEX_OPS, fes, fts):
+        jax.block_until_ready(fe())
+        table.add(name, _paired(fe, ft, names, min_time))
+    # a wider tree: 16 subtrees of 2 leaves (one compiled call vs 32 torch calls)
+    rng = np.random.default_rng(2)
+    wide = {
+        f"k{i:02d}": {"w": rng.standard_normal((8, 4)), "b": rng.standard_normal((8, 2))} for i in range(16)
+    }
+    te = Tree(conv(wide, jnp.asarray))
+    tt = ttorch.Tensor(conv(wide, torch.as_tensor))
+    fes = _index_fns(te, lambda v: np.array(v), et.index)
+    fts = _index_fns(tt, lambda v: torch.tensor(v), None)
+    for name, fe, ft in zip(INDEX_OPS, fes, fts):
+        jax.block_until_ready(fe())
+        table.add(f"{name}, 17 nodes / 32 leaves", _paired(fe, ft, names, min_time))
     print("\n" + table.markdown() + "\n", flush=True)
 
 
@@ -295,6 +349,25 @@ def container_tables(args, m, backends, columns, batch_col, to_batch_leaf, rng, 
             b = Batch(conv(data, to_batch_leaf))
             res[batch_col] = m(lambda b=b: list(b.split(1, shuffle=False, merge_last=True)))
         table.add(f"split {n} -> size 1", res)
+
+    # ---- indexing every leaf ----------------------------------------------------------------------
+    rows: list[dict[str, float]] = [{} for _ in INDEX_OPS]
+    for name, leaf in backends.items():
+        t = Tree(conv(small, leaf))
+        make = (lambda v: torch.tensor(v)) if name == "evotensor[torch]" else (lambda v: np.array(v))
+        for row, fn in zip(rows, _index_fns(t, make, et.index)):
+            row[name] = m(fn)
+    if ttorch is not None:
+        t = ttorch.Tensor(conv(small, torch.as_tensor))
+        for row, fn in zip(rows, _index_fns(t, lambda v: torch.tensor(v), None)):
+            row["DI-treetensor[torch]"] = m(fn)
+    if Batch is not None:
+        b = Batch(conv(small, to_batch_leaf))
+        make = (lambda v: torch.tensor(v)) if torch is not None else (lambda v: np.array(v))
+        for row, fn in zip(rows[:3], _index_fns(b, make, None)[:3]):  # Batch has no axis-1 indexing
+            row[batch_col] = m(fn)
+    for op, row in zip(INDEX_OPS, rows):
+        table.add(f"index {op}", row)
 
     print("\n" + table.markdown() + "\n", flush=True)
 

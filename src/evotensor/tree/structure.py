@@ -901,6 +901,9 @@ def _split_node(
 def index(t: Tree, idx: Any, axis: int = 0) -> Tree:
     """``leaf[..., idx, ...]`` at ``axis`` for every leaf (``axis=0`` is ``t[idx]``).
 
+    JAX leaves are indexed in one compiled call for the whole tree (integers and integer arrays
+    in ``idx`` are operands of that call, so a loop over ``i`` compiles once); NumPy and PyTorch
+    leaves with their own indexing. The result equals indexing each leaf on its own.
     Dtype, device, ndim and shape-prefix constraints are carried to the result where provable.
     """
     _require_tree(t, "index")

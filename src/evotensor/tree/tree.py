@@ -220,6 +220,11 @@ class Tree:
     def __getattr__(self, name: str) -> Any:
         # only reached when `name` is neither a Tree attribute nor a key
         if name.startswith("_"):
+            if name == "_cons":
+                # a node made by JAX's unflatten leaves its constraint slot empty (one store less
+                # per node on every jitted call that returns a Tree): it has none, fill it now
+                _set_cons(self, ())
+                return ()
             raise AttributeError(f"{type(self).__name__!s} has no key or attribute {name!r}")
         return leafwise_getattr(self, name)
 
@@ -362,9 +367,11 @@ def _rebuild(cls: type, data: dict, cons: tuple) -> Tree:
 
 
 def new_node(cls: type, keys: tuple | list, children: Any) -> Tree:
-    """A node from keys already in sorted order (no checks): the pytree unflatten."""
+    """A node from keys already in sorted order (no checks): the pytree unflatten.
+
+    Its constraint slot stays empty (read as ``()`` by ``Tree.__getattr__``), as in JAX's unflatten.
+    """
     out = _new(cls)
-    _set_cons(out, ())
     out.__dict__.update(zip(keys, children))
     return out
 
@@ -570,11 +577,6 @@ def _call_leaf(f: Any, *args: Any, **kwargs: Any) -> Any:
     return f(*args, **kwargs)
 
 
-def index_leaves(node: Tree, index: Any) -> Tree:
-    """``leaf[index]`` for every leaf; dtype/device/ndim/shape-prefix constraints are derived."""
-    return map_nodes(node, lambda x: x[index], lambda c: c.after_index(index))
-
-
 def setitem_leaves(node: Tree, index: Any, value: Any) -> None:
     """``leaf[index] = value`` for every leaf (in place; JAX leaves are immutable: use ``t.at``)."""
     from evotensor.tree.treelize import apply_tree
@@ -624,9 +626,8 @@ def _flatten_with_keys(t: Tree, _key=DictKey, _tuple=tuple) -> tuple[list, tuple
 
 
 def _register(cls: type) -> None:
-    def unflatten(keys: tuple, children: Any, _cls=cls, _new=_new, _set_cons=_set_cons, _zip=zip) -> Tree:
-        out = _new(_cls)
-        _set_cons(out, ())
+    def unflatten(keys: tuple, children: Any, _cls=cls, _new=_new, _zip=zip) -> Tree:
+        out = _new(_cls)  # the constraint slot stays empty: `_cons` reads as () (Tree.__getattr__)
         out.__dict__.update(_zip(keys, children))
         return out
 
@@ -636,3 +637,7 @@ def _register(cls: type) -> None:
 _protect(Tree)
 _register(Tree)
 Tree._reserved_names = frozenset(dir(Tree))  # names `t.name = v` may not set (class attributes)
+
+# Indexing every leaf lives in its own module (JAX leaves in one jitted call); it imports from
+# this one, hence the import at the end.
+from evotensor.tree.indexing import index_leaves  # noqa: E402
