@@ -70,3 +70,31 @@ def test_exchange_validates_shapes():
         exchange(f, jnp.zeros(2, int), f, jnp.zeros(3, int))
     with pytest.raises(ValueError, match=r"\[pop, max_len\]"):
         exchange(f[0], jnp.zeros(3, int), f, jnp.zeros(3, int))
+
+
+def test_rejections_are_flagged_and_counted_exactly_at_the_length_cap():
+    # recipient add(x0, x1) (3 nodes, cap 8); its leaf x0 (node 1) is replaced by a donor of size s:
+    # the result has 2 + s nodes, so donors of up to 6 nodes fit and 7 (and 8) do not
+    def comb(n_add):  # left comb of n_add additions: 2 * n_add + 1 nodes
+        t = ("var", 0)
+        for _ in range(n_add):
+            t = ("add", t, ("var", 2))
+        return t
+
+    donors_t = [("var", 1), comb(1), ("neg", comb(2)), comb(3), ("neg", comb(3)), comb(2), ("neg", comb(2))]
+    sizes = [count(t) for t in donors_t]
+    assert sizes == [1, 3, 6, 7, 8, 5, 6]
+    n = len(donors_t)
+    recipient = ("add", ("var", 0), ("var", 1))
+    r = Forest.from_tuples([recipient] * n, 8, FS)
+    d = Forest.from_tuples(donors_t, 8, FS)
+    out, ok = _exchange(r, jnp.ones(n, jnp.int32), d, jnp.zeros(n, jnp.int32))
+    fits = np.array([2 + s <= 8 for s in sizes])
+    np.testing.assert_array_equal(np.asarray(ok), fits)
+    assert int(jnp.sum(~ok)) == 2  # the count a strategy reports: the two over-long results only
+    out.check(FS, n_vars=N_VARS)
+    got = out.to_tuples(FS)
+    for j in range(n):
+        expected = ("add", donors_t[j], ("var", 1)) if fits[j] else recipient
+        assert got[j] == expected
+    np.testing.assert_array_equal(np.asarray(out.length), np.where(fits, [2 + s for s in sizes], 3))

@@ -136,3 +136,28 @@ def test_bad_arguments(kw, match):
     base.update(kw)
     with pytest.raises(ValueError, match=match):
         TreeGenerator(**base)
+
+
+# modi_prob 0.15 over four outputs (a rate unlike the 0.5 of "grow_modi", so a generator that ignored
+# the requested rate would fail one of the two cases)
+MODI_RATE_GEN = _gen(method="grow", n_outputs=4, modi_prob=0.15, leaf_prob=0.3, max_depth=5)
+
+
+@pytest.mark.parametrize("case", ["grow_modi", "modi_rate"])
+def test_modi_nodes_appear_at_the_requested_rate(case):
+    # Given the tree shapes, every function node is a Modi node independently with probability
+    # modi_prob, its output uniform in [0, n_outputs): binomial counts, checked at 5 sigma (fixed keys)
+    g, fn = GENERATORS[case] if case in GENERATORS else MODI_RATE_GEN
+    parts = [fn(jax.random.key(2000 + i)) for i in range(8)]
+    op = np.concatenate([np.asarray(f.opcode) for f in parts])
+    out = np.concatenate([np.asarray(f.output) for f in parts])
+    is_func = FS.arity[op] > 0
+    assert np.all(out[~is_func] == -1)  # leaves and padding are never Modi nodes
+    n, k = int(is_func.sum()), int((out[is_func] >= 0).sum())
+    p = g.modi_prob
+    assert n > 500
+    assert abs(k - n * p) <= 5 * np.sqrt(n * p * (1 - p)), (k, n, p)
+    counts = np.bincount(out[is_func & (out >= 0)], minlength=g.n_outputs)
+    assert counts.size == g.n_outputs  # every index is a valid output
+    q = 1 / g.n_outputs
+    assert np.all(np.abs(counts - k * q) <= 5 * np.sqrt(k * q * (1 - q))), counts

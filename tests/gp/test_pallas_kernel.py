@@ -1,23 +1,30 @@
-"""The Pallas kernel's logic, on CPU through Pallas's interpreter (tiny forests: it is slow)."""
+"""The Pallas kernel on CPU: its logic through Pallas's interpreter (tiny forests: it is slow), and
+its GPU lowering (Triton) through ``jax.export`` for ``platforms=["cuda"]``."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.gp.eval_helpers import (
     ArrayForest,
     assert_matches_reference,
+    assert_same_values,
     random_data,
     random_forest,
     random_tree,
     tree_to_arrays,
+    well_conditioned,
 )
 
-from evotensor.gp.evaluate import evaluate, fitness
-from evotensor.gp.functions import FunctionSet
+from evotensor.gp.evaluate import METRICS, evaluate, fitness
+from evotensor.gp.functions import BUILTIN_NAMES, VAR, FunctionSet
 from evotensor.gp.pallas_kernel import (
     DATA_PARALLEL_MIN_POINTS,
+    _blocks,
     _pick_scheme,
+    _prepare,
     default_max_stack,
     evaluate_pallas,
     fitness_pallas,
@@ -123,3 +130,235 @@ def test_scheme_choice_and_errors():
         fitness_pallas(forest, X, X[:, 0], FS, metric="mae")
     with pytest.raises(ValueError, match="max_stack"):
         evaluate_pallas(forest, X, FS, max_stack=0)
+
+
+# ---- GPU lowering, checked on CPU ------------------------------------------------------------------
+# jax.export lowers a function for a platform without running it, so the Triton lowering of every
+# entry point (the step where Pallas rejects unsupported primitives and non-power-of-two arrays) is
+# checked here. It does NOT compile the Triton IR to PTX nor run it: that needs a GPU.
+
+
+def _mad(a, b, c):  # a user-defined function (arity 3) for the "all functions" sets
+    return a * b + c
+
+
+ALL_NAMES = BUILTIN_NAMES + ("mad",)
+ALL_RAW = FunctionSet(ALL_NAMES, custom={"mad": (3, _mad)})
+ALL_PROTECTED = FunctionSet(ALL_NAMES, protected=True, custom={"mad": (3, _mad)})
+TRITON_TARGET = "__gpu$xla.gpu.triton"
+# small (lowering time grows with the shapes), and not powers of two, so the padding is lowered too
+EX_POP, EX_LEN, EX_POINTS, EX_VARS = 6, 12, 10, 3
+
+
+def _export_for_cuda(fn, *args):
+    exported = jax.export.export(
+        jax.jit(fn),
+        platforms=["cuda"],
+        # the Triton call has no serialization-compatibility guarantee; we only lower, never store
+        disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(TRITON_TARGET)],
+    )(*args)
+    return exported.mlir_module()
+
+
+def _tree_shapes():
+    i32, f32 = jnp.int32, jnp.float32
+    return tuple(jax.ShapeDtypeStruct((EX_POP, EX_LEN), d) for d in (i32, f32, i32, i32))
+
+
+def _block_kw(scheme):
+    return dict(scheme=scheme, tree_block=4 if scheme == "hybrid" else 1, row_block=8, interpret=False)
+
+
+@pytest.mark.parametrize("scheme", ["hybrid", "data_parallel"])
+@pytest.mark.parametrize("n_outputs", [1, 3])  # 3: Modi on, and a non-power-of-two output axis
+@pytest.mark.parametrize("entry", ("predict",) + METRICS)
+def test_every_entry_point_lowers_to_triton_for_cuda(scheme, n_outputs, entry):
+    X = jax.ShapeDtypeStruct((EX_POINTS, EX_VARS), jnp.float32)
+    kw = _block_kw(scheme)
+    if entry == "predict":
+        mlir = _export_for_cuda(
+            lambda f, X: evaluate_pallas(f, X, ALL_RAW, n_outputs, **kw), _tree_shapes(), X
+        )
+    else:
+        regression = entry in ("mse", "rmse", "r2")
+        y_shape = (EX_POINTS, n_outputs) if regression and n_outputs > 1 else (EX_POINTS,)
+        y = jax.ShapeDtypeStruct(y_shape, jnp.float32)
+        mlir = _export_for_cuda(
+            lambda f, X, y: fitness_pallas(f, X, y, ALL_RAW, n_outputs, entry, **kw), _tree_shapes(), X, y
+        )
+    assert mlir.count(TRITON_TARGET) == 1  # one kernel launch, lowered by Triton (not Mosaic GPU)
+
+
+@pytest.mark.parametrize("scheme", ["hybrid", "data_parallel"])
+def test_protected_functions_lower_to_triton_for_cuda(scheme):
+    X = jax.ShapeDtypeStruct((EX_POINTS, EX_VARS), jnp.float32)
+    kw = _block_kw(scheme)
+    mlir = _export_for_cuda(lambda f, X: evaluate_pallas(f, X, ALL_PROTECTED, 3, **kw), _tree_shapes(), X)
+    assert mlir.count(TRITON_TARGET) == 1
+    y = jax.ShapeDtypeStruct((EX_POINTS,), jnp.float32)
+    mlir = _export_for_cuda(
+        lambda f, X, y: fitness_pallas(f, X, y, ALL_PROTECTED, 1, "mse", **kw), _tree_shapes(), X, y
+    )
+    assert mlir.count(TRITON_TARGET) == 1
+
+
+# ---- interpreter mode: random forests over every function, every metric ------------------------------
+# One fixed shape per case, so each case compiles its interpreted kernel once for all examples. The
+# default run covers every function (raw and protected), the user-defined one, Modi, both schemes and
+# every metric; the slow run covers the full cross product.
+
+H_POP, H_LEN, H_POINTS, H_VARS = 8, 16, 16, 2
+FUNCTION_SETS = {"raw": ALL_RAW, "protected": ALL_PROTECTED}
+
+
+def _hyp_kw(scheme):
+    return dict(scheme=scheme, tree_block=4 if scheme == "hybrid" else 1, row_block=8, interpret=True)
+
+
+def _slow(*args):
+    return pytest.param(*args, marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize(
+    "fs_name, scheme, n_outputs",
+    [
+        ("raw", "hybrid", 3),
+        ("raw", "hybrid", 1),
+        ("protected", "data_parallel", 1),
+        _slow("raw", "data_parallel", 3),
+        _slow("protected", "hybrid", 3),
+        _slow("protected", "hybrid", 1),
+    ],
+)
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_kernel_equals_reference_over_every_function(fs_name, scheme, n_outputs, seed):
+    fs = FUNCTION_SETS[fs_name]
+    forest = random_forest(seed, fs, H_POP, H_LEN, H_VARS, n_outputs)
+    X = random_data(seed + 1, H_POINTS, H_VARS)
+    out = evaluate_pallas(forest, X, fs, n_outputs, **_hyp_kw(scheme))
+    assert_matches_reference(out, forest, X, fs, n_outputs, min_fraction=0.8)
+
+
+@pytest.mark.parametrize("fs_name, scheme", [("raw", "hybrid"), ("protected", "data_parallel")])
+def test_kernel_equals_reference_for_each_function_on_singular_data(fs_name, scheme):
+    # one tree per function, f(x0, x1, x0) (arity permitting), so every function is checked on the
+    # singular points of random_data (0, +-0.0005, negatives) whatever the random forests above drew
+    fs = FUNCTION_SETS[fs_name]
+    V = [("var", -1, 0), ("var", -1, 1), ("var", -1, 0)]
+    trees = [(name, -1, tuple(V[: int(fs.arity[fs.opcode(name)])])) for name in fs.names]
+    trees += [V[0]] * (-len(trees) % H_POP)
+    X = random_data(3, H_POINTS, H_VARS)
+    for start in range(0, len(trees), H_POP):  # [H_POP, H_LEN] chunks: the shape compiled above
+        rows = [tree_to_arrays(t, fs, H_LEN) for t in trees[start : start + H_POP]]
+        forest = ArrayForest(*(np.stack(c) for c in zip(*rows)))
+        out = evaluate_pallas(forest, X, fs, 1, **_hyp_kw(scheme))
+        assert_matches_reference(out, forest, X, fs, 1, min_fraction=0.95)
+
+
+def _reference_metric(pred: np.ndarray, y: np.ndarray, metric: str) -> np.ndarray:
+    """Fitness from reference predictions ``[pop, n_points, n_out]``, written out in NumPy (float32,
+    as the kernel sums): any non-finite prediction, or a non-finite result, gives the worst value."""
+    pred = pred.astype(np.float32)
+    n_out = pred.shape[-1]
+    worst = -np.inf if metric in ("r2", "accuracy") else np.inf
+    with np.errstate(all="ignore"):
+        if metric in ("mse", "rmse", "r2"):
+            target = y.reshape(1, y.shape[0], -1).astype(np.float32)
+            sse = np.sum(np.square(pred - target), axis=(1, 2), dtype=np.float32)
+            if metric == "mse":
+                value = sse / np.float32(pred.shape[1] * n_out)
+            elif metric == "rmse":
+                value = np.sqrt(sse / np.float32(pred.shape[1] * n_out))
+            else:
+                sst = np.sum(np.square(target - target.mean(axis=1, keepdims=True)))
+                value = 1.0 - sse / sst
+        elif metric == "accuracy":
+            if n_out == 1:
+                correct = (pred[..., 0] > 0) == (y > 0.5)
+            else:
+                correct = np.argmax(pred, axis=-1) == y.astype(int)
+            value = correct.mean(axis=1)
+        else:  # cross-entropy of the logits
+            if n_out == 1:
+                z = pred[..., 0].astype(np.float64)
+                loss = np.logaddexp(0.0, z) - z * y  # -log sigmoid(z) for 1, -log(1 - sigmoid(z)) for 0
+            else:
+                z = pred.astype(np.float64)
+                picked = np.take_along_axis(z, y.astype(int)[None, :, None].repeat(len(z), 0), -1)[..., 0]
+                loss = np.logaddexp.reduce(z, axis=-1) - picked
+            value = loss.mean(axis=1)
+        bad = ~np.all(np.isfinite(pred), axis=(1, 2)) | ~np.isfinite(value)
+    return np.where(bad, worst, value)
+
+
+def _decision_is_stable(pred: np.ndarray, metric: str) -> np.ndarray:
+    """Per tree: no row sits within float32 noise of an accuracy decision boundary."""
+    if metric != "accuracy":
+        return np.ones(pred.shape[0], bool)
+    with np.errstate(all="ignore"):
+        if pred.shape[-1] == 1:
+            margin = np.abs(pred[..., 0])
+        else:
+            top2 = np.sort(pred, axis=-1)[..., -2:]
+            margin = top2[..., 1] - top2[..., 0]
+        return ~np.any(np.isfinite(margin) & (margin <= 1e-3 * (1 + np.abs(pred).max(axis=-1))), axis=1)
+
+
+@pytest.mark.parametrize(
+    "fs_name, scheme, n_outputs, metrics",
+    [
+        ("raw", "hybrid", 2, ("mse", "rmse", "r2")),  # one kernel for the three
+        ("protected", "hybrid", 3, ("accuracy",)),
+        ("raw", "data_parallel", 1, ("cross_entropy",)),
+        _slow("protected", "data_parallel", 1, ("mse", "rmse", "r2")),
+        _slow("raw", "data_parallel", 1, ("accuracy",)),
+        _slow("protected", "hybrid", 3, ("cross_entropy",)),
+    ],
+)
+@settings(max_examples=3, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_kernel_fitness_equals_reference_for_every_metric(fs_name, scheme, n_outputs, metrics, seed):
+    from evotensor.gp.reference import reference_eval
+
+    fs = FUNCTION_SETS[fs_name]
+    forest = random_forest(seed, fs, H_POP, H_LEN, H_VARS, n_outputs)
+    X = random_data(seed + 1, H_POINTS, H_VARS)
+    rng = np.random.default_rng(seed)
+    if metrics[0] in ("accuracy", "cross_entropy"):
+        y = rng.integers(0, max(n_outputs, 2), H_POINTS).astype(np.float32)
+    else:
+        y = rng.normal(size=(H_POINTS, n_outputs) if n_outputs > 1 else H_POINTS).astype(np.float32)
+    ref = reference_eval(forest, X, fs, n_outputs)
+    # only trees whose predictions are well-conditioned (see eval_helpers) can be compared exactly
+    sign = np.where(np.arange(X.size).reshape(X.shape) % 2 == 0, 1.0, -1.0).astype(np.float32)
+    ref_p = reference_eval(forest, X * (np.float32(1) + np.float32(5e-7) * sign), fs, n_outputs)
+    for metric in metrics:
+        stable = well_conditioned(ref, ref_p).all(axis=(1, 2)) & _decision_is_stable(ref, metric)
+        assert stable.any()
+        fast = np.asarray(fitness_pallas(forest, X, y, fs, n_outputs, metric, **_hyp_kw(scheme)))
+        assert fast.shape == (H_POP,)
+        assert_same_values(fast[stable], _reference_metric(ref, y, metric)[stable], rtol=1e-3, atol=1e-5)
+
+
+def test_out_of_range_variables_are_clamped_as_on_the_jax_path():
+    # same shapes and blocks as the raw hybrid cases above (the interpreted kernel is cached)
+    forest = random_forest(4, ALL_RAW, H_POP, H_LEN, H_VARS)
+    is_var = forest.opcode == VAR
+    assert is_var.any()
+    clamped = ArrayForest(forest.opcode, forest.value.copy(), forest.size, forest.output)
+    forest.value[is_var] = np.where(np.arange(is_var.sum()) % 2 == 0, 7.0, -3.0)  # outside 0..1
+    clamped.value[is_var] = np.where(forest.value[is_var] > 0, H_VARS - 1, 0)  # what the JAX path reads
+    X = random_data(4, H_POINTS, H_VARS)
+    out = evaluate_pallas(forest, X, ALL_RAW, 1, **_hyp_kw("hybrid"))
+    assert_matches_reference(out, clamped, X, ALL_RAW, 1)
+    # the kernel's own value array holds in-range indices (a GPU load never leaves X)
+    kernel_values = np.asarray(_prepare(forest, jnp.asarray(X), ALL_RAW, "hybrid", 4, 8, None)["trees"][1])
+    np.testing.assert_array_equal(kernel_values[:H_POP, :H_LEN], clamped.value)
+
+
+def test_blocks_are_powers_of_two():
+    assert _blocks("hybrid", 20, 100, 6, 100) == (4, 64)  # requested sizes rounded down
+    assert _blocks("hybrid", 20, 5, None, None) == (8, 8)  # capped at the next power of two of n_points
+    assert _blocks("hybrid", 3, 5000, None, None) == (4, 128)
+    assert _blocks("data_parallel", 3, 5000, None, 3000) == (1, 2048)

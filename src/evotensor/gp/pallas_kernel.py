@@ -21,10 +21,15 @@ Fitness uses a deterministic two-stage reduction, no atomics: each program write
 sum per tree for its row block (stage 1), and a fixed-order sum over row blocks finishes (stage 2),
 so results are bit-reproducible.
 
-Triton (the GPU backend) wants power-of-two block dimensions: ``max_len``, ``n_vars`` and the
-stack are padded up automatically; ``tree_block``, ``row_block`` and ``n_outputs`` should be powers
-of two on a GPU. The kernel has been run only in interpret mode so far (no GPU was available);
-on its first GPU run, check it against the JAX path (the tests in
+On a GPU the kernel is lowered by **Triton** (``compiler_params`` are Triton's, so jax does not
+pick Mosaic GPU, which rejects these small blocks). The body is written in what Pallas's Triton
+lowering accepts: every array has a power-of-two size (``max_len``, ``n_vars``, the stack and the
+output axis are padded up automatically; ``tree_block`` and ``row_block`` are rounded down to powers
+of two), no ``slice`` primitive (one-hot reads and reshapes), no ``reduce_or``, and ``lax.switch``
+branches return only the node's value (the arity comes from a select chain outside the switch).
+The CPU tests export every entry point for ``platforms=["cuda"]`` (``jax.export``), which runs this
+lowering; that does not compile the Triton IR to PTX nor run it. The kernel has not yet run on a
+GPU: on its first GPU run, check it against the JAX path (the tests in
 ``tests/gp/test_pallas_kernel.py`` with ``interpret=False``).
 
 Semantics are exactly those of :mod:`evotensor.gp.evaluate` (functions from
@@ -42,6 +47,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
 
 from evotensor.gp.evaluate import (
     METRICS,
@@ -51,7 +57,6 @@ from evotensor.gp.evaluate import (
     _check_y,
     _fields,
     finalize_metric,
-    row_terms,
     total_sum_of_squares,
 )
 from evotensor.gp.functions import CONST, PAD, VAR, FunctionSet
@@ -84,6 +89,10 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+def _prev_pow2(n: int) -> int:
+    return 1 << (int(n).bit_length() - 1)
+
+
 def _pick_scheme(scheme: str, n_points: int) -> str:
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
@@ -92,11 +101,29 @@ def _pick_scheme(scheme: str, n_points: int) -> str:
     return scheme
 
 
+def _arity_of(fs: FunctionSet, op: jax.Array) -> jax.Array:
+    """Arity of opcode ``op`` (scalar int32) as a chain of scalar selects.
+
+    Kept outside the ``lax.switch``: Triton cannot yield the branch-local literals a switch would
+    return, and a kernel cannot close over a constant table array.
+    """
+    arity = jnp.int32(0)
+    for f in fs.functions:
+        arity = jnp.where(op == f.opcode, jnp.int32(f.arity), arity)
+    return arity
+
+
 def _tree_value(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t):
-    """Run tree ``t`` of the program's block on the program's rows -> ``[n_outputs, rows]``."""
+    """Run tree ``t`` of the program's block on the program's rows -> ``[_next_pow2(n_outputs), rows]``.
+
+    Written for Triton as well as the interpreter: no ``slice`` primitive (one-hot reads and
+    reshapes instead), no literals yielded from ``lax.switch`` branches, power-of-two arrays only
+    (the output axis is padded; Modi indices in the padding land there and are dropped by the caller,
+    as the reference ignores indices ``>= n_outputs``).
+    """
     rows = x_ref.shape[1]
     slots = lax.broadcasted_iota(jnp.int32, (max_stack, rows), 0)
-    out_ids = lax.broadcasted_iota(jnp.int32, (max(n_outputs, 1), rows), 0)
+    out_ids = lax.broadcasted_iota(jnp.int32, (_next_pow2(n_outputs), rows), 0)
     length = len_ref[t]
 
     def read(stack, idx):  # one-hot read of slot idx (0 if out of range)
@@ -104,20 +131,20 @@ def _tree_value(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_r
 
     def branches():
         def leaf_const(val, a, b, c):
-            return jnp.full((rows,), val, jnp.float32), jnp.int32(0)
+            return jnp.full((rows,), val, jnp.float32)
 
         def leaf_var(val, a, b, c):
-            row = x_ref[pl.ds(val.astype(jnp.int32), 1), :]
-            return row[0].astype(jnp.float32), jnp.int32(0)
+            # a (1, rows) block load of the variable's row, reshaped (not sliced) to (rows,)
+            return x_ref[pl.ds(val.astype(jnp.int32), 1), :].reshape((rows,)).astype(jnp.float32)
 
         def pad(val, a, b, c):
-            return jnp.zeros((rows,), jnp.float32), jnp.int32(0)
+            return jnp.zeros((rows,), jnp.float32)
 
         table = {PAD: pad, CONST: leaf_const, VAR: leaf_var}
         for f in fs.functions:
 
             def apply(val, a, b, c, f=f):
-                return f.fn(*(a, b, c)[: f.arity]).astype(jnp.float32), jnp.int32(f.arity)
+                return jnp.broadcast_to(f.fn(*(a, b, c)[: f.arity]), (rows,)).astype(jnp.float32)
 
             table[f.opcode] = apply
         return [table[o] for o in range(fs.n_opcodes)]
@@ -130,7 +157,8 @@ def _tree_value(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_r
         op = jnp.clip(op_ref[t, i], 0, fs.n_opcodes - 1)
         val = val_ref[t, i]
         a, b, c = read(stack, sp - 1), read(stack, sp - 2), read(stack, sp - 3)
-        node, arity = lax.switch(op, branch_list, val, a, b, c)
+        node = lax.switch(op, branch_list, val, a, b, c)
+        arity = _arity_of(fs, op)
         passed = node
         if n_outputs > 1:
             modi = out_ref[t, i]
@@ -142,9 +170,9 @@ def _tree_value(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_r
         return stack, sp, outs
 
     stack = jnp.zeros((max_stack, rows), jnp.float32)
-    outs = jnp.zeros((max(n_outputs, 1), rows), jnp.float32)
+    outs = jnp.zeros(out_ids.shape, jnp.float32)
     stack, _, outs = lax.fori_loop(0, length, step, (stack, jnp.int32(0), outs))
-    return stack[0:1] if n_outputs == 1 else outs
+    return read(stack, 0)[None, :] if n_outputs == 1 else outs
 
 
 def _predict_kernel(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, ok_ref, x_ref, pred_ref):
@@ -157,6 +185,38 @@ def _predict_kernel(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref,
         return carry
 
     lax.fori_loop(0, tree_block, body, 0)
+
+
+def _row_terms(pred: jax.Array, y: jax.Array, metric: str, n_out: int) -> tuple[jax.Array, jax.Array]:
+    """:func:`evotensor.gp.evaluate.row_terms` in operations Triton lowers.
+
+    ``pred [_next_pow2(n_out), rows]`` (rows ``>= n_out`` are padding and ignored), ``y [n_y, rows]``
+    (regression: zero-padded like ``pred``; class labels: ``n_y = 1``) -> ``(term, bad)``, float32
+    ``[rows]``. The same formulas as ``row_terms`` (the tests compare every metric against the JAX
+    path), except that the "any output non-finite" flag is a float max (Triton has no
+    ``reduce_or``), rows of a ``[1, rows]`` array are read by reshape (no ``slice``) and the padded
+    outputs are masked out.
+    """
+    n_pad, rows = pred.shape
+    real = lax.broadcasted_iota(jnp.int32, (n_pad, rows), 0) < n_out
+    bad = jnp.max(jnp.where(real & ~jnp.isfinite(pred), 1.0, 0.0), axis=0)
+    if metric in ("mse", "rmse", "r2"):
+        return jnp.sum(jnp.where(real, jnp.square(pred - y), 0.0), axis=0), bad
+    label = y.reshape((rows,))  # class labels: y is [1, rows] (checked by fitness_pallas)
+    if metric == "accuracy":
+        if n_out == 1:
+            correct = (pred.reshape((rows,)) > 0) == (label > 0.5)
+        else:
+            masked = jnp.where(real, pred, -jnp.inf)
+            correct = jnp.argmax(masked, axis=0).astype(jnp.float32) == label
+        return correct.astype(jnp.float32), bad
+    # cross_entropy
+    if n_out == 1:
+        z = pred.reshape((rows,))
+        return jnp.maximum(z, 0.0) - z * label + jnp.log1p(jnp.exp(-jnp.abs(z))), bad
+    k = lax.broadcasted_iota(jnp.int32, (n_pad, rows), 0).astype(jnp.float32)
+    picked = jnp.sum(jnp.where(real & (k == label[None, :]), pred, 0.0), axis=0)
+    return jax.nn.logsumexp(jnp.where(real, pred, -jnp.inf), axis=0) - picked, bad
 
 
 def _fitness_kernel(
@@ -183,7 +243,7 @@ def _fitness_kernel(
         terms, bads = carry
         value = _tree_value(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t)
         value = jnp.where(ok_ref[t] > 0, value, jnp.nan)
-        term, bad = row_terms(value, y_ref[...], metric)
+        term, bad = _row_terms(value, y_ref[...], metric, n_outputs)
         term_sum = jnp.sum(jnp.where(valid, term, 0.0))
         bad_sum = jnp.sum(jnp.where(valid, bad, 0.0))
         return jnp.where(lanes == t, term_sum, terms), jnp.where(lanes == t, bad_sum, bads)
@@ -192,6 +252,21 @@ def _fitness_kernel(
     terms, bads = lax.fori_loop(0, tree_block, body, (zero, zero))
     term_ref[...] = terms
     bad_ref[...] = bads
+
+
+def _blocks(scheme: str, pop: int, n_points: int, tree_block, row_block) -> tuple[int, int]:
+    """Trees and rows per program for a (resolved) scheme: powers of two, as Triton wants.
+
+    Requested sizes are upper bounds, rounded down to powers of two, and capped at the next power of
+    two of ``pop`` / ``n_points`` (not at those themselves, which need not be powers of two).
+    """
+    tb, rb = HYBRID_BLOCKS if scheme == "hybrid" else (1, DATA_PARALLEL_ROWS)
+    tb = min(tb if tree_block is None else _check_int(tree_block, "tree_block"), _next_pow2(pop))
+    rb = min(rb if row_block is None else _check_int(row_block, "row_block"), _next_pow2(n_points))
+    tb, rb = _prev_pow2(tb), _prev_pow2(rb)
+    if scheme == "data_parallel" and tb != 1:
+        raise ValueError(f"the data-parallel scheme runs one tree per program, got tree_block={tb}")
+    return tb, rb
 
 
 def _prepare(forest: Any, X: jax.Array, fs: FunctionSet, scheme: str, tree_block, row_block, max_stack):
@@ -203,22 +278,16 @@ def _prepare(forest: Any, X: jax.Array, fs: FunctionSet, scheme: str, tree_block
         opcode, value, size, output, single = _fields(forest)
     pop, max_len = opcode.shape
     n_points, n_vars = X.shape
-    scheme = _pick_scheme(scheme, n_points)
-    if scheme == "hybrid":
-        tb, rb = HYBRID_BLOCKS
-    else:
-        tb, rb = 1, DATA_PARALLEL_ROWS
-    # capped at the next power of two (not at pop / n_points themselves): blocks stay powers of two
-    tb = min(tb if tree_block is None else _check_int(tree_block, "tree_block"), _next_pow2(pop))
-    rb = min(rb if row_block is None else _check_int(row_block, "row_block"), _next_pow2(n_points))
-    if scheme == "data_parallel" and tb != 1:
-        raise ValueError(f"the data-parallel scheme runs one tree per program, got tree_block={tb}")
+    tb, rb = _blocks(_pick_scheme(scheme, n_points), pop, n_points, tree_block, row_block)
     stack = (
         default_max_stack(max_len, fs.max_arity) if max_stack is None else _check_int(max_stack, "max_stack")
     )
     n_tb, n_rb = -(-pop // tb), -(-n_points // rb)
     pad_t, pad_r = n_tb * tb - pop, n_rb * rb - n_points
     lengths = size[:, 0]
+    # out-of-range variable indices are clamped as on the JAX path (and a GPU load never leaves X)
+    var_index = jnp.clip(value.astype(jnp.int32), 0, n_vars - 1).astype(jnp.float32)
+    value = jnp.where(opcode == VAR, var_index, value)
     ok = (stack_peak(opcode, size, fs) <= stack).astype(jnp.int32)
     # Triton wants power-of-two block dimensions: round the stack, the node axis (PAD columns are
     # never visited) and the variable axis (zero rows are never read) up.
@@ -261,14 +330,17 @@ def _predict_call(trees, XT, fs, n_outputs, tb, rb, n_tb, n_rb, stack, interpret
     max_len = trees[0].shape[1]
     n_vars = XT.shape[0]
     kernel = functools.partial(_predict_kernel, fs, n_outputs, stack)
-    return pl.pallas_call(
+    n_pad = _next_pow2(n_outputs)  # Triton: power-of-two blocks; the padded outputs are dropped
+    pred = pl.pallas_call(
         kernel,
         grid=(n_tb, n_rb),
         in_specs=[*_tree_specs(tb, max_len), pl.BlockSpec((n_vars, rb), lambda i, j: (0, j))],
-        out_specs=pl.BlockSpec((n_outputs, tb, rb), lambda i, j: (0, i, j)),
-        out_shape=jax.ShapeDtypeStruct((n_outputs, n_tb * tb, n_rb * rb), jnp.float32),
+        out_specs=pl.BlockSpec((n_pad, tb, rb), lambda i, j: (0, i, j)),
+        out_shape=jax.ShapeDtypeStruct((n_pad, n_tb * tb, n_rb * rb), jnp.float32),
         interpret=interpret,
+        compiler_params=plgpu.CompilerParams(),
     )(*trees, XT)
+    return pred[:n_outputs]
 
 
 @functools.partial(
@@ -292,6 +364,7 @@ def _fitness_call(trees, XT, yT, valid, fs, n_outputs, metric, tb, rb, n_tb, n_r
         out_specs=[partial_spec, partial_spec],
         out_shape=[partial_shape, partial_shape],
         interpret=interpret,
+        compiler_params=plgpu.CompilerParams(),
     )(*trees, XT, yT, valid)
     # stage 2: a fixed-order sum over row blocks (deterministic, no atomics)
     return jnp.sum(terms, axis=0), jnp.sum(bads, axis=0)
@@ -321,8 +394,8 @@ def evaluate_pallas(
         X: ``[n_points, n_vars]``.
         function_set, n_outputs: as in :func:`evotensor.gp.evaluate`.
         scheme: ``"auto" | "hybrid" | "data_parallel"`` (see the module docstring).
-        tree_block, row_block: trees and rows per program (defaults: hybrid 8 x 128, data-parallel
-            1 x 1024).
+        tree_block, row_block: largest trees and rows per program (defaults: hybrid 8 x 128,
+            data-parallel 1 x 1024), rounded down to powers of two.
         max_stack: stack slots (default: the worst case for ``max_len``); trees that need more
             get NaN predictions.
         interpret: run in Pallas's interpreter (default: True unless the backend is a GPU).
@@ -385,12 +458,18 @@ def fitness_pallas(
     if y_is_transposed:
         yT = jnp.asarray(y, jnp.float32)
         n_out = _check_int(n_outputs, "n_outputs")
+        n_y = 1 if metric in ("accuracy", "cross_entropy") else n_out
+        if yT.shape != (n_y, X.shape[0]):
+            raise ValueError(f"transposed y must have shape {(n_y, X.shape[0])}, got {yT.shape}")
     else:
         yT, n_out = _check_y(y, X.shape[0], metric, n_outputs)
     p = _prepare(forest, X, fs, scheme, tree_block, row_block, max_stack)
     pad_r = p["pad_r"]
-    yP = jnp.concatenate([yT, jnp.zeros((yT.shape[0], pad_r), yT.dtype)], axis=1) if pad_r else yT
+    # rows padded to whole blocks; regression targets also to a power-of-two output axis (Triton)
+    yP = jnp.pad(yT, ((0, _next_pow2(yT.shape[0]) - yT.shape[0]), (0, pad_r)))
     valid = (jnp.arange(p["n_rb"] * p["rb"]) < p["n_points"]).astype(jnp.float32)[None]
+    # mse, rmse and r2 share their row terms (they differ in finalize_metric): one compiled kernel
+    kernel_metric = "mse" if metric in ("mse", "rmse", "r2") else metric
     term_sum, bad_sum = _fitness_call(
         p["trees"],
         p["XT"],
@@ -398,7 +477,7 @@ def fitness_pallas(
         valid,
         fs,
         n_out,
-        metric,
+        kernel_metric,
         p["tb"],
         p["rb"],
         p["n_tb"],
