@@ -1,4 +1,4 @@
-"""GP evaluation throughput: evotensor's CPU path vs gplearn and Operon on the same trees.
+"""GP evaluation throughput: evotensor's CPU path vs gplearn, Operon and DEAP on the same trees.
 
 Measures GPops/s = (sum of tree lengths) x (rows) / second, EvoGP's measure, for the *fitness*
 of a whole population (forward pass + MSE), on
@@ -12,17 +12,21 @@ set ``+ - * /``. All engines score the *same* trees on the *same* data:
 
 * evotensor: :func:`evotensor.gp.fitness` (JAX CPU path, jitted, best of ``--repeats``);
 * gplearn 0.4: ``_Program.raw_fitness`` per program (its evaluation loop; one process);
-* Operon (pyoperon): ``EvaluateTrees`` on 1 and on all threads, plus the MSE in NumPy.
+* Operon (pyoperon): ``EvaluateTrees`` on 1 and on all threads, plus the MSE in NumPy;
+* DEAP 1.4: what its symbolic-regression example does per individual, ``gp.compile`` of the
+  ``PrimitiveTree`` to a Python lambda, then one call on the whole data with NumPy (raw ``+ - * /
+  sin cos tan``) and the MSE; compile + evaluation are timed together (one process).
 
 Both wall time and process CPU time are reported (best of the repeats): on a shared machine the
 CPU time is the steadier figure (for multi-threaded runs it sums the threads).
 
 The competitors run in a separate venv (``--competitor-python``, default
-``/work/bench-venvs/gp/bin/python``, with ``pip install gplearn pyoperon``); this script calls
+``/work/bench-venvs/gp/bin/python``, with ``pip install gplearn pyoperon deap``); this script calls
 itself there with ``--worker``. Usage::
 
     .venv/bin/python benchmarks/gp_eval.py                 # everything
     .venv/bin/python benchmarks/gp_eval.py --pops 1000 --sets sr --no-competitors
+    .venv/bin/python benchmarks/gp_eval.py --competitors deap
 """
 
 from __future__ import annotations
@@ -132,13 +136,69 @@ def _infix(tokens, pos=0):
     return f"{payload}({args[0]})", pos
 
 
-def worker(path, repeats):
+def _best_time(fn, repeats):
+    best = best_cpu = np.inf
+    for _ in range(repeats):
+        t, c = time.perf_counter(), time.process_time()
+        fn()
+        best = min(best, time.perf_counter() - t)
+        best_cpu = min(best_cpu, time.process_time() - c)
+    return {"seconds": best, "cpu_seconds": best_cpu}
+
+
+def deap_fitness(trees, names, X, y, repeats):
+    """DEAP: compile each tree (``gp.compile``) and evaluate it on all rows with NumPy, + MSE."""
+    import operator
+
+    import deap
+    from deap import gp
+
+    fns = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": np.divide}
+    fns.update({"sin": np.sin, "cos": np.cos, "tan": np.tan})
+    pset = gp.PrimitiveSet("MAIN", X.shape[1])
+    for n in names:
+        pset.addPrimitive(fns[n], ARITY[n], name=n)
+    prims = {p.name: p for ps in pset.primitives.values() for p in ps}
+    args = [pset.mapping[f"ARG{k}"] for k in range(X.shape[1])]
+    individuals = [
+        gp.PrimitiveTree(
+            [
+                prims[p] if k == "fn" else args[p] if k == "var" else gp.Terminal(p, False, object)
+                for k, p in toks
+            ]
+        )
+        for toks in trees
+    ]
+    cols = [X[:, k].astype(np.float64) for k in range(X.shape[1])]
+    yy = y.astype(np.float64)
+
+    def run():
+        with np.errstate(all="ignore"):
+            for ind in individuals:
+                pred = gp.compile(ind, pset)(*cols)
+                np.mean((pred - yy) ** 2)
+
+    out = _best_time(run, max(1, repeats // 2))
+    out["version"] = deap.__version__
+    return out
+
+
+def worker(path, repeats, engines):
     data = np.load(path)
     names = tuple(str(n) for n in data["names"])
     X, y = data["X"], data["y"]
     trees = [prefix_tokens(o, v, s, names) for o, v, s in zip(data["opcode"], data["value"], data["size"])]
     out = {}
+    if "gplearn" in engines:
+        out["gplearn"] = gplearn_fitness(trees, names, X, y, repeats)
+    if "operon" in engines:
+        out.update(operon_fitness(trees, X, y, repeats))
+    if "deap" in engines:
+        out["deap"] = deap_fitness(trees, names, X, y, repeats)
+    print(json.dumps(out))
 
+
+def gplearn_fitness(trees, names, X, y, repeats):
     import gplearn
     from gplearn import functions as gf
     from gplearn._program import _Program
@@ -182,8 +242,11 @@ def worker(path, repeats):
             p.raw_fitness(X.astype(np.float64), y.astype(np.float64), weights)
         best = min(best, time.perf_counter() - t)
         best_cpu = min(best_cpu, time.process_time() - c)
-    out["gplearn"] = {"seconds": best, "cpu_seconds": best_cpu, "version": gplearn.__version__}
+    return {"seconds": best, "cpu_seconds": best_cpu, "version": gplearn.__version__}
 
+
+def operon_fitness(trees, X, y, repeats):
+    out = {}
     import pyoperon as op
 
     ds = op.Dataset(np.asfortranarray(X))
@@ -201,7 +264,7 @@ def worker(path, repeats):
             best = min(best, time.perf_counter() - t)
             best_cpu = min(best_cpu, time.process_time() - c)
         out[f"operon_{threads}t"] = {"seconds": best, "cpu_seconds": best_cpu, "operon_lengths": lengths}
-    print(json.dumps(out))
+    return out
 
 
 # ---- evotensor ------------------------------------------------------------------------------------
@@ -240,10 +303,16 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--competitor-python", default="/work/bench-venvs/gp/bin/python")
     ap.add_argument("--no-competitors", action="store_true")
+    ap.add_argument(
+        "--competitors",
+        nargs="*",
+        default=["gplearn", "operon", "deap"],
+        choices=["gplearn", "operon", "deap"],
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        return worker(args.worker, args.repeats)
+        return worker(args.worker, args.repeats, args.competitors)
 
     print(
         f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
@@ -272,13 +341,17 @@ def main():
                                 path,
                                 "--repeats",
                                 str(args.repeats),
+                                "--competitors",
+                                *args.competitors,
                             ],
                             capture_output=True,
                             text=True,
                             check=True,
                         )
                         comp = json.loads(res.stdout.strip().splitlines()[-1])
-                    rows["gplearn"] = comp["gplearn"]
+                    for k in ("gplearn", "deap"):
+                        if k in comp:
+                            rows[k] = comp[k]
                     for k, v in comp.items():
                         if k.startswith("operon"):
                             rows[f"Operon ({k.split('_')[1].replace('t', ' thread(s)')})"] = v

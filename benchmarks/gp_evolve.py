@@ -1,7 +1,8 @@
-"""Whole GP runs on Pagie-1: evotensor's ``sr-pagie`` task vs gplearn, same population and generations.
+"""Whole GP runs on Pagie-1: evotensor's ``sr-pagie`` task vs gplearn and DEAP at equal pop and generations.
 
-Pagie-1 (``1/(1+x^-4) + 1/(1+y^-4)`` on the 676-point grid, step 0.4 in [-5, 5]), EvoGP's function set
-``+ - * / sin cos tan``, training MSE. For each population size and seed it reports the final
+Pagie-1 (``1/(1+x^-4) + 1/(1+y^-4)`` on the 676-point grid, step 0.4 in [-5, 5]; or, with
+``--data random4096``, on 4096 random points x, y ~ U(-5, 5), the issue's second workload), EvoGP's
+function set ``+ - * / sin cos tan``, training MSE. For each population size and seed it reports the final
 training MSE of the best tree, its length, and the wall time (evotensor: compile time separately,
 then the compiled run). The EvoGP paper's Table VI (pop 5000, 100 generations) gives training MSE
 0.009 +- 0.006 (64 points), 0.021 +- 0.019 (256), 0.034 +- 0.025 (512), 0.025 +- 0.027 (1024).
@@ -13,11 +14,25 @@ then the compiled run). The EvoGP paper's Table VI (pop 5000, 100 generations) g
   set, constant range and init depths; metric ``mse``; its own defaults otherwise (tournament 20,
   parsimony 0.001, protected division). It runs in a separate venv (``--competitor-python``, default
   ``/work/bench-venvs/gp/bin/python``); this script calls itself there with ``--worker``.
+  ``--gplearn-generations`` runs it for fewer generations (its per-generation time is reported).
+* DEAP 1.4 (same venv, ``pip install deap``), its symbolic-regression example's setup:
+  ``eaSimple`` with crossover 0.5 / mutation 0.1, tournament 7, ``cxOnePoint``, ``mutUniform``
+  with ``genFull`` 0..2, static height limit 17 on both operators, hall of fame of 1; the same
+  function set with raw semantics (NumPy ``+ - * / sin cos tan`` on the whole data; a non-finite
+  MSE is the worst fitness), ephemeral constants U(-5, 5), ramped half-and-half init depth 2..6
+  (as the other engines; the example's is 1..2). Each individual is compiled (``gp.compile``)
+  and evaluated vectorized over the rows with NumPy, one process.
+
+``run s`` is wall time; ``cpu s`` is process CPU time (steadier on a shared machine).
+``--parsimony C`` passes ``parsimony_coefficient=C`` to evotensor's ``GP`` (gplearn always uses its
+default 0.001; DEAP has none, only the height limit).
 
 Usage::
 
     .venv/bin/python benchmarks/gp_evolve.py --pops 1000 5000 --seeds 5 --gplearn-seeds 1
-    .venv/bin/python benchmarks/gp_evolve.py --pops 1000 --seeds 1 --no-competitors
+    .venv/bin/python benchmarks/gp_evolve.py --pops 1000 --seeds 1 --competitors gplearn deap
+    .venv/bin/python benchmarks/gp_evolve.py --pops 5000 --generations 50 --data random4096 \
+        --seeds 1 --gplearn-generations 5
 """
 
 from __future__ import annotations
@@ -41,20 +56,35 @@ def pagie1():
     return X.astype(np.float32), (1 / (1 + X[:, 0] ** -4) + 1 / (1 + X[:, 1] ** -4)).astype(np.float32)
 
 
-def run_evotensor(pop: int, generations: int, seed: int) -> dict:
+def random4096(n: int = 4096, seed: int = 0):
+    """The issue's second workload: ``n`` random points x, y ~ U(-5, 5) with the Pagie-1 target."""
+    X = np.random.default_rng(seed).uniform(-5, 5, (n, 2))
+    return X.astype(np.float32), (1 / (1 + X[:, 0] ** -4) + 1 / (1 + X[:, 1] ** -4)).astype(np.float32)
+
+
+DATA = {"pagie1": pagie1, "random4096": random4096}
+
+
+def run_evotensor(pop: int, generations: int, seed: int, data: str, parsimony: float) -> dict:
     import jax
 
     from evotensor.core.run import run
+    from evotensor.problems.regression import SymbolicRegression
     from evotensor.tasks import get_task
 
-    task = get_task("sr-pagie").build({"pop": pop, "generations": generations, "seed": seed})
-    t0 = time.perf_counter()
-    res = run(
-        task.strategy, task.problem, generations, jax.random.key(seed), decoder=task.decoder, progress=False
-    )
-    wall = time.perf_counter() - t0
+    cfg = {"pop": pop, "generations": generations, "seed": seed, "parsimony_coefficient": parsimony}
+    task = get_task("sr-pagie").build(cfg)
+    problem = task.problem
+    if data != "pagie1":
+        X, y = DATA[data]()
+        problem = SymbolicRegression(X, y, problem.function_set)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = run(task.strategy, problem, generations, jax.random.key(seed), decoder=task.decoder, progress=False)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {
         "engine": "evotensor",
+        "data": data,
+        "parsimony": parsimony,
         "pop": pop,
         "generations": generations,
         "seed": seed,
@@ -63,14 +93,15 @@ def run_evotensor(pop: int, generations: int, seed: int) -> dict:
         "compile_s": float(res.compile_seconds),
         "run_s": float(res.run_seconds),
         "wall_s": wall,
-        "expression": res.best_genotype.to_infix(task.problem.function_set, precision=3),
+        "cpu_s": cpu,  # compile included
+        "expression": res.best_genotype.to_infix(problem.function_set, precision=3),
     }
 
 
-def run_gplearn(pop: int, generations: int, seed: int) -> dict:
+def run_gplearn(pop: int, generations: int, seed: int, data: str) -> dict:
     from gplearn.genetic import SymbolicRegressor
 
-    X, y = pagie1()
+    X, y = DATA[data]()
     est = SymbolicRegressor(
         population_size=pop,
         generations=generations,
@@ -82,12 +113,14 @@ def run_gplearn(pop: int, generations: int, seed: int) -> dict:
         random_state=seed,
         verbose=0,
     )
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     est.fit(X.astype(np.float64), y.astype(np.float64))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     pred = est.predict(X.astype(np.float64))
     return {
         "engine": "gplearn",
+        "data": data,
+        "parsimony": 0.001,
         "pop": pop,
         "generations": generations,
         "seed": seed,
@@ -96,7 +129,77 @@ def run_gplearn(pop: int, generations: int, seed: int) -> dict:
         "compile_s": 0.0,
         "run_s": wall,
         "wall_s": wall,
+        "cpu_s": cpu,
         "expression": str(est._program),
+    }
+
+
+def run_deap(pop: int, generations: int, seed: int, data: str) -> dict:
+    """DEAP's symbolic-regression example (eaSimple) with this benchmark's data and function set."""
+    import operator
+    import random
+
+    import deap
+    from deap import algorithms, base, creator, gp, tools
+
+    X, y = DATA[data]()
+    X, y = X.astype(np.float64), y.astype(np.float64)
+    x0, x1 = X[:, 0], X[:, 1]
+    random.seed(seed)
+    np.random.seed(seed)
+
+    pset = gp.PrimitiveSet("MAIN", 2)
+    for fn in (operator.add, operator.sub, operator.mul, np.divide):  # raw division: 1/0 = inf
+        pset.addPrimitive(fn, 2)
+    for fn in (np.sin, np.cos, np.tan):
+        pset.addPrimitive(fn, 1)
+    pset.addEphemeralConstant(f"c{seed}_{pop}_{generations}", lambda: random.uniform(-5.0, 5.0))
+    pset.renameArguments(ARG0="x0", ARG1="x1")
+    if not hasattr(creator, "FitnessMin"):
+        creator.create("FitnessMin", base.Fitness, weights=(-1.0,))
+        creator.create("Individual", gp.PrimitiveTree, fitness=creator.FitnessMin)
+
+    def evaluate(ind):
+        with np.errstate(all="ignore"):
+            pred = gp.compile(ind, pset)(x0, x1)
+            mse = float(np.mean((pred - y) ** 2))
+        return (mse if np.isfinite(mse) else float("inf"),)  # raw semantics: non-finite is the worst
+
+    tb = base.Toolbox()
+    tb.register("expr", gp.genHalfAndHalf, pset=pset, min_=2, max_=6)
+    tb.register("individual", tools.initIterate, creator.Individual, tb.expr)
+    tb.register("population", tools.initRepeat, list, tb.individual)
+    tb.register("evaluate", evaluate)
+    tb.register("select", tools.selTournament, tournsize=7)
+    tb.register("mate", gp.cxOnePoint)
+    tb.register("expr_mut", gp.genFull, min_=0, max_=2)
+    tb.register("mutate", gp.mutUniform, expr=tb.expr_mut, pset=pset)
+    limit = gp.staticLimit(key=operator.attrgetter("height"), max_value=17)
+    tb.decorate("mate", limit)
+    tb.decorate("mutate", limit)
+
+    population = tb.population(n=pop)
+    hof = tools.HallOfFame(1)
+    t0, c0 = time.perf_counter(), time.process_time()
+    population, _ = algorithms.eaSimple(population, tb, 0.5, 0.1, generations, halloffame=hof, verbose=False)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    best = hof[0]
+    return {
+        "engine": "deap",
+        "data": data,
+        "parsimony": 0.0,
+        "pop": pop,
+        "generations": generations,
+        "seed": seed,
+        "mse": float(best.fitness.values[0]),
+        "length": len(best),
+        "mean_length": float(np.mean([len(ind) for ind in population])),
+        "compile_s": 0.0,
+        "run_s": wall,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "expression": str(best),
+        "version": deap.__version__,
     }
 
 
@@ -105,18 +208,23 @@ def main() -> None:
     ap.add_argument("--pops", type=int, nargs="+", default=[1000, 5000])
     ap.add_argument("--generations", type=int, default=100)
     ap.add_argument("--seeds", type=int, default=5, help="evotensor seeds per population size")
-    ap.add_argument("--gplearn-seeds", type=int, default=1)
+    ap.add_argument("--data", choices=sorted(DATA), default="pagie1")
+    ap.add_argument("--parsimony", type=float, default=0.0, help="evotensor's parsimony_coefficient")
+    ap.add_argument("--gplearn-seeds", type=int, default=1, help="seeds of each competitor")
     ap.add_argument("--gplearn-pops", type=int, nargs="*", default=None, help="default: --pops")
+    ap.add_argument("--gplearn-generations", type=int, default=None, help="default: --generations")
+    ap.add_argument("--competitors", nargs="*", choices=["gplearn", "deap"], default=["gplearn", "deap"])
     ap.add_argument("--no-competitors", action="store_true")
     ap.add_argument("--competitor-python", default="/work/bench-venvs/gp/bin/python")
     ap.add_argument("--json", default=None, help="append one JSON line per run to this file")
-    ap.add_argument("--worker", choices=["gplearn"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["gplearn", "deap"], help=argparse.SUPPRESS)
     ap.add_argument("--worker-args", type=int, nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.worker:
         pop, gens, seed = args.worker_args
-        print(json.dumps(run_gplearn(pop, gens, seed)))
+        fn = run_gplearn if args.worker == "gplearn" else run_deap
+        print(json.dumps(fn(pop, gens, seed, args.data)))
         return
 
     rows = []
@@ -124,8 +232,10 @@ def main() -> None:
     def record(row):
         rows.append(row)
         print(
-            f"{row['engine']:9s} pop {row['pop']:5d} seed {row['seed']}: MSE {row['mse']:.5f} "
-            f"len {row['length']:3d} compile {row['compile_s']:6.1f}s run {row['run_s']:7.1f}s",
+            f"{row['engine']:9s} {row['data']} pop {row['pop']:5d} gens {row['generations']} "
+            f"seed {row['seed']}: "
+            f"MSE {row['mse']:.5f} len {row['length']:3d} compile {row['compile_s']:6.1f}s "
+            f"run {row['run_s']:7.1f}s cpu {row['cpu_s']:7.1f}s",
             flush=True,
         )
         if args.json:
@@ -139,21 +249,15 @@ def main() -> None:
     )
     for pop in args.pops:
         for seed in range(args.seeds):
-            record(run_evotensor(pop, args.generations, seed))
-    if not args.no_competitors:
+            record(run_evotensor(pop, args.generations, seed, args.data, args.parsimony))
+    competitors = [] if args.no_competitors else args.competitors
+    gens = args.generations if args.gplearn_generations is None else args.gplearn_generations
+    for engine in competitors:
         for pop in args.gplearn_pops if args.gplearn_pops is not None else args.pops:
             for seed in range(args.gplearn_seeds):
                 out = subprocess.run(
-                    [
-                        args.competitor_python,
-                        __file__,
-                        "--worker",
-                        "gplearn",
-                        "--worker-args",
-                        str(pop),
-                        str(args.generations),
-                        str(seed),
-                    ],
+                    [args.competitor_python, __file__, "--worker", engine, "--data", args.data]
+                    + ["--worker-args", str(pop), str(gens), str(seed)],
                     capture_output=True,
                     text=True,
                     check=True,
@@ -161,21 +265,23 @@ def main() -> None:
                 record(json.loads(out.stdout.strip().splitlines()[-1]))
 
     print(
-        "\n| engine | pop | gens | seeds | training MSE (mean +- std) | best length "
-        "| run s / seed | compile s |"
+        "\n| engine | data | pop | gens | seeds | training MSE (mean +- std) | best length "
+        "| run s / seed | s / generation | cpu s / seed | compile s |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for engine in ("evotensor", "gplearn"):
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for engine in ("evotensor", "gplearn", "deap"):
         for pop in sorted({r["pop"] for r in rows}):
             rs = [r for r in rows if r["engine"] == engine and r["pop"] == pop]
             if not rs:
                 continue
             mse = np.array([r["mse"] for r in rs])
+            run_s = np.mean([r["run_s"] for r in rs])
             print(
-                f"| {engine} | {pop} | {args.generations} | {len(rs)} "
+                f"| {engine} | {args.data} | {pop} | {rs[0]['generations']} | {len(rs)} "
                 f"| {mse.mean():.4f} +- {mse.std():.4f} | "
-                f"{np.mean([r['length'] for r in rs]):.0f} | {np.mean([r['run_s'] for r in rs]):.1f} | "
-                f"{np.mean([r['compile_s'] for r in rs]):.1f} |"
+                f"{np.mean([r['length'] for r in rs]):.0f} | {run_s:.1f} | "
+                f"{run_s / rs[0]['generations']:.3f} | "
+                f"{np.mean([r['cpu_s'] for r in rs]):.1f} | {np.mean([r['compile_s'] for r in rs]):.1f} |"
             )
 
 

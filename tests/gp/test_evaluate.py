@@ -235,3 +235,117 @@ def test_large_trig_arguments_take_the_exact_path():
     out = np.asarray(evaluate(forest, X, fs, backend="jax"))
     np.testing.assert_allclose(out[0, :, 0], np.sin(X[:, 0] * np.float32(1e7)), atol=1e-5)
     np.testing.assert_allclose(out[1, :, 0], np.cos(X[:, 0]), atol=1e-6)
+
+
+# ---- the compacted evaluation of costly functions ----------------------------------------------------
+
+SR = FunctionSet(("add", "sub", "mul", "div", "sin", "cos", "tan"))
+
+
+def _stack(trees, fs, max_len):
+    return ArrayForest(*(np.stack(c) for c in zip(*(tree_to_arrays(t, fs, max_len) for t in trees))))
+
+
+def test_costly_and_cheap_functions_are_flagged():
+    cheap = {f.name for f in FULL.functions if f.cheap}
+    assert {"add", "sub", "mul", "div", "neg", "abs", "max", "min", "if_then_else"} <= cheap
+    assert not cheap & {"sin", "cos", "tan", "exp", "log", "pow", "sinh", "cosh", "tanh"}
+    custom = FunctionSet(("add", "twice"), custom={"twice": (1, lambda a: 2.0 * a)})
+    assert not custom.functions[1].cheap  # unknown cost: computed only where needed
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 12), st.integers(0, 10**6))
+def test_compaction_maps_every_costly_tree_to_its_own_row(T, L, seed):
+    from evotensor.gp.evaluate import _compaction, _costly_tiers
+
+    rng = np.random.default_rng(seed)
+    opcode = rng.integers(0, SR.n_opcodes, (T, L)).astype(np.int32)
+    tiers = _costly_tiers(T)
+    assert tiers[-1] == T and list(tiers) == sorted(set(tiers))
+    tier, slot, tree = (np.asarray(a) for a in _compaction(SR, jnp.asarray(opcode), tiers))
+    costly = {f.opcode for f in SR.functions if not f.cheap}
+    for i in range(L):
+        need = [t for t in range(T) if opcode[t, i] in costly]
+        if not need:
+            assert tier[i] == 0
+            assert (slot[:, i] == -1).all()
+            continue
+        rows = tiers[tier[i] - 1]
+        assert rows >= len(need) and (tier[i] == 1 or tiers[tier[i] - 2] < len(need))  # smallest tier
+        for t in range(T):
+            if t in need:
+                assert 0 <= slot[t, i] < len(need) and tree[slot[t, i], i] == t
+            else:
+                assert slot[t, i] == -1
+        assert sorted(tree[: len(need), i]) == need
+
+
+@pytest.mark.parametrize("n_costly", [0, 1, 2, 3, 5, 8])
+def test_every_tier_of_costly_trees_equals_reference(n_costly):
+    # 8 trees of one shape in one block: at each step exactly n_costly of them have a costly node,
+    # so the step runs the tier holding n_costly rows (0: the costly functions are skipped)
+    rng = np.random.default_rng(n_costly)
+    costly_at = set(rng.choice(8, n_costly, replace=False).tolist())
+    x0, x1 = ("var", -1, 0), ("var", -1, 1)
+    trees = []
+    for t in range(8):
+        unary = ("sin", "cos", "tan")[t % 3] if t in costly_at else None
+        inner = (unary, -1, (x1,)) if unary else ("sub", -1, (x1, ("const", -1, 0.5)))
+        outer = ("cos", -1, (inner,)) if t in costly_at else ("add", -1, (inner, x0))
+        trees.append(("mul", -1, (outer, ("tan", -1, (x0,)) if t in costly_at else x1)))
+    forest = _stack(trees, SR, 8)
+    X = random_data(n_costly, 300, 2)
+    out = evaluate(forest, X, SR, backend="jax", tree_block=8, row_block=256)
+    assert_matches_reference(out, forest, X, SR)
+
+
+def test_leaf_only_block_with_a_costly_set():
+    # single-leaf trees: every step of the block is leaves only, the costly functions never run
+    trees = [("var", -1, 0), ("const", -1, 2.5), ("var", -1, 1), ("const", -1, -1.0)]
+    forest = _stack(trees, SR, 3)
+    X = random_data(3, 50, 2)
+    out = np.asarray(evaluate(forest, X, SR, backend="jax", tree_block=4))
+    np.testing.assert_array_equal(out[:, :, 0], np.stack([X[:, 0], np.full(50, 2.5), X[:, 1], -np.ones(50)]))
+
+
+@pytest.mark.parametrize("row_block", [256, 300])
+def test_costly_values_in_row_chunks_equal_reference(row_block):
+    # rows per block > 1024 / tree_block: the costly values come back in chunks of fewer rows
+    # than the block has trees (here 8 trees; 1024 // 152 = 6-row chunks, the last one padded)
+    forest = random_forest(11, MIXED, 40, MAX_LEN, N_VARS)
+    X = random_data(12, 300, N_VARS)
+    out = evaluate(forest, X, MIXED, backend="jax", tree_block=8, row_block=row_block)
+    assert_matches_reference(out, forest, X, MIXED)
+    y = X[:, 0] - X[:, 1]
+    fused = fitness(forest, X, y, MIXED, backend="jax", tree_block=8, row_block=row_block)
+    assert_same_values(fused, metric_from_predictions(out, y), rtol=1e-4, atol=1e-5)
+
+
+def test_custom_costly_function_in_a_mixed_block_equals_reference():
+    fs = FunctionSet(
+        ("add", "mul", "sq", "sin"),
+        custom={"sq": (1, lambda a: a * a, lambda a: np.float32(a) * np.float32(a))},
+    )
+    forest = random_forest(4, fs, 24, 16, 2, max_depth=4)
+    assert np.isin(fs.opcode("sq"), forest.opcode)
+    X = random_data(5, 60, 2)
+    assert_matches_reference(evaluate(forest, X, fs, backend="jax", tree_block=8), forest, X, fs)
+
+
+def test_blocks_reuse_the_value_buffer_without_leaking_values():
+    # each tree alone (a fresh buffer) gives what it gives inside a population of many blocks
+    forest = random_forest(21, SR, 30, MAX_LEN, 2)
+    X = random_data(22, 70, 2)
+    together = np.asarray(evaluate(forest, X, SR, backend="jax", tree_block=4, row_block=32))
+    for t in range(0, 30, 7):
+        alone = np.asarray(evaluate(forest[t], X, SR, backend="jax", tree_block=4, row_block=32))
+        assert_same_values(together[t], alone, rtol=1e-6, atol=1e-6)
+
+
+def test_auto_backend_is_the_jax_path_until_the_kernel_is_validated_on_a_gpu():
+    from evotensor.gp.evaluate import _use_pallas
+
+    assert not _use_pallas("auto") and not _use_pallas("jax") and _use_pallas("pallas")
+    with pytest.raises(ValueError, match="backend"):
+        _use_pallas("cuda")

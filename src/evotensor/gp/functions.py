@@ -187,6 +187,7 @@ class _Builtin:
     raw: Callable  # raw(xp, *args)
     protected: Callable | None = None  # protected(xp, *args); None: same as raw
     fast: Callable | None = None  # jnp fast form valid where _trig_ok (see above)
+    cheap: bool = True  # a few vector instructions per element (see Function.cheap)
 
 
 def _lt(xp, a, b):
@@ -202,19 +203,19 @@ _BUILTINS: dict[str, _Builtin] = {
     "sub": _Builtin(2, "-", True, lambda xp, a, b: a - b),
     "mul": _Builtin(2, "*", True, lambda xp, a, b: a * b),
     "div": _Builtin(2, "/", True, lambda xp, a, b: a / b, _p_div),
-    "pow": _Builtin(2, "**", True, lambda xp, a, b: xp.power(a, b), _p_pow),
+    "pow": _Builtin(2, "**", True, lambda xp, a, b: xp.power(a, b), _p_pow, cheap=False),
     "max": _Builtin(2, "max", False, lambda xp, a, b: xp.maximum(a, b)),
     "min": _Builtin(2, "min", False, lambda xp, a, b: xp.minimum(a, b)),
     "lt": _Builtin(2, "<", True, _lt),
     "gt": _Builtin(2, ">", True, _gt),
-    "sin": _Builtin(1, "sin", False, lambda xp, a: xp.sin(a), fast=_fast_sin),
-    "cos": _Builtin(1, "cos", False, lambda xp, a: xp.cos(a), fast=_fast_cos),
-    "tan": _Builtin(1, "tan", False, lambda xp, a: xp.tan(a), fast=_fast_tan),
-    "sinh": _Builtin(1, "sinh", False, lambda xp, a: xp.sinh(a)),
-    "cosh": _Builtin(1, "cosh", False, lambda xp, a: xp.cosh(a)),
-    "tanh": _Builtin(1, "tanh", False, lambda xp, a: xp.tanh(a)),
-    "exp": _Builtin(1, "exp", False, lambda xp, a: xp.exp(a), _p_exp),
-    "log": _Builtin(1, "log", False, lambda xp, a: xp.log(a), _p_log),
+    "sin": _Builtin(1, "sin", False, lambda xp, a: xp.sin(a), fast=_fast_sin, cheap=False),
+    "cos": _Builtin(1, "cos", False, lambda xp, a: xp.cos(a), fast=_fast_cos, cheap=False),
+    "tan": _Builtin(1, "tan", False, lambda xp, a: xp.tan(a), fast=_fast_tan, cheap=False),
+    "sinh": _Builtin(1, "sinh", False, lambda xp, a: xp.sinh(a), cheap=False),
+    "cosh": _Builtin(1, "cosh", False, lambda xp, a: xp.cosh(a), cheap=False),
+    "tanh": _Builtin(1, "tanh", False, lambda xp, a: xp.tanh(a), cheap=False),
+    "exp": _Builtin(1, "exp", False, lambda xp, a: xp.exp(a), _p_exp, cheap=False),
+    "log": _Builtin(1, "log", False, lambda xp, a: xp.log(a), _p_log, cheap=False),
     "sqrt": _Builtin(1, "sqrt", False, lambda xp, a: xp.sqrt(a), lambda xp, a: xp.sqrt(xp.abs(a))),
     "abs": _Builtin(1, "abs", False, lambda xp, a: xp.abs(a)),
     "neg": _Builtin(1, "neg", False, lambda xp, a: -a),
@@ -237,8 +238,13 @@ class Function:
         numpy_fn: the same semantics on float32 NumPy arrays (the reference).
         fast_fn: optional cheaper ``jnp`` form, equal to ``fn`` within float32 rounding where
             ``fast_ok(*args)`` holds (``sin cos tan``: vectorizable polynomials, valid for
-            ``|x| < 8192``); None if ``fn`` is already cheap.
+            ``|x| < 3e6``); None if ``fn`` is already cheap.
         fast_ok: the domain of ``fast_fn`` (elementwise bool), or None.
+        cheap: True if ``fn`` compiles to a few vector instructions per element (``+ - * /``,
+            ``max min abs neg inv sqrt``, comparisons, ``if_then_else``). The CPU evaluator computes
+            cheap functions for every node and the others (transcendental functions, ``pow``, custom
+            functions) only for the trees of a block whose node needs one (see
+            :mod:`evotensor.gp.evaluate`); the semantics is the same either way.
     """
 
     opcode: int
@@ -248,6 +254,7 @@ class Function:
     numpy_fn: Callable
     fast_fn: Callable | None = None
     fast_ok: Callable | None = None
+    cheap: bool = False
 
 
 def _bind(f: Callable, xp) -> Callable:
@@ -343,7 +350,7 @@ class FunctionSet:
                 b = _BUILTINS[n]
                 f = b.protected if (self.protected and b.protected is not None) else b.raw
                 fast = (b.fast, _trig_ok) if b.fast is not None else (None, None)
-                functions.append(Function(op, n, b.arity, _bind(f, jnp), _bind(f, np), *fast))
+                functions.append(Function(op, n, b.arity, _bind(f, jnp), _bind(f, np), *fast, cheap=b.cheap))
                 symbols.append(b.symbol)
                 infix.append(b.infix)
             else:
