@@ -61,8 +61,10 @@ def test_float32_3000_generations_past_convergence_stay_finite():
 
 
 @pytest.mark.slow
-def test_vmap_over_seeds_and_a_hyperparameter_equals_separate_runs():
-    es = ESMC(21, X0, optimizer=optax.adam(0.05), fitness_shaping=centered_ranks)
+@pytest.mark.parametrize("shaping", [centered_ranks, z_score], ids=["centered_ranks", "z_score"])
+def test_vmap_over_seeds_and_a_hyperparameter_equals_separate_runs(shaping):
+    """Bit for bit, under the suite's XLA flags and XLA's defaults (``EVOTENSOR_TEST_DEFAULT_XLA=1``)."""
+    es = ESMC(21, X0, optimizer=optax.adam(0.05), fitness_shaping=shaping)
     run = make_runner(es, nonfinite=True)
     params = stack_params(es.default_params(), sigma_init=[0.3, 0.1, 0.5])
     check_vmap_matches_separate(es, run, params, jax.random.split(jax.random.key(3), 3), 25)

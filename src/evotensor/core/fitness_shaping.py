@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.evaluation import worst_for_nonfinite
-from evotensor.core.numerics import exact_sum
+from evotensor.core.numerics import exact_sum, rounded
 
 
 def _check_vector(fitness: jax.Array, name: str = "fitness") -> jax.Array:
@@ -38,13 +38,15 @@ def centered_ranks(fitness: jax.Array) -> jax.Array:
 def z_score(fitness: jax.Array, eps: float = 1e-8) -> jax.Array:
     """``(f - mean) / (std + eps)``. ``[pop]``.
 
-    Mean and variance use :func:`evotensor.core.numerics.exact_sum`, so vmapped runs that shape
-    with z-scores stay bit-identical to separate runs.
+    Mean and variance use :func:`evotensor.core.numerics.exact_sum`, and the scaling is an explicit
+    reciprocal with :func:`~evotensor.core.numerics.rounded` steps, so vmapped runs that shape with
+    z-scores stay bit-identical to separate runs (XLA rewrites a division by a broadcast scalar
+    into a multiply by its reciprocal in the batched program only).
     """
     f = _check_vector(fitness)
     n = f.shape[0]
-    centered = f - exact_sum(f) / n
-    return centered / (jnp.sqrt(exact_sum(centered**2) / n) + eps)
+    centered = f - rounded(exact_sum(f) / n)
+    return centered * (1.0 / (jnp.sqrt(rounded(exact_sum(centered**2) / n)) + eps))
 
 
 def normalize(fitness: jax.Array, eps: float = 1e-8) -> jax.Array:

@@ -1,10 +1,32 @@
-"""Reductions whose result does not depend on batching.
+"""Arithmetic whose result does not depend on batching.
 
-XLA:CPU vectorizes a reduction (and lowers a matrix-vector ``dot``) differently in a batched
-(``vmap``) program than in the unbatched one, so plain ``jnp.sum`` / ``@`` can differ in the last
-bit between a vmapped run and separate runs. Elementwise adds of slices are evaluated in the same
-order in both, which keeps ``run_many`` over seeds or hyperparameters bit-identical to separate
-runs. Each costs ``O(size)`` extra memory.
+Two things make a vmapped (batched) XLA:CPU program round differently from the unbatched one:
+
+* **Reduction order.** XLA:CPU vectorizes a reduction (and lowers a matrix-vector ``dot``)
+  differently in a batched program, so plain ``jnp.sum`` / ``@`` can differ in the last bit.
+  :func:`exact_sum` and the product helpers use a fixed pairwise tree of elementwise adds instead,
+  evaluated in the same order in both programs (``O(size)`` extra memory).
+* **Fused multiply-add.** XLA:CPU always lets LLVM contract a multiply that feeds an add *inside
+  one fusion* into an FMA (one rounding instead of two). A product with several users is either
+  duplicated into each consuming fusion (contracted) or materialized (not contracted), and that
+  choice can differ between the batched and the unbatched program. :func:`rounded` pins such a
+  product to its float32 rounding so no later add can absorb it; :func:`exact_sum` applies it
+  to its input.
+
+Two rewrites of XLA's algebraic simplifier also depend on the program's shapes, so code that must
+stay bit-exact avoids giving them a choice:
+
+* ``a / b`` with ``b`` broadcast (a per-run scalar such as ``sigma``) may become
+  ``a * (1 / b)`` in the batched program only: write the reciprocal explicitly,
+  ``a * (1.0 / b)``.
+* Chains of multiplications by constants may be re-associated (``(eta * 0.5) * (g * 0.1)`` became
+  ``(eta * g) * 0.05`` in one program only): put :func:`rounded` after a division by a constant
+  whose result is scaled further (``rounded(exact_sum(x) / d)``).
+
+Together they keep ``run_many`` over seeds or hyperparameters bit-identical to separate runs.
+Transcendentals (``exp``, ``log``, ``sqrt``, ``tanh``, ``log1p``) were checked to round the same
+in scalar and vectorized code; an argument that is a product should still go through
+:func:`rounded`, since their first instruction is often an add that could absorb it.
 """
 
 from __future__ import annotations
@@ -13,9 +35,27 @@ import jax
 import jax.numpy as jnp
 
 
+def rounded(x: jax.Array) -> jax.Array:
+    """``x`` unchanged, but a multiply that produced it can no longer be fused into a later add.
+
+    Use on a product ``a * b`` that is then added to something (``mean + rounded(sigma * y)``)
+    whenever bitwise agreement between vmapped and separate runs matters. The select on NaN is
+    the identity (NaN stays NaN) but hides the multiply from LLVM's FMA contraction, which only
+    looks through direct ``fmul -> fadd`` edges. Cost: one compare and select per element.
+    """
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
+    return jnp.where(jnp.isnan(x), jnp.asarray(jnp.nan, x.dtype), x)
+
+
 def exact_sum(x: jax.Array, axis: int = -1) -> jax.Array:
-    """Sum over ``axis`` as a fixed pairwise tree of elementwise adds (batching-invariant)."""
-    x = jnp.moveaxis(x, axis, -1)
+    """Sum over ``axis`` as a fixed pairwise tree of elementwise adds (batching-invariant).
+
+    ``x`` passes through :func:`rounded` first: the tree reads it twice (two slices), so a product
+    such as ``v**2`` would otherwise be contracted into the first adds in one program only.
+    """
+    x = jnp.moveaxis(rounded(x), axis, -1)
     while x.shape[-1] > 1:
         if x.shape[-1] % 2:
             x = jnp.concatenate([x, jnp.zeros_like(x[..., :1])], axis=-1)

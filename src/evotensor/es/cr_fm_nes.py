@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.fitness_shaping import ranks
-from evotensor.core.numerics import exact_matvec, exact_sum, exact_vecmat
+from evotensor.core.numerics import exact_matvec, exact_sum, exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import VectorStrategy, track_best
 from evotensor.es.xnes import default_population_size
@@ -168,31 +168,35 @@ class CRFMNES(VectorStrategy):
         half = jax.random.normal(key, (self.population_size // 2, self.num_dims), jnp.float32)
         z = jnp.concatenate([half, -half])
         norm_v2 = exact_sum(state.v**2)
-        vbar = state.v / jnp.sqrt(norm_v2)
-        y = z + (jnp.sqrt(1.0 + norm_v2) - 1.0) * exact_matvec(z, vbar)[:, None] * vbar
-        return state.mean + state.sigma * y * state.D, state
+        vbar = state.v * (1.0 / jnp.sqrt(norm_v2))  # explicit reciprocal: see _tell
+        y = z + rounded((jnp.sqrt(1.0 + norm_v2) - 1.0) * exact_matvec(z, vbar)[:, None] * vbar)
+        return state.mean + rounded(state.sigma * y * state.D), state
 
     def _tell(self, key, state, x, fitness, params):
+        # Bitwise vmap invariance (see evotensor.core.numerics): every product that feeds an add
+        # goes through r(), and divisions by a broadcast value are explicit reciprocals.
+        r = rounded
         d, lam = self.num_dims, self.population_size
         rank = ranks(fitness)
         v, D, sigma = state.v, state.D, state.sigma
         norm_v2 = exact_sum(v**2)
         norm_v = jnp.sqrt(norm_v2)
-        vbar = v / norm_v
+        inv_norm_v = 1.0 / norm_v
+        vbar = v * inv_norm_v
         # recover y and z: y = (I + c vbar vbar^T) z with c = sqrt(1 + |v|^2) - 1
-        y = (x - state.mean) / (sigma * D)
+        y = (x - state.mean) * (1.0 / (sigma * D))
         c = jnp.sqrt(1.0 + norm_v2) - 1.0
-        z = y - (c / (1.0 + c)) * exact_matvec(y, vbar)[:, None] * vbar
+        z = y - r((c / (1.0 + c)) * exact_matvec(y, vbar)[:, None] * vbar)
 
         w_rank = self._w_rank[rank]  # [lam], per sample
-        p_sigma = (1.0 - params.c_sigma) * state.p_sigma + jnp.sqrt(
-            params.c_sigma * (2.0 - params.c_sigma) * self.mu_eff
-        ) * exact_vecmat(w_rank, z)
+        p_sigma = r((1.0 - params.c_sigma) * state.p_sigma) + r(
+            jnp.sqrt(r(params.c_sigma * (2.0 - params.c_sigma)) * self.mu_eff) * exact_vecmat(w_rank, z)
+        )
         ps_norm = jnp.sqrt(exact_sum(p_sigma**2))
         # distance weights, normalized in log space so exp never overflows
-        log_dist = params.alpha_dist * jnp.sqrt(exact_sum(z**2, axis=1))
+        log_dist = r(params.alpha_dist * jnp.sqrt(exact_sum(z**2, axis=1)))
         w_tmp = self._w_hat[rank] * jnp.exp(log_dist - jnp.max(log_dist))
-        w_dist = w_tmp / exact_sum(w_tmp) - 1.0 / lam
+        w_dist = r(w_tmp * (1.0 / exact_sum(w_tmp))) - 1.0 / lam
         moving = ps_norm >= self.chi_n
         weights = jnp.where(moving, w_dist, w_rank)
         eta_sigma = jnp.where(
@@ -203,45 +207,49 @@ class CRFMNES(VectorStrategy):
         l_c = jnp.where(moving, 1.0, 0.0)
 
         wxm = exact_vecmat(weights, x - state.mean)
-        p_c = (1.0 - params.c_c) * state.p_c + jnp.sqrt(
-            params.c_c * (2.0 - params.c_c) * self.mu_eff
-        ) * wxm / sigma
-        mean = state.mean + params.eta_mean * wxm
+        p_c = r((1.0 - params.c_c) * state.p_c) + r(
+            jnp.sqrt(r(params.c_c * (2.0 - params.c_c)) * self.mu_eff) * wxm * (1.0 / sigma)
+        )
+        mean = state.mean + r(params.eta_mean * wxm)
 
         # natural-gradient directions s (for D) and t (for v); rows: lam samples + the path p_c
         ex_y = jnp.concatenate([y, (p_c / D)[None]])  # [lam + 1, d]
-        norm_v4 = norm_v2**2
+        norm_v4 = r(norm_v2**2)
         ip_yvbar = exact_matvec(ex_y, vbar)
         gamma_v = 1.0 + norm_v2
-        vbarbar = vbar**2
+        vbarbar = r(vbar**2)
         alpha_vd = jnp.minimum(
-            1.0, jnp.sqrt(norm_v4 + (2.0 * gamma_v - jnp.sqrt(gamma_v)) / jnp.max(vbarbar)) / (2.0 + norm_v2)
+            1.0,
+            jnp.sqrt(norm_v4 + r((2.0 * gamma_v - jnp.sqrt(gamma_v)) / jnp.max(vbarbar))) / (2.0 + norm_v2),
         )
-        t = ex_y * ip_yvbar[:, None] - vbar * ((ip_yvbar**2 + gamma_v) / 2.0)[:, None]
-        b = -(1.0 - alpha_vd**2) * norm_v4 / gamma_v + 2.0 * alpha_vd**2
-        inv_h = 1.0 / (2.0 - (b + 2.0 * alpha_vd**2) * vbarbar)
-        s1 = ex_y**2 - norm_v2 / gamma_v * (ex_y * vbar * ip_yvbar[:, None]) + 1.0
+        alpha2 = r(alpha_vd**2)
+        t = r(ex_y * ip_yvbar[:, None]) - r(vbar * ((r(ip_yvbar**2) + gamma_v) / 2.0)[:, None])
+        b = -r((1.0 - alpha2) * norm_v4 / gamma_v) + 2.0 * alpha2
+        inv_h = 1.0 / (2.0 - r((b + 2.0 * alpha2) * vbarbar))
+        s1 = r(ex_y**2) - r(norm_v2 / gamma_v * (ex_y * vbar * ip_yvbar[:, None])) + 1.0
         ip_vbart = exact_matvec(t, vbar)
-        s2 = s1 - alpha_vd / gamma_v * ((2.0 + norm_v2) * (t * vbar) - norm_v2 * vbarbar * ip_vbart[:, None])
-        inv_h_vbb = inv_h * vbarbar
-        s = (
-            s2 * inv_h
-            - (b / (1.0 + b * exact_sum(vbarbar * inv_h_vbb)))
-            * inv_h_vbb
-            * exact_matvec(s2, inv_h_vbb)[:, None]
+        s2 = s1 - r(
+            alpha_vd
+            / gamma_v
+            * (r((2.0 + norm_v2) * (t * vbar)) - r(norm_v2 * vbarbar * ip_vbart[:, None]))
         )
-        t = t - alpha_vd * ((2.0 + norm_v2) * (s * vbar) - vbar * exact_matvec(s, vbarbar)[:, None])
+        inv_h_vbb = r(inv_h * vbarbar)
+        coef = b / (1.0 + r(b * exact_sum(vbarbar * inv_h_vbb)))
+        s = r(s2 * inv_h) - r(coef * inv_h_vbb * exact_matvec(s2, inv_h_vbb)[:, None])
+        t = t - r(alpha_vd * (r((2.0 + norm_v2) * (s * vbar)) - r(vbar * exact_matvec(s, vbarbar)[:, None])))
 
         ex_w = jnp.concatenate([params.eta_B * weights, (l_c * params.c_1)[None]])  # [lam + 1]
-        v_new = v + exact_vecmat(ex_w, t) / norm_v
-        D_new = D + exact_vecmat(ex_w, s) * D
-        nth_root_det_old = jnp.exp(exact_sum(jnp.log(D)) / d + jnp.log1p(norm_v2) / (2.0 * d))
-        nth_root_det = jnp.exp(exact_sum(jnp.log(D_new)) / d + jnp.log1p(exact_sum(v_new**2)) / (2.0 * d))
-        g_s = exact_sum(weights * (exact_sum(z**2, axis=1) - d)) / d
+        v_new = v + r(exact_vecmat(ex_w, t) * inv_norm_v)
+        D_new = D + r(exact_vecmat(ex_w, s) * D)
+        nth_root_det_old = jnp.exp(r(exact_sum(jnp.log(D)) / d) + r(jnp.log1p(norm_v2) / (2.0 * d)))
+        nth_root_det = jnp.exp(
+            r(exact_sum(jnp.log(D_new)) / d) + r(jnp.log1p(exact_sum(v_new**2)) / (2.0 * d))
+        )
+        g_s = r(exact_sum(weights * (exact_sum(z**2, axis=1) - d)) / d)
         l_s = jnp.where(moving & (g_s < 0), 1.0, 0.0)
-        sigma_new = sigma * jnp.exp((1.0 - l_s) * eta_sigma / 2.0 * g_s) * nth_root_det_old
+        sigma_new = sigma * jnp.exp(r((1.0 - l_s) * eta_sigma / 2.0 * g_s)) * nth_root_det_old
         sigma_new = jnp.maximum(sigma_new, params.sigma_min)
-        D_new = D_new / nth_root_det
+        D_new = D_new * (1.0 / nth_root_det)
 
         ok = (
             jnp.all(jnp.isfinite(mean))

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from evotensor.core.numerics import exact_vecmat, rounded
 from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping
 
 
@@ -31,8 +32,9 @@ def esmc_gradient(x: jax.Array, weights: jax.Array, sigma: jax.Array) -> jax.Arr
     base = weights[0]
     w_plus, w_minus = weights[1 : n + 1], weights[n + 1 :]
     delta = jnp.minimum(w_plus, base) - jnp.minimum(w_minus, base)
-    # eps_i = (x+_i - x-_i) / (2 sigma)
-    return (delta @ x[1 : n + 1] - delta @ x[n + 1 :]) / (2.0 * n * sigma**2)
+    # eps_i = (x+_i - x-_i) / (2 sigma). exact_vecmat and an explicit reciprocal keep vmapped runs
+    # bit-identical to separate ones (see evotensor.core.numerics)
+    return exact_vecmat(delta, x[1 : n + 1] - x[n + 1 :]) * (1.0 / (2.0 * n * rounded(sigma**2)))
 
 
 class ESMC(GradientES):

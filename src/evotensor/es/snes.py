@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from evotensor.core.numerics import exact_vecmat
+from evotensor.core.numerics import exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import VectorStrategy, track_best
 from evotensor.es.gradient_es import FitnessShaping, check_shaping
@@ -107,14 +107,17 @@ class SNES(VectorStrategy):
 
     def _ask(self, key, state, params):
         z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
-        return state.mean + state.sigma * z, state
+        return state.mean + rounded(state.sigma * z), state
 
     def _tell(self, key, state, x, fitness, params):
         u = -jnp.asarray(self.fitness_shaping(fitness), jnp.float32)
-        z = (x - state.mean) / state.sigma
+        # explicit reciprocal and rounded products keep vmapped runs bit-identical to separate
+        # ones under any XLA fusion decision (see evotensor.core.numerics)
+        z = (x - state.mean) * (1.0 / state.sigma)
         g_mean, g_sigma = snes_natural_gradients(z, u)
-        mean = state.mean + params.eta_mean * state.sigma * g_mean
-        sigma = jnp.maximum(state.sigma * jnp.exp(params.eta_sigma / 2.0 * g_sigma), params.sigma_min)
+        mean = state.mean + rounded(params.eta_mean * state.sigma * g_mean)
+        log_step = rounded(params.eta_sigma / 2.0 * g_sigma)
+        sigma = jnp.maximum(state.sigma * jnp.exp(log_step), params.sigma_min)
         ok = jnp.all(jnp.isfinite(mean)) & jnp.all(jnp.isfinite(sigma))
         new, metrics = track_best(state, x, fitness)
         new = new.replace(

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.fitness_shaping import ranks
-from evotensor.core.numerics import exact_matmul, exact_matvec, exact_sum, exact_vecmat
+from evotensor.core.numerics import exact_matmul, exact_matvec, exact_sum, exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import VectorStrategy, track_best
 from evotensor.es.gradient_es import FitnessShaping, check_shaping
@@ -53,8 +53,11 @@ def nes_weights(fitness: jax.Array) -> jax.Array:
 
 def sym_expm(s: jax.Array) -> jax.Array:
     """Matrix exponential of a symmetric ``[d, d]`` matrix via its eigendecomposition."""
-    s = (s + s.T) / 2.0
-    evals, evecs = jnp.linalg.eigh(s)
+    # mirror the lower triangle instead of averaging with s.T: when s arrives as a fused product,
+    # XLA:CPU may contract ``a * s + a * s.T`` into an FMA in one program and not in another
+    lower = jnp.arange(s.shape[0])[:, None] >= jnp.arange(s.shape[0])[None, :]
+    s = jnp.where(lower, s, s.T)
+    evals, evecs = jnp.linalg.eigh(s, symmetrize_input=False)
     return exact_matmul(evecs * jnp.exp(evals), evecs.T)
 
 
@@ -98,8 +101,10 @@ def xnes_natural_gradients(z: jax.Array, utilities: jax.Array) -> tuple[jax.Arra
     Args: standard samples ``z [pop, dims]`` and ``utilities [pop]`` (higher = better).
     """
     g_delta = exact_vecmat(utilities, z)
-    d = z.shape[1]
-    g_m = exact_matmul((z * utilities[:, None]).T, z) - exact_sum(utilities) * jnp.eye(d, dtype=z.dtype)
+    pop, d = z.shape
+    # u_i * (z_i z_i^T): the outer product is exactly symmetric, so G_M is too, bit for bit
+    outer = (z[:, :, None] * z[:, None, :]).reshape(pop, d * d)
+    g_m = exact_vecmat(utilities, outer).reshape(d, d) - exact_sum(utilities) * jnp.eye(d, dtype=z.dtype)
     return g_delta, g_m
 
 
@@ -159,18 +164,22 @@ class XNES(VectorStrategy):
 
     def _ask(self, key, state, params):
         z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
-        return state.mean + state.sigma * exact_matmul(z, state.B.T), state
+        return state.mean + rounded(state.sigma * exact_matmul(z, state.B.T)), state
 
     def _tell(self, key, state, x, fitness, params):
         u = -jnp.asarray(self.fitness_shaping(fitness), jnp.float32)
-        # recover z_i = B^-1 (x_i - mean) / sigma
-        z = jnp.linalg.solve(state.B, ((x - state.mean) / state.sigma).T).T
+        # recover z_i = B^-1 (x_i - mean) / sigma; an explicit reciprocal, because XLA rewrites
+        # a division by a broadcast sigma into this multiply only in the batched program
+        z = jnp.linalg.solve(state.B, ((x - state.mean) * (1.0 / state.sigma)).T).T
         g_delta, g_m = xnes_natural_gradients(z, u)
         d = self.num_dims
-        g_sigma = exact_sum(jnp.diagonal(g_m)) / d
+        # rounded: else XLA may fold the 1/d into the later constants (eta / 2) in one program only
+        g_sigma = rounded(exact_sum(jnp.diagonal(g_m)) / d)
         g_b = g_m - g_sigma * jnp.eye(d, dtype=jnp.float32)
-        mean = state.mean + params.eta_mean * state.sigma * exact_matvec(state.B, g_delta)
-        sigma = jnp.maximum(state.sigma * jnp.exp(params.eta_sigma / 2.0 * g_sigma), params.sigma_min)
+        mean = state.mean + rounded(params.eta_mean * state.sigma * exact_matvec(state.B, g_delta))
+        # rounded: XLA's exp starts with an add that could absorb the product (see core.numerics)
+        log_step = rounded(params.eta_sigma / 2.0 * g_sigma)
+        sigma = jnp.maximum(state.sigma * jnp.exp(log_step), params.sigma_min)
         B = exact_matmul(state.B, sym_expm(params.eta_B / 2.0 * g_b))
         ok = jnp.all(jnp.isfinite(mean)) & jnp.isfinite(sigma) & jnp.all(jnp.isfinite(B))
         new, metrics = track_best(state, x, fitness)

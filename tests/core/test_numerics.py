@@ -1,0 +1,76 @@
+"""Batching-invariant arithmetic: exact sums and products against float64 references, rounded()
+as an identity that blocks FMA contraction, and vmapped == separate bit for bit."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from evotensor.core.numerics import exact_matmul, exact_matvec, exact_sum, exact_vecmat, rounded
+
+finite32 = st.floats(-1e3, 1e3, width=32)
+
+
+# a few shapes (odd, even, length 1) so the compiled sums are reused across examples
+SHAPES = st.sampled_from([(1, 1), (3, 5), (4, 8), (5, 2)])
+_sum_axis = jax.jit(exact_sum, static_argnums=1)
+
+
+@given(SHAPES.flatmap(lambda shape: hnp.arrays(np.float32, shape, elements=finite32)))
+def test_exact_sum_matches_float64_sum_on_both_axes(x):
+    for axis in (0, 1, -1):
+        ref = x.astype(np.float64).sum(axis=axis)
+        bound = 1e-6 * np.abs(x).astype(np.float64).sum(axis=axis) + 1e-30
+        assert np.all(np.abs(np.asarray(_sum_axis(jnp.asarray(x), axis)) - ref) <= bound)
+
+
+def test_exact_products_match_float64_references():
+    r = np.random.default_rng(0)
+    a, b = r.standard_normal((5, 7)).astype(np.float32), r.standard_normal((7, 3)).astype(np.float32)
+    w, v = r.standard_normal(5).astype(np.float32), r.standard_normal(7).astype(np.float32)
+    f64 = lambda t: t.astype(np.float64)
+    np.testing.assert_allclose(exact_matmul(a, b), f64(a) @ f64(b), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(exact_vecmat(w, a), f64(w) @ f64(a), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(exact_matvec(a, v), f64(a) @ f64(v), rtol=1e-5, atol=1e-5)
+
+
+def test_rounded_is_the_identity_including_nonfinite_and_integers():
+    x = jnp.array([1.5, -0.0, jnp.inf, -jnp.inf, jnp.nan, 3e-45], jnp.float32)
+    y = np.asarray(jax.jit(rounded)(x))
+    np.testing.assert_array_equal(y[:4], np.asarray(x)[:4])
+    assert np.isnan(y[4]) and y[5] == np.asarray(x)[5] and np.signbit(y[1])
+    i = jnp.arange(4)
+    assert rounded(i).dtype == i.dtype and np.array_equal(rounded(i), i)
+
+
+def test_rounded_stops_fma_contraction():
+    """XLA:CPU contracts ``a * b + c * d`` into FMAs (visible against numpy's two roundings under
+    XLA's default options); with rounded() each product is rounded once, exactly as numpy does."""
+    a, b, c, d = np.random.default_rng(1).standard_normal((4, 4096)).astype(np.float32)
+    f = jax.jit(lambda a, b, c, d: rounded(a * b) + rounded(c * d))
+    np.testing.assert_array_equal(np.asarray(f(a, b, c, d)), a * b + c * d)
+
+
+PRODUCTS = {
+    "matmul": (exact_matmul, (6, 5), (5, 4)),
+    "matvec": (exact_matvec, (6, 5), (5,)),
+    "vecmat": (exact_vecmat, (6,), (6, 4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_vmapped_products_equal_separate_ones_bitwise(name):
+    fn, sa, sb = PRODUCTS[name]
+    r = np.random.default_rng(2)
+    a, b = r.standard_normal((3, *sa)).astype(np.float32), r.standard_normal((3, *sb)).astype(np.float32)
+    # the products feed adds around them, as in a strategy's update
+    def g(a, b):
+        p = fn(a, b)
+        return p * 0.3 + rounded(exact_sum(a.reshape(-1)) * p) + exact_sum(p**2, axis=0)
+
+    batched = jax.jit(jax.vmap(g))(a, b)
+    for i in range(3):
+        np.testing.assert_array_equal(np.asarray(jax.jit(g)(a[i], b[i])), np.asarray(batched[i]))
