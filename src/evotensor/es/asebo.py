@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import optax
 
 from evotensor.core.fitness_shaping import z_score
+from evotensor.core.numerics import exact_matmul, exact_matvec, exact_sum, exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_even
 from evotensor.es.gradient_es import FitnessShaping, GradientES
@@ -67,10 +68,13 @@ def active_subspace(gradients: jax.Array, threshold: jax.Array, min_dims: int) -
     """PCA of the buffer ``[k, dims]`` (``k <= dims``) -> ``[k, dims]`` basis rows, ordered by explained
     variance; rows past the active count (first count whose cumulative ratio exceeds ``threshold``,
     at least ``min_dims``) are 0."""
-    centered = gradients - jnp.mean(gradients, axis=0)
+    centered = gradients - rounded(exact_sum(gradients, axis=0) / gradients.shape[0])
     _, s, vt = jnp.linalg.svd(centered, full_matrices=False)  # vt [k, dims]
-    var = s**2
-    ratio = jnp.cumsum(var) / jnp.maximum(jnp.sum(var), jnp.finfo(jnp.float32).tiny)
+    var = rounded(s**2)
+    k = var.shape[0]
+    upto = jnp.arange(k)[None, :] <= jnp.arange(k)[:, None]  # [k, k] row i: entries 0..i
+    prefix = exact_sum(jnp.where(upto, var[None, :], 0.0), axis=1)  # batching-invariant cumsum
+    ratio = prefix * (1.0 / jnp.maximum(exact_sum(var), jnp.finfo(jnp.float32).tiny))
     count = jnp.argmax(ratio > threshold) + 1  # first index past the threshold
     count = jnp.clip(count, min_dims, vt.shape[0])
     keep = jnp.arange(vt.shape[0]) < count
@@ -157,11 +161,13 @@ class ASEBO(GradientES):
         count = jnp.maximum(jnp.sum(jnp.any(basis != 0, axis=1)), 1)
         alpha = jnp.where(warm, state.alpha, 1.0)
         z = jax.random.normal(key, (h, d), jnp.float32)
-        zp = (z @ basis.T) @ basis  # projection onto the active subspace
+        zp = exact_matmul(exact_matmul(z, basis.T), basis)  # projection onto the active subspace
         # sqrt of alpha/d I + (1-alpha)/l P  =  sqrt(alpha/d) (I - P) + sqrt(alpha/d + (1-alpha)/l) P
-        e = jnp.sqrt(alpha / d) * (z - zp) + jnp.sqrt(alpha / d + (1.0 - alpha) / count) * zp
-        e = e / jnp.maximum(jnp.linalg.norm(e, axis=1, keepdims=True), jnp.finfo(jnp.float32).tiny)
-        return jnp.concatenate([state.mean + sigma * e, state.mean - sigma * e]), state.replace(basis=basis)
+        a_d = rounded(alpha / d)
+        e = rounded(jnp.sqrt(a_d) * (z - zp)) + rounded(jnp.sqrt(a_d + rounded((1.0 - alpha) / count)) * zp)
+        e = e * (1.0 / jnp.maximum(jnp.sqrt(exact_sum(e**2, axis=1))[:, None], jnp.finfo(jnp.float32).tiny))
+        se = rounded(sigma * e)
+        return jnp.concatenate([state.mean + se, state.mean - se]), state.replace(basis=basis)
 
     def _tell(self, key, state, x, fitness, params):
         sigma = self.sigma(state, params)
@@ -169,10 +175,10 @@ class ASEBO(GradientES):
         h, d = self.population_size // 2, self.num_dims
         c = w[:h] - w[h:]
         # e_i = (x+_i - x-_i) / (2 sigma)
-        grad = d * (c @ x[:h] - c @ x[h:]) / (4.0 * sigma**2 * h)
+        grad = exact_vecmat(c, x[:h] - x[h:]) * ((d / (4.0 * h)) / rounded(sigma**2))
         grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
         new, metrics = self._apply_gradient(state, grad, x, fitness, sigma)
-        par = (grad @ state.basis.T) @ state.basis
+        par = exact_vecmat(exact_matvec(state.basis, grad), state.basis)
         par_norm, perp_norm = safe_norm(par), safe_norm(grad - par)
         ratio = jnp.where(par_norm > 0, perp_norm / jnp.where(par_norm > 0, par_norm, 1.0), 1.0)
         alpha = jnp.where(state.generation >= self.subspace_dims, jnp.minimum(ratio, 1.0), 1.0)
