@@ -122,3 +122,12 @@ def test_bad_arguments():
         DE(8, num_dims=2, variant="rand/2/exp")
     with pytest.raises(ValueError, match="crossover_rate"):
         DE(8, num_dims=2, crossover_rate=1.5)
+
+
+@pytest.mark.parametrize("n, expected", [(1, 10), (2, 20), (10, 100), (37, 370)])
+def test_default_population_size_is_ten_times_the_dimension(n, expected):
+    """Storn & Price (1997): NP = 10 D as the rule-of-thumb population size."""
+    for variant in ("rand/1/bin", "best/1/bin"):
+        assert DE(num_dims=n, variant=variant).population_size == expected
+    assert DE(solution={"w": jnp.zeros((n, 1))}).population_size == expected
+    assert DE(8, num_dims=n).population_size == 8  # an explicit size still wins

@@ -106,3 +106,28 @@ def test_bad_arguments():
         IAMaLGaMFull(5, num_dims=3)  # floor(0.35 * 5) = 1 < 2
     with pytest.raises(ValueError, match="selection_ratio"):
         IAMaLGaMFull(20, num_dims=3, selection_ratio=1.5)
+
+
+@pytest.mark.parametrize(
+    "n, full, univariate",
+    # Bosman, Grahl & Thierens (2013) iAMaLGaM guidelines, evaluated by hand:
+    # full floor(10 sqrt(n)), univariate floor(4 sqrt(n)), both at least floor(2 / 0.35 + 1) = 6
+    [(1, 10, 6), (2, 14, 6), (3, 17, 6), (10, 31, 12), (30, 54, 21), (100, 100, 40)],
+)
+def test_default_population_size_follows_the_iamalgam_guideline(n, full, univariate):
+    assert IAMaLGaMFull(num_dims=n).population_size == full
+    assert IAMaLGaMUnivariate(num_dims=n).population_size == univariate
+    # the dimension comes from the template when one is given
+    template = {"a": jnp.zeros((n,)), "b": jnp.zeros(())}
+    assert IAMaLGaMFull(solution=template).population_size == IAMaLGaMFull(num_dims=n + 1).population_size
+    # an explicit size still wins
+    assert IAMaLGaMUnivariate(20, num_dims=n).population_size == 20
+
+
+@pytest.mark.parametrize("tau", [0.1, 0.2, 0.35, 0.5, 0.9])
+def test_default_population_size_always_selects_two(tau):
+    for n in (1, 2, 5, 50):
+        for cls in (IAMaLGaMFull, IAMaLGaMUnivariate):
+            es = cls(num_dims=n, selection_ratio=tau)  # would raise if floor(tau N) < 2
+            assert es.num_selected >= 2
+            assert es.population_size >= int(np.floor(2 / tau + 1))

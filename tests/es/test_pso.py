@@ -110,3 +110,11 @@ def test_pytree_template_and_bad_arguments():
         PSO(4, num_dims=2, inertia=-1.0)
     with pytest.raises(ValueError, match="fitness"):
         es.tell(jax.random.key(2), state, x, jnp.arange(3.0))
+
+
+@pytest.mark.parametrize("n, expected", [(1, 12), (2, 12), (4, 14), (10, 16), (30, 20), (100, 30)])
+def test_default_population_size_is_spso2007(n, expected):
+    """SPSO-2007 swarm size 10 + floor(2 sqrt(D)), evaluated by hand."""
+    assert PSO(num_dims=n).population_size == expected
+    assert PSO(solution=jnp.zeros((n,))).population_size == expected
+    assert PSO(5, num_dims=n).population_size == 5  # an explicit size still wins

@@ -8,6 +8,11 @@ populations in that structure with a leading ``pop`` axis; internally everything
 * ``_init(key, params) -> State``
 * ``_ask(key, state, params) -> (x [pop, dims], State)``
 * ``_tell(key, state, x [pop, dims], fitness [pop] (minimized, finite), params) -> (State, metrics)``
+
+``tell`` around ``_tell``: fitness is cast to the state's float dtype (float64 under x64 when the
+state is float64, else float32); NaN/inf become worst-of-batch values (or ``+inf`` for archive
+strategies); and a generation without one finite fitness leaves the state as it was, apart from
+the schedule counters in ``counter_fields`` (see :func:`keep_state_if_all_invalid`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,14 @@ class VectorStrategy(abc.ABC):
     # ranking within a generation). True: it sees ``+inf`` instead, for archive/elitist strategies
     # that compare across generations, where a finite stand-in could beat an older valid member.
     invalid_fitness_as_inf: bool = False
+    # A generation without a single finite fitness carries no information: ``tell`` then returns the
+    # state it was given, except these top-level schedule counters, which advance as usual (they
+    # count ``tell`` calls / evaluations spent, and sigma or unroll schedules follow them).
+    counter_fields: tuple[str, ...] = ("generation", "evaluations", "inner_step")
+    # Whether ``tell`` applies that rule. Off by default for archive/elitist strategies
+    # (InvalidAsInfStrategy), whose archives already ignore ``+inf`` candidates; those whose search
+    # state would still move on an all-invalid generation (PSO's swarm, iAMaLGaM's model) turn it on.
+    freeze_on_all_invalid: bool = True
 
     def __init__(self, population_size: int, solution: Any = None, num_dims: int | None = None):
         self.space = as_solution_space(solution, num_dims)
@@ -78,10 +91,17 @@ class VectorStrategy(abc.ABC):
             raise ValueError(
                 f"genotypes flatten to {x.shape}, expected ({self.population_size}, {self.num_dims})"
             )
-        fitness = fitness.astype(jnp.float32)
+        # float64 state (x64 on, e.g. CMA-ES's pycma reference runs) gets float64 fitness: a cast to
+        # float32 would merge fitness values closer than float32 resolution and change the ranking
+        fitness = fitness.astype(state_float_dtype(state))
         if self.invalid_fitness_as_inf:
-            return self._tell(key, state, x, jnp.where(jnp.isfinite(fitness), fitness, jnp.inf), params)
-        return self._tell(key, state, x, worst_for_nonfinite(fitness), params)
+            shown = jnp.where(jnp.isfinite(fitness), fitness, jnp.inf)
+        else:
+            shown = worst_for_nonfinite(fitness)
+        new_state, metrics = self._tell(key, state, x, shown, params)
+        if not self.freeze_on_all_invalid:
+            return new_state, metrics
+        return keep_state_if_all_invalid(state, new_state, fitness, self.counter_fields), metrics
 
     def mean_solution(self, state: Any) -> Any:
         """The distribution mean as a solution pytree (for strategies that have one)."""
@@ -113,10 +133,45 @@ class InvalidAsInfStrategy(VectorStrategy):
     """
 
     invalid_fitness_as_inf = True
+    # their archives never take an invalid candidate, so an all-invalid generation only advances
+    # schedules (temperature, mutation-step decay): no freeze unless a subclass turns it on. (Also
+    # measured: freezing simulated annealing's state with a select breaks its bit-identical vmap,
+    # XLA re-associates a re-computed copy of the winning candidate in the unbatched program.)
+    freeze_on_all_invalid = False
 
     def best_solution(self, state: Any) -> Any:
         """Best solution seen so far, as a solution pytree."""
         return self.space.unravel(state.best_solution)
+
+
+def state_float_dtype(state: Any) -> Any:
+    """float64 if any floating leaf of ``state`` is float64 (x64 runs), else float32."""
+    for leaf in jax.tree_util.tree_leaves(state):
+        if hasattr(leaf, "dtype") and leaf.dtype == jnp.float64:
+            return jnp.float64
+    return jnp.float32
+
+
+def keep_state_if_all_invalid(
+    old: Any, new: Any, fitness: jax.Array, counter_fields: tuple[str, ...] = ()
+) -> Any:
+    """``new`` unless no entry of ``fitness [pop]`` is finite; then ``old`` with ``new``'s counters.
+
+    An all-NaN/inf generation has no ranking information; without this guard the tie-break by index
+    (or the ``+inf`` stand-ins) would still move a distribution, a swarm or a step size. ``old`` and
+    ``new`` must have the same pytree structure (true for every strategy's ``_tell``). The fields
+    named in ``counter_fields`` that exist on ``new`` (top level) keep their new values. Exact (a
+    choice, no arithmetic) and bit-identical under ``vmap``.
+
+    Note: a strategy whose ``ask`` is deterministic (PSO) proposes the same candidates again after
+    such a generation: a retry, right for transient failures (a crashed simulation).
+    """
+    any_valid = jnp.any(jnp.isfinite(fitness))
+    counters = {name: getattr(new, name) for name in counter_fields if hasattr(new, name)}
+    frozen = old.replace(**counters) if counters else old
+    # an elementwise select in every program: a ``cond`` would be a select only when vmapped, and
+    # the unbatched program's different fusion broke bit-identical vmap (CMA-ES, restarts, GLD)
+    return jax.tree_util.tree_map(lambda n, f: jnp.where(any_valid, n, f), new, frozen)
 
 
 def update_best(

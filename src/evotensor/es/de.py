@@ -12,6 +12,9 @@ convergence). The population starts uniform in ``template ± init_range`` with f
 yet evaluated): the first ``ask`` returns that initial population itself to be evaluated, later
 ``ask`` calls return trial vectors.
 
+Population size: ``population_size=None`` selects ``NP = max(10 n, 4)`` for ``n`` dimensions,
+Storn & Price's (1997) rule of thumb ("a reasonable choice for NP is between 5 D and 10 D").
+
 ``ask`` draws the random numbers (``de_draws``) and builds trials (``de_trials``); ``tell`` does the
 greedy one-to-one selection. Both kernels are public so they can be tested against a reference.
 """
@@ -24,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
+from evotensor.core.strategy import as_solution_space
 from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
 
 VARIANTS = ("rand/1/bin", "best/1/bin")
@@ -119,11 +123,17 @@ def de_trials(
     return jnp.where(take, mutant, population)
 
 
+def default_population_size(num_dims: int) -> int:
+    """Storn & Price's (1997) rule of thumb ``NP = 10 n`` (at least DE's minimum of 4)."""
+    return max(10 * num_dims, 4)
+
+
 class DE(InvalidAsInfStrategy):
     """Differential evolution with binomial crossover and greedy one-to-one selection.
 
     Args:
-        population_size: number of target vectors (>= 4).
+        population_size: number of target vectors (>= 4); ``None``: :func:`default_population_size`
+            (``10 n``).
         solution: template pytree (center of the initial box), exclusive with ``num_dims``.
         num_dims: flat dimension.
         variant: ``"rand/1/bin"`` (default) or ``"best/1/bin"`` (static).
@@ -142,7 +152,7 @@ class DE(InvalidAsInfStrategy):
 
     def __init__(
         self,
-        population_size: int,
+        population_size: int | None = None,
         solution: Any = None,
         num_dims: int | None = None,
         *,
@@ -151,6 +161,8 @@ class DE(InvalidAsInfStrategy):
         crossover_rate: float = 0.9,
         init_range: float = 1.0,
     ):
+        if population_size is None:
+            population_size = default_population_size(as_solution_space(solution, num_dims).num_dims)
         super().__init__(population_size, solution, num_dims)
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")

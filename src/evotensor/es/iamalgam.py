@@ -26,6 +26,13 @@ Learning rates (Bosman et al. 2013, table of iAMaLGaM settings), with ``n`` the 
 same formulas are used for the univariate model (as evosax does); a literature-exact univariate
 table was not available when this was written.
 
+Population size: ``population_size=None`` selects the iAMaLGaM guideline of Bosman, Grahl &
+Thierens (2013), ``N = max(floor(2 / tau + 1), floor(10 sqrt(n)))`` for the full model and
+``N = max(floor(2 / tau + 1), floor(4 sqrt(n)))`` for the univariate one (the first term keeps
+``floor(tau N) >= 2``). These are the *incremental* variants' rules; the non-incremental AMaLGaM
+guidelines are larger (``17 + 3 n^1.5`` full, ``10 sqrt(n)`` univariate). The same rules are in
+the authors' group's reference implementations (S. C. Maree's HillVallEA / HICAM ``iamalgam``).
+
 Robustness: the Cholesky factor falls back to the square root of the diagonal if the float32
 factorization fails, so long runs past convergence stay finite.
 """
@@ -39,6 +46,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
+from evotensor.core.strategy import as_solution_space
 from evotensor.es.base import InvalidAsInfStrategy, check_fraction, check_positive, update_best
 
 
@@ -97,11 +105,23 @@ def adaptive_variance_scaling(
     return jnp.where(improved, c_up, c_down), jnp.where(improved, 0, nis_down).astype(jnp.int32)
 
 
+def default_population_size(num_dims: int, selection_ratio: float = 0.35, univariate: bool = False) -> int:
+    """iAMaLGaM's population-size guideline (Bosman, Grahl & Thierens 2013).
+
+    ``max(floor(2 / tau + 1), floor(c sqrt(n)))`` with ``c = 10`` (full) or ``c = 4`` (univariate),
+    ``tau`` = ``selection_ratio``, ``n`` = ``num_dims``; e.g. n = 10: 31 (full), 12 (univariate).
+    """
+    scale = 4.0 if univariate else 10.0
+    return max(int(math.floor(2.0 / selection_ratio + 1.0)), int(math.floor(scale * math.sqrt(num_dims))))
+
+
 class IAMaLGaMFull(InvalidAsInfStrategy):
     """iAMaLGaM with a full covariance matrix.
 
     Args:
-        population_size: samples per generation N (needs ``floor(tau N) >= 2``).
+        population_size: samples per generation N (needs ``floor(tau N) >= 2``); ``None``: the
+            iAMaLGaM guideline :func:`default_population_size` (``10 sqrt(n)`` full, ``4 sqrt(n)``
+            univariate).
         solution: template pytree (initial mean), exclusive with ``num_dims`` (mean 0).
         num_dims: flat dimension n.
         selection_ratio: tau (static, default 0.35).
@@ -116,20 +136,26 @@ class IAMaLGaMFull(InvalidAsInfStrategy):
     """
 
     name = "iamalgam_full"
+    # an all-invalid generation would re-estimate the model from an arbitrary "selection": skip it
+    freeze_on_all_invalid = True
     min_population_size = 2
     univariate = False
 
     def __init__(
         self,
-        population_size: int,
+        population_size: int | None = None,
         solution: Any = None,
         num_dims: int | None = None,
         *,
         selection_ratio: float = 0.35,
         std_init: float = 1.0,
     ):
+        selection_ratio = check_fraction(selection_ratio, "selection_ratio")
+        if population_size is None:
+            n = as_solution_space(solution, num_dims).num_dims
+            population_size = default_population_size(n, selection_ratio, self.univariate)
         super().__init__(population_size, solution, num_dims)
-        self.selection_ratio = check_fraction(selection_ratio, "selection_ratio")
+        self.selection_ratio = selection_ratio
         self.num_selected = int(math.floor(self.selection_ratio * self.population_size))
         if self.num_selected < 2:
             raise ValueError(

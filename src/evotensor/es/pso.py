@@ -10,6 +10,10 @@ Defaults ``w = 0.7298``, ``c1 = c2 = 1.49618`` are the constriction-equivalent c
 Kennedy (2002), recommended by Eberhart & Shi (2000) and used by SPSO-2007. Positions start uniform
 in ``template ± init_range``, velocities at zero.
 
+Population size: ``population_size=None`` selects SPSO-2007's swarm size
+``S = 10 + floor(2 sqrt(n))`` for ``n`` dimensions (Clerc et al., "Standard PSO 2007"; SPSO-2011
+uses a fixed 40 instead).
+
 Protocol: ``ask`` returns the current positions (deterministically; its key is unused), ``tell``
 updates personal/global bests with their fitness and then moves the swarm (its key draws
 ``r1, r2``). Invalid (NaN/inf) evaluations never become a personal best.
@@ -17,12 +21,14 @@ updates personal/global bests with their fitness and then moves the swarm (its k
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
+from evotensor.core.strategy import as_solution_space
 from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
 
 
@@ -83,11 +89,17 @@ def pso_update(
     return x + v, v
 
 
+def default_population_size(num_dims: int) -> int:
+    """SPSO-2007's swarm size ``10 + floor(2 sqrt(n))`` (e.g. 16 particles for n = 10)."""
+    return 10 + int(math.floor(2.0 * math.sqrt(num_dims)))
+
+
 class PSO(InvalidAsInfStrategy):
     """Global-best particle swarm optimization.
 
     Args:
-        population_size: number of particles (>= 1).
+        population_size: number of particles (>= 1); ``None``: SPSO-2007's
+            :func:`default_population_size` (``10 + floor(2 sqrt(n))``).
         solution: template pytree (center of the initial box), exclusive with ``num_dims``.
         num_dims: flat dimension.
         inertia, cognitive, social, init_range: defaults of the params (see :class:`PSOParams`).
@@ -101,10 +113,12 @@ class PSO(InvalidAsInfStrategy):
     """
 
     name = "pso"
+    # an all-invalid generation would still move the swarm (towards stale bests): keep it in place
+    freeze_on_all_invalid = True
 
     def __init__(
         self,
-        population_size: int,
+        population_size: int | None = None,
         solution: Any = None,
         num_dims: int | None = None,
         *,
@@ -113,6 +127,8 @@ class PSO(InvalidAsInfStrategy):
         social: float = 1.49618,
         init_range: float = 1.0,
     ):
+        if population_size is None:
+            population_size = default_population_size(as_solution_space(solution, num_dims).num_dims)
         super().__init__(population_size, solution, num_dims)
         self.inertia = check_positive(inertia, "inertia", allow_zero=True)
         self.cognitive = check_positive(cognitive, "cognitive", allow_zero=True)
