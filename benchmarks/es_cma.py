@@ -21,6 +21,11 @@ the other:
 
 pycma is timed per generation (ask + evaluate + tell) on the same Rastrigin, numpy float64, one run
 (it has no batching).
+
+OpenBLAS (behind jaxlib's CPU `eigh` and NumPy) is pinned to one thread for this process and every
+competitor it starts (`OPENBLAS_NUM_THREADS=1`, set before NumPy loads unless the environment
+already sets it): on a loaded 2-core box its threads busy-wait for each other and a generation then costs
+~40x its CPU time (benchmarks/results_es_cma.md, run 6). Runs 1-5 there predate this pin.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy/jaxlib load OpenBLAS; see above
 import platform
 import subprocess
 import sys

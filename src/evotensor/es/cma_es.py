@@ -258,7 +258,9 @@ def decompose(C: jax.Array, B_old: jax.Array, D_old: jax.Array, max_condition: j
     ok = jnp.all(jnp.isfinite(ev)) & jnp.all(jnp.isfinite(B))
     B = jnp.where(ok, B, B_old)
     D = jnp.where(ok, jnp.sqrt(ev), D_old)
-    C = jnp.where(ok, C, (B_old * D_old**2) @ B_old.T)
+    # the O(n^3) rebuild only runs when needed (a ``where`` would compute it every decomposition);
+    # under ``vmap`` with a batched ``ok`` the cond becomes that ``where`` again, with equal values
+    C = jax.lax.cond(ok, lambda: C, lambda: (B_old * D_old**2) @ B_old.T)
     return C, B, D
 
 
