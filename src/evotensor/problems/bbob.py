@@ -516,6 +516,26 @@ _noisy_value_jit = jax.jit(_noisy_value, static_argnums=(0, 1))
 
 
 # -- the problem -----------------------------------------------------------------------------------
+
+
+def build_instance(
+    fn_id: int, num_dims: int, instance: Any, key_of: Any, rule_id: int | None = None
+) -> BBOBInstance:
+    """The :class:`BBOBInstance` of ``instance`` (an int ``>= 0``, turned into a key by
+    ``key_of(fn_id, num_dims, instance)``, or a ``jax.random.key``), sampled with function
+    ``rule_id``'s instance rule (default ``fn_id``); the shared part compiles once per dimension."""
+    if isinstance(instance, (int, np.integer)) and not isinstance(instance, bool):
+        if instance < 0:
+            raise ValueError(f"instance must be a non-negative int or a jax.random.key, got {instance!r}")
+        key = key_of(fn_id, num_dims, int(instance))
+    elif isinstance(instance, jax.Array) and jnp.issubdtype(instance.dtype, jax.dtypes.prng_key):
+        key = instance
+    else:
+        raise TypeError(f"instance must be an int or a jax.random.key, got {type(instance).__name__}")
+    base, k_peaks = _common_jit(num_dims, key)
+    return _specialize(fn_id if rule_id is None else rule_id, base, k_peaks, _gallagher_peaks_jit)
+
+
 class BBOB:
     """One BBOB function instance as a function problem (minimized).
 
@@ -542,17 +562,8 @@ class BBOB:
         if noise is not None and noise not in NOISE_MODELS:
             raise ValueError(f"noise must be None or one of {', '.join(NOISE_MODELS)}, got {noise!r}")
         self.noise = noise
-        if isinstance(instance, (int, np.integer)) and not isinstance(instance, bool):
-            if instance < 0:
-                raise ValueError(f"instance must be a non-negative int or a jax.random.key, got {instance!r}")
-            key = instance_key(self.fn_id, self.num_dims, int(instance))
-        elif isinstance(instance, jax.Array) and jnp.issubdtype(instance.dtype, jax.dtypes.prng_key):
-            key = instance
-        else:
-            raise TypeError(f"instance must be an int or a jax.random.key, got {type(instance).__name__}")
         # Same draws as sample_instance(), but the shared part compiles once per dimension.
-        base, k_peaks = _common_jit(self.num_dims, key)
-        self.instance = _specialize(self.fn_id, base, k_peaks, _gallagher_peaks_jit)
+        self.instance = build_instance(self.fn_id, self.num_dims, instance, instance_key)
 
     @property
     def x_opt(self) -> jax.Array:

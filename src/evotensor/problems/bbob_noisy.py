@@ -241,17 +241,10 @@ class BBOBNoisy:
         self.fn_id = noisy_function_id(function)
         self.name, self.base_id, self.noise = NOISY_FUNCTIONS[self.fn_id]
         self.num_dims = bbob._check_dims(num_dims)
-        if isinstance(instance, (int, np.integer)) and not isinstance(instance, bool):
-            if instance < 0:
-                raise ValueError(f"instance must be a non-negative int or a jax.random.key, got {instance!r}")
-            key = noisy_instance_key(self.fn_id, self.num_dims, int(instance))
-        elif isinstance(instance, jax.Array) and jnp.issubdtype(instance.dtype, jax.dtypes.prng_key):
-            key = instance
-        else:
-            raise TypeError(f"instance must be an int or a jax.random.key, got {type(instance).__name__}")
         # Same draws as sample_noisy_instance(), compiled like BBOB's (shared cache per dimension).
-        base, k_peaks = bbob._common_jit(self.num_dims, key)
-        self.instance = bbob._specialize(self.base_id, base, k_peaks, bbob._gallagher_peaks_jit)
+        self.instance = bbob.build_instance(
+            self.fn_id, self.num_dims, instance, noisy_instance_key, rule_id=self.base_id
+        )
 
     @property
     def x_opt(self) -> jax.Array:
