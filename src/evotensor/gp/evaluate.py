@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from evotensor.gp.functions import CONST, FIRST_FUNCTION, VAR, FunctionSet
+from evotensor.gp.functions import CONST, FIRST_FUNCTION, VAR, FunctionSet, select_function
 
 METRICS = ("mse", "rmse", "r2", "accuracy", "cross_entropy")
 MAXIMIZED_METRICS = frozenset({"r2", "accuracy"})
@@ -265,26 +265,6 @@ def metric_from_predictions(pred: Any, y: Any, metric: str = "mse") -> jax.Array
 # ---- the JAX path -----------------------------------------------------------------------------------
 
 
-def _select_all(functions, op, args, fast: bool):
-    """Compute every function in ``functions`` and select the one named by ``op`` (0 elsewhere).
-
-    Returns ``(value, needs_exact)``: where ``fast``, functions with a fast form use it and
-    ``needs_exact`` flags the elements whose selected function's argument left its domain.
-    """
-    a = args[0]
-    out = jnp.zeros(jnp.broadcast_shapes(a.shape, op.shape), jnp.float32)
-    needs_exact = jnp.zeros(out.shape, bool)
-    for f in functions:
-        selected = op == f.opcode
-        if fast and f.fast_fn is not None:
-            value = f.fast_fn(*args[: f.arity])
-            needs_exact = needs_exact | (selected & ~f.fast_ok(*args[: f.arity]))
-        else:
-            value = f.fn(*args[: f.arity])
-        out = jnp.where(selected, value.astype(jnp.float32), out)
-    return out, needs_exact
-
-
 def _costly_tiers(tree_block: int) -> tuple[int, ...]:
     """Row counts a step's costly functions are computed for (powers of two, then ``tree_block``);
     a step uses the smallest that holds the trees needing one."""
@@ -379,7 +359,9 @@ def _block_forward(
                     bads.append(jnp.zeros((C, B), bool))
                     continue
                 sel = rows_tree[start : start + n]
-                v, e = _select_all(costly, op[sel][:, None], tuple(x[sel] for x in args[:n_args]), fast=True)
+                v, e = select_function(
+                    costly, op[sel][:, None], tuple(x[sel] for x in args[:n_args]), fast=True
+                )
                 values.append(jnp.pad(v, ((0, C - n), (0, 0))))
                 bads.append(jnp.pad(e, ((0, C - n), (0, 0))))
             return args, tuple(values), tuple(bads)
@@ -406,12 +388,12 @@ def _block_forward(
                 # the switch's results are materialized buffers (fused into the gather below, the
                 # [K, B] values would be recomputed for every tree); the gather fuses into the write
                 slot = col(slot_all)
-                node = _select_all(cheap, op, args, fast=False)[0]
+                node = select_function(cheap, op, args, fast=False)[0]
                 node = jnp.where(slot[:, None] >= 0, rows[jnp.maximum(slot, 0)], node)
                 needs_exact = needs_exact | bad  # elementwise: no reduction inside the loop
             else:
                 args = lax.cond(k >= 0, read, lambda buf, i: (buf[0],) * 3, buf, i)
-                node = _select_all(fs.functions, op, args, fast=False)[0]
+                node = select_function(fs.functions, op, args, fast=False)[0]
             a, b, c = args
             x = Xb[col(var)]
             node = jnp.where(op == CONST, val, jnp.where(op == VAR, x, node))

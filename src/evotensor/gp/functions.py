@@ -427,20 +427,7 @@ class FunctionSet:
         a = jnp.asarray(a, jnp.float32)
         b = jnp.zeros_like(a) if b is None else jnp.asarray(b, jnp.float32)
         c = jnp.zeros_like(a) if c is None else jnp.asarray(c, jnp.float32)
-        args = (a, b, c)
-        opcode = jnp.asarray(opcode, jnp.int32)
-        shape = jnp.broadcast_shapes(a.shape, opcode.shape)
-        out = jnp.zeros(shape, jnp.float32)
-        needs_exact = jnp.zeros(shape, bool)
-        for f in self.functions:
-            selected = opcode == f.opcode
-            if fast and f.fast_fn is not None:
-                value = f.fast_fn(*args[: f.arity])
-                needs_exact = needs_exact | (selected & ~f.fast_ok(*args[: f.arity]))
-            else:
-                value = f.fn(*args[: f.arity])
-            out = jnp.where(selected, value.astype(jnp.float32), out)
-        return out, needs_exact
+        return select_function(self.functions, jnp.asarray(opcode, jnp.int32), (a, b, c), fast)
 
     def apply(self, opcode, args):
         """Value of function ``opcode`` on ``args``.
@@ -488,3 +475,30 @@ class FunctionSet:
     def __repr__(self):
         extra = ", protected=True" if self.protected else ""
         return f"FunctionSet({self.names!r}{extra})"
+
+
+def select_function(functions, opcode, args, fast: bool):
+    """Compute each of ``functions`` on ``args`` and select the one named by ``opcode`` (0 elsewhere).
+
+    Args:
+        functions: the :class:`Function` s to compute (a set's, or a subset of it).
+        opcode: int array, broadcastable against the arguments.
+        args: ``(a, b, c)`` float32 arrays (a function of arity ``k`` reads the first ``k``).
+        fast: use the functions' fast forms where they have one.
+
+    Returns:
+        ``(value, needs_exact)``: ``needs_exact`` is True where the selected function's argument
+        left its fast form's domain (only with ``fast``).
+    """
+    a = args[0]
+    out = jnp.zeros(jnp.broadcast_shapes(a.shape, opcode.shape), jnp.float32)
+    needs_exact = jnp.zeros(out.shape, bool)
+    for f in functions:
+        selected = opcode == f.opcode
+        if fast and f.fast_fn is not None:
+            value = f.fast_fn(*args[: f.arity])
+            needs_exact = needs_exact | (selected & ~f.fast_ok(*args[: f.arity]))
+        else:
+            value = f.fn(*args[: f.arity])
+        out = jnp.where(selected, value.astype(jnp.float32), out)
+    return out, needs_exact
