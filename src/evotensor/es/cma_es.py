@@ -15,6 +15,11 @@ options without mirrored sampling:
   ``lazy_gap = 1/(c_1+c_mu)/n/10`` generations passed since the last decomposition (a counter
   and ``lax.cond``), so the O(n^3) ``eigh`` does not dominate each generation when ``lazy_gap > 1``.
 
+Step size: always cumulative step-size adaptation (CSA, the rule above). pycma switches its
+default to two-point adaptation (TPA, ``CMAAdaptSigmaTPA``, with mean-shift samples) from
+``n >= 300`` (``cma.evolution_strategy.TPA_dimension``); that variant is not implemented, so from
+300 dimensions on, this strategy equals pycma run with ``AdaptSigma=CMAAdaptSigmaCSA``.
+
 ``preset="tutorial"`` gives the textbook constants of pycma's ``purecma`` (positive weights only,
 ``c_sigma`` with +5, ``c_1`` without the ``min(1, lambda/6)`` factor, ``c_mu`` without the 0.25
 offset, ``d_sigma = 2 mu_eff/lambda + 0.3 + c_sigma``, the squared-length step-size rule and
