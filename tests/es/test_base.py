@@ -125,3 +125,34 @@ def test_float32_state_still_gets_float32_fitness_under_x64():
         after, metrics = es.tell(jax.random.key(2), state, x, jnp.arange(8, dtype=jnp.float64), params)
         for (path, a), b in zip(_leaves_with_names(state), jax.tree_util.tree_leaves(after)):
             assert a.dtype == b.dtype, path  # no silent promotion (a scan carry would break)
+
+
+def test_float32_params_reads_each_field_from_the_strategy_and_names_a_missing_one():
+    from evotensor.es import MR15GA
+    from evotensor.es.base import float32_params
+    from evotensor.es.pso import PSOParams
+
+    pso = PSO(8, num_dims=3, inertia=0.5)
+    params = float32_params(PSOParams, pso)
+    assert float(params.inertia) == 0.5 and params.inertia.dtype == jnp.float32
+    expected = (0.5, pso.cognitive, pso.social, pso.init_range)
+    assert [float(v) for v in (params.inertia, params.cognitive, params.social, params.init_range)] == [
+        np.float32(v) for v in expected
+    ]
+
+    class Partial:
+        inertia = 0.5
+
+    with pytest.raises(AttributeError, match="cognitive|social"):
+        float32_params(PSOParams, Partial())
+    with pytest.raises(ValueError, match=r"std_min \(2.0\) must be <= std_max \(1.0\)"):
+        MR15GA(8, num_dims=3, std_min=2.0, std_max=1.0)
+
+
+def test_check_std_bounds():
+    from evotensor.es.base import check_std_bounds
+
+    assert check_std_bounds(0, 1) == (0.0, 1.0)
+    for lo, hi, arg in ((-1.0, 1.0, "std_min"), (0.0, 0.0, "std_max"), (0.5, 0.1, "std_min")):
+        with pytest.raises(ValueError, match=arg):
+            check_std_bounds(lo, hi)

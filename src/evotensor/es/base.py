@@ -18,6 +18,7 @@ the schedule counters in ``counter_fields`` (see :func:`keep_state_if_all_invali
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Any
 
 import jax
@@ -205,6 +206,26 @@ def track_best(state: Any, x: jax.Array, fitness: jax.Array) -> tuple[Any, dict[
         best_fitness=best_fitness, generation_best_fitness=fitness[i], mean_fitness=jnp.mean(fitness)
     )
     return state.replace(best_solution=best_solution, best_fitness=best_fitness), metrics
+
+
+def float32_params(params_cls: type, strategy: Any) -> Any:
+    """``params_cls(**{name: float32(strategy.<name>)})`` over every field of the params dataclass.
+
+    The default params of a strategy whose constructor stores each dynamic hyperparameter (already
+    validated) under its field's name. A missing attribute raises ``AttributeError`` naming it.
+    """
+    return params_cls(
+        **{f.name: jnp.float32(getattr(strategy, f.name)) for f in dataclasses.fields(params_cls)}
+    )
+
+
+def check_std_bounds(std_min: Any, std_max: Any) -> tuple[float, float]:
+    """Validated mutation-step bounds ``0 <= std_min <= std_max``, ``std_max > 0``."""
+    lo = check_positive(std_min, "std_min", allow_zero=True)
+    hi = check_positive(std_max, "std_max")
+    if lo > hi:
+        raise ValueError(f"std_min ({std_min}) must be <= std_max ({std_max})")
+    return lo, hi
 
 
 def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:

@@ -22,7 +22,13 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_fraction, check_positive, update_best
+from evotensor.es.base import (
+    InvalidAsInfStrategy,
+    check_fraction,
+    check_positive,
+    float32_params,
+    update_best,
+)
 
 
 @pytree_dataclass
@@ -103,14 +109,7 @@ class CEM(InvalidAsInfStrategy):
         self.std_init = check_positive(std_init, "std_init")
 
     def default_params(self) -> CEMParams:
-        f = jnp.float32
-        return CEMParams(
-            elite_ratio=f(self.elite_ratio),
-            mean_smoothing=f(self.mean_smoothing),
-            std_smoothing=f(self.std_smoothing),
-            extra_noise=f(self.extra_noise),
-            std_init=f(self.std_init),
-        )
+        return float32_params(CEMParams, self)
 
     def _init(self, key, params):
         mean = self.initial_mean()

@@ -229,9 +229,7 @@ class CRFMNES(VectorStrategy):
         s1 = r(ex_y**2) - r(norm_v2 / gamma_v * (ex_y * vbar * ip_yvbar[:, None])) + 1.0
         ip_vbart = exact_matvec(t, vbar)
         s2 = s1 - r(
-            alpha_vd
-            / gamma_v
-            * (r((2.0 + norm_v2) * (t * vbar)) - r(norm_v2 * vbarbar * ip_vbart[:, None]))
+            alpha_vd / gamma_v * (r((2.0 + norm_v2) * (t * vbar)) - r(norm_v2 * vbarbar * ip_vbart[:, None]))
         )
         inv_h_vbb = r(inv_h * vbarbar)
         coef = b / (1.0 + r(b * exact_sum(vbarbar * inv_h_vbb)))

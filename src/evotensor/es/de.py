@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
+from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
 
 VARIANTS = ("rand/1/bin", "best/1/bin")
 
@@ -174,12 +174,7 @@ class DE(InvalidAsInfStrategy):
         self.init_range = check_positive(init_range, "init_range")
 
     def default_params(self) -> DEParams:
-        f = jnp.float32
-        return DEParams(
-            differential_weight=f(self.differential_weight),
-            crossover_rate=f(self.crossover_rate),
-            init_range=f(self.init_range),
-        )
+        return float32_params(DEParams, self)
 
     def _init(self, key, params):
         u = jax.random.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)

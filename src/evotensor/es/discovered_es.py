@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
+from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
 
 
 @pytree_dataclass
@@ -100,13 +100,7 @@ class DiscoveredES(InvalidAsInfStrategy):
         self.std_init = check_positive(std_init, "std_init")
 
     def default_params(self) -> DiscoveredESParams:
-        f = jnp.float32
-        return DiscoveredESParams(
-            temperature=f(self.temperature),
-            lr_mean=f(self.lr_mean),
-            lr_std=f(self.lr_std),
-            std_init=f(self.std_init),
-        )
+        return float32_params(DiscoveredESParams, self)
 
     def _init(self, key, params):
         mean = self.initial_mean()

@@ -22,7 +22,14 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_fraction, check_positive, update_best
+from evotensor.es.base import (
+    InvalidAsInfStrategy,
+    check_fraction,
+    check_positive,
+    check_std_bounds,
+    float32_params,
+    update_best,
+)
 from evotensor.es.simple_ga import initial_population, plus_selection, take_merged, truncation_parents
 
 
@@ -124,23 +131,11 @@ class GESMRGA(InvalidAsInfStrategy):
         self.std_ratio = check_fraction(std_ratio, "std_ratio")
         self.std_init = check_positive(std_init, "std_init")
         self.std_meta = check_positive(std_meta, "std_meta")
-        self.std_min = check_positive(std_min, "std_min", allow_zero=True)
-        self.std_max = check_positive(std_max, "std_max")
-        if self.std_min > self.std_max:
-            raise ValueError(f"std_min ({std_min}) must be <= std_max ({std_max})")
+        self.std_min, self.std_max = check_std_bounds(std_min, std_max)
         self.init_range = check_positive(init_range, "init_range")
 
     def default_params(self) -> GESMRGAParams:
-        f = jnp.float32
-        return GESMRGAParams(
-            elite_ratio=f(self.elite_ratio),
-            std_ratio=f(self.std_ratio),
-            std_init=f(self.std_init),
-            std_meta=f(self.std_meta),
-            std_min=f(self.std_min),
-            std_max=f(self.std_max),
-            init_range=f(self.init_range),
-        )
+        return float32_params(GESMRGAParams, self)
 
     def _init(self, key, params):
         inf = jnp.full((self.population_size,), jnp.inf, jnp.float32)

@@ -18,7 +18,14 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_fraction, check_positive, update_best
+from evotensor.es.base import (
+    InvalidAsInfStrategy,
+    check_fraction,
+    check_positive,
+    check_std_bounds,
+    float32_params,
+    update_best,
+)
 from evotensor.es.simple_ga import initial_population, plus_selection, take_merged, truncation_parents
 
 
@@ -113,21 +120,11 @@ class MR15GA(InvalidAsInfStrategy):
         self.std_init = check_positive(std_init, "std_init")
         self.success_target = check_fraction(success_target, "success_target")
         self.adapt_factor = check_fraction(adapt_factor, "adapt_factor")
-        self.std_min = check_positive(std_min, "std_min", allow_zero=True)
-        self.std_max = check_positive(std_max, "std_max")
+        self.std_min, self.std_max = check_std_bounds(std_min, std_max)
         self.init_range = check_positive(init_range, "init_range")
 
     def default_params(self) -> MR15GAParams:
-        f = jnp.float32
-        return MR15GAParams(
-            elite_ratio=f(self.elite_ratio),
-            std_init=f(self.std_init),
-            success_target=f(self.success_target),
-            adapt_factor=f(self.adapt_factor),
-            std_min=f(self.std_min),
-            std_max=f(self.std_max),
-            init_range=f(self.init_range),
-        )
+        return float32_params(MR15GAParams, self)
 
     def _init(self, key, params):
         inf = jnp.full((self.population_size,), jnp.inf, jnp.float32)

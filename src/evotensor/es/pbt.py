@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
+from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
 from evotensor.es.simple_ga import initial_population, num_elites
 
 
@@ -113,14 +113,7 @@ class PBT(InvalidAsInfStrategy):
         self.init_range = check_positive(init_range, "init_range")
 
     def default_params(self) -> PBTParams:
-        f = jnp.float32
-        return PBTParams(
-            truncation=f(self.truncation),
-            perturb_low=f(self.perturb_low),
-            perturb_high=f(self.perturb_high),
-            resample_probability=f(self.resample_probability),
-            init_range=f(self.init_range),
-        )
+        return float32_params(PBTParams, self)
 
     def _init(self, key, params):
         return PBTState(

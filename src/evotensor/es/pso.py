@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
+from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
 
 
 @pytree_dataclass
@@ -136,13 +136,7 @@ class PSO(InvalidAsInfStrategy):
         self.init_range = check_positive(init_range, "init_range")
 
     def default_params(self) -> PSOParams:
-        f = jnp.float32
-        return PSOParams(
-            inertia=f(self.inertia),
-            cognitive=f(self.cognitive),
-            social=f(self.social),
-            init_range=f(self.init_range),
-        )
+        return float32_params(PSOParams, self)
 
     def _init(self, key, params):
         u = jax.random.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)

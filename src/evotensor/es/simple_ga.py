@@ -21,7 +21,13 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_fraction, check_positive, update_best
+from evotensor.es.base import (
+    InvalidAsInfStrategy,
+    check_fraction,
+    check_positive,
+    float32_params,
+    update_best,
+)
 
 
 def num_elites(elite_ratio: jax.Array, population_size: int) -> jax.Array:
@@ -139,15 +145,7 @@ class SimpleGA(InvalidAsInfStrategy):
         self.init_range = check_positive(init_range, "init_range")
 
     def default_params(self) -> SimpleGAParams:
-        f = jnp.float32
-        return SimpleGAParams(
-            elite_ratio=f(self.elite_ratio),
-            crossover_rate=f(self.crossover_rate),
-            std_init=f(self.std_init),
-            std_decay=f(self.std_decay),
-            std_min=f(self.std_min),
-            init_range=f(self.init_range),
-        )
+        return float32_params(SimpleGAParams, self)
 
     def _init(self, key, params):
         return SimpleGAState(

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
+from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
 
 
 @pytree_dataclass
@@ -108,15 +108,7 @@ class SimulatedAnnealing(InvalidAsInfStrategy):
         self.std_min = check_positive(std_min, "std_min", allow_zero=True)
 
     def default_params(self) -> SimulatedAnnealingParams:
-        f = jnp.float32
-        return SimulatedAnnealingParams(
-            temp_init=f(self.temp_init),
-            temp_decay=f(self.temp_decay),
-            temp_min=f(self.temp_min),
-            std_init=f(self.std_init),
-            std_decay=f(self.std_decay),
-            std_min=f(self.std_min),
-        )
+        return float32_params(SimulatedAnnealingParams, self)
 
     def _init(self, key, params):
         mean = self.initial_mean()
