@@ -198,12 +198,9 @@ def track_best(state: Any, x: jax.Array, fitness: jax.Array) -> tuple[Any, dict[
         ``(state with updated best, metrics)`` where metrics has ``best_fitness``,
         ``generation_best_fitness`` and ``mean_fitness``.
     """
-    i = jnp.argmin(fitness)
-    better = fitness[i] < state.best_fitness
-    best_fitness = jnp.where(better, fitness[i], state.best_fitness)
-    best_solution = jnp.where(better, x[i], state.best_solution)
+    best_solution, best_fitness = update_best(state.best_solution, state.best_fitness, x, fitness)
     metrics = dict(
-        best_fitness=best_fitness, generation_best_fitness=fitness[i], mean_fitness=jnp.mean(fitness)
+        best_fitness=best_fitness, generation_best_fitness=jnp.min(fitness), mean_fitness=jnp.mean(fitness)
     )
     return state.replace(best_solution=best_solution, best_fitness=best_fitness), metrics
 

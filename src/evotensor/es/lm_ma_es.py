@@ -29,7 +29,7 @@ import numpy as np
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import VectorStrategy
+from evotensor.es.base import VectorStrategy, update_best
 from evotensor.es.cma_es import float_dtype
 from evotensor.es.ma_es import positive_log_weights
 
@@ -170,15 +170,14 @@ class LMMAES(VectorStrategy):
         M = (1 - c_c)[:, None] * state.M + jnp.sqrt(params.mu_eff * c_c * (2 - c_c))[:, None] * z_w
         log_step = jnp.clip(c_s / 2 * (exact_sum(p_sigma**2) / n - 1), -1.0, 1.0)
         sigma = jnp.clip(state.sigma * jnp.exp(log_step), params.sigma_min, params.sigma_max)
-        best = order[0]
-        better = fitness[best] < state.best_fitness
+        best_x, best_f = update_best(state.best_solution, state.best_fitness, x.astype(dtype), fitness)
         new = state.replace(
             mean=mean,
             sigma=sigma,
             p_sigma=p_sigma,
             M=M,
             generation=state.generation + 1,
-            best_solution=jnp.where(better, x[best].astype(dtype), state.best_solution),
-            best_fitness=jnp.where(better, fitness[best].astype(dtype), state.best_fitness),
+            best_solution=best_x,
+            best_fitness=best_f.astype(dtype),
         )
         return new, {"sigma": sigma}

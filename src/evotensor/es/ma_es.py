@@ -30,7 +30,7 @@ import numpy as np
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import VectorStrategy
+from evotensor.es.base import VectorStrategy, update_best
 from evotensor.es.cma_es import float_dtype
 
 
@@ -166,15 +166,14 @@ class MAES(VectorStrategy):
         M = state.M @ update
         log_step = jnp.clip(c_s / params.d_sigma * (jnp.sqrt(exact_sum(s**2)) / params.chi_n - 1), -1.0, 1.0)
         sigma = jnp.clip(state.sigma * jnp.exp(log_step), params.sigma_min, params.sigma_max)
-        best = order[0]
-        better = fitness[best] < state.best_fitness
+        best_x, best_f = update_best(state.best_solution, state.best_fitness, x.astype(dtype), fitness)
         new = state.replace(
             mean=mean,
             sigma=sigma,
             s=s,
             M=M,
             generation=state.generation + 1,
-            best_solution=jnp.where(better, x[best].astype(dtype), state.best_solution),
-            best_fitness=jnp.where(better, fitness[best].astype(dtype), state.best_fitness),
+            best_solution=best_x,
+            best_fitness=best_f.astype(dtype),
         )
         return new, {"sigma": sigma}

@@ -32,7 +32,7 @@ import numpy as np
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import VectorStrategy
+from evotensor.es.base import VectorStrategy, update_best
 from evotensor.es.cma_es import float_dtype
 from evotensor.es.ma_es import positive_log_weights
 
@@ -195,8 +195,7 @@ class RmES(VectorStrategy):
         P = jnp.where((idx >= i_drop)[:, None], shifted_P, state.P)
         t_hat = jnp.where(idx >= i_drop, shifted_t, state.t_hat)
 
-        best = order[0]
-        better = fitness[best] < state.best_fitness
+        best_x, best_f = update_best(state.best_solution, state.best_fitness, x.astype(dtype), fitness)
         new = RmESState(
             mean=mean,
             sigma=sigma,
@@ -206,7 +205,7 @@ class RmES(VectorStrategy):
             s=s,
             prev_fitness=current,
             generation=state.generation + 1,
-            best_solution=jnp.where(better, x[best].astype(dtype), state.best_solution),
-            best_fitness=jnp.where(better, fitness[best].astype(dtype), state.best_fitness),
+            best_solution=best_x,
+            best_fitness=best_f.astype(dtype),
         )
         return new, {"sigma": sigma, "success_rate": q}
