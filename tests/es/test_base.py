@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from evotensor.es import CMAES, PSO, IAMaLGaMUnivariate, OpenES, SimulatedAnnealing
+from evotensor.es import CEM, CMAES, PSO, DiscoveredES, IAMaLGaMUnivariate, OpenES, SimulatedAnnealing
 from evotensor.es.base import keep_state_if_all_invalid, state_float_dtype
 
 DIMS = 4
@@ -24,6 +24,8 @@ STRATEGIES = {
     "OpenES": lambda: OpenES(8, num_dims=DIMS),
     "PSO": lambda: PSO(8, num_dims=DIMS),
     "IAMaLGaMUnivariate": lambda: IAMaLGaMUnivariate(num_dims=DIMS),
+    "CEM": lambda: CEM(8, num_dims=DIMS),
+    "DiscoveredES": lambda: DiscoveredES(8, num_dims=DIMS),
 }
 
 

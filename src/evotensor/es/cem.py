@@ -86,6 +86,9 @@ class CEM(InvalidAsInfStrategy):
         state, metrics = cem.tell(jax.random.key(2), state, x, (x**2).sum(1))
     """
 
+    # an all-invalid generation would still pull the distribution towards arbitrary candidates
+    freeze_on_all_invalid = True
+
     name = "cem"
     min_population_size = 2
 

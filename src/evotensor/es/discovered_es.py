@@ -79,6 +79,9 @@ class DiscoveredES(InvalidAsInfStrategy):
         state, metrics = des.tell(jax.random.key(2), state, x, (x**2).sum(1))
     """
 
+    # an all-invalid generation would still pull the distribution towards arbitrary candidates
+    freeze_on_all_invalid = True
+
     name = "discovered_es"
     min_population_size = 2
 
