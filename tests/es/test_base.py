@@ -1,9 +1,9 @@
 """Tests for :mod:`evotensor.es.base` (the ``VectorStrategy.tell`` wrapper every strategy shares).
 
 * A generation without one finite fitness leaves the search state unchanged (only the schedule
-  counters advance), for a distribution strategy (CMA-ES), a gradient ES (OpenAI-ES), a swarm
-  (PSO) and an EDA (iAMaLGaM); one finite value is enough for the update to happen. Archive
-  strategies that do not opt in (simulated annealing) still advance their schedules.
+  counters advance), for distribution strategies (CMA-ES, CEM, Discovered ES), a gradient ES
+  (OpenAI-ES) and an EDA (iAMaLGaM); one finite value is enough for the update to happen. Archive
+  strategies that do not opt in (simulated annealing, PSO) still advance their schedules.
 * Under x64 a float64 CMA-ES state receives float64 fitness: differences far below float32
   resolution still decide the ranking.
 """
@@ -22,7 +22,6 @@ DIMS = 4
 STRATEGIES = {
     "CMAES": lambda: CMAES(num_dims=DIMS, sigma_init=0.5),
     "OpenES": lambda: OpenES(8, num_dims=DIMS),
-    "PSO": lambda: PSO(8, num_dims=DIMS),
     "IAMaLGaMUnivariate": lambda: IAMaLGaMUnivariate(num_dims=DIMS),
     "CEM": lambda: CEM(8, num_dims=DIMS),
     "DiscoveredES": lambda: DiscoveredES(8, num_dims=DIMS),

@@ -48,7 +48,8 @@ class VectorStrategy(abc.ABC):
     counter_fields: tuple[str, ...] = ("generation", "evaluations", "inner_step")
     # Whether ``tell`` applies that rule. Off by default for archive/elitist strategies
     # (InvalidAsInfStrategy), whose archives already ignore ``+inf`` candidates; those whose search
-    # state would still move on an all-invalid generation (PSO's swarm, iAMaLGaM's model) turn it on.
+    # state would still move on an all-invalid generation (iAMaLGaM's model, CEM and DES's Gaussian)
+    # turn it on.
     freeze_on_all_invalid: bool = True
 
     def __init__(self, population_size: int, solution: Any = None, num_dims: int | None = None):
@@ -164,8 +165,8 @@ def keep_state_if_all_invalid(
     named in ``counter_fields`` that exist on ``new`` (top level) keep their new values. Exact (a
     choice, no arithmetic) and bit-identical under ``vmap``.
 
-    Note: a strategy whose ``ask`` is deterministic (PSO) proposes the same candidates again after
-    such a generation: a retry, right for transient failures (a crashed simulation).
+    Note: a strategy whose ``ask`` is deterministic proposes the same candidates again after such a
+    generation: a retry, right for transient failures (a crashed simulation).
     """
     any_valid = jnp.any(jnp.isfinite(fitness))
     counters = {name: getattr(new, name) for name in counter_fields if hasattr(new, name)}

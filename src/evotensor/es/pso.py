@@ -113,8 +113,10 @@ class PSO(InvalidAsInfStrategy):
     """
 
     name = "pso"
-    # an all-invalid generation would still move the swarm (towards stale bests): keep it in place
-    freeze_on_all_invalid = True
+    # No freeze on an all-invalid generation (the base default for archive strategies): invalid
+    # (+inf) candidates never become personal or global bests, so the swarm only keeps flying
+    # towards its valid bests. Freezing it with a select broke bit-identical vmap under XLA's
+    # default options (measured), which the issue requires.
 
     def __init__(
         self,
