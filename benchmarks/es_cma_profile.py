@@ -1,7 +1,8 @@
-"""CMA-ES single-step profile: evotensor vs evosax, paired rounds (run by hand, not a test).
+"""CMA-ES step profile: evotensor vs evosax, paired rounds (run by hand, not a test).
 
-Workload (issue 4): CMA-ES d=100, population 256, Rastrigin, float32, one run. Only the jitted
-generation step (ask, evaluate, tell) is timed, not a whole ``lax.scan``. The shared 2-core machine
+Workload (issue 4): CMA-ES d=100, population 256 (``--pop``), Rastrigin, float32, one run or
+``--seeds`` runs vmapped. Only the jitted generation step (ask, evaluate, tell) is timed, not a
+whole ``lax.scan``. The shared 2-core machine
 makes single timings swing by several x, so the driver keeps one worker process per library alive
 (evotensor in this venv, evosax in ``/work/bench-venvs/es``), both compiled and warm, and runs MANY
 short rounds alternately (A B, B A, ...). Each round is ``--steps`` calls of the step and is timed
@@ -16,6 +17,13 @@ ratio evotensor / evosax, with the 25-75 % range, so that load changes between r
 scipy's OpenBLAS ``ssyevd``, whose two default threads busy-wait for each other on a loaded 2-core
 machine and make a generation cost ~87 ms of CPU instead of ~2 ms, in bursts (see
 ``results_es_cma.md``, run 6).
+
+``--before-src DIR`` adds a third worker, ``evotensor_before``: the same step built from another
+copy of the library (``DIR`` goes first on its ``PYTHONPATH``, e.g. a ``git archive HEAD src/evotensor``
+unpacked in /tmp), for before/after comparisons of a change; ``--impls`` picks the workers.
+
+    .venv/bin/python benchmarks/es_cma_profile.py --blas-threads 1 --pop 17 --seeds 16 \
+        --before-src /tmp/evotensor_before/src --impls evotensor,evotensor_before,evosax
 
 ``--pieces`` times evotensor's parts separately (sampling, ranking, mean and paths, covariance
 update, decomposition, the whole ``tell``) as jitted functions on a realistic state.
@@ -44,14 +52,23 @@ def rastrigin(jnp, x):
 # --------------------------------------------------------------------------------------------------
 # the two steps (each built in its own interpreter)
 # --------------------------------------------------------------------------------------------------
-def build_evotensor():
+def batched(step, init, seeds: int):
+    """``(jit(step), carry)`` for one run (``seeds == 0``) or ``seeds`` runs vmapped."""
+    import jax
+
+    if seeds == 0:
+        return jax.jit(step), init(jax.random.key(0))
+    return jax.jit(jax.vmap(step)), jax.vmap(init)(jax.random.split(jax.random.key(0), seeds))
+
+
+def build_evotensor(pop: int = POP, seeds: int = 0):
     """``(step, carry)``: ``step(carry) -> carry`` is one jitted generation; carry = (state, key)."""
     import jax
     import jax.numpy as jnp
 
     from evotensor.es import CMAES
 
-    es = CMAES(POP, num_dims=DIMS, sigma_init=2.0, mean_init=[3.0] * DIMS)
+    es = CMAES(pop, num_dims=DIMS, sigma_init=2.0, mean_init=[3.0] * DIMS)
     params = es.default_params()
 
     def step(carry):
@@ -61,16 +78,15 @@ def build_evotensor():
         state, _ = es.tell(k2, state, x, rastrigin(jnp, x), params)
         return state, key
 
-    key = jax.random.key(0)
-    return jax.jit(step), (es.init(key, params), key)
+    return batched(step, lambda key: (es.init(key, params), key), seeds)
 
 
-def build_evosax():
+def build_evosax(pop: int = POP, seeds: int = 0):
     import jax
     import jax.numpy as jnp
     from evosax.algorithms import CMA_ES
 
-    es = CMA_ES(population_size=POP, solution=jnp.zeros(DIMS))
+    es = CMA_ES(population_size=pop, solution=jnp.zeros(DIMS))
     params = es.default_params.replace(std_init=2.0)
 
     def step(carry):
@@ -80,8 +96,7 @@ def build_evosax():
         state, _ = es.tell(k2, x, rastrigin(jnp, x), state, params)
         return state, key
 
-    key = jax.random.key(0)
-    return jax.jit(step), (es.init(key, jnp.full(DIMS, 3.0), params), key)
+    return batched(step, lambda key: (es.init(key, jnp.full(DIMS, 3.0), params), key), seeds)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -113,10 +128,10 @@ def hlo_stats(text: str) -> dict:
 # --------------------------------------------------------------------------------------------------
 # worker: one library, compiled once, answers commands on stdin
 # --------------------------------------------------------------------------------------------------
-def worker(impl: str, hlo_dir: str | None):
+def worker(impl: str, hlo_dir: str | None, pop: int, seeds: int):
     import jax
 
-    step, carry = (build_evotensor if impl == "evotensor" else build_evosax)()
+    step, carry = (build_evosax if impl == "evosax" else build_evotensor)(pop, seeds)
     t0 = time.perf_counter()
     carry = jax.block_until_ready(step(carry))
     compile_s = time.perf_counter() - t0
@@ -144,12 +159,16 @@ def worker(impl: str, hlo_dir: str | None):
 
 
 class Worker:
-    def __init__(self, impl: str, python: str, hlo_dir: str | None):
-        cmd = [python, os.path.abspath(__file__), "--worker", impl]
+    def __init__(self, impl: str, python: str, hlo_dir: str | None, args, src: str | None = None):
+        cmd = [python, os.path.abspath(__file__), "--worker", impl, "--pop", str(args.pop)]
+        cmd += ["--seeds", str(args.seeds)]
         if hlo_dir:
             cmd += ["--hlo-dir", hlo_dir]
         self.impl = impl
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        env = dict(os.environ)
+        if src:  # another copy of the library first on the path (before/after comparisons)
+            env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.ready = self._read()
 
     def _read(self) -> dict:
@@ -177,15 +196,22 @@ def quartiles(v):
 
 
 def paired(args) -> dict:
-    workers = [
-        Worker("evotensor", sys.executable, args.hlo_dir),
-        Worker("evosax", EVOSAX_PYTHON, args.hlo_dir),
-    ]
+    """Rounds rotate over the workers (A B C, B C A, ...); ratios are of each to the first."""
+    known = {
+        "evotensor": (sys.executable, None),
+        "evotensor_before": (sys.executable, args.before_src),
+        "evosax": (EVOSAX_PYTHON, None),
+    }
+    names = args.impls.split(",")
+    if "evotensor_before" in names and not args.before_src:
+        raise SystemExit("--impls evotensor_before needs --before-src")
+    workers = [Worker(name, known[name][0], args.hlo_dir, args, known[name][1]) for name in names]
     for w in workers:  # warm-up round each
         w.run(args.steps)
     per = {w.impl: dict(cpu=[], wall=[]) for w in workers}
     for r in range(args.rounds):
-        order = workers if r % 2 == 0 else workers[::-1]
+        shift = r % len(workers)
+        order = workers[shift:] + workers[:shift]
         for w in order:
             t = w.run(args.steps)
             per[w.impl]["cpu"].append(1e3 * t["cpu"] / args.steps)
@@ -200,14 +226,19 @@ def paired(args) -> dict:
         openblas_threads=os.environ.get("OPENBLAS_NUM_THREADS", "default"),
         rounds=args.rounds,
         steps_per_round=args.steps,
+        dims=DIMS,
+        population_size=args.pop,
+        seeds_vmapped=args.seeds,
         compile_s={w.impl: w.ready["compile_s"] for w in workers},
         hlo={w.impl: w.ready["hlo"] for w in workers},
     )
+    first = names[0]
     for kind in ("cpu", "wall"):
-        a, b = per["evotensor"][kind], per["evosax"][kind]
-        out[f"{kind}_ms_per_step"] = dict(evotensor=quartiles(a), evosax=quartiles(b))
-        out[f"{kind}_ratio_evotensor_over_evosax"] = quartiles([x / y for x, y in zip(a, b)])
-        out[f"{kind}_rounds"] = dict(evotensor=[round(x, 3) for x in a], evosax=[round(x, 3) for x in b])
+        out[f"{kind}_ms_per_step"] = {n: quartiles(per[n][kind]) for n in names}
+        for n in names[1:]:
+            ratios = [x / y for x, y in zip(per[first][kind], per[n][kind])]
+            out[f"{kind}_ratio_{first}_over_{n}"] = quartiles(ratios)
+        out[f"{kind}_rounds"] = {n: [round(x, 3) for x in per[n][kind]] for n in names}
     return out
 
 
@@ -287,7 +318,13 @@ def pieces(reps: int = 60, warm_gens: int = 20) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--worker", choices=["evotensor", "evosax"])
+    ap.add_argument("--worker", choices=["evotensor", "evotensor_before", "evosax"])
+    ap.add_argument("--pop", type=int, default=POP, help="population size (lambda)")
+    ap.add_argument("--seeds", type=int, default=0, help="runs vmapped in one step (0: one run, unbatched)")
+    ap.add_argument(
+        "--impls", default="evotensor,evosax", help="workers of the paired rounds; first = reference"
+    )
+    ap.add_argument("--before-src", default=None, help="library copy (a src dir) for evotensor_before")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--steps", type=int, default=20, help="generations per timed round")
     ap.add_argument("--hlo-dir", default=None, help="write each step's optimized HLO here")
@@ -302,7 +339,7 @@ def main():
     if args.blas_threads is not None:  # before any import of jax/scipy here or in the workers
         os.environ["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
     if args.worker:
-        return worker(args.worker, args.hlo_dir)
+        return worker(args.worker, args.hlo_dir, args.pop, args.seeds)
     if not args.no_paired:
         print(json.dumps(paired(args), indent=1))
     if args.pieces:

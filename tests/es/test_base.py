@@ -92,6 +92,24 @@ def test_keep_state_if_all_invalid_is_a_select_under_vmap():
     np.testing.assert_array_equal(np.asarray(out["b"]), [0, 1])
 
 
+def test_only_active_candidates_decide_whether_a_generation_is_valid():
+    """``active`` (from :meth:`VectorStrategy.active_mask`) hides padding candidates from the check;
+    by default every candidate is active."""
+    old, new = (
+        {"a": jnp.zeros(2), "generation": jnp.asarray(0)},
+        {"a": jnp.ones(2), "generation": jnp.asarray(1)},
+    )
+    fitness = jnp.asarray([jnp.nan, 1.0, jnp.inf])
+    kept = keep_state_if_all_invalid(old, new, fitness, ("generation",), jnp.asarray([True, False, True]))
+    np.testing.assert_array_equal(np.asarray(kept["a"]), [0, 0])
+    taken = keep_state_if_all_invalid(old, new, fitness, ("generation",), jnp.asarray([False, True, False]))
+    np.testing.assert_array_equal(np.asarray(taken["a"]), [1, 1])
+    np.testing.assert_array_equal(np.asarray(keep_state_if_all_invalid(old, new, fitness)["a"]), [1, 1])
+    es = CMAES(num_dims=DIMS)
+    mask = es.active_mask(es.init(jax.random.key(0)))
+    assert mask.shape == (es.population_size,) and mask.dtype == jnp.bool_ and bool(mask.all())
+
+
 def test_x64_cmaes_tell_keeps_float64_fitness_distinctions():
     """Fitness values ``1 + k * 1e-12`` are all ``1.0`` in float32 (spacing ~1.2e-7 near 1); a float32
     cast would rank them by index. In float64 they must rank like ``k`` itself."""

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tests.es.test_cma_es import eigh_placements
 
 from evotensor.core.numerics import exact_sum
 from evotensor.es import BIPOPCMAES, CMAES, IPOPCMAES
@@ -140,6 +141,48 @@ def test_campaign_vmaps_over_hyperparameters_bit_identically():
         single = run(key, params)
         for a, b in zip(jax.tree_util.tree_leaves(batched), jax.tree_util.tree_leaves(single)):
             np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
+
+
+def test_all_invalid_real_candidates_freeze_the_state_despite_finite_padding():
+    """Only the real candidates decide whether a generation carried information: NaN for all of
+    them leaves the campaign as it was (the evaluation counter still advances), whatever finite
+    values the padding candidates got; one finite real value is enough to update."""
+    es = IPOPCMAES(num_dims=4, max_population_size=32)
+    params = es.default_params()
+    tell = jax.jit(es.tell)
+    state = es.init(jax.random.key(0), params)
+    for g in range(2):  # a few valid generations first, so paths and C are non-trivial
+        x, state = es.ask(jax.random.key(g), state, params)
+        state, _ = tell(jax.random.key(10 + g), state, x, sphere(x - 0.5), params)
+    x, state = es.ask(jax.random.key(99), state, params)
+    mask = es.active_mask(state)
+    assert 0 < int(mask.sum()) < es.max_population_size
+    padded_finite = jnp.where(mask, jnp.nan, 1.0)
+    after, _ = tell(jax.random.key(5), state, x, padded_finite, params)
+    changed = [
+        jax.tree_util.keystr(path)
+        for (path, a), b in zip(
+            jax.tree_util.tree_flatten_with_path(state)[0], jax.tree_util.tree_leaves(after)
+        )
+        if not np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    ]
+    assert changed == [".evaluations"], changed
+    assert int(after.evaluations) == int(state.evaluations) + int(mask.sum())
+    one_real = padded_finite.at[0].set(2.0)
+    moved, _ = tell(jax.random.key(5), state, x, one_real, params)
+    assert not np.array_equal(np.asarray(moved.cma.mean), np.asarray(state.cma.mean))
+
+
+def test_vmapped_campaign_keeps_the_lazy_decomposition_under_a_conditional():
+    """The restart strategies' per-run lazy gap depends on the (traced) population size; vmapped
+    over runs, the eigendecomposition still sits inside a ``cond`` (see test_cma_es)."""
+    es = BIPOPCMAES(num_dims=4, max_population_size=32)
+    params = es.default_params()
+    keys = jax.random.split(jax.random.key(0), 2)
+    placements = eigh_placements(
+        jax.make_jaxpr(jax.vmap(make_run(es, sphere, 3), in_axes=(0, None)))(keys, params).jaxpr
+    )
+    assert placements and all(placements), placements
 
 
 def test_bad_arguments():

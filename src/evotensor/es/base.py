@@ -11,8 +11,10 @@ populations in that structure with a leading ``pop`` axis; internally everything
 
 ``tell`` around ``_tell``: fitness is cast to the state's float dtype (float64 under x64 when the
 state is float64, else float32); NaN/inf become worst-of-batch values (or ``+inf`` for archive
-strategies); and a generation without one finite fitness leaves the state as it was, apart from
-the schedule counters in ``counter_fields`` (see :func:`keep_state_if_all_invalid`).
+strategies); and a generation without one finite fitness among its real candidates
+(:meth:`VectorStrategy.active_mask`, all of them unless a strategy pads its population) leaves the
+state as it was, apart from the schedule counters in ``counter_fields`` (see
+:func:`keep_state_if_all_invalid`).
 """
 
 from __future__ import annotations
@@ -103,13 +105,22 @@ class VectorStrategy(abc.ABC):
         new_state, metrics = self._tell(key, state, x, shown, params)
         if not self.freeze_on_all_invalid:
             return new_state, metrics
-        return keep_state_if_all_invalid(state, new_state, fitness, self.counter_fields), metrics
+        active = self.active_mask(state)
+        return keep_state_if_all_invalid(state, new_state, fitness, self.counter_fields, active), metrics
 
     def mean_solution(self, state: Any) -> Any:
         """The distribution mean as a solution pytree (for strategies that have one)."""
         return self.space.unravel(state.mean)
 
     # -- hooks -------------------------------------------------------------------------------
+    def active_mask(self, state: Any) -> jax.Array:
+        """``[population_size]`` bool: which candidates of ``ask`` are real (default: all).
+
+        Only real candidates count when ``tell`` decides whether a generation had any finite
+        fitness; strategies with padding candidates (dynamic population sizes) override it.
+        """
+        return jnp.ones((self.population_size,), bool)
+
     @abc.abstractmethod
     def _init(self, key, params): ...
 
@@ -155,9 +166,16 @@ def state_float_dtype(state: Any) -> Any:
 
 
 def keep_state_if_all_invalid(
-    old: Any, new: Any, fitness: jax.Array, counter_fields: tuple[str, ...] = ()
+    old: Any,
+    new: Any,
+    fitness: jax.Array,
+    counter_fields: tuple[str, ...] = (),
+    active: jax.Array | None = None,
 ) -> Any:
     """``new`` unless no entry of ``fitness [pop]`` is finite; then ``old`` with ``new``'s counters.
+
+    With ``active [pop]`` (bool), only the entries where it holds count (padding candidates of a
+    dynamic population size never make a generation valid).
 
     An all-NaN/inf generation has no ranking information; without this guard the tie-break by index
     (or the ``+inf`` stand-ins) would still move a distribution, a swarm or a step size. ``old`` and
@@ -168,7 +186,8 @@ def keep_state_if_all_invalid(
     Note: a strategy whose ``ask`` is deterministic proposes the same candidates again after such a
     generation: a retry, right for transient failures (a crashed simulation).
     """
-    any_valid = jnp.any(jnp.isfinite(fitness))
+    finite = jnp.isfinite(fitness)
+    any_valid = jnp.any(finite if active is None else finite & active)
     counters = {name: getattr(new, name) for name in counter_fields if hasattr(new, name)}
     frozen = old.replace(**counters) if counters else old
     # an elementwise select in every program: a ``cond`` would be a select only when vmapped, and

@@ -14,6 +14,8 @@ options without mirrored sampling:
 * a *lazy* eigendecomposition: ``C = B diag(D^2) B^T`` is decomposed only when at least
   ``lazy_gap = 1/(c_1+c_mu)/n/10`` generations passed since the last decomposition (a counter
   and ``lax.cond``), so the O(n^3) ``eigh`` does not dominate each generation when ``lazy_gap > 1``.
+  It stays lazy under ``vmap`` (seeds, hyperparameters, nested): a custom batching rule
+  (:func:`lazy_eigen_update`) runs the batched ``eigh`` only in generations where some run is due.
 
 Step size: always cumulative step-size adaptation (CSA, the rule above). pycma switches its
 default to two-point adaptation (TPA, ``CMAAdaptSigmaTPA``, with mean-shift samples) from
@@ -247,26 +249,99 @@ def decompose(C: jax.Array, B_old: jax.Array, D_old: jax.Array, max_condition: j
     ``limit_condition``: add the same ``eps`` to ``C``'s diagonal). A non-finite result keeps the
     previous ``B, D`` and rebuilds ``C`` from them.
 
+    Args:
+        C: ``[n, n]`` covariance matrix (or ``[k, n, n]``, a stack of ``k`` runs: every other
+            argument then has the same leading ``k``; ``max_condition`` is ``[k]``).
+        B_old, D_old: ``[n, n]``, ``[n]`` factors of the last decomposition.
+        max_condition: ``[]`` largest allowed condition number.
+
     Returns:
-        ``(C [n, n], B [n, n], D [n])``.
+        ``(C [n, n], B [n, n], D [n])`` (each with the leading ``k`` for a stack).
     """
-    C = (C + C.T) / 2
+    C = (C + jnp.swapaxes(C, -1, -2)) / 2
     ev, B = jnp.linalg.eigh(C)
     tiny = jnp.finfo(C.dtype).tiny
-    ev_max = jnp.maximum(ev[-1], tiny)
-    ev_min = ev[0]
+    ev_max = jnp.maximum(ev[..., -1], tiny)
+    ev_min = ev[..., 0]
     # eps so that (ev_max + eps) / (ev_min + eps) == max_condition when the limit is exceeded
     excess = ev_max - max_condition * ev_min
-    eps = jnp.where(excess > 0, excess / (max_condition - 1), 0.0)
+    eps = jnp.where(excess > 0, excess / (max_condition - 1), 0.0)[..., None]  # [(k,) 1]
     ev = jnp.maximum(ev + eps, tiny)
-    C = C + eps * jnp.eye(C.shape[0], dtype=C.dtype)
-    ok = jnp.all(jnp.isfinite(ev)) & jnp.all(jnp.isfinite(B))
-    B = jnp.where(ok, B, B_old)
+    C = C + eps[..., None] * jnp.eye(C.shape[-1], dtype=C.dtype)
+    ok = (jnp.all(jnp.isfinite(ev), axis=-1) & jnp.all(jnp.isfinite(B), axis=(-2, -1)))[..., None]
+    B = jnp.where(ok[..., None], B, B_old)
     D = jnp.where(ok, jnp.sqrt(ev), D_old)
-    # the O(n^3) rebuild only runs when needed (a ``where`` would compute it every decomposition);
-    # under ``vmap`` with a batched ``ok`` the cond becomes that ``where`` again, with equal values
-    C = jax.lax.cond(ok, lambda: C, lambda: (B_old * D_old**2) @ B_old.T)
+
+    # the O(n^3) rebuild only runs when needed (for a stack: when some run of it needs it)
+    def _rebuilt():
+        return jnp.where(ok[..., None], C, (B_old * D_old[..., None, :] ** 2) @ jnp.swapaxes(B_old, -1, -2))
+
+    C = jax.lax.cond(jnp.all(ok), lambda: C, _rebuilt)
     return C, B, D
+
+
+# --- the lazy update, kept lazy under ``vmap`` ----------------------------------------------------
+# ``lax.cond`` on a batched predicate is lowered by ``vmap`` to a ``select`` that computes both
+# branches, so a vmapped CMA-ES would decompose every run at every generation. These two
+# ``custom_vmap`` functions batch it as "decompose the whole stack if ANY run is due, then let each
+# run keep its old or its new factors" instead; ``_lazy_stack``'s own rule merges a further
+# ``vmap`` axis into the stack, so nested vmaps (seeds x hyperparameters) keep the branch too.
+# Every run of the stack computes exactly what a separate run computes (on CPU, batched ``eigh`` is a
+# loop of the same LAPACK call), so results stay bit-identical to separate runs (tested).
+def _lazy_keep_or_decompose(do, C, B, D, last_eigen, generation, max_condition):
+    """Stack of ``k`` runs (every argument has a leading ``[k]``): new factors for the runs where
+    ``do [k]`` holds; no ``eigh`` at all when none does."""
+
+    def decomposed():
+        C2, B2, D2 = decompose(C, B, D, max_condition)
+        return (
+            jnp.where(do[:, None, None], C2, C),
+            jnp.where(do[:, None, None], B2, B),
+            jnp.where(do[:, None], D2, D),
+            jnp.where(do, generation, last_eigen),
+        )
+
+    return jax.lax.cond(jnp.any(do), decomposed, lambda: (C, B, D, last_eigen))
+
+
+@jax.custom_batching.custom_vmap
+def _lazy_stack(do, C, B, D, last_eigen, generation, max_condition):
+    return _lazy_keep_or_decompose(do, C, B, D, last_eigen, generation, max_condition)
+
+
+@_lazy_stack.def_vmap
+def _lazy_stack_vmap(axis_size, in_batched, *args):
+    # [m, k, ...] -> [m * k, ...]: one stack, and a call that an outer vmap batches by this rule again
+    full = [a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched)]
+    k = full[0].shape[1]
+    merged = [jnp.reshape(a, (axis_size * k, *a.shape[2:])) for a in full]
+    out = _lazy_stack(*merged)
+    return tuple(jnp.reshape(o, (axis_size, k, *o.shape[1:])) for o in out), (True,) * 4
+
+
+@jax.custom_batching.custom_vmap
+def lazy_eigen_update(do, C, B, D, last_eigen, generation, max_condition):
+    """``(C, B, D, last_eigen)`` after a decomposition if ``do``, else unchanged (``C`` as given).
+
+    Args:
+        do: ``[]`` bool, whether the lazy-update gap has passed.
+        C: ``[n, n]`` updated covariance; B, D: ``[n, n]``, ``[n]`` factors of the last decomposition.
+        last_eigen, generation: ``[]`` int32; ``last_eigen`` becomes ``generation`` if ``do``.
+        max_condition: ``[]`` condition-number limit (see :func:`decompose`).
+
+    Under ``vmap`` it stays lazy: the ``eigh`` runs only in generations where some run is due.
+    """
+
+    def _decomposed():
+        return (*decompose(C, B, D, max_condition), generation)
+
+    return jax.lax.cond(do, _decomposed, lambda: (C, B, D, last_eigen))
+
+
+@lazy_eigen_update.def_vmap
+def _lazy_eigen_update_vmap(axis_size, in_batched, *args):
+    stacked = [a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched)]
+    return tuple(_lazy_stack(*stacked)), (True,) * 4
 
 
 def cma_update(
@@ -328,20 +403,20 @@ def cma_update(
     C = state.C * (1 - c_1a - c_mu * exact_sum(w)) + c_1 * jnp.outer(p_c, p_c) + c_mu * (ys.T * w_c) @ ys
 
     if squared_csa:
-        log_step = jnp.minimum(1.0, c_s / params.d_sigma * (ps_sq / n - 1) / 2)
+        log_step = jnp.minimum(1.0, c_s * (1 / params.d_sigma) * (ps_sq / n - 1) / 2)
     else:
-        log_step = jnp.clip((jnp.sqrt(ps_sq) / params.chi_n - 1) * c_s / params.d_sigma, -1.0, 1.0)
+        # reciprocals again: these scalars are broadcast per run when params are vmapped
+        log_step = jnp.clip(
+            (jnp.sqrt(ps_sq) * (1 / params.chi_n) - 1) * c_s * (1 / params.d_sigma), -1.0, 1.0
+        )
     new_sigma = jnp.clip(sigma * jnp.exp(log_step), params.sigma_min, params.sigma_max)
 
     do_eigen = (generation - state.last_eigen).astype(dtype) >= params.lazy_gap
 
-    def _decomposed(_):
-        return (*decompose(C, state.B, state.D, params.max_condition.astype(dtype)), generation)
-
-    def _kept(_):
-        return C, state.B, state.D, state.last_eigen
-
-    C, B, D, last_eigen = jax.lax.cond(do_eigen, _decomposed, _kept, None)
+    max_condition = jnp.asarray(params.max_condition, dtype)
+    C, B, D, last_eigen = lazy_eigen_update(
+        do_eigen, C, state.B, state.D, state.last_eigen, generation, max_condition
+    )
 
     best_idx = order[0]
     better = fitness[best_idx] < state.best_fitness

@@ -6,8 +6,10 @@ those at index ``>= state.population_size`` are padding (equal to the current me
 ignores the fitness and the values of padding candidates: they are ranked after every real
 candidate (fitness set to ``+inf``) and receive recombination weight 0, so they never touch the
 state. Evaluating them is wasted work but harmless; :meth:`RestartCMAES.active_mask` tells which
-candidates are real. Because shapes never change, restarts need no recompilation and a campaign
-can be ``vmap``-ped over seeds or hyperparameters, each run restarting on its own schedule.
+candidates are real, and only those decide whether a generation had any finite fitness (all real
+ones NaN/inf: the campaign stays as it was, only ``evaluations`` advances). Because shapes never
+change, restarts need no recompilation and a campaign can be ``vmap``-ped over seeds or
+hyperparameters, each run restarting on its own schedule.
 
 A run ends when any criterion of :mod:`evotensor.es.termination` fires (tolfun, tolx,
 tolstagnation, tolconditioncov, tolflatfitness, tolfacupx) or after ``maxiter`` generations
@@ -199,7 +201,8 @@ class RestartCMAES(VectorStrategy):
         return 100 + jnp.floor(150 * (self.num_dims + 3) ** 2 / jnp.sqrt(lam))
 
     def active_mask(self, state: RestartState) -> jax.Array:
-        """``[max_population_size]`` bool: which candidates of ``ask`` are real."""
+        """``[max_population_size]`` bool: which candidates of ``ask`` are real (the rest is padding,
+        ignored by ``tell``, also when it decides whether a generation was all invalid)."""
         return jnp.arange(self.max_population_size) < state.population_size
 
     # -- protocol ----------------------------------------------------------------------------
