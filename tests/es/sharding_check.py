@@ -1,8 +1,18 @@
 """Run by tests/es/test_sharding.py in a subprocess: XLA_FLAGS must be set before jax starts.
 
-Checks that the population-sharded OpenES (each of 4 host devices drawing its own noise from
-``fold_in(key, shard)``) equals an unsharded reference computed with the same per-shard keys.
-Prints ``OK`` on success; any failed check raises.
+On 4 host devices, for every shardable strategy:
+
+(a) the population (and any per-member state) is split 4 ways, and the compiled ask/tell programs
+    never hold a ``[pop, dims]`` array on a device nor all-gather anything larger than ``[pop]``;
+(b) the sharded ask equals a slow reference that draws each shard on one device from
+    ``fold_in(key, shard)``, and the sharded tell equals the unsharded ``tell`` on the gathered
+    population (put in the strategy's row order), within float32 tolerance, over generations that
+    include a NaN fitness; OpenES is also checked against a NumPy float64 re-derivation;
+(c) it solves a small sphere.
+
+Also: a 2-axis mesh (population split over one axis, replicated over the other), a pytree solution
+template, and the single-process run of ``multiprocess_check.scenario`` (printed for the test to
+compare with the 2-process run). Prints ``SCENARIO <json>`` and ``OK``; any failed check raises.
 """
 
 import os
@@ -10,71 +20,204 @@ import os
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import json  # noqa: E402
+import math  # noqa: E402
+import re  # noqa: E402
+import time  # noqa: E402
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+from multiprocess_check import scenario  # noqa: E402
 
-from evotensor.es.open_es import OpenES  # noqa: E402
-from evotensor.es.sharding import shard_population, sharded_open_es  # noqa: E402
+from evotensor.es import ARS, PGPE, SNES, NoiseReuseES, OpenES, PersistentES, SepCMAES, SimpleES  # noqa: E402
+from evotensor.es.sharding import population_order, shard_population, shard_state, sharded  # noqa: E402
+
+N_DEV, POP, DIMS = 4, 24, 13  # distinctive sizes: "[24,13]" in the HLO text can only be the population
+START = jnp.linspace(-1.0, 1.0, DIMS)
 
 
-@jax.jit(static_argnums=(2, 3, 4))
-def reference_population(key, mean, n_dev, h, d):
-    """Single-device population built from the same per-shard keys, in shard order."""
-    blocks = []
-    for s in range(n_dev):
-        z = jax.random.normal(jax.random.fold_in(key, s), (h, d), jnp.float32)
-        blocks.append(jnp.concatenate([mean + 0.1 * z, mean - 0.1 * z]))
-    return jnp.concatenate(blocks)
+def sphere(x):
+    return jnp.sum((x - 0.3) ** 2, axis=-1)
+
+
+sphere_jit = jax.jit(sphere)
+
+
+@jax.jit
+def fitness_jit(x, gen):
+    """Sphere; in generation 2 two entries are NaN (handled like the unsharded tell)."""
+    nan_rows = (jnp.arange(POP) == 1) | (jnp.arange(POP) == POP - 1)
+    return jnp.where(nan_rows & (gen == 2), jnp.nan, sphere(x))
+
+
+# strategy, generations and tolerance for the sphere (c); f(START) = 5.2
+CASES = {
+    "OpenES": (lambda: OpenES(POP, solution=START, optimizer=optax.adam(0.05), sigma_init=0.05), 150, 0.02),
+    "PGPE": (lambda: PGPE(POP, solution=START, optimizer=optax.adam(0.05), sigma_init=0.1), 150, 0.02),
+    "ARS": (lambda: ARS(POP, solution=START, optimizer=optax.adam(0.05), sigma_init=0.05), 150, 0.02),
+    "SNES": (lambda: SNES(POP, solution=START), 100, 1e-4),
+    "SimpleES": (lambda: SimpleES(POP, solution=START), 150, 1e-2),
+    "SepCMAES": (lambda: SepCMAES(POP, solution=START), 100, 1e-4),
+    "PersistentES": (
+        lambda: PersistentES(POP, solution=START, optimizer=optax.adam(0.05), sigma_init=0.05, T=4, K=2),
+        150,
+        0.05,
+    ),
+    "NoiseReuseES": (
+        lambda: NoiseReuseES(POP, solution=START, optimizer=optax.adam(0.05), sigma_init=0.05, T=4, K=2),
+        150,
+        0.05,
+    ),
+}
+
+
+def close(a, b, what, rtol=2e-5, atol=2e-6):
+    """Every leaf of pytree ``a`` within float32 tolerance of the same leaf of ``b``."""
+    leaves_b = jax.tree_util.tree_leaves(b)
+    for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], leaves_b, strict=True):
+        np.testing.assert_allclose(
+            np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol, atol=atol,
+            err_msg=f"{what}: {jax.tree_util.keystr(path)}",
+        )  # fmt: skip
+
+
+def check_hlo(ask, tell, key, state, x, fitness):
+    """(a) on the compiled, partitioned programs (per-device shapes)."""
+    ask_text = ask.lower(key, state).compile().as_text()
+    tell_text = tell.lower(key, state, x, fitness).compile().as_text()
+    for name, text in [("ask", ask_text), ("tell", tell_text)]:
+        assert f"[{POP},{DIMS}]" not in text, f"{name} materializes the whole population on a device"
+        assert f"[{POP // N_DEV},{DIMS}]" in text, f"{name} should work on [{POP // N_DEV},{DIMS}] shards"
+        for line in text.splitlines():
+            if re.search(r"\ball-gather(-start)?\(", line):
+                shape = re.search(r"= \(?[a-z0-9]+\[([\d,]*)\]", line).group(1)
+                size = math.prod(int(s) for s in shape.split(",") if s)
+                assert size <= POP, f"{name} all-gathers {shape}: {line[:160]}"
+    assert not re.search(r"all-gather|all-reduce|all-to-all|collective-permute", ask_text), "ask communicates"
+    assert "all-reduce" in tell_text  # the psum of the statistics
+
+
+def reference_ask(es, sample, key, state, params):
+    """Each shard drawn on one device from fold_in(key, shard) by ``sample`` (the strategy's
+    ``_sample``, jitted); per-member state sliced per shard."""
+    rows = POP // N_DEV
+    xs, parts = [], {f: [] for f in es.shard_state_fields}
+    for s in range(N_DEV):
+        local = state.replace(
+            **{f: np.asarray(getattr(state, f)).reshape(N_DEV, -1, DIMS)[s] for f in es.shard_state_fields}
+        )
+        x, local = sample(jax.random.fold_in(key, s), local, params, rows)
+        xs.append(np.asarray(x))
+        for f in parts:
+            parts[f].append(np.asarray(getattr(local, f)))
+    return np.concatenate(xs), state.replace(**{f: jnp.asarray(np.concatenate(v)) for f, v in parts.items()})
+
+
+def numpy_open_es_mean(mean, x, fitness, sigma, lr):
+    """Salimans et al.'s update in float64 NumPy: centered ranks, g = sum w_i eps_i / (pop sigma), SGD."""
+    pop = len(fitness)
+    ranks = np.empty(pop)
+    ranks[np.argsort(fitness, kind="stable")] = np.arange(pop)
+    w = ranks / (pop - 1) - 0.5
+    eps = (x - mean) / sigma
+    return mean - lr * (w @ eps) / (pop * sigma)
+
+
+def check_strategy(name, mesh):
+    make, gens, tol = CASES[name]
+    t0 = time.perf_counter()
+    es = make()
+    ask, tell = sharded(es, mesh)
+    params = es.default_params()
+    order = population_order(es, N_DEV)
+    ref_tell, ref_sample = jax.jit(es.tell), jax.jit(es._sample, static_argnums=3)
+    ref = es.init(jax.random.key(0))
+    state = shard_state(es, ref, mesh)
+    for gen in range(4):
+        key = jax.random.fold_in(jax.random.key(1), gen)
+        x, state = ask(key, state)
+        # (a) every device holds only its own rows, per-member state too
+        shapes = [s.data.shape for s in x.addressable_shards]
+        assert len(shapes) == N_DEV and set(shapes) == {(POP // N_DEV, DIMS)}, shapes
+        for f in es.shard_state_fields:
+            shapes = {s.data.shape for s in getattr(state, f).addressable_shards}
+            assert shapes == {(POP // N_DEV // 2, DIMS)}, (f, shapes)
+        # (b) ask against the per-shard reference
+        x_ref, ref = reference_ask(es, ref_sample, key, ref, params)
+        np.testing.assert_allclose(np.asarray(x), x_ref, rtol=1e-6, atol=1e-6, err_msg=f"{name} ask")
+        close(ref, state, f"{name} state after ask")
+        rows = POP // N_DEV
+        assert not np.allclose(x_ref[:rows], x_ref[rows : 2 * rows])  # shards draw different noise
+        fitness = fitness_jit(x, gen)  # sharded along pop, like x
+        fit = np.asarray(fitness)
+        if gen == 0:
+            check_hlo(ask, tell, key, state, x, fitness)
+        new, metrics = tell(key, state, x, fitness)
+        # (b) tell against the unsharded tell on the gathered population, in the strategy's order
+        ref, ref_metrics = ref_tell(key, ref, jnp.asarray(x_ref[order]), jnp.asarray(fit[order]), params)
+        close(ref, new, f"{name} state after tell (generation {gen})")
+        close(ref_metrics, metrics, f"{name} metrics", rtol=1e-4)
+        if name == "OpenES":
+            sgd = OpenES(POP, solution=START, optimizer=optax.sgd(0.1), sigma_init=0.05)
+            _, sgd_tell = sharded(sgd, mesh)
+            sgd_state, _ = sgd_tell(key, sgd.init(jax.random.key(0)).replace(mean=state.mean), x, fit)
+            want = numpy_open_es_mean(
+                np.asarray(state.mean, np.float64), x_ref[order], np.where(np.isnan(fit), np.inf, fit)[order],
+                0.05, 0.1,
+            )  # fmt: skip
+            np.testing.assert_allclose(np.asarray(sgd_state.mean), want, rtol=1e-5, atol=1e-6)
+        state = new
+    for f in es.shard_state_fields:  # per-member state still sharded after tell
+        assert {s.data.shape for s in getattr(state, f).addressable_shards} == {(POP // N_DEV // 2, DIMS)}
+    t1 = time.perf_counter()
+    # (c) a small sphere
+    f0 = float(sphere(START))
+    for gen in range(gens):
+        key = jax.random.fold_in(jax.random.key(2), gen)
+        x, state = ask(key, state)
+        state, _ = tell(key, state, x, sphere_jit(x))
+    final = float(sphere(state.mean))
+    assert final < tol, f"{name}: sphere {f0:.3g} -> {final:.3g} after {gens} generations (want < {tol})"
+    t2 = time.perf_counter()
+    print(
+        f"{name}: equivalent over 4 generations ({t1 - t0:.1f} s); sphere {f0:.3g} -> {final:.2e} "
+        f"in {gens} generations ({t2 - t1:.1f} s)",
+        flush=True,
+    )
+
+
+def check_two_axis_mesh_and_pytree_template():
+    """A dict solution template on a 2-axis mesh with auto (not explicit) axes: the population split
+    2 ways over 'pop' and replicated over 'data'; ask returns the template's structure, sharded
+    along pop, and tell equals the unsharded tell."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "pop"))
+    assert mesh.axis_types == (jax.sharding.AxisType.Auto,) * 2
+    template = {"w": jnp.zeros((3, 2)), "b": jnp.ones(4)}
+    es = SNES(8, solution=template)
+    ask, tell = sharded(es, mesh)
+    key = jax.random.key(4)
+    state = shard_state(es, es.init(key), mesh)
+    genotypes, state = ask(key, state)
+    assert genotypes["w"].shape == (8, 3, 2) and genotypes["b"].shape == (8, 4)
+    assert {s.data.shape for s in genotypes["w"].addressable_shards} == {(4, 3, 2)}
+    fit = jnp.sum(genotypes["w"] ** 2, axis=(1, 2)) + jnp.sum(genotypes["b"] ** 2, axis=1)
+    new, _ = tell(key, state, genotypes, fit)
+    host = jax.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a)), genotypes)
+    ref, _ = jax.jit(es.tell)(key, es.init(key), host, jnp.asarray(np.asarray(fit)))
+    close(ref, new, "2-axis mesh, pytree template")
 
 
 def main() -> None:
-    n_dev = 4
-    assert jax.device_count() == n_dev, jax.devices()
-    mesh = jax.make_mesh((n_dev,), ("pop",))
-    pop, d = 32, 24
-    es = OpenES(pop, solution=jnp.linspace(-1.0, 1.0, d), optimizer=optax.sgd(0.05), sigma_init=0.1)
-    ask, tell = sharded_open_es(es, mesh)
-    params = es.default_params()
-    state = es.init(jax.random.key(0))
-    ref_state = state
-    f = lambda x: jnp.sum((x - 0.3) ** 2, axis=1)
-    for gen in range(3):
-        key = jax.random.fold_in(jax.random.key(1), gen)
-        x, state = ask(key, state)
-        # every device holds only its own rows
-        shards = x.addressable_shards
-        assert len(shards) == n_dev and all(s.data.shape == (pop // n_dev, d) for s in shards), [
-            s.data.shape for s in shards
-        ]
-        # reference: the same per-shard keys, generated on one device
-        m, h = pop // n_dev, pop // n_dev // 2
-        x_ref = reference_population(key, ref_state.mean, n_dev, h, d)
-        # same values up to float32 rounding (XLA may fuse the normal transform differently
-        # inside shard_map); a different key per shard would differ by O(sigma)
-        np.testing.assert_allclose(np.asarray(x), np.asarray(x_ref), rtol=1e-6, atol=1e-6)
-        xs = np.asarray(x)
-        assert not np.allclose(xs[:h], xs[m : m + h])  # shards draw different noise
-        if gen == 1:
-            fit = f(x)  # a sharded jax array straight from the population
-        else:
-            fit = np.array(f(x))
-            fit[gen] = np.nan  # non-finite fitness handled like the unsharded tell
-        state, metrics = tell(key, state, x, fit)
-        fit = np.asarray(fit)
-        # unsharded reference tell: reorder rows so pairs sit at (i, i + pop/2) as OpenES expects
-        plus = np.concatenate([np.arange(s * m, s * m + h) for s in range(n_dev)])
-        order = np.concatenate([plus, plus + h])
-        ref_state, ref_metrics = es.tell(key, ref_state, x_ref[order], fit[order], params)
-        np.testing.assert_allclose(np.asarray(state.mean), np.asarray(ref_state.mean), rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(
-            float(metrics["best_fitness"]), float(ref_metrics["best_fitness"]), rtol=1e-6
-        )
-        assert np.all(np.isfinite(np.asarray(state.mean)))
-    # generic helper: a population pytree split along pop
-    sharded = shard_population({"w": jnp.zeros((pop, 3))}, mesh)
-    assert all(s.data.shape == (pop // n_dev, 3) for s in sharded["w"].addressable_shards)
+    assert jax.device_count() == N_DEV, jax.devices()
+    mesh = jax.make_mesh((N_DEV,), ("pop",))
+    for name in CASES:
+        check_strategy(name, mesh)
+    check_two_axis_mesh_and_pytree_template()
+    sharded_leaf = shard_population({"w": jnp.zeros((POP, 3))}, mesh)["w"]
+    assert {s.data.shape for s in sharded_leaf.addressable_shards} == {(POP // N_DEV, 3)}
+    print("SCENARIO " + json.dumps(scenario()), flush=True)
     print("OK")
 
 

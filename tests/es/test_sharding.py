@@ -1,43 +1,184 @@
-"""Population-axis sharding of OpenES over 4 host devices (run in a subprocess: XLA_FLAGS must be
-set before jax initializes)."""
+"""Population-axis sharding (evotensor.es.sharding).
 
+The multi-device checks run in subprocesses (XLA_FLAGS / jax.distributed must be set before jax
+initializes), all started at once: ``sharding_check.py`` on 4 host devices of one process, and
+``multiprocess_check.py`` as 2 processes x 2 devices joined by ``jax.distributed`` (gloo). The
+in-process tests use a 1-device mesh.
+"""
+
+import json
 import os
+import socket
 import subprocess
 import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from evotensor.es import OpenES
-from evotensor.es.sharding import population_sharding, sharded_open_es
+from evotensor.core.evaluation import Evaluation
+from evotensor.es import ARS, CMAES, PGPE, SNES, OpenES, PersistentES, SepCMAES
+from evotensor.es.sharding import (
+    population_order,
+    population_sharding,
+    shard_state,
+    sharded,
+    sharded_open_es,
+)
+
+HERE = os.path.dirname(__file__)
 
 
-def test_sharded_open_es_matches_unsharded_reference_on_4_host_devices():
-    script = os.path.join(os.path.dirname(__file__), "sharding_check.py")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.strip().endswith("OK")
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def subprocess_runs():
+    """Start the 4-device check and the two distributed processes together; wait for all three."""
+    env = dict(
+        os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
+    env.pop("XLA_FLAGS", None)  # each script sets its own device count
+    port = str(_free_port())
+    procs = {
+        "single": subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "sharding_check.py")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        ),
+        **{
+            f"process{i}": subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "multiprocess_check.py"), str(i), port],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            )
+            for i in range(2)
+        },
+    }  # fmt: skip
+    out = {}
+    for name, p in procs.items():
+        try:
+            stdout, stderr = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+        out[name] = (p.returncode, stdout, stderr)
+    return out
+
+
+def _scenario(stdout: str) -> dict:
+    lines = [line for line in stdout.splitlines() if line.startswith("SCENARIO ")]
+    assert len(lines) == 1, stdout
+    return json.loads(lines[0][len("SCENARIO ") :])
+
+
+def test_every_shardable_strategy_on_4_host_devices(subprocess_runs):
+    code, stdout, stderr = subprocess_runs["single"]
+    assert code == 0, stdout + stderr
+    assert stdout.strip().endswith("OK")
+    for name in ["OpenES", "PGPE", "ARS", "SNES", "SimpleES", "SepCMAES", "PersistentES", "NoiseReuseES"]:
+        assert f"{name}: equivalent" in stdout
+
+
+def test_two_processes_equal_one_process_with_4_devices(subprocess_runs):
+    runs = [subprocess_runs[f"process{i}"] for i in range(2)]
+    for code, stdout, stderr in runs:
+        assert code == 0, stdout + stderr
+        assert stdout.strip().endswith("OK")
+    code, stdout, stderr = subprocess_runs["single"]
+    assert code == 0, stdout + stderr
+    single = _scenario(stdout)
+    for _, stdout, _ in runs:
+        multi = _scenario(stdout)
+        assert multi.keys() == single.keys() == {"open_es", "persistent_es"}
+        for name in single:
+            np.testing.assert_allclose(multi[name]["mean"], single[name]["mean"], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(multi[name]["best_fitness"], single[name]["best_fitness"], rtol=1e-5)
+            # the run moved away from the start, so equality is not trivial
+            assert not np.allclose(single[name]["mean"], np.linspace(-1.0, 1.0, 10), atol=1e-3)
 
 
 def test_validation_errors():
     mesh = jax.make_mesh((1,), ("pop",))
-    with pytest.raises(ValueError, match="antithetic"):
-        sharded_open_es(OpenES(6, num_dims=2, antithetic=False), mesh)
     with pytest.raises(ValueError, match="axis_name"):
-        sharded_open_es(OpenES(6, num_dims=2), mesh, axis_name="batch")
+        sharded(OpenES(6, num_dims=2), mesh, axis_name="batch")
     with pytest.raises(ValueError, match="axis_name"):
         population_sharding(mesh, "x")
     with pytest.raises(TypeError, match="OpenES"):
-        sharded_open_es(object(), mesh)
+        sharded_open_es(SNES(6, num_dims=2), mesh)
+    # strategies whose update is not a sum over independent rows are refused by name
+    with pytest.raises(TypeError, match="CMAES cannot be sharded"):
+        sharded(CMAES(6, num_dims=2), mesh)
+    with pytest.raises(TypeError, match="object cannot be sharded"):
+        sharded(object(), mesh)
 
 
-def test_single_device_mesh_runs():
-    mesh = jax.make_mesh((1,), ("pop",))
-    es = OpenES(8, num_dims=3)
-    ask, tell = sharded_open_es(es, mesh)
+def test_population_must_split_evenly():
+    mesh = jax.sharding.AbstractMesh((3,), ("pop",))  # shapes only: checked before any device is used
+    with pytest.raises(ValueError, match="divisible by 2 \\* 3"):
+        sharded(PGPE(12 + 2, num_dims=2), mesh)  # pairs: needs a multiple of 6
+    with pytest.raises(ValueError, match="divisible by 3"):
+        sharded(SNES(8, num_dims=2), mesh)
+
+
+@given(shards=st.integers(1, 6), pairs_per_shard=st.integers(1, 5))
+def test_population_order_keeps_pairs_on_one_shard(shards, pairs_per_shard):
+    pop = 2 * shards * pairs_per_shard
+    es = ARS(pop, num_dims=1)
+    order = population_order(es, shards)
+    assert sorted(order.tolist()) == list(range(pop))  # a permutation
+    rows, h = pop // shards, pop // 2
+    for k in range(h):  # strategy pair (k, k + pop/2) sits on one shard, local rows j and j + rows/2
+        plus, minus = order[k], order[k + h]
+        assert plus // rows == minus // rows
+        assert minus % rows == plus % rows + rows // 2
+    assert population_order(SNES(pop, num_dims=1), shards).tolist() == list(range(pop))
+
+
+@pytest.fixture(scope="module")
+def mesh1():
+    return jax.make_mesh((1,), ("pop",))
+
+
+def test_single_device_mesh_equals_unsharded_tell(mesh1):
+    """Non-antithetic OpenES, host fitness with a NaN, an Evaluation and explicit params."""
+    es = OpenES(8, num_dims=3, optimizer=optax.sgd(0.1), antithetic=False)
+    ask, tell = sharded(es, mesh1)
+    params = es.default_params().replace(sigma_init=jnp.float32(0.3))
     state = es.init(jax.random.key(0))
+    x, state = ask(jax.random.key(1), state, params)
+    assert x.shape == (8, 3)
+    np.testing.assert_allclose(np.std(np.asarray(x) - np.asarray(state.mean)), 0.3, rtol=0.5)
+    fitness = np.array(jnp.sum(x**2, axis=1))
+    fitness[3] = np.nan
+    new, metrics = tell(jax.random.key(2), state, x, Evaluation(fitness=jnp.asarray(fitness)), params)
+    ref, ref_metrics = es.tell(
+        jax.random.key(2), state, jnp.asarray(np.asarray(x)), jnp.asarray(fitness), params
+    )
+    np.testing.assert_allclose(np.asarray(new.mean), np.asarray(ref.mean), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(float(metrics["best_fitness"]), float(ref_metrics["best_fitness"]), rtol=1e-6)
+    with pytest.raises(ValueError, match="fitness must have shape"):
+        tell(jax.random.key(2), state, x, fitness[:4])
+
+
+def test_all_invalid_generation_keeps_state_but_counts(mesh1):
+    es = SepCMAES(4, num_dims=3)
+    ask, tell = sharded(es, mesh1)
+    state = shard_state(es, es.init(jax.random.key(0)), mesh1)
     x, state = ask(jax.random.key(1), state)
-    state, metrics = tell(jax.random.key(2), state, x, jnp.sum(x**2, axis=1))
-    assert x.shape == (8, 3) and bool(jnp.all(jnp.isfinite(state.mean)))
+    new, _ = tell(jax.random.key(2), state, x, jnp.full(4, jnp.nan))
+    np.testing.assert_array_equal(np.asarray(new.mean), np.asarray(state.mean))
+    np.testing.assert_array_equal(np.asarray(new.c), np.asarray(state.c))
+    assert int(new.generation) == int(state.generation) + 1
+
+
+def test_shard_state_places_per_member_fields(mesh1):
+    es = PersistentES(4, num_dims=3)
+    state = shard_state(es, es.init(jax.random.key(0)), mesh1)
+    assert state.perturbation.sharding.spec == jax.sharding.PartitionSpec("pop")
+    assert state.mean.sharding.spec == jax.sharding.PartitionSpec()

@@ -21,8 +21,43 @@ import jax.numpy as jnp
 import optax
 
 from evotensor.es.base import check_even
-from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping
+from evotensor.es.gradient_es import (
+    FitnessShaping,
+    GradientES,
+    identity_shaping,
+    pair_sum,
+    tell_by_statistics,
+)
 from evotensor.es.open_es import antithetic_perturbations
+
+
+def ars_coefficients(weights: jax.Array, num_elite: int) -> tuple[jax.Array, jax.Array]:
+    """Per-member coefficients and ``sigma_R`` of ARS, from the whole population's weights.
+
+    Args:
+        weights: ``[pop]``, rows ``i`` and ``i + pop/2`` a mirrored pair (lower = better).
+        num_elite: ``b`` (static), ``1 <= b <= pop/2``.
+
+    Returns:
+        ``(v [pop], sigma_r [])``: ``v_i = f+_i - f-_i`` for the ``b`` best directions (by
+        ``min(f+, f-)``) and 0 elsewhere, including every mirrored row, so that
+        ``sum_i (v_i - v_{i+h}) (x_i - x_{i+h}) = 2 nu sum_{top b} (f+_i - f-_i) delta_i``
+        (:func:`~evotensor.es.gradient_es.pair_sum`); ``sigma_R`` is the std of the ``2b`` kept values.
+    """
+    h = weights.shape[0] // 2
+    w_plus, w_minus = weights[:h], weights[h:]
+    score = jnp.minimum(w_plus, w_minus)
+    _, elite = jax.lax.top_k(-score, num_elite)  # b best directions
+    kept = jnp.concatenate([w_plus[elite], w_minus[elite]])
+    coeff = jnp.zeros(h, jnp.float32).at[elite].set(w_plus[elite] - w_minus[elite])
+    return jnp.concatenate([coeff, jnp.zeros(h, jnp.float32)]), jnp.std(kept)
+
+
+def ars_step(pair_total: jax.Array, sigma: jax.Array, sigma_r: jax.Array, num_elite: int) -> jax.Array:
+    """``g`` of the module docstring from ``pair_sum(v, x) [dims]``: 0 if the kept values are all equal."""
+    delta_sum = pair_total / (2.0 * sigma)  # sum_i coeff_i * delta_i
+    ok = sigma_r > 0
+    return jnp.where(ok, delta_sum / (num_elite * jnp.where(ok, sigma_r, 1.0)), 0.0)
 
 
 def ars_gradient(x: jax.Array, weights: jax.Array, sigma: jax.Array, num_elite: int) -> jax.Array:
@@ -37,16 +72,8 @@ def ars_gradient(x: jax.Array, weights: jax.Array, sigma: jax.Array, num_elite: 
     Returns:
         ``[dims]`` the estimate ``g`` of the module docstring (0 if the kept values are all equal).
     """
-    h = x.shape[0] // 2
-    w_plus, w_minus = weights[:h], weights[h:]
-    score = jnp.minimum(w_plus, w_minus)
-    _, elite = jax.lax.top_k(-score, num_elite)  # b best directions
-    kept = jnp.concatenate([w_plus[elite], w_minus[elite]])
-    sigma_r = jnp.std(kept)
-    coeff = jnp.zeros(h, jnp.float32).at[elite].set(w_plus[elite] - w_minus[elite])
-    delta_sum = (coeff @ x[:h] - coeff @ x[h:]) / (2.0 * sigma)  # sum_i coeff_i * delta_i
-    ok = sigma_r > 0
-    return jnp.where(ok, delta_sum / (num_elite * jnp.where(ok, sigma_r, 1.0)), 0.0)
+    v, sigma_r = ars_coefficients(weights, num_elite)
+    return ars_step(pair_sum(v, x), sigma, sigma_r, num_elite)
 
 
 class ARS(GradientES):
@@ -95,11 +122,28 @@ class ARS(GradientES):
         self.elite_ratio = float(elite_ratio)
         self.num_elite = max(1, min(population_size // 2, round(elite_ratio * (population_size // 2))))
 
-    def _ask(self, key, state, params):
-        z = antithetic_perturbations(key, self.population_size, self.num_dims)
+    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    shard_pairs = True
+    shard_state_fields: tuple[str, ...] = ()
+
+    def _sample(self, key, state, params, rows):
+        z = antithetic_perturbations(key, rows, self.num_dims)
         return state.mean + self.sigma(state, params) * z, state
 
-    def _tell(self, key, state, x, fitness, params):
+    def _member_weights(self, state, fitness, params):
+        # the elite and sigma_R need every weight: computed before the split
+        return ars_coefficients(self._weights(fitness), self.num_elite)
+
+    def _row_statistics(self, state, params, x, weights, sigma_r):
+        return pair_sum(weights, x)
+
+    def _update_from_statistics(self, key, state, params, stats, sigma_r, fitness, best_row):
         sigma = self.sigma(state, params)
-        grad = ars_gradient(x, self._weights(fitness), sigma, self.num_elite)
-        return self._apply_gradient(state, grad, x, fitness, sigma)
+        grad = ars_step(stats, sigma, sigma_r, self.num_elite)
+        return self._apply_gradient_row(state, grad, best_row, fitness, sigma)
+
+    def _ask(self, key, state, params):
+        return self._sample(key, state, params, self.population_size)
+
+    def _tell(self, key, state, x, fitness, params):
+        return tell_by_statistics(self, key, state, x, fitness, params)

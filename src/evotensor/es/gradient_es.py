@@ -2,6 +2,11 @@
 NRES, ESMC, GuidedES, ASEBO): an optax optimizer on the mean, a sigma that is constant or follows
 a schedule, fitness shaping into weights, and best-so-far tracking with a guard that keeps the
 state finite.
+
+It also holds the unsharded half of the population-sharding protocol of
+:mod:`evotensor.es.sharding`: :func:`tell_by_statistics` runs a shardable strategy's
+``_member_weights -> _row_statistics -> _update_from_statistics`` hooks on the whole population,
+so the unsharded ``tell`` and the sharded one share every line of update math.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import optax
 
 from evotensor.core.fitness_shaping import centered_ranks
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy, track_best
+from evotensor.es.base import VectorStrategy
 from evotensor.es.optimizers import (
     check_optimizer,
     check_sigma_schedule,
@@ -63,6 +68,60 @@ def check_shaping(fitness_shaping: Any) -> FitnessShaping:
             f"fitness_shaping must be a callable fitness [pop] -> weights [pop], got {fitness_shaping!r}"
         )
     return fitness_shaping
+
+
+def best_row_update(
+    best_x: jax.Array, best_f: jax.Array, row: jax.Array, fitness: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Best-so-far update from the generation's best row.
+
+    Args:
+        best_x: ``[dims]`` incumbent; best_f: ``[]`` its fitness.
+        row: ``[dims]`` the candidate at ``argmin(fitness)`` (under sharding only that row, not the
+            population, is brought to every device).
+        fitness: ``[pop]`` minimized, invalid entries already worse than every valid one.
+
+    Returns:
+        ``(best_x, best_f)``, exactly :func:`evotensor.es.base.update_best` on the whole population.
+    """
+    i = jnp.argmin(fitness)
+    better = fitness[i] < best_f
+    return jnp.where(better, row, best_x), jnp.where(better, fitness[i], best_f)
+
+
+def track_best_row(state: Any, row: jax.Array, fitness: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
+    """:func:`evotensor.es.base.track_best` given the best row ``[dims]`` instead of ``x [pop, dims]``."""
+    best_solution, best_fitness = best_row_update(state.best_solution, state.best_fitness, row, fitness)
+    metrics = dict(
+        best_fitness=best_fitness, generation_best_fitness=jnp.min(fitness), mean_fitness=jnp.mean(fitness)
+    )
+    return state.replace(best_solution=best_solution, best_fitness=best_fitness), metrics
+
+
+def pair_sum(weights: jax.Array, x: jax.Array) -> jax.Array:
+    """``sum_i (w_i - w_{i+h}) (x_i - x_{i+h})`` over the ``h = rows/2`` mirrored pairs of ``x``.
+
+    Args: weights ``[rows]``, x ``[rows, dims]`` with row ``i + h`` the mirror of row ``i``.
+
+    Returns ``[dims]``: two matrix-vector products that read ``x`` once (the mean is never
+    subtracted from the large matrix).
+    """
+    h = x.shape[0] // 2
+    c = weights[:h] - weights[h:]  # [h]
+    return c @ x[:h] - c @ x[h:]
+
+
+def tell_by_statistics(
+    strategy: Any, key: jax.Array, state: Any, x: jax.Array, fitness: jax.Array, params: Any
+) -> tuple[Any, dict[str, jax.Array]]:
+    """Unsharded ``_tell`` of a shardable strategy: its three hooks on the whole population.
+
+    ``x [pop, dims]``, ``fitness [pop]`` (minimized, finite). :func:`evotensor.es.sharding.sharded`
+    calls the same hooks with ``_row_statistics`` on each device's rows and a ``psum`` in between.
+    """
+    weights, aux = strategy._member_weights(state, fitness, params)
+    stats = strategy._row_statistics(state, params, x, weights, aux)
+    return strategy._update_from_statistics(key, state, params, stats, aux, fitness, x[jnp.argmin(fitness)])
 
 
 def identity_shaping(fitness: jax.Array) -> jax.Array:
@@ -134,6 +193,12 @@ class GradientES(VectorStrategy):
         self, state: Any, grad: jax.Array, x: jax.Array, fitness: jax.Array, sigma: jax.Array
     ) -> tuple[Any, dict[str, jax.Array]]:
         """Optimizer step on ``grad [dims]``, best-so-far tracking, metrics; state stays finite."""
+        return self._apply_gradient_row(state, grad, x[jnp.argmin(fitness)], fitness, sigma)
+
+    def _apply_gradient_row(
+        self, state: Any, grad: jax.Array, best_row: jax.Array, fitness: jax.Array, sigma: jax.Array
+    ) -> tuple[Any, dict[str, jax.Array]]:
+        """:meth:`_apply_gradient` given the generation's best row ``[dims]`` instead of ``x``."""
         grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
         updates, opt_state = self.optimizer.update(grad, state.opt_state, state.mean)
         mean = optax.apply_updates(state.mean, updates)
@@ -142,6 +207,6 @@ class GradientES(VectorStrategy):
         opt_state = jax.tree_util.tree_map(
             lambda new, old: jnp.where(finite, new, old), opt_state, state.opt_state
         )
-        state, metrics = track_best(state, x, fitness)
+        state, metrics = track_best_row(state, best_row, fitness)
         metrics.update(sigma=jnp.mean(sigma), grad_norm=safe_norm(grad))
         return state.replace(mean=mean, opt_state=opt_state, generation=state.generation + 1), metrics

@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from evotensor.es.persistent_es import OnlineES, OnlineESState, paired_gradient
+from evotensor.es.persistent_es import OnlineES, OnlineESState
 
 __all__ = ["NoiseReuseES", "OnlineESState"]
 
@@ -38,15 +38,9 @@ class NoiseReuseES(OnlineES):
 
     name = "noise_reuse_es"
 
-    def _ask(self, key, state, params):
+    def _sample(self, key, state, params, rows):
         sigma = self.sigma(state, params)
-        fresh = sigma * jax.random.normal(key, (self.population_size // 2, self.num_dims), jnp.float32)
+        fresh = sigma * jax.random.normal(key, (rows // 2, self.num_dims), jnp.float32)
         eps = jnp.where(state.inner_step == 0, fresh, state.perturbation)
         x = jnp.concatenate([state.mean + eps, state.mean - eps])
         return x, state.replace(perturbation=eps)
-
-    def _tell(self, key, state, x, fitness, params):
-        sigma = self.sigma(state, params)
-        grad = paired_gradient(self._weights(fitness), state.perturbation, sigma)
-        state, metrics = self._apply_gradient(state, grad, x, fitness, sigma)
-        return self._advance(state), metrics

@@ -26,7 +26,7 @@ import optax
 
 from evotensor.core.fitness_shaping import centered_ranks
 from evotensor.es.base import check_even
-from evotensor.es.gradient_es import FitnessShaping, GradientES
+from evotensor.es.gradient_es import FitnessShaping, GradientES, pair_sum, tell_by_statistics
 
 NOISE_CHUNK_BYTES = 8 * 2**20
 
@@ -58,6 +58,23 @@ def antithetic_perturbations(key: jax.Array, population_size: int, num_dims: int
     return jnp.concatenate([z, -z])
 
 
+def open_es_sum(x: jax.Array, weights: jax.Array, mean: jax.Array, antithetic: bool) -> jax.Array:
+    """The row sum behind the OpenAI-ES estimate, ``[dims]``.
+
+    ``sum_i w_i (x_i - mean)``, or with antithetic pairs ``sum_i (w_i - w_{i+h}) (x_i - x_{i+h})``
+    (:func:`~evotensor.es.gradient_es.pair_sum`), for ``x [rows, dims]``, ``weights [rows]``. A sum
+    over rows: the sharded tell adds the shards' sums.
+    """
+    if antithetic:
+        return pair_sum(weights, x)
+    return weights @ (x - mean)
+
+
+def open_es_scale(population_size: int, sigma: jax.Array, antithetic: bool) -> jax.Array:
+    """Divisor turning :func:`open_es_sum` into the gradient: ``2 pop sigma^2`` (pairs) or ``pop sigma^2``."""
+    return (2.0 * population_size * sigma**2) if antithetic else (population_size * sigma**2)
+
+
 def open_es_gradient(
     x: jax.Array, weights: jax.Array, mean: jax.Array, sigma: jax.Array, antithetic: bool
 ) -> jax.Array:
@@ -73,13 +90,7 @@ def open_es_gradient(
         so the mean never has to be subtracted from the (large) population matrix; the whole
         estimate is two matrix-vector products that read ``x`` once.
     """
-    pop = x.shape[0]
-    if antithetic:
-        h = pop // 2
-        c = weights[:h] - weights[h:]  # [h]
-        diff = c @ x[:h] - c @ x[h:]  # sum_i c_i (x_i - x_{i+h}) = 2 sigma sum_i c_i eps_i
-        return diff / (2.0 * pop * sigma**2)
-    return weights @ (x - mean) / (pop * sigma**2)
+    return open_es_sum(x, weights, mean, antithetic) / open_es_scale(x.shape[0], sigma, antithetic)
 
 
 class OpenES(GradientES):
@@ -136,15 +147,35 @@ class OpenES(GradientES):
         if self.antithetic:
             check_even(population_size, "antithetic sampling")
 
-    def _ask(self, key, state, params):
+    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    shard_state_fields: tuple[str, ...] = ()
+
+    @property
+    def shard_pairs(self) -> bool:
+        """Whether rows ``i`` and ``i + rows/2`` are mirrored pairs (``antithetic``)."""
+        return self.antithetic
+
+    def _sample(self, key, state, params, rows):
         sigma = self.sigma(state, params)
         if self.antithetic:
-            z = chunked_normal(key, self.population_size // 2, self.num_dims)
+            z = chunked_normal(key, rows // 2, self.num_dims)
             return jnp.concatenate([state.mean + sigma * z, state.mean - sigma * z]), state
-        z = chunked_normal(key, self.population_size, self.num_dims)
+        z = chunked_normal(key, rows, self.num_dims)
         return state.mean + sigma * z, state
 
-    def _tell(self, key, state, x, fitness, params):
+    def _member_weights(self, state, fitness, params):
+        return self._weights(fitness), None
+
+    def _row_statistics(self, state, params, x, weights, aux):
+        return open_es_sum(x, weights, state.mean, self.antithetic)
+
+    def _update_from_statistics(self, key, state, params, stats, aux, fitness, best_row):
         sigma = self.sigma(state, params)
-        grad = open_es_gradient(x, self._weights(fitness), state.mean, sigma, self.antithetic)
-        return self._apply_gradient(state, grad, x, fitness, sigma)
+        grad = stats / open_es_scale(self.population_size, sigma, self.antithetic)
+        return self._apply_gradient_row(state, grad, best_row, fitness, sigma)
+
+    def _ask(self, key, state, params):
+        return self._sample(key, state, params, self.population_size)
+
+    def _tell(self, key, state, x, fitness, params):
+        return tell_by_statistics(self, key, state, x, fitness, params)

@@ -24,7 +24,7 @@ import optax
 
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_even
-from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping
+from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping, tell_by_statistics
 
 
 @pytree_dataclass
@@ -48,13 +48,19 @@ class OnlineESState:
     inner_step: jax.Array
 
 
+def paired_sum(weights: jax.Array, directions: jax.Array) -> jax.Array:
+    """``sum_i directions_i * (w+_i - w-_i)`` ``[dims]``: weights ``[2N]``, directions ``[N, dims]``."""
+    n = directions.shape[0]
+    return (weights[:n] - weights[n:]) @ directions
+
+
 def paired_gradient(weights: jax.Array, directions: jax.Array, sigma: jax.Array) -> jax.Array:
     """``1/(2 N sigma^2) * sum_i directions_i * (w+_i - w-_i)``.
 
     Args: weights ``[2N]`` (row ``i + N`` mirrors row ``i``), directions ``[N, dims]``, sigma ``[]``.
     """
     n = directions.shape[0]
-    return (weights[:n] - weights[n:]) @ directions / (2.0 * n * sigma**2)
+    return paired_sum(weights, directions) / (2.0 * n * sigma**2)
 
 
 class OnlineES(GradientES):
@@ -105,6 +111,30 @@ class OnlineES(GradientES):
         step = state.inner_step + self.K
         return state.replace(inner_step=jnp.where(step >= self.T, 0, step))
 
+    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    # ``perturbation [pop/2, dims]`` holds one row per mirrored pair: under sharding each device
+    # keeps the rows of its own pairs (its ``_sample`` reads and writes only those).
+    shard_pairs = True
+    shard_state_fields: tuple[str, ...] = ("perturbation",)
+
+    def _member_weights(self, state, fitness, params):
+        return self._weights(fitness), None
+
+    def _row_statistics(self, state, params, x, weights, aux):
+        return paired_sum(weights, state.perturbation)
+
+    def _update_from_statistics(self, key, state, params, stats, aux, fitness, best_row):
+        sigma = self.sigma(state, params)
+        grad = stats / (2.0 * (self.population_size // 2) * sigma**2)
+        state, metrics = self._apply_gradient_row(state, grad, best_row, fitness, sigma)
+        return self._advance(state), metrics
+
+    def _ask(self, key, state, params):
+        return self._sample(key, state, params, self.population_size)
+
+    def _tell(self, key, state, x, fitness, params):
+        return tell_by_statistics(self, key, state, x, fitness, params)
+
 
 class PersistentES(OnlineES):
     """Persistent ES (Vicol et al., 2021).
@@ -121,15 +151,9 @@ class PersistentES(OnlineES):
 
     name = "persistent_es"
 
-    def _ask(self, key, state, params):
+    def _sample(self, key, state, params, rows):
         sigma = self.sigma(state, params)
-        eps = sigma * jax.random.normal(key, (self.population_size // 2, self.num_dims), jnp.float32)
+        eps = sigma * jax.random.normal(key, (rows // 2, self.num_dims), jnp.float32)
         accum = jnp.where(state.inner_step == 0, 0.0, state.perturbation) + eps
         x = jnp.concatenate([state.mean + eps, state.mean - eps])
         return x, state.replace(perturbation=accum)
-
-    def _tell(self, key, state, x, fitness, params):
-        sigma = self.sigma(state, params)
-        grad = paired_gradient(self._weights(fitness), state.perturbation, sigma)
-        state, metrics = self._apply_gradient(state, grad, x, fitness, sigma)
-        return self._advance(state), metrics

@@ -26,8 +26,8 @@ import optax
 
 from evotensor.core.fitness_shaping import centered_ranks
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy, check_even, track_best
-from evotensor.es.gradient_es import FitnessShaping, check_shaping
+from evotensor.es.base import VectorStrategy, check_even
+from evotensor.es.gradient_es import FitnessShaping, check_shaping, tell_by_statistics, track_best_row
 from evotensor.es.optimizers import check_optimizer, clipup, safe_norm
 
 
@@ -61,6 +61,30 @@ class PGPEParams:
     sigma_min: jax.Array
 
 
+def pgpe_sums(
+    x: jax.Array, weights: jax.Array, baseline: jax.Array, sigma: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """The pair sums behind PGPE's gradients (divide by the number of pairs ``pop / 2``).
+
+    Args:
+        x: ``[rows, dims]``, rows ``i`` and ``i + rows/2`` are ``mean + eps_i`` and ``mean - eps_i``.
+        weights: ``[rows]`` (lower = better). baseline: ``[]`` the mean weight of the *whole*
+            population. sigma: ``[dims]``.
+
+    Returns:
+        ``(sum_i (w+_i - w-_i)/2 eps_i, sum_i ((w+_i + w-_i)/2 - b) (eps_i^2 - sigma^2)/sigma)``,
+        both ``[dims]``; sums over rows, so the sharded tell adds the shards' sums.
+    """
+    h = x.shape[0] // 2
+    eps = (x[:h] - x[h:]) / 2.0  # [h, dims]
+    w_plus, w_minus = weights[:h], weights[h:]
+    sum_mean = ((w_plus - w_minus) / 2.0) @ eps
+    safe_sigma = jnp.maximum(sigma, jnp.finfo(jnp.float32).tiny)
+    s = (eps**2 - sigma**2) / safe_sigma  # [h, dims]
+    sum_sigma = ((w_plus + w_minus) / 2.0 - baseline) @ s
+    return sum_mean, sum_sigma
+
+
 def pgpe_gradients(
     x: jax.Array, weights: jax.Array, mean: jax.Array, sigma: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
@@ -74,14 +98,8 @@ def pgpe_gradients(
         ``(g_mean [dims], g_sigma [dims])`` as in the module docstring.
     """
     h = x.shape[0] // 2
-    eps = (x[:h] - x[h:]) / 2.0  # [h, dims]
-    w_plus, w_minus = weights[:h], weights[h:]
-    g_mean = ((w_plus - w_minus) / 2.0) @ eps / h
-    baseline = jnp.mean(weights)
-    safe_sigma = jnp.maximum(sigma, jnp.finfo(jnp.float32).tiny)
-    s = (eps**2 - sigma**2) / safe_sigma  # [h, dims]
-    g_sigma = ((w_plus + w_minus) / 2.0 - baseline) @ s / h
-    return g_mean, g_sigma
+    sum_mean, sum_sigma = pgpe_sums(x, weights, jnp.mean(weights), sigma)
+    return sum_mean / h, sum_sigma / h
 
 
 class PGPE(VectorStrategy):
@@ -141,14 +159,25 @@ class PGPE(VectorStrategy):
             best_fitness=jnp.asarray(jnp.inf, jnp.float32),
         )
 
-    def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size // 2, self.num_dims), jnp.float32)
+    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    shard_pairs = True
+    shard_state_fields: tuple[str, ...] = ()
+
+    def _sample(self, key, state, params, rows):
+        z = jax.random.normal(key, (rows // 2, self.num_dims), jnp.float32)
         eps = state.sigma * z
         return jnp.concatenate([state.mean + eps, state.mean - eps]), state
 
-    def _tell(self, key, state, x, fitness, params):
+    def _member_weights(self, state, fitness, params):
         w = jnp.asarray(self.fitness_shaping(fitness), jnp.float32)
-        g_mean, g_sigma = pgpe_gradients(x, w, state.mean, state.sigma)
+        return w, jnp.mean(w)  # the baseline needs every weight: computed before the split
+
+    def _row_statistics(self, state, params, x, weights, baseline):
+        return pgpe_sums(x, weights, baseline, state.sigma)
+
+    def _update_from_statistics(self, key, state, params, stats, aux, fitness, best_row):
+        h = self.population_size // 2
+        g_mean, g_sigma = stats[0] / h, stats[1] / h
         g_mean = jnp.where(jnp.isfinite(g_mean), g_mean, 0.0)
         g_sigma = jnp.where(jnp.isfinite(g_sigma), g_sigma, 0.0)
         updates, opt_state = self.optimizer.update(g_mean, state.opt_state, state.mean)
@@ -161,7 +190,13 @@ class PGPE(VectorStrategy):
         lo = state.sigma * (1.0 - params.sigma_max_change)
         hi = state.sigma * (1.0 + params.sigma_max_change)
         sigma = jnp.maximum(jnp.clip(sigma, lo, hi), params.sigma_min)
-        state, metrics = track_best(state, x, fitness)
+        state, metrics = track_best_row(state, best_row, fitness)
         metrics.update(sigma=jnp.mean(sigma), grad_norm=safe_norm(g_mean))
         state = state.replace(mean=mean, sigma=sigma, opt_state=opt_state, generation=state.generation + 1)
         return state, metrics
+
+    def _ask(self, key, state, params):
+        return self._sample(key, state, params, self.population_size)
+
+    def _tell(self, key, state, x, fitness, params):
+        return tell_by_statistics(self, key, state, x, fitness, params)

@@ -35,8 +35,9 @@ import numpy as np
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import VectorStrategy, update_best
+from evotensor.es.base import VectorStrategy
 from evotensor.es.cma_es import float_dtype
+from evotensor.es.gradient_es import best_row_update
 
 
 def sep_cma_constants(num_dims: int, population_size: int) -> dict[str, Any]:
@@ -159,20 +160,31 @@ class SepCMAES(VectorStrategy):
             best_fitness=jnp.asarray(jnp.inf, dtype),
         )
 
-    def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), state.mean.dtype)
+    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    shard_pairs = False
+    shard_state_fields: tuple[str, ...] = ()
+
+    def _sample(self, key, state, params, rows):
+        z = jax.random.normal(key, (rows, self.num_dims), state.mean.dtype)
         z = z + 0 * state.sigma  # batched with the state under vmap (see cma_es.sample)
         return state.mean + state.sigma * (z * jnp.sqrt(state.c)), state
 
-    def _tell(self, key, state, x, fitness, params):
-        n = self.num_dims
+    def _member_weights(self, state, fitness, params):
+        # each member's recombination weight by its rank: the ranking needs every fitness
         dtype = state.mean.dtype
         order = jnp.argsort(fitness, stable=True)
-        xs = x.astype(dtype)[order]
-        w = params.weights.astype(dtype)
+        return jnp.zeros(self.population_size, dtype).at[order].set(params.weights.astype(dtype)), None
+
+    def _row_statistics(self, state, params, x, weights, aux):
+        """``(sum_i w_i y_i, sum_i w_i y_i^2)`` with ``y_i = (x_i - m) / sigma``, ``[n]`` each."""
         inv_sigma = 1 / state.sigma
-        ys = (xs - state.mean) * inv_sigma
-        y_w = exact_sum(w[:, None] * ys, axis=0)
+        ys = (x.astype(state.mean.dtype) - state.mean) * inv_sigma
+        return exact_sum(weights[:, None] * ys, axis=0), exact_sum(weights[:, None] * ys**2, axis=0)
+
+    def _update_from_statistics(self, key, state, params, stats, aux, fitness, best_row):
+        n = self.num_dims
+        dtype = state.mean.dtype
+        y_w, wy2 = stats
         mean = state.mean + state.sigma * y_w
         c_s, c_c = params.c_sigma, params.c_c
         p_sigma = (1 - c_s) * state.p_sigma + jnp.sqrt(c_s * (2 - c_s) * params.mu_eff) * y_w / jnp.sqrt(
@@ -187,17 +199,15 @@ class SepCMAES(VectorStrategy):
         h = h_sigma.astype(dtype)
         p_c = (1 - c_c) * state.p_c + h * jnp.sqrt(c_c * (2 - c_c) * params.mu_eff) * y_w
         c1, cmu = params.c_1, params.c_mu
-        c = (
-            (1 - c1 - cmu) * state.c
-            + c1 * (p_c**2 + (1 - h) * c_c * (2 - c_c) * state.c)
-            + cmu * exact_sum(w[:, None] * ys**2, axis=0)
-        )
+        c = (1 - c1 - cmu) * state.c + c1 * (p_c**2 + (1 - h) * c_c * (2 - c_c) * state.c) + cmu * wy2
         # condition guard: lift the smallest variances (keeps 1/sqrt(c) finite in float32)
         tiny = jnp.finfo(dtype).tiny
         c = jnp.maximum(c, jnp.maximum(jnp.max(c) / params.max_condition, tiny))
         log_step = jnp.clip(c_s / params.d_sigma * (ps_norm / params.chi_n - 1), -1.0, 1.0)
         sigma = jnp.clip(state.sigma * jnp.exp(log_step), params.sigma_min, params.sigma_max)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x.astype(dtype), fitness)
+        best_x, best_f = best_row_update(
+            state.best_solution, state.best_fitness, best_row.astype(dtype), fitness
+        )
         new = SepCMAESState(
             mean=mean,
             sigma=sigma,
@@ -209,3 +219,14 @@ class SepCMAES(VectorStrategy):
             best_fitness=best_f.astype(dtype),
         )
         return new, {"sigma": sigma, "h_sigma": h_sigma, "axis_ratio": jnp.sqrt(jnp.max(c) / jnp.min(c))}
+
+    def _ask(self, key, state, params):
+        return self._sample(key, state, params, self.population_size)
+
+    def _tell(self, key, state, x, fitness, params):
+        # unsharded: the candidates sorted by fitness against the rank weights (the sharded tell
+        # gives each member its rank's weight instead; same sums)
+        order = jnp.argsort(fitness, stable=True)
+        xs = x.astype(state.mean.dtype)[order]
+        stats = self._row_statistics(state, params, xs, params.weights.astype(state.mean.dtype), None)
+        return self._update_from_statistics(key, state, params, stats, None, fitness, x[jnp.argmin(fitness)])

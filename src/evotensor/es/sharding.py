@@ -1,45 +1,109 @@
-"""Population-axis sharding for evolution strategies.
+"""Population-axis sharding for evolution strategies, on one host or many.
 
-The population matrix ``[pop, dims]`` is split along ``pop`` over one axis of a
-``jax.sharding.Mesh`` (``NamedSharding(mesh, P(axis, None))``). For OpenAI-ES,
-:func:`sharded_open_es` goes further: each device draws its own noise shard from
-``jax.random.fold_in(key, shard_index)`` inside ``shard_map`` and reduces its own partial gradient,
-so no device ever holds the full population — only the ``[pop]`` fitness vector (for the ranks)
-and the ``[dims]`` gradient (one ``psum``) cross devices.
+:func:`sharded` turns a strategy into a jitted ``(ask, tell)`` pair whose population ``[pop, dims]``
+is split along ``pop`` over one axis of a ``jax.sharding.Mesh``, and no device ever holds the whole
+population:
 
-Layout of a sharded OpenES population with ``n`` shards of ``m = pop / n`` rows: shard ``s`` holds
-``[mean + sigma z_s; mean - sigma z_s]`` with ``z_s = normal(fold_in(key, s), (m / 2, dims))`` —
-antithetic pairs never straddle devices. This is a different (equally distributed) sample than the
-unsharded :meth:`OpenES.ask` for the same key.
+* **ask**: inside ``shard_map`` device ``s`` draws its own ``rows = pop / n`` candidates from
+  ``jax.random.fold_in(key, s)``;
+* **tell**: the ``[pop]`` fitness vector is replicated (ranks and other fitness shaping need all of
+  it) and turned into per-member weights; each device reduces its own rows to the strategy's
+  *sufficient statistics* (sums over rows such as ``sum_i w_i z_i`` and ``sum_i w_i z_i^2``), one
+  ``psum`` adds them, and the strategy's own update code runs on the result, replicated. The best
+  candidate's row (for best-so-far tracking) comes from its owner by a second ``psum``.
+
+So only ``[pop]`` fitness/weights, ``[dims]``-sized statistics and one ``[dims]`` row cross devices
+(tested on the compiled HLO). The same code runs over several processes after
+``jax.distributed.initialize()`` (tested with two CPU processes; see below).
+
+Shardable strategies — every one whose candidates are independent rows ``mean + sigma * noise`` and
+whose update needs only weighted sums over rows: :class:`~evotensor.es.open_es.OpenES`,
+:class:`~evotensor.es.pgpe.PGPE`, :class:`~evotensor.es.ars.ARS`, :class:`~evotensor.es.snes.SNES`,
+:class:`~evotensor.es.simple_es.SimpleES`, :class:`~evotensor.es.sep_cma_es.SepCMAES`,
+:class:`~evotensor.es.persistent_es.PersistentES` and
+:class:`~evotensor.es.noise_reuse_es.NoiseReuseES` (their per-pair ``perturbation`` state is sharded
+too: each device keeps the rows of its own pairs). Any other strategy raises ``TypeError``.
+
+A strategy is shardable when it implements this protocol (:class:`Shardable`); its unsharded ``tell``
+runs the same hooks on the whole population (:func:`evotensor.es.gradient_es.tell_by_statistics`),
+so the update math exists once:
+
+* ``_sample(key, state, params, rows) -> (x [rows, dims], state)`` — its ``ask`` for ``rows``
+  candidates (its ``_ask`` is ``_sample(..., population_size)``);
+* ``_member_weights(state, fitness [pop], params) -> (weights, aux)`` — ``weights`` a pytree of
+  ``[pop]`` arrays (split with the rows), ``aux`` anything replicated (a baseline, ``sigma_R``);
+* ``_row_statistics(state, params, x [rows, dims], weights [rows], aux) -> stats`` — a pytree of
+  sums over the rows;
+* ``_update_from_statistics(key, state, params, stats, aux, fitness [pop], best_row [dims])``
+  ``-> (state, metrics)``;
+* ``shard_pairs`` (rows ``i`` and ``i + rows/2`` are mirrored pairs) and ``shard_state_fields``
+  (state fields with one row per member or pair, sharded with the population).
+
+Row layout. With ``n`` shards, shard ``s`` holds rows ``s*rows .. (s+1)*rows - 1`` of the sharded
+population. For strategies with mirrored pairs, shard ``s`` holds ``[mean + e_s; mean - e_s]`` with
+``e_s`` drawn from ``fold_in(key, s)``, so pairs never straddle devices; :func:`population_order`
+gives the permutation to the strategy's own row order (pairs at ``i`` and ``i + pop/2``). The sample
+differs from the unsharded ``ask`` for the same key (equally distributed); the update is the
+unsharded update of that sample up to float32 summation order (tested against the unsharded
+``tell`` on the gathered population).
 
 Example (4 CPU devices via ``XLA_FLAGS=--xla_force_host_platform_device_count=4``)::
 
     mesh = jax.make_mesh((4,), ("pop",))
-    es = OpenES(1024, num_dims=100_000)
-    ask, tell = sharded_open_es(es, mesh)
-    state = es.init(key)
+    es = SNES(1024, num_dims=100_000)
+    ask, tell = sharded(es, mesh)
+    state = shard_state(es, es.init(key), mesh)   # optional: the first ask then compiles only once
     x, state = ask(k1, state)           # x: [1024, 100000], sharded 4 ways along pop
     state, metrics = tell(k2, state, x, fitness_fn(x))
+
+Multi-host: call ``jax.distributed.initialize(coordinator, num_processes, process_id)`` in every
+process (on CPU first ``jax.config.update("jax_cpu_collectives_implementation", "gloo")``), build
+the mesh over ``jax.devices()`` (all processes' devices), and run the same program in every
+process: ``ask`` returns a global array of which each process holds its own devices' rows, the
+fitness function evaluates them where they are, and ``tell`` returns a replicated state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from evotensor.core.evaluation import worst_for_nonfinite
+from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
+from evotensor.es.base import keep_state_if_all_invalid, state_float_dtype
 from evotensor.es.open_es import OpenES
+
+HOOKS = ("_sample", "_member_weights", "_row_statistics", "_update_from_statistics")
+SHARDABLE = "OpenES, PGPE, ARS, SNES, SimpleES, SepCMAES, PersistentES, NoiseReuseES"
+
+
+class Shardable(Protocol):
+    """What :func:`sharded` needs of a strategy (see the module docstring)."""
+
+    population_size: int
+    num_dims: int
+    shard_pairs: bool
+    shard_state_fields: tuple[str, ...]
+
+    def _sample(self, key: jax.Array, state: Any, params: Any, rows: int) -> tuple[jax.Array, Any]: ...
+
+    def _member_weights(self, state: Any, fitness: jax.Array, params: Any) -> tuple[Any, Any]: ...
+
+    def _row_statistics(self, state: Any, params: Any, x: jax.Array, weights: Any, aux: Any) -> Any: ...
+
+    def _update_from_statistics(
+        self, key: jax.Array, state: Any, params: Any, stats: Any, aux: Any, fitness: jax.Array, best_row: Any
+    ) -> tuple[Any, dict[str, jax.Array]]: ...
 
 
 def population_sharding(mesh: Mesh, axis_name: str = "pop") -> NamedSharding:
     """``NamedSharding`` that splits the leading (population) axis over ``axis_name``."""
-    if axis_name not in mesh.axis_names:
-        raise ValueError(f"axis_name {axis_name!r} is not an axis of the mesh {mesh.axis_names}")
+    _num_shards(mesh, axis_name)
     return NamedSharding(mesh, P(axis_name))
 
 
@@ -55,102 +119,165 @@ def shard_population(population: Any, mesh: Mesh, axis_name: str = "pop") -> Any
     return jax.device_put(population, sharding)
 
 
-def _check_open_es(es: OpenES, mesh: Mesh, axis_name: str) -> int:
-    if not isinstance(es, OpenES):
-        raise TypeError(f"es must be an OpenES, got {type(es).__name__}")
-    if not es.antithetic:
-        raise ValueError("sharded_open_es needs an OpenES with antithetic=True (pairs stay on one device)")
+def shard_state(strategy: Any, state: Any, mesh: Mesh, axis_name: str = "pop") -> Any:
+    """Place a strategy state as :func:`sharded`'s ``ask``/``tell`` keep it: the per-member fields
+    (``strategy.shard_state_fields``) split along ``axis_name``, every other leaf replicated.
+
+    Optional: ``ask`` places a fresh state itself, but a state placed beforehand lets the first call
+    compile the same program as every later one (one compilation instead of two).
+    """
+    _num_shards(mesh, axis_name)
+    fields = tuple(getattr(strategy, "shard_state_fields", ()))
+    shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, P()), state)
+    if fields:
+        shardings = shardings.replace(**{f: NamedSharding(mesh, P(axis_name)) for f in fields})
+    return jax.device_put(state, shardings)
+
+
+def _num_shards(mesh: Mesh, axis_name: str) -> int:
     if axis_name not in mesh.axis_names:
         raise ValueError(f"axis_name {axis_name!r} is not an axis of the mesh {mesh.axis_names}")
-    n = mesh.shape[axis_name]
-    if es.population_size % (2 * n):
-        raise ValueError(
-            f"population_size {es.population_size} must be divisible by 2 * {n} shards of {axis_name!r}"
+    return int(mesh.shape[axis_name])
+
+
+def check_shardable(strategy: Any) -> None:
+    """Raise ``TypeError`` (naming the strategy) unless it implements the :class:`Shardable` hooks."""
+    missing = [h for h in HOOKS if not callable(getattr(strategy, h, None))]
+    if missing:
+        raise TypeError(
+            f"{type(strategy).__name__} cannot be sharded along the population (its update is not a "
+            f"sum over independently drawn rows; it lacks {', '.join(missing)}). Shardable: {SHARDABLE}"
         )
-    return n
 
 
-def local_perturbations(key: jax.Array, shard_index: jax.Array, rows: int, num_dims: int) -> jax.Array:
-    """The noise of one shard: ``[rows, dims]``, antithetic within the shard (``rows`` even)."""
-    z = jax.random.normal(jax.random.fold_in(key, shard_index), (rows // 2, num_dims), jnp.float32)
-    return jnp.concatenate([z, -z])
+def population_order(strategy: Any, num_shards: int) -> np.ndarray:
+    """``order [pop]`` such that ``x_sharded[order]`` is in the strategy's own row order.
+
+    For strategies with mirrored pairs (:attr:`shard_pairs`), the unsharded order puts the mirror of
+    row ``i`` at ``i + pop/2``; the sharded layout keeps each pair on one shard (see the module
+    docstring). Otherwise the two orders are the same and ``order`` is ``arange(pop)``.
+    """
+    pop = strategy.population_size
+    if not getattr(strategy, "shard_pairs", False):
+        return np.arange(pop)
+    rows = pop // num_shards
+    half = rows // 2
+    pair = np.arange(pop // 2)
+    plus = (pair // half) * rows + pair % half  # sharded position of the k-th "+" row
+    return np.concatenate([plus, plus + half])
 
 
-def sharded_open_es(
-    es: OpenES, mesh: Mesh, axis_name: str = "pop"
-) -> tuple[Callable[..., tuple[jax.Array, Any]], Callable[..., tuple[Any, dict]]]:
-    """Jitted ``(ask, tell)`` for ``es`` with the population sharded over ``mesh[axis_name]``.
+def sharded(
+    strategy: Any, mesh: Mesh, axis_name: str = "pop"
+) -> tuple[Callable[..., tuple[Any, Any]], Callable[..., tuple[Any, dict]]]:
+    """Jitted ``(ask, tell)`` of ``strategy`` with the population sharded over ``mesh[axis_name]``.
 
     Args:
-        es: an antithetic :class:`~evotensor.es.open_es.OpenES` whose population size is divisible
-            by ``2 * mesh.shape[axis_name]``.
-        mesh: the device mesh; other mesh axes replicate.
+        strategy: a shardable strategy (module docstring); ``population_size`` must be divisible
+            by the number of shards (by twice that number with mirrored pairs).
+        mesh: the device mesh (may span processes; explicit or auto axes); other mesh axes replicate.
         axis_name: the mesh axis that splits the population.
 
     Returns:
-        ``ask(key, state, params=None) -> (x [pop, dims] sharded, state)`` and
-        ``tell(key, state, x, fitness [pop], params=None) -> (state, metrics)``, with the same state
-        and params as ``es``. Flat arrays only (the solution template is not unravelled).
+        ``ask(key, state, params=None) -> (genotypes [pop, ...] sharded along pop, state)`` and
+        ``tell(key, state, genotypes, evaluation, params=None) -> (state, metrics)`` with the
+        strategy's own state, params and template (``evaluation`` an :class:`Evaluation` or
+        ``[pop]`` minimized fitness; NaN/inf handled as in the unsharded ``tell``). Both are
+        ``jax.jit`` functions (``.lower(...)`` works); per-member state fields stay sharded.
+
+    Raises:
+        TypeError: the strategy is not shardable. ValueError: bad ``axis_name`` or population size.
     """
-    n = _check_open_es(es, mesh, axis_name)
-    rows = es.population_size // n
-    d = es.num_dims
-    pop_spec = P(axis_name)
+    check_shardable(strategy)
+    n = _num_shards(mesh, axis_name)
+    pairs = bool(getattr(strategy, "shard_pairs", False))
+    fields = tuple(getattr(strategy, "shard_state_fields", ()))
+    pop = strategy.population_size
+    unit = 2 * n if pairs else n
+    if pop % unit:
+        what = f"2 * {n}" if pairs else f"{n}"
+        raise ValueError(
+            f"population_size {pop} of {type(strategy).__name__} must be divisible by {what} "
+            f"(the shards of {axis_name!r}{', pairs stay on one device' if pairs else ''})"
+        )
+    rows = pop // n
+    order = population_order(strategy, n)  # sharded position of each row in strategy order
+    inverse = np.argsort(order)  # strategy-order index of each sharded position
+    split, whole = NamedSharding(mesh, P(axis_name)), NamedSharding(mesh, P())
 
-    def _local_ask(key, mean, sigma):
-        z = local_perturbations(key, jax.lax.axis_index(axis_name), rows, d)
-        return mean + sigma * z
+    def state_specs(state):
+        specs = jax.tree_util.tree_map(lambda _: P(), state)
+        return specs.replace(**{f: P(axis_name) for f in fields}) if fields else specs
 
-    ask_map = jax.shard_map(_local_ask, mesh=mesh, in_specs=(P(), P(), P()), out_specs=pop_spec)
+    # explicit-sharding meshes need each layout stated (reshard); auto ones take it as a constraint
+    explicit = mesh.axis_types[mesh.axis_names.index(axis_name)] == jax.sharding.AxisType.Explicit
+    constrain = jax.sharding.reshard if explicit else jax.lax.with_sharding_constraint
 
-    def _local_grad(x, w, f):
-        h = x.shape[0] // 2
-        c = w[:h] - w[h:]
-        grad = jax.lax.psum(c @ x[:h] - c @ x[h:], axis_name)
-        # best row of each shard; only these n rows (not the population) are gathered
-        i = jnp.argmin(f)
-        rows = jax.lax.all_gather(x[i], axis_name)
-        vals = jax.lax.all_gather(f[i], axis_name)
-        return grad, rows, vals
+    def place(state):
+        return jax.tree_util.tree_map(
+            lambda a, s: constrain(a, NamedSharding(mesh, s)), state, state_specs(state)
+        )
 
-    grad_map = jax.shard_map(
-        _local_grad,
-        mesh=mesh,
-        in_specs=(pop_spec, pop_spec, pop_spec),
-        out_specs=(P(), P(), P()),
-        check_vma=False,  # psum / all_gather results are replicated; the checker cannot see all_gather's
-    )
+    def local_ask(key, state, params):
+        return strategy._sample(jax.random.fold_in(key, jax.lax.axis_index(axis_name)), state, params, rows)
+
+    def local_statistics(state, params, x, weights, aux, best):
+        stats = jax.lax.psum(strategy._row_statistics(state, params, x, weights, aux), axis_name)
+        # the best candidate's row: its owner contributes it, every other shard zeros
+        mine = jax.lax.axis_index(axis_name) == best // rows
+        row = jax.lax.psum(jnp.where(mine, x[best % rows], jnp.zeros_like(x[0])), axis_name)
+        return stats, row
+
+    def _params(params):
+        return strategy.default_params() if params is None else params
 
     @jax.jit
-    def _ask(key, state, params):
-        return ask_map(key, state.mean, es.sigma(state, params)), state
+    def ask(key: jax.Array, state: Any, params: Any = None) -> tuple[Any, Any]:
+        state = place(state)
+        specs = state_specs(state)
+        x, state = jax.shard_map(
+            local_ask, mesh=mesh, in_specs=(P(), specs, P()), out_specs=(P(axis_name), specs)
+        )(key, state, _params(params))
+        return strategy.space.unravel_population(x), state
 
     @jax.jit
-    def _tell(key, state, x, fitness, params):
-        # the [pop] fitness vector is replicated (ranks need all of it); it is the only per-member data
-        # that crosses devices
-        fitness = jax.sharding.reshard(jnp.asarray(fitness, jnp.float32), NamedSharding(mesh, P()))
-        fitness = worst_for_nonfinite(fitness)
-        sigma = es.sigma(state, params)
-        w = es._weights(fitness)
-        # explicit-sharding meshes need the split stated; for auto meshes this is a constraint
-        split = NamedSharding(mesh, pop_spec)
-        x, w, f = (jax.sharding.reshard(a, split) for a in (x, w, fitness))
-        grad, rows, vals = grad_map(x, w, f)
-        grad = grad / (2.0 * es.population_size * sigma**2)
-        state, metrics = es._apply_gradient(state, grad, rows, vals, sigma)
-        metrics["mean_fitness"] = jnp.mean(fitness)
-        return state, metrics
-
-    def ask(key: jax.Array, state: Any, params: Any = None) -> tuple[jax.Array, Any]:
-        return _ask(key, state, es.default_params() if params is None else params)
-
-    def tell(key: jax.Array, state: Any, x: jax.Array, fitness: jax.Array, params: Any = None):
-        fitness = jnp.asarray(fitness)
-        if fitness.shape != (es.population_size,):
-            raise ValueError(f"fitness must have shape ({es.population_size},), got {fitness.shape}")
-        if x.shape != (es.population_size, d):
-            raise ValueError(f"x must have shape ({es.population_size}, {d}), got {x.shape}")
-        return _tell(key, state, x, fitness, es.default_params() if params is None else params)
+    def tell(
+        key: jax.Array, state: Any, genotypes: Any, evaluation: Any, params: Any = None
+    ) -> tuple[Any, dict[str, jax.Array]]:
+        params = _params(params)
+        fitness = evaluation.fitness if isinstance(evaluation, Evaluation) else jnp.asarray(evaluation)
+        if fitness.shape != (pop,):
+            raise ValueError(f"fitness must have shape ({pop},), got {fitness.shape}")
+        x = strategy.space.ravel_population(genotypes)
+        if x.shape != (pop, strategy.num_dims):
+            raise ValueError(f"genotypes flatten to {x.shape}, expected ({pop}, {strategy.num_dims})")
+        # the [pop] fitness vector is replicated: it is the only per-member data that crosses devices
+        fitness = constrain(fitness.astype(state_float_dtype(state)), whole)
+        if strategy.invalid_fitness_as_inf:
+            shown = jnp.where(jnp.isfinite(fitness), fitness, jnp.inf)
+        else:
+            shown = worst_for_nonfinite(fitness)
+        shown = shown[order]  # strategy row order: shaping, pairing and tie-breaks as unsharded
+        weights, aux = strategy._member_weights(state, shown, params)
+        weights = jax.tree_util.tree_map(lambda w: constrain(w[inverse], split), weights)
+        best = jnp.asarray(order)[jnp.argmin(shown)]  # sharded position of the best row
+        state = place(state)
+        stats, best_row = jax.shard_map(
+            local_statistics,
+            mesh=mesh,
+            in_specs=(state_specs(state), P(), P(axis_name), P(axis_name), P(), P()),
+            out_specs=(P(), P()),
+        )(state, params, constrain(x, split), weights, aux, best)
+        new, metrics = strategy._update_from_statistics(key, state, params, stats, aux, shown, best_row)
+        if strategy.freeze_on_all_invalid:
+            new = keep_state_if_all_invalid(state, new, fitness, strategy.counter_fields)
+        return place(new), metrics
 
     return ask, tell
+
+
+def sharded_open_es(es: Any, mesh: Mesh, axis_name: str = "pop"):
+    """:func:`sharded` for an :class:`~evotensor.es.open_es.OpenES` (kept for compatibility)."""
+    if not isinstance(es, OpenES):
+        raise TypeError(f"es must be an OpenES, got {type(es).__name__}")
+    return sharded(es, mesh, axis_name)

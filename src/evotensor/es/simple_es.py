@@ -114,16 +114,36 @@ class SimpleES(VectorStrategy):
             generation=jnp.zeros((), jnp.int32),
         )
 
-    def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
+    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    shard_pairs = False
+    shard_state_fields: tuple[str, ...] = ()
+
+    def _sample(self, key, state, params, rows):
+        z = jax.random.normal(key, (rows, self.num_dims), jnp.float32)
         return state.mean + state.sigma * z, state
 
-    def _tell(self, key, state, x, fitness, params):
-        elite = x[jnp.argsort(fitness, stable=True)[: self.num_elites]]
-        step = elite - state.mean
-        mean = state.mean + params.c_mean * exact_vecmat(self.weights, step)
-        spread = exact_vecmat(self.weights, step**2)
+    def _member_weights(self, state, fitness, params):
+        # each member's recombination weight (0 outside the elite): the ranking needs every fitness
+        elite = jnp.argsort(fitness, stable=True)[: self.num_elites]
+        return jnp.zeros(self.population_size, jnp.float32).at[elite].set(self.weights), None
+
+    def _row_statistics(self, state, params, x, weights, aux):
+        step = x - state.mean
+        return exact_vecmat(weights, step), exact_vecmat(weights, step**2)
+
+    def _update_from_statistics(self, key, state, params, stats, aux, fitness, best_row):
+        mean_step, spread = stats
+        mean = state.mean + params.c_mean * mean_step
         variance = (1.0 - params.c_sigma) * state.sigma**2 + params.c_sigma * spread
         sigma = jnp.clip(jnp.sqrt(variance), params.sigma_min, params.sigma_max)
         new = SimpleESState(mean=mean, sigma=sigma, generation=state.generation + 1)
         return new, {"sigma_mean": sigma.mean()}
+
+    def _ask(self, key, state, params):
+        return self._sample(key, state, params, self.population_size)
+
+    def _tell(self, key, state, x, fitness, params):
+        # unsharded: sum over the sorted elite only (same statistics as the per-member weights)
+        elite = x[jnp.argsort(fitness, stable=True)[: self.num_elites]]
+        stats = self._row_statistics(state, params, elite, self.weights, None)
+        return self._update_from_statistics(key, state, params, stats, None, fitness, None)

@@ -22,8 +22,8 @@ import jax.numpy as jnp
 
 from evotensor.core.numerics import exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy, track_best
-from evotensor.es.gradient_es import FitnessShaping, check_shaping
+from evotensor.es.base import VectorStrategy
+from evotensor.es.gradient_es import FitnessShaping, check_shaping, tell_by_statistics, track_best_row
 from evotensor.es.xnes import nes_weights, resolve_population_size
 
 
@@ -105,21 +105,30 @@ class SNES(VectorStrategy):
             best_fitness=jnp.asarray(jnp.inf, jnp.float32),
         )
 
-    def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
+    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    shard_pairs = False
+    shard_state_fields: tuple[str, ...] = ()
+
+    def _sample(self, key, state, params, rows):
+        z = jax.random.normal(key, (rows, self.num_dims), jnp.float32)
         return state.mean + rounded(state.sigma * z), state
 
-    def _tell(self, key, state, x, fitness, params):
-        u = -jnp.asarray(self.fitness_shaping(fitness), jnp.float32)
+    def _member_weights(self, state, fitness, params):
+        return -jnp.asarray(self.fitness_shaping(fitness), jnp.float32), None
+
+    def _row_statistics(self, state, params, x, u, aux):
         # explicit reciprocal and rounded products keep vmapped runs bit-identical to separate
         # ones under any XLA fusion decision (see evotensor.core.numerics)
         z = (x - state.mean) * (1.0 / state.sigma)
-        g_mean, g_sigma = snes_natural_gradients(z, u)
+        return snes_natural_gradients(z, u)
+
+    def _update_from_statistics(self, key, state, params, stats, aux, fitness, best_row):
+        g_mean, g_sigma = stats
         mean = state.mean + rounded(params.eta_mean * state.sigma * g_mean)
         log_step = rounded(params.eta_sigma / 2.0 * g_sigma)
         sigma = jnp.maximum(state.sigma * jnp.exp(log_step), params.sigma_min)
         ok = jnp.all(jnp.isfinite(mean)) & jnp.all(jnp.isfinite(sigma))
-        new, metrics = track_best(state, x, fitness)
+        new, metrics = track_best_row(state, best_row, fitness)
         new = new.replace(
             mean=jnp.where(ok, mean, state.mean),
             sigma=jnp.where(ok, sigma, state.sigma),
@@ -127,3 +136,9 @@ class SNES(VectorStrategy):
         )
         metrics.update(sigma=jnp.mean(new.sigma))
         return new, metrics
+
+    def _ask(self, key, state, params):
+        return self._sample(key, state, params, self.population_size)
+
+    def _tell(self, key, state, x, fitness, params):
+        return tell_by_statistics(self, key, state, x, fitness, params)
