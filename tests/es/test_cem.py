@@ -1,11 +1,5 @@
-"""Tests for :mod:`evotensor.es.cem` (CEM).
-
-Shared protocol checks (one compiled batched run serves several of them):
-solves a shifted 10-d sphere to a documented tolerance, vmap over seeds / a hyperparameter /
-poisoned fitness equals separate runs bit for bit, NaN/inf fitness never enters state and the
-best-so-far equals the running minimum of the valid evaluations, and a 3,000-generation float32
-run on a 30-d sphere stays finite.
-"""
+"""CEM (:mod:`evotensor.es.cem`): the contract of :mod:`tests.es.archive_contract` (shifted
+10-d sphere, bitwise vmap, NaN safety, long float32 run), the closed-form update, elite weights."""
 
 from __future__ import annotations
 
@@ -17,27 +11,11 @@ from tests.es.archive_contract import fast_jit, strategy_contract
 
 from evotensor.es.cem import CEM, elite_weights
 
-DIMS = 10
-POP = 100
-GENS = 200
-SHIFT = 1.0  # the optimum sits at SHIFT * ones(DIMS)
 # CEM is known to collapse prematurely from far starts with few elites; with 10 elites of 100 and
 # std_init = 3 it reaches < 1e-6
-TOL = 1e-06
-HYPER_FIELD, HYPER_VALUE = "mean_smoothing", 0.9
-KWARGS = {"std_init": 3.0}
-
 globals().update(
     strategy_contract(
-        CEM,
-        pop=POP,
-        gens=GENS,
-        tol=TOL,
-        hyper=(HYPER_FIELD, HYPER_VALUE),
-        kwargs=KWARGS,
-        dims=DIMS,
-        shift=SHIFT,
-        long_run_in_default_suite=False,
+        CEM, pop=100, gens=200, tol=1e-06, hyper=("mean_smoothing", 0.9), kwargs={"std_init": 3.0}
     )
 )
 

@@ -1,11 +1,6 @@
-"""Tests for :mod:`evotensor.es.discovered_es` (DiscoveredES).
-
-Shared protocol checks (one compiled batched run serves several of them):
-solves a shifted 10-d sphere to a documented tolerance, vmap over seeds / a hyperparameter /
-poisoned fitness equals separate runs bit for bit, NaN/inf fitness never enters state and the
-best-so-far equals the running minimum of the valid evaluations, and a 3,000-generation float32
-run on a 30-d sphere stays finite.
-"""
+"""DiscoveredES (:mod:`evotensor.es.discovered_es`): the contract of
+:mod:`tests.es.archive_contract` (shifted 10-d sphere, bitwise vmap, NaN safety, long float32
+run), the closed-form weights and update."""
 
 from __future__ import annotations
 
@@ -17,26 +12,10 @@ from tests.es.archive_contract import fast_jit, strategy_contract
 
 from evotensor.es.discovered_es import DiscoveredES, des_weights
 
-DIMS = 10
-POP = 16
-GENS = 400
-SHIFT = 1.0  # the optimum sits at SHIFT * ones(DIMS)
 # DES converges linearly; 400 generations of 16 samples reach < 1e-8
-TOL = 1e-08
-HYPER_FIELD, HYPER_VALUE = "lr_std", 0.2
-KWARGS = {}
-
 globals().update(
     strategy_contract(
-        DiscoveredES,
-        pop=POP,
-        gens=GENS,
-        tol=TOL,
-        hyper=(HYPER_FIELD, HYPER_VALUE),
-        kwargs=KWARGS,
-        dims=DIMS,
-        shift=SHIFT,
-        long_run_in_default_suite=True,
+        DiscoveredES, pop=16, gens=400, tol=1e-08, hyper=("lr_std", 0.2), long_run_in_default_suite=True
     )
 )
 

@@ -1,11 +1,5 @@
-"""Tests for :mod:`evotensor.es.gesmr_ga` (GESMRGA).
-
-Shared protocol checks (one compiled batched run serves several of them):
-solves a shifted 10-d sphere to a documented tolerance, vmap over seeds / a hyperparameter /
-poisoned fitness equals separate runs bit for bit, NaN/inf fitness never enters state and the
-best-so-far equals the running minimum of the valid evaluations, and a 3,000-generation float32
-run on a 30-d sphere stays finite.
-"""
+"""GESMRGA (:mod:`evotensor.es.gesmr_ga`): the contract of :mod:`tests.es.archive_contract`
+(shifted 10-d sphere, bitwise vmap, NaN safety, long float32 run), group deltas, group count."""
 
 from __future__ import annotations
 
@@ -16,26 +10,10 @@ from tests.es.archive_contract import strategy_contract
 
 from evotensor.es.gesmr_ga import GESMRGA, default_num_groups, group_deltas
 
-DIMS = 10
-POP = 36
-GENS = 300
-SHIFT = 1.0  # the optimum sits at SHIFT * ones(DIMS)
 # group-elite-selected step sizes converge linearly; 300 generations reach < 1e-8
-TOL = 1e-08
-HYPER_FIELD, HYPER_VALUE = "std_ratio", 0.25
-KWARGS = {"init_range": 2.0}
-
 globals().update(
     strategy_contract(
-        GESMRGA,
-        pop=POP,
-        gens=GENS,
-        tol=TOL,
-        hyper=(HYPER_FIELD, HYPER_VALUE),
-        kwargs=KWARGS,
-        dims=DIMS,
-        shift=SHIFT,
-        long_run_in_default_suite=False,
+        GESMRGA, pop=36, gens=300, tol=1e-08, hyper=("std_ratio", 0.25), kwargs={"init_range": 2.0}
     )
 )
 

@@ -10,12 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evotensor.core.numerics import exact_sum
 from evotensor.es import LMMAES
-
-
-def sphere(x):
-    return exact_sum(x**2)
 
 
 def test_update_matches_paper_pseudocode():

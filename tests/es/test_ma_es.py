@@ -9,13 +9,9 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tests.es.scan_runner import sphere
 
-from evotensor.core.numerics import exact_sum
 from evotensor.es import MAES
-
-
-def sphere(x):
-    return exact_sum(x**2)
 
 
 def test_update_matches_paper_pseudocode():

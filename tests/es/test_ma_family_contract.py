@@ -9,30 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tests.es.scan_runner import make_run, sphere
 
-from evotensor.core.numerics import exact_sum
 from evotensor.es import LMMAES, MAES, RmES
 
 FAMILY = pytest.mark.parametrize("STRATEGY", [MAES, LMMAES, RmES], ids=["MAES", "LMMAES", "RmES"])
-
-
-def sphere(x):
-    return exact_sum(x**2)
-
-
-def make_run(es, f, generations):
-    def run(key, params):
-        def step(state, k):
-            k1, k2 = jax.random.split(k)
-            x, state = es.ask(k1, state, params)
-            fx = f(x)
-            state, _ = es.tell(k2, state, x, fx, params)
-            return state, jnp.min(fx)
-
-        init_key, loop_key = jax.random.split(key)
-        return jax.lax.scan(step, es.init(init_key, params), jax.random.split(loop_key, generations))
-
-    return jax.jit(run)
 
 
 @FAMILY

@@ -1,11 +1,5 @@
-"""Tests for :mod:`evotensor.es.mr15_ga` (MR15GA).
-
-Shared protocol checks (one compiled batched run serves several of them):
-solves a shifted 10-d sphere to a documented tolerance, vmap over seeds / a hyperparameter /
-poisoned fitness equals separate runs bit for bit, NaN/inf fitness never enters state and the
-best-so-far equals the running minimum of the valid evaluations, and a 3,000-generation float32
-run on a 30-d sphere stays finite.
-"""
+"""MR15GA (:mod:`evotensor.es.mr15_ga`): the contract of :mod:`tests.es.archive_contract`
+(shifted 10-d sphere, bitwise vmap, NaN safety, long float32 run), the 1/5th success rule."""
 
 from __future__ import annotations
 
@@ -15,26 +9,10 @@ from tests.es.archive_contract import strategy_contract
 
 from evotensor.es.mr15_ga import MR15GA, one_fifth_rule
 
-DIMS = 10
-POP = 32
-GENS = 300
-SHIFT = 1.0  # the optimum sits at SHIFT * ones(DIMS)
 # the 1/5th rule gives linear convergence; 300 generations reach < 1e-8
-TOL = 1e-08
-HYPER_FIELD, HYPER_VALUE = "adapt_factor", 0.9
-KWARGS = {"init_range": 2.0}
-
 globals().update(
     strategy_contract(
-        MR15GA,
-        pop=POP,
-        gens=GENS,
-        tol=TOL,
-        hyper=(HYPER_FIELD, HYPER_VALUE),
-        kwargs=KWARGS,
-        dims=DIMS,
-        shift=SHIFT,
-        long_run_in_default_suite=False,
+        MR15GA, pop=32, gens=300, tol=1e-08, hyper=("adapt_factor", 0.9), kwargs={"init_range": 2.0}
     )
 )
 

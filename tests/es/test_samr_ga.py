@@ -1,11 +1,5 @@
-"""Tests for :mod:`evotensor.es.samr_ga` (SAMRGA).
-
-Shared protocol checks (one compiled batched run serves several of them):
-solves a shifted 10-d sphere to a documented tolerance, vmap over seeds / a hyperparameter /
-poisoned fitness equals separate runs bit for bit, NaN/inf fitness never enters state and the
-best-so-far equals the running minimum of the valid evaluations, and a 3,000-generation float32
-run on a 30-d sphere stays finite.
-"""
+"""SAMRGA (:mod:`evotensor.es.samr_ga`): the contract of :mod:`tests.es.archive_contract`
+(shifted 10-d sphere, bitwise vmap, NaN safety, long float32 run), inherited bounded step sizes."""
 
 from __future__ import annotations
 
@@ -17,26 +11,10 @@ from tests.es.archive_contract import fast_jit, strategy_contract
 
 from evotensor.es.samr_ga import SAMRGA
 
-DIMS = 10
-POP = 32
-GENS = 300
-SHIFT = 1.0  # the optimum sits at SHIFT * ones(DIMS)
 # self-adapted step sizes give linear convergence; 300 generations reach < 1e-8
-TOL = 1e-08
-HYPER_FIELD, HYPER_VALUE = "std_meta", 1.5
-KWARGS = {"init_range": 2.0}
-
 globals().update(
     strategy_contract(
-        SAMRGA,
-        pop=POP,
-        gens=GENS,
-        tol=TOL,
-        hyper=(HYPER_FIELD, HYPER_VALUE),
-        kwargs=KWARGS,
-        dims=DIMS,
-        shift=SHIFT,
-        long_run_in_default_suite=False,
+        SAMRGA, pop=32, gens=300, tol=1e-08, hyper=("std_meta", 1.5), kwargs={"init_range": 2.0}
     )
 )
 

@@ -22,13 +22,8 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import (
-    InvalidAsInfStrategy,
-    check_fraction,
-    check_positive,
-    float32_params,
-    update_best,
-)
+from evotensor.es.base import check_fraction, check_positive
+from evotensor.es.diagonal_gaussian import DiagonalGaussianStrategy
 
 
 @pytree_dataclass
@@ -69,7 +64,7 @@ def elite_weights(fitness: jax.Array, elite_ratio: jax.Array) -> jax.Array:
     return jnp.where(rank < k, 1.0 / k, 0.0).astype(jnp.float32)
 
 
-class CEM(InvalidAsInfStrategy):
+class CEM(DiagonalGaussianStrategy):
     """Cross-entropy method with a diagonal Gaussian.
 
     Args:
@@ -86,11 +81,9 @@ class CEM(InvalidAsInfStrategy):
         state, metrics = cem.tell(jax.random.key(2), state, x, (x**2).sum(1))
     """
 
-    # an all-invalid generation would still pull the distribution towards arbitrary candidates
-    freeze_on_all_invalid = True
-
     name = "cem"
-    min_population_size = 2
+    params_cls = CEMParams
+    state_cls = CEMState
 
     def __init__(
         self,
@@ -104,31 +97,13 @@ class CEM(InvalidAsInfStrategy):
         extra_noise: float = 0.0,
         std_init: float = 1.0,
     ):
-        super().__init__(population_size, solution, num_dims)
+        super().__init__(population_size, solution, num_dims, std_init)
         self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
         self.mean_smoothing = check_fraction(mean_smoothing, "mean_smoothing")
         self.std_smoothing = check_fraction(std_smoothing, "std_smoothing")
         self.extra_noise = check_positive(extra_noise, "extra_noise", allow_zero=True)
-        self.std_init = check_positive(std_init, "std_init")
 
-    def default_params(self) -> CEMParams:
-        return float32_params(CEMParams, self)
-
-    def _init(self, key, params):
-        mean = self.initial_mean()
-        return CEMState(
-            mean=mean,
-            std=jnp.full((self.num_dims,), params.std_init, jnp.float32),
-            best_solution=mean,
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
-        )
-
-    def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
-        return state.mean + state.std * z, state
-
-    def _tell(self, key, state, x, fitness, params):
+    def _refit(self, state, x, fitness, params):
         w = elite_weights(fitness, params.elite_ratio)
         # weighted sums as matvecs: XLA keeps a dot's summation order under vmap, whereas a
         # `sum(axis=0)` reduction may be vectorized differently and break bitwise vmap equality
@@ -138,8 +113,4 @@ class CEM(InvalidAsInfStrategy):
         std = (1.0 - params.std_smoothing) * state.std + params.std_smoothing * jnp.sqrt(
             elite_var + params.extra_noise**2
         )
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
-        new = CEMState(
-            mean=mean, std=std, best_solution=best_x, best_fitness=best_f, generation=state.generation + 1
-        )
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min(), "std_mean": std.mean()}
+        return mean, std

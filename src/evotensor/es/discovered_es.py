@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
+from evotensor.es.base import check_positive
+from evotensor.es.diagonal_gaussian import DiagonalGaussianStrategy
 
 
 @pytree_dataclass
@@ -62,7 +63,7 @@ def des_weights(population_size: int, temperature: jax.Array) -> jax.Array:
     return jax.nn.softmax(-20.0 * jax.nn.sigmoid(temperature * centered))
 
 
-class DiscoveredES(InvalidAsInfStrategy):
+class DiscoveredES(DiagonalGaussianStrategy):
     """The closed-form discovered ES of Lange et al. (2023).
 
     Args:
@@ -79,11 +80,9 @@ class DiscoveredES(InvalidAsInfStrategy):
         state, metrics = des.tell(jax.random.key(2), state, x, (x**2).sum(1))
     """
 
-    # an all-invalid generation would still pull the distribution towards arbitrary candidates
-    freeze_on_all_invalid = True
-
     name = "discovered_es"
-    min_population_size = 2
+    params_cls = DiscoveredESParams
+    state_cls = DiscoveredESState
 
     def __init__(
         self,
@@ -96,37 +95,15 @@ class DiscoveredES(InvalidAsInfStrategy):
         lr_std: float = 0.1,
         std_init: float = 1.0,
     ):
-        super().__init__(population_size, solution, num_dims)
+        super().__init__(population_size, solution, num_dims, std_init)
         self.temperature = check_positive(temperature, "temperature", allow_zero=True)
         self.lr_mean = check_positive(lr_mean, "lr_mean")
         self.lr_std = check_positive(lr_std, "lr_std")
-        self.std_init = check_positive(std_init, "std_init")
 
-    def default_params(self) -> DiscoveredESParams:
-        return float32_params(DiscoveredESParams, self)
-
-    def _init(self, key, params):
-        mean = self.initial_mean()
-        return DiscoveredESState(
-            mean=mean,
-            std=jnp.full((self.num_dims,), params.std_init, jnp.float32),
-            best_solution=mean,
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
-        )
-
-    def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
-        return state.mean + state.std * z, state
-
-    def _tell(self, key, state, x, fitness, params):
+    def _refit(self, state, x, fitness, params):
         order = jnp.argsort(fitness, stable=True)
         w = des_weights(self.population_size, params.temperature)
         step = x[order] - state.mean
         mean = state.mean + params.lr_mean * (w @ step)
         std = (1.0 - params.lr_std) * state.std + params.lr_std * jnp.sqrt(w @ step**2)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
-        new = DiscoveredESState(
-            mean=mean, std=std, best_solution=best_x, best_fitness=best_f, generation=state.generation + 1
-        )
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min(), "std_mean": std.mean()}
+        return mean, std

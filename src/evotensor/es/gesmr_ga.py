@@ -8,7 +8,7 @@ achieved, ``delta_g = min_{i in g} (f(child_i) - f(parent_i))`` (eq. 5): the ste
 by ``delta``, the best one is kept and every other group takes one drawn uniformly from the best
 ``std_ratio`` fraction (eq. 6); then all are perturbed log-uniformly ``std_g <- std_g *
 std_meta^U(-1, 1)`` (eq. 7) and clipped. Survival is elitist plus-selection (see
-:mod:`evotensor.es.simple_ga`). Defaults ``elite_ratio = std_ratio = 0.5``, ``std_meta = 2``,
+:mod:`evotensor.es.ga_base`). Defaults ``elite_ratio = std_ratio = 0.5``, ``std_meta = 2``,
 ``std_init = 1``, ``std_max = 10`` (as in evosax's implementation); ``num_groups`` defaults to the
 largest divisor of the population size not above its square root.
 """
@@ -22,15 +22,8 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import (
-    InvalidAsInfStrategy,
-    check_fraction,
-    check_positive,
-    check_std_bounds,
-    float32_params,
-    update_best,
-)
-from evotensor.es.simple_ga import initial_population, plus_selection, take_merged, truncation_parents
+from evotensor.es.base import check_fraction, check_positive, check_std_bounds
+from evotensor.es.ga_base import ParentTrackingGA, truncation_parents
 
 
 def default_num_groups(population_size: int) -> int:
@@ -81,7 +74,7 @@ def group_deltas(child_fitness: jax.Array, parent_fitness: jax.Array, num_groups
     return change.reshape(num_groups, -1).min(axis=1)
 
 
-class GESMRGA(InvalidAsInfStrategy):
+class GESMRGA(ParentTrackingGA):
     """GA whose mutation step sizes are selected by group elite selection.
 
     Args:
@@ -100,7 +93,8 @@ class GESMRGA(InvalidAsInfStrategy):
     """
 
     name = "gesmr_ga"
-    min_population_size = 2
+    params_cls = GESMRGAParams
+    state_cls = GESMRGAState
 
     def __init__(
         self,
@@ -117,7 +111,7 @@ class GESMRGA(InvalidAsInfStrategy):
         std_max: float = 10.0,
         init_range: float = 1.0,
     ):
-        super().__init__(population_size, solution, num_dims)
+        super().__init__(population_size, solution, num_dims, elite_ratio, std_init, init_range)
         if num_groups is None:
             num_groups = default_num_groups(self.population_size)
         if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
@@ -127,38 +121,19 @@ class GESMRGA(InvalidAsInfStrategy):
                 f"num_groups ({num_groups}) must divide population_size ({self.population_size})"
             )
         self.num_groups = num_groups
-        self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
         self.std_ratio = check_fraction(std_ratio, "std_ratio")
-        self.std_init = check_positive(std_init, "std_init")
         self.std_meta = check_positive(std_meta, "std_meta")
         self.std_min, self.std_max = check_std_bounds(std_min, std_max)
-        self.init_range = check_positive(init_range, "init_range")
 
-    def default_params(self) -> GESMRGAParams:
-        return float32_params(GESMRGAParams, self)
+    def _initial_fields(self, params):
+        return {
+            "std": jnp.full((self.num_groups,), params.std_init, jnp.float32),
+            "parent_fitness": jnp.full((self.population_size,), jnp.inf, jnp.float32),
+        }
 
-    def _init(self, key, params):
-        inf = jnp.full((self.population_size,), jnp.inf, jnp.float32)
-        return GESMRGAState(
-            population=initial_population(key, self.initial_mean(), params.init_range, self.population_size),
-            fitness=inf,
-            std=jnp.full((self.num_groups,), params.std_init, jnp.float32),
-            parent_fitness=inf,
-            best_solution=self.initial_mean(),
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
-        )
-
-    def _ask(self, key, state, params):
-        k_p, k_eps = jax.random.split(key)
-        n, d = self.population_size, self.num_dims
-        parents = truncation_parents(k_p, state.fitness, params.elite_ratio, n)
-        std = jnp.repeat(state.std, n // self.num_groups)  # child i belongs to group i // group_size
-        children = state.population[parents] + std[:, None] * jax.random.normal(k_eps, (n, d), jnp.float32)
-        first = state.generation == 0  # generation 0 evaluates the initial population as is
-        x = jnp.where(first, state.population, children)
-        parent_fitness = jnp.where(first, jnp.inf, state.fitness[parents])
-        return x, state.replace(parent_fitness=parent_fitness)
+    def _child_std(self, state):
+        # child i belongs to group i // group_size
+        return jnp.repeat(state.std, self.population_size // self.num_groups)[:, None]
 
     def _adapt_std(self, key, state, fitness, params):
         k_sel, k_meta = jax.random.split(key)
@@ -171,26 +146,6 @@ class GESMRGA(InvalidAsInfStrategy):
         meta = params.std_meta ** jax.random.uniform(k_meta, (self.num_groups,), jnp.float32, -1.0, 1.0)
         return jnp.clip(std * meta, params.std_min, params.std_max)  # eq. 7
 
-    def _tell(self, key, state, x, fitness, params):
-        adapted = self._adapt_std(key, state, fitness, params)
-        std = jnp.where(state.generation == 0, state.std, adapted)
-        idx = plus_selection(state.fitness, fitness)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
-        new = GESMRGAState(
-            population=take_merged(state.population, x, idx),
-            fitness=take_merged(state.fitness, fitness, idx),
-            std=std,
-            parent_fitness=state.parent_fitness,
-            best_solution=best_x,
-            best_fitness=best_f,
-            generation=state.generation + 1,
-        )
-        return new, {
-            "best_fitness": best_f,
-            "generation_best_fitness": fitness.min(),
-            "std_best_group": std[0],
-        }
-
-    def mean_solution(self, state: Any) -> Any:
-        """The best solution found so far."""
-        return self.space.unravel(state.best_solution)
+    def _adapt(self, key, state, fitness, idx, params):
+        std = jnp.where(state.generation == 0, state.std, self._adapt_std(key, state, fitness, params))
+        return {"std": std}, {"std_best_group": std[0]}

@@ -20,18 +20,20 @@ log weights on the best ``floor(lambda/2)``. The paper targets ``n >> lambda``; 
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import VectorStrategy, update_best
-from evotensor.es.cma_es import float_dtype
-from evotensor.es.ma_es import positive_log_weights
+from evotensor.es.mean_sigma import (
+    MeanSigmaStrategy,
+    as_float,
+    cumulate,
+    default_population_size,
+    positive_log_weights,
+    step_sigma,
+)
 
 
 @pytree_dataclass
@@ -78,7 +80,7 @@ def transform(z: jax.Array, M: jax.Array, c_d: jax.Array, generation: jax.Array)
     return jax.lax.scan(apply, z, (M, c_d, steps))[0]
 
 
-class LMMAES(VectorStrategy):
+class LMMAES(MeanSigmaStrategy):
     """Limited-memory MA-ES for large ``n`` (O(m n) memory).
 
     Args:
@@ -90,7 +92,6 @@ class LMMAES(VectorStrategy):
     """
 
     name = "lm_ma_es"
-    min_population_size = 2
 
     def __init__(
         self,
@@ -102,82 +103,41 @@ class LMMAES(VectorStrategy):
         mean_init=None,
         memory=None,
     ):
-        n = as_solution_space(solution, num_dims).num_dims
-        if population_size is None:
-            population_size = 4 + int(math.floor(3 * math.log(n)))
-        super().__init__(population_size, solution, num_dims)
-        if not (math.isfinite(float(sigma_init)) and float(sigma_init) > 0):
-            raise ValueError(f"sigma_init must be a positive finite number, got {sigma_init!r}")
-        self.memory = 4 + int(math.floor(3 * math.log(n))) if memory is None else memory
+        super().__init__(population_size, solution, num_dims, sigma_init, mean_init)
+        self.memory = default_population_size(self.num_dims) if memory is None else memory
         if isinstance(self.memory, bool) or not isinstance(self.memory, int) or self.memory < 1:
             raise ValueError(f"memory must be a positive int, got {memory!r}")
-        self.sigma_init = float(sigma_init)
-        self._mean_init = np.asarray(self.initial_mean() if mean_init is None else mean_init, np.float64)
-        if self._mean_init.shape != (self.num_dims,):
-            raise ValueError(f"mean_init must have shape ({self.num_dims},), got {self._mean_init.shape}")
 
     def default_params(self) -> LMMAESParams:
         n, lam = float(self.num_dims), self.population_size
-        w = positive_log_weights(lam)
         j = np.arange(self.memory)
-        dtype = float_dtype()
-        s = lambda v: jnp.asarray(v, dtype)  # noqa: E731
         return LMMAESParams(
-            mean_init=s(self._mean_init),
-            sigma_init=s(self.sigma_init),
-            weights=s(w),
-            mu_eff=s(1 / np.sum(w**2)),
-            c_sigma=s(min(1.0, 2 * lam / n)),
-            c_d=s(1 / (1.5**j * n)),
-            c_c=s(np.minimum(1.0, lam / (4.0**j * n))),
-            sigma_min=s(1e-20),
-            sigma_max=s(1e20),
+            **self._shared_params(positive_log_weights(lam)),
+            c_sigma=as_float(min(1.0, 2 * lam / n)),
+            c_d=as_float(1 / (1.5**j * n)),
+            c_c=as_float(np.minimum(1.0, lam / (4.0**j * n))),
         )
 
     def _init(self, key, params):
-        mean = jnp.asarray(params.mean_init)
-        n, dtype = mean.shape[0], mean.dtype
-        return LMMAESState(
-            mean=mean,
-            sigma=jnp.asarray(params.sigma_init, dtype),
-            p_sigma=jnp.zeros(n, dtype),
-            M=jnp.zeros((self.memory, n), dtype),
-            z=jnp.zeros((self.population_size, n), dtype),
-            generation=jnp.zeros((), jnp.int32),
-            best_solution=mean,
-            best_fitness=jnp.asarray(jnp.inf, dtype),
-        )
+        shared = self._shared_state(params)
+        n, dtype = self.num_dims, shared["mean"].dtype
+        return LMMAESState(**shared, p_sigma=jnp.zeros(n, dtype), M=jnp.zeros((self.memory, n), dtype))
 
     def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), state.mean.dtype)
-        z = z + 0 * state.sigma  # batched with the state under vmap (see cma_es.sample)
+        z = self._sample_z(key, state)
         d = transform(z, state.M, params.c_d.astype(z.dtype), state.generation)
         return state.mean + state.sigma * d, state.replace(z=z)
 
     def _tell(self, key, state, x, fitness, params):
         n = self.num_dims
         dtype = state.mean.dtype
-        order = jnp.argsort(fitness, stable=True)
-        w = params.weights.astype(dtype)
-        zs = state.z[order]
+        order, w, _, z_w = self._ranked(state, fitness, params)
         # the mean moves by sigma <d>_w with d = x - mean recovered from the candidates
         ds = (x.astype(dtype)[order] - state.mean) * (1 / state.sigma)
-        z_w = exact_sum(w[:, None] * zs, axis=0)
         d_w = exact_sum(w[:, None] * ds, axis=0)
         mean = state.mean + state.sigma * d_w
         c_s, c_c = params.c_sigma, params.c_c.astype(dtype)
-        p_sigma = (1 - c_s) * state.p_sigma + jnp.sqrt(params.mu_eff * c_s * (2 - c_s)) * z_w
-        M = (1 - c_c)[:, None] * state.M + jnp.sqrt(params.mu_eff * c_c * (2 - c_c))[:, None] * z_w
-        log_step = jnp.clip(c_s / 2 * (exact_sum(p_sigma**2) / n - 1), -1.0, 1.0)
-        sigma = jnp.clip(state.sigma * jnp.exp(log_step), params.sigma_min, params.sigma_max)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x.astype(dtype), fitness)
-        new = state.replace(
-            mean=mean,
-            sigma=sigma,
-            p_sigma=p_sigma,
-            M=M,
-            generation=state.generation + 1,
-            best_solution=best_x,
-            best_fitness=best_f.astype(dtype),
-        )
-        return new, {"sigma": sigma}
+        p_sigma = cumulate(state.p_sigma, c_s, params.mu_eff, z_w)
+        M = cumulate(state.M, c_c[:, None], params.mu_eff, z_w)
+        sigma = step_sigma(state.sigma, c_s / 2 * (exact_sum(p_sigma**2) / n - 1), params)
+        return self._advance(state, x, fitness, mean=mean, sigma=sigma, p_sigma=p_sigma, M=M)

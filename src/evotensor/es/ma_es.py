@@ -29,17 +29,13 @@ import numpy as np
 
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import VectorStrategy, update_best
-from evotensor.es.cma_es import float_dtype
-
-
-def positive_log_weights(population_size: int) -> np.ndarray:
-    """``[pop]`` weights ``ln(mu+1/2) - ln i`` on the best ``mu = pop // 2``, zero after; sum 1."""
-    mu = population_size // 2
-    i = np.arange(1, population_size + 1)
-    w = np.where(i <= mu, np.log(mu + 0.5) - np.log(i), 0.0)
-    return w / w.sum()
+from evotensor.es.mean_sigma import (
+    MeanSigmaStrategy,
+    as_float,
+    cumulate,
+    positive_log_weights,
+    step_sigma,
+)
 
 
 def expected_norm(num_dims: int) -> float:
@@ -80,7 +76,7 @@ class MAESState:
     best_fitness: jax.Array
 
 
-class MAES(VectorStrategy):
+class MAES(MeanSigmaStrategy):
     """Matrix Adaptation ES (O(n^2) memory, O(n^3) per generation, no decomposition).
 
     Args:
@@ -91,19 +87,9 @@ class MAES(VectorStrategy):
     """
 
     name = "ma_es"
-    min_population_size = 2
 
     def __init__(self, population_size=None, solution=None, num_dims=None, *, sigma_init=1.0, mean_init=None):
-        n = as_solution_space(solution, num_dims).num_dims
-        if population_size is None:
-            population_size = 4 + int(math.floor(3 * math.log(n)))
-        super().__init__(population_size, solution, num_dims)
-        if not (math.isfinite(float(sigma_init)) and float(sigma_init) > 0):
-            raise ValueError(f"sigma_init must be a positive finite number, got {sigma_init!r}")
-        self.sigma_init = float(sigma_init)
-        self._mean_init = np.asarray(self.initial_mean() if mean_init is None else mean_init, np.float64)
-        if self._mean_init.shape != (self.num_dims,):
-            raise ValueError(f"mean_init must have shape ({self.num_dims},), got {self._mean_init.shape}")
+        super().__init__(population_size, solution, num_dims, sigma_init, mean_init)
 
     def default_params(self) -> MAESParams:
         n = float(self.num_dims)
@@ -113,67 +99,36 @@ class MAES(VectorStrategy):
         c_1 = 2 / ((n + 1.3) ** 2 + mu_eff)
         c_w = min(1 - c_1, 2 * (mu_eff + 1 / mu_eff - 2) / ((n + 2) ** 2 + mu_eff))
         d_s = 1 + c_s + 2 * max(0.0, math.sqrt((mu_eff - 1) / (n + 1)) - 1)
-        dtype = float_dtype()
-        s = lambda v: jnp.asarray(v, dtype)  # noqa: E731
         return MAESParams(
-            mean_init=s(self._mean_init),
-            sigma_init=s(self.sigma_init),
-            weights=s(w),
-            mu_eff=s(mu_eff),
-            c_sigma=s(c_s),
-            d_sigma=s(d_s),
-            c_1=s(c_1),
-            c_w=s(c_w),
-            chi_n=s(expected_norm(self.num_dims)),
-            sigma_min=s(1e-20),
-            sigma_max=s(1e20),
+            **self._shared_params(w),
+            c_sigma=as_float(c_s),
+            d_sigma=as_float(d_s),
+            c_1=as_float(c_1),
+            c_w=as_float(c_w),
+            chi_n=as_float(expected_norm(self.num_dims)),
         )
 
     def _init(self, key, params):
-        mean = jnp.asarray(params.mean_init)
-        n, dtype = mean.shape[0], mean.dtype
-        return MAESState(
-            mean=mean,
-            sigma=jnp.asarray(params.sigma_init, dtype),
-            s=jnp.zeros(n, dtype),
-            M=jnp.eye(n, dtype=dtype),
-            z=jnp.zeros((self.population_size, n), dtype),
-            generation=jnp.zeros((), jnp.int32),
-            best_solution=mean,
-            best_fitness=jnp.asarray(jnp.inf, dtype),
-        )
+        shared = self._shared_state(params)
+        n, dtype = self.num_dims, shared["mean"].dtype
+        return MAESState(**shared, s=jnp.zeros(n, dtype), M=jnp.eye(n, dtype=dtype))
 
     def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), state.mean.dtype)
-        z = z + 0 * state.sigma  # batched with the state under vmap (see cma_es.sample)
+        z = self._sample_z(key, state)
         d = z @ state.M.T
         return state.mean + state.sigma * d, state.replace(z=z)
 
     def _tell(self, key, state, x, fitness, params):
         n = self.num_dims
         dtype = state.mean.dtype
-        order = jnp.argsort(fitness, stable=True)
-        w = params.weights.astype(dtype)
-        zs = state.z[order]
-        z_w = exact_sum(w[:, None] * zs, axis=0)
+        _, w, zs, z_w = self._ranked(state, fitness, params)
         d_w = exact_sum(state.M * z_w[None, :], axis=1)  # M z_w, batch-invariant (see cma_es.exact_sum)
         mean = state.mean + state.sigma * d_w
         c_s = params.c_sigma
-        s = (1 - c_s) * state.s + jnp.sqrt(params.mu_eff * c_s * (2 - c_s)) * z_w
+        s = cumulate(state.s, c_s, params.mu_eff, z_w)
         eye = jnp.eye(n, dtype=dtype)
         zz_w = (zs.T * w) @ zs
         update = eye + params.c_1 / 2 * (jnp.outer(s, s) - eye) + params.c_w / 2 * (zz_w - eye)
-        M = state.M @ update
-        log_step = jnp.clip(c_s / params.d_sigma * (jnp.sqrt(exact_sum(s**2)) / params.chi_n - 1), -1.0, 1.0)
-        sigma = jnp.clip(state.sigma * jnp.exp(log_step), params.sigma_min, params.sigma_max)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x.astype(dtype), fitness)
-        new = state.replace(
-            mean=mean,
-            sigma=sigma,
-            s=s,
-            M=M,
-            generation=state.generation + 1,
-            best_solution=best_x,
-            best_fitness=best_f.astype(dtype),
-        )
-        return new, {"sigma": sigma}
+        log_step = c_s / params.d_sigma * (jnp.sqrt(exact_sum(s**2)) / params.chi_n - 1)
+        sigma = step_sigma(state.sigma, log_step, params)
+        return self._advance(state, x, fitness, mean=mean, sigma=sigma, s=s, M=state.M @ update)

@@ -6,7 +6,7 @@ One global mutation step size. Children copy a parent drawn uniformly from the b
 ``p`` = fraction of valid children strictly better than their own parent drives the step size:
 ``std <- std / c`` if ``p > 1/5``, ``std <- std * c`` if ``p < 1/5`` (``c = 0.817``, Schwefel),
 clipped to ``[std_min, std_max]``. Survival is elitist plus-selection (see
-:mod:`evotensor.es.simple_ga`). Generation 0 evaluates the initial population and leaves ``std``
+:mod:`evotensor.es.ga_base`). Generation 0 evaluates the initial population and leaves ``std``
 unchanged.
 """
 
@@ -18,15 +18,8 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import (
-    InvalidAsInfStrategy,
-    check_fraction,
-    check_positive,
-    check_std_bounds,
-    float32_params,
-    update_best,
-)
-from evotensor.es.simple_ga import initial_population, plus_selection, take_merged, truncation_parents
+from evotensor.es.base import check_fraction, check_std_bounds
+from evotensor.es.ga_base import ParentTrackingGA
 
 
 @pytree_dataclass
@@ -81,7 +74,7 @@ def one_fifth_rule(
     return jnp.where(n > 0, std * change, std), rate
 
 
-class MR15GA(InvalidAsInfStrategy):
+class MR15GA(ParentTrackingGA):
     """Gaussian GA whose global step size follows the 1/5th success rule.
 
     Args:
@@ -99,7 +92,8 @@ class MR15GA(InvalidAsInfStrategy):
     """
 
     name = "mr15_ga"
-    min_population_size = 2
+    params_cls = MR15GAParams
+    state_cls = MR15GAState
 
     def __init__(
         self,
@@ -115,63 +109,23 @@ class MR15GA(InvalidAsInfStrategy):
         std_max: float = 1e10,
         init_range: float = 1.0,
     ):
-        super().__init__(population_size, solution, num_dims)
-        self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
-        self.std_init = check_positive(std_init, "std_init")
+        super().__init__(population_size, solution, num_dims, elite_ratio, std_init, init_range)
         self.success_target = check_fraction(success_target, "success_target")
         self.adapt_factor = check_fraction(adapt_factor, "adapt_factor")
         self.std_min, self.std_max = check_std_bounds(std_min, std_max)
-        self.init_range = check_positive(init_range, "init_range")
 
-    def default_params(self) -> MR15GAParams:
-        return float32_params(MR15GAParams, self)
+    def _initial_fields(self, params):
+        return {
+            "std": jnp.asarray(params.std_init, jnp.float32),
+            "parent_fitness": jnp.full((self.population_size,), jnp.inf, jnp.float32),
+        }
 
-    def _init(self, key, params):
-        inf = jnp.full((self.population_size,), jnp.inf, jnp.float32)
-        return MR15GAState(
-            population=initial_population(key, self.initial_mean(), params.init_range, self.population_size),
-            fitness=inf,
-            std=jnp.asarray(params.std_init, jnp.float32),
-            parent_fitness=inf,
-            best_solution=self.initial_mean(),
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
-        )
+    def _child_std(self, state):
+        return state.std
 
-    def _ask(self, key, state, params):
-        k_p, k_eps = jax.random.split(key)
-        n, d = self.population_size, self.num_dims
-        parents = truncation_parents(k_p, state.fitness, params.elite_ratio, n)
-        children = state.population[parents] + state.std * jax.random.normal(k_eps, (n, d), jnp.float32)
-        first = state.generation == 0  # generation 0 evaluates the initial population as is
-        x = jnp.where(first, state.population, children)
-        parent_fitness = jnp.where(first, jnp.inf, state.fitness[parents])
-        return x, state.replace(parent_fitness=parent_fitness)
-
-    def _tell(self, key, state, x, fitness, params):
+    def _adapt(self, key, state, fitness, idx, params):
         std, rate = one_fifth_rule(
             state.std, fitness, state.parent_fitness, params.success_target, params.adapt_factor
         )
         std = jnp.clip(std, params.std_min, params.std_max)
-        idx = plus_selection(state.fitness, fitness)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
-        new = MR15GAState(
-            population=take_merged(state.population, x, idx),
-            fitness=take_merged(state.fitness, fitness, idx),
-            std=std,
-            parent_fitness=state.parent_fitness,
-            best_solution=best_x,
-            best_fitness=best_f,
-            generation=state.generation + 1,
-        )
-        metrics = {
-            "best_fitness": best_f,
-            "generation_best_fitness": fitness.min(),
-            "std": std,
-            "success_rate": rate,
-        }
-        return new, metrics
-
-    def mean_solution(self, state: Any) -> Any:
-        """The best solution found so far."""
-        return self.space.unravel(state.best_solution)
+        return {"std": std}, {"std": std, "success_rate": rate}

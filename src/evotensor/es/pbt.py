@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
-from evotensor.es.simple_ga import initial_population, num_elites
+from evotensor.es.ga_base import initial_population, num_elites
 
 
 @pytree_dataclass

@@ -34,7 +34,7 @@ from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space
 from evotensor.es.base import VectorStrategy, update_best
 from evotensor.es.cma_es import float_dtype
-from evotensor.es.ma_es import positive_log_weights
+from evotensor.es.mean_sigma import positive_log_weights
 
 
 @pytree_dataclass

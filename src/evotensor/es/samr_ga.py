@@ -6,7 +6,7 @@ Every individual carries its own mutation step size. A child inherits its parent
 perturbed log-uniformly, ``std_child = std_parent * std_meta^U(-1, 1)`` (clipped to
 ``[std_min, std_max]``), and then mutates its genes with it: ``x_child = x_parent +
 std_child * N(0, I)``. Parents are drawn uniformly from the best ``elite_ratio`` of the archive and
-survival is elitist plus-selection over parents ∪ offspring (see :mod:`evotensor.es.simple_ga`),
+survival is elitist plus-selection over parents ∪ offspring (see :mod:`evotensor.es.ga_base`),
 which carries each survivor's step size along. Defaults follow evosax's SAMR-GA (``std_init = 1``,
 ``std_meta = 2``, ``std_max = 10``, ``elite_ratio = 0.5``).
 """
@@ -19,15 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import (
-    InvalidAsInfStrategy,
-    check_fraction,
-    check_positive,
-    check_std_bounds,
-    float32_params,
-    update_best,
-)
-from evotensor.es.simple_ga import initial_population, plus_selection, take_merged, truncation_parents
+from evotensor.es.base import check_positive, check_std_bounds
+from evotensor.es.ga_base import ElitistGA, mutate, take_merged
 
 
 @pytree_dataclass
@@ -65,7 +58,7 @@ class SAMRGAState:
     generation: jax.Array
 
 
-class SAMRGA(InvalidAsInfStrategy):
+class SAMRGA(ElitistGA):
     """GA with per-individual self-adaptive mutation step sizes.
 
     Args:
@@ -83,7 +76,8 @@ class SAMRGA(InvalidAsInfStrategy):
     """
 
     name = "samr_ga"
-    min_population_size = 2
+    params_cls = SAMRGAParams
+    state_cls = SAMRGAState
 
     def __init__(
         self,
@@ -98,54 +92,22 @@ class SAMRGA(InvalidAsInfStrategy):
         std_max: float = 10.0,
         init_range: float = 1.0,
     ):
-        super().__init__(population_size, solution, num_dims)
-        self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
-        self.std_init = check_positive(std_init, "std_init")
+        super().__init__(population_size, solution, num_dims, elite_ratio, std_init, init_range)
         self.std_meta = check_positive(std_meta, "std_meta")
         self.std_min, self.std_max = check_std_bounds(std_min, std_max)
-        self.init_range = check_positive(init_range, "init_range")
 
-    def default_params(self) -> SAMRGAParams:
-        return float32_params(SAMRGAParams, self)
-
-    def _init(self, key, params):
+    def _initial_fields(self, params):
         std = jnp.full((self.population_size,), params.std_init, jnp.float32)
-        return SAMRGAState(
-            population=initial_population(key, self.initial_mean(), params.init_range, self.population_size),
-            fitness=jnp.full((self.population_size,), jnp.inf, jnp.float32),
-            std=std,
-            offspring_std=std,
-            best_solution=self.initial_mean(),
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
-        )
+        return {"std": std, "offspring_std": std}
 
-    def _ask(self, key, state, params):
+    def _offspring(self, key, state, params, first):
         k_p, k_meta, k_eps = jax.random.split(key, 3)
-        n, d = self.population_size, self.num_dims
-        parents = truncation_parents(k_p, state.fitness, params.elite_ratio, n)
-        meta = params.std_meta ** jax.random.uniform(k_meta, (n,), jnp.float32, -1.0, 1.0)
+        parents = self._parents(k_p, state, params)
+        meta = params.std_meta ** jax.random.uniform(k_meta, (self.population_size,), jnp.float32, -1.0, 1.0)
         std = jnp.clip(state.std[parents] * meta, params.std_min, params.std_max)
-        children = state.population[parents] + std[:, None] * jax.random.normal(k_eps, (n, d), jnp.float32)
-        first = state.generation == 0  # generation 0 evaluates the initial population as is
-        x = jnp.where(first, state.population, children)
-        return x, state.replace(offspring_std=jnp.where(first, state.std, std))
+        children = mutate(k_eps, state.population[parents], std[:, None])
+        return children, state.replace(offspring_std=jnp.where(first, state.std, std))
 
-    def _tell(self, key, state, x, fitness, params):
-        idx = plus_selection(state.fitness, fitness)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
-        std = take_merged(state.std, state.offspring_std, idx)
-        new = SAMRGAState(
-            population=take_merged(state.population, x, idx),
-            fitness=take_merged(state.fitness, fitness, idx),
-            std=std,
-            offspring_std=state.offspring_std,
-            best_solution=best_x,
-            best_fitness=best_f,
-            generation=state.generation + 1,
-        )
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min(), "std_mean": std.mean()}
-
-    def mean_solution(self, state: Any) -> Any:
-        """The best solution found so far."""
-        return self.space.unravel(state.best_solution)
+    def _adapt(self, key, state, fitness, idx, params):
+        std = take_merged(state.std, state.offspring_std, idx)  # survivors carry their own step sizes
+        return {"std": std}, {"std_mean": std.mean()}

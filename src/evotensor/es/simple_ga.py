@@ -10,7 +10,8 @@ parents ∪ offspring (Such et al. keep one unmutated elite in a generational sc
 scheme also never loses the best and keeps shapes fixed). The first ``ask`` returns the initial
 population (uniform in ``template ± init_range``) to be evaluated; later calls return children.
 
-This module also hosts the selection/survival helpers shared by SAMR-GA, GESMR-GA and MR-1/5-GA.
+The family's shared loop (archive, truncation parents, plus-survival) is
+:class:`evotensor.es.ga_base.ElitistGA`; this module adds crossover and the decaying global step.
 """
 
 from __future__ import annotations
@@ -21,49 +22,8 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import (
-    InvalidAsInfStrategy,
-    check_fraction,
-    check_positive,
-    float32_params,
-    update_best,
-)
-
-
-def num_elites(elite_ratio: jax.Array, population_size: int) -> jax.Array:
-    """``max(1, floor(elite_ratio * pop))`` as a traced int32 (so ``elite_ratio`` can be vmapped)."""
-    return jnp.maximum(1, jnp.floor(elite_ratio * population_size).astype(jnp.int32))
-
-
-def truncation_parents(key: jax.Array, fitness: jax.Array, elite_ratio: jax.Array, num: int) -> jax.Array:
-    """``[num]`` int32 indices drawn uniformly from the best ``num_elites`` entries of ``fitness [pop]``."""
-    order = jnp.argsort(fitness, stable=True)
-    k = num_elites(elite_ratio, fitness.shape[0])
-    u = jax.random.uniform(key, (num,), jnp.float32)
-    return order[jnp.minimum((u * k).astype(jnp.int32), k - 1)]
-
-
-def plus_selection(archive_fitness: jax.Array, offspring_fitness: jax.Array) -> jax.Array:
-    """Indices into ``concat([archive, offspring])`` of the best ``len(archive)`` entries.
-
-    Ties (including ``+inf`` = invalid/unevaluated) keep the archive entry, so an invalid
-    offspring never displaces anything.
-    """
-    merged = jnp.concatenate([archive_fitness, offspring_fitness])
-    return jnp.argsort(merged, stable=True)[: archive_fitness.shape[0]]
-
-
-def take_merged(archive: jax.Array, offspring: jax.Array, idx: jax.Array) -> jax.Array:
-    """Gather ``idx`` from ``concat([archive, offspring])`` along axis 0."""
-    return jnp.concatenate([archive, offspring])[idx]
-
-
-def initial_population(
-    key: jax.Array, center: jax.Array, init_range: jax.Array, population_size: int
-) -> jax.Array:
-    """``[pop, dims]`` uniform in ``center ± init_range``."""
-    u = jax.random.uniform(key, (population_size, center.shape[0]), jnp.float32, -1.0, 1.0)
-    return center + init_range * u
+from evotensor.es.base import check_positive
+from evotensor.es.ga_base import ElitistGA, mutate
 
 
 @pytree_dataclass
@@ -101,7 +61,7 @@ class SimpleGAState:
     generation: jax.Array
 
 
-class SimpleGA(InvalidAsInfStrategy):
+class SimpleGA(ElitistGA):
     """Truncation-selection Gaussian GA with elitist plus-survival.
 
     Args:
@@ -119,7 +79,8 @@ class SimpleGA(InvalidAsInfStrategy):
     """
 
     name = "simple_ga"
-    min_population_size = 2
+    params_cls = SimpleGAParams
+    state_cls = SimpleGAState
 
     def __init__(
         self,
@@ -134,53 +95,26 @@ class SimpleGA(InvalidAsInfStrategy):
         std_min: float = 0.0,
         init_range: float = 1.0,
     ):
-        super().__init__(population_size, solution, num_dims)
-        self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
+        super().__init__(population_size, solution, num_dims, elite_ratio, std_init, init_range)
         self.crossover_rate = float(crossover_rate)
         if not 0.0 <= self.crossover_rate <= 1.0:
             raise ValueError(f"crossover_rate must be in [0, 1], got {crossover_rate}")
-        self.std_init = check_positive(std_init, "std_init")
         self.std_decay = check_positive(std_decay, "std_decay")
         self.std_min = check_positive(std_min, "std_min", allow_zero=True)
-        self.init_range = check_positive(init_range, "init_range")
 
-    def default_params(self) -> SimpleGAParams:
-        return float32_params(SimpleGAParams, self)
+    def _initial_fields(self, params):
+        return {"std": jnp.asarray(params.std_init, jnp.float32)}
 
-    def _init(self, key, params):
-        return SimpleGAState(
-            population=initial_population(key, self.initial_mean(), params.init_range, self.population_size),
-            fitness=jnp.full((self.population_size,), jnp.inf, jnp.float32),
-            std=jnp.asarray(params.std_init, jnp.float32),
-            best_solution=self.initial_mean(),
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
-        )
-
-    def _ask(self, key, state, params):
+    def _offspring(self, key, state, params, first):
         k_a, k_b, k_do, k_mask, k_eps = jax.random.split(key, 5)
         n, d = self.population_size, self.num_dims
-        a = state.population[truncation_parents(k_a, state.fitness, params.elite_ratio, n)]
-        b = state.population[truncation_parents(k_b, state.fitness, params.elite_ratio, n)]
+        a = state.population[self._parents(k_a, state, params)]
+        b = state.population[self._parents(k_b, state, params)]
         cross = jax.random.uniform(k_do, (n, 1), jnp.float32) < params.crossover_rate
         genes_from_b = cross & (jax.random.uniform(k_mask, (n, d), jnp.float32) < 0.5)
-        children = jnp.where(genes_from_b, b, a) + state.std * jax.random.normal(k_eps, (n, d), jnp.float32)
-        return jnp.where(state.generation == 0, state.population, children), state
+        return mutate(k_eps, jnp.where(genes_from_b, b, a), state.std), state
 
-    def _tell(self, key, state, x, fitness, params):
-        idx = plus_selection(state.fitness, fitness)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
+    def _adapt(self, key, state, fitness, idx, params):
         decay = jnp.where(state.generation == 0, 1.0, params.std_decay)
-        new = SimpleGAState(
-            population=take_merged(state.population, x, idx),
-            fitness=take_merged(state.fitness, fitness, idx),
-            std=jnp.maximum(state.std * decay, params.std_min),
-            best_solution=best_x,
-            best_fitness=best_f,
-            generation=state.generation + 1,
-        )
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min(), "std": new.std}
-
-    def mean_solution(self, state: Any) -> Any:
-        """The best solution found so far."""
-        return self.space.unravel(state.best_solution)
+        std = jnp.maximum(state.std * decay, params.std_min)
+        return {"std": std}, {"std": std}

@@ -1,0 +1,71 @@
+"""What the diagonal-Gaussian strategies (CEM, Discovered ES) share.
+
+Both search with ``N(mean, diag(std^2))``: the mean starts at the template's values, every
+coordinate's standard deviation at ``std_init``, and ``ask`` samples ``mean + std * N(0, I)``. They
+differ only in how ``tell`` refits ``(mean, std)`` to the ranked samples (:meth:`_refit`).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
+
+
+class DiagonalGaussianStrategy(InvalidAsInfStrategy):
+    """Base of strategies whose state is ``mean [dims]``, ``std [dims]``, ``best_solution [dims]``,
+    ``best_fitness []`` and ``generation []`` (``state_cls``) and whose params (``params_cls``) include
+    ``std_init``, each params field stored on the strategy by the constructor.
+
+    Args:
+        population_size: samples per generation (>= 2).
+        solution: template pytree (initial mean), exclusive with ``num_dims`` (mean 0).
+        num_dims: flat dimension.
+        std_init: initial standard deviation of every coordinate (> 0).
+    """
+
+    # an all-invalid generation would still pull the distribution towards arbitrary candidates
+    freeze_on_all_invalid = True
+    min_population_size = 2
+    params_cls: ClassVar[type]
+    state_cls: ClassVar[type]
+
+    def __init__(self, population_size, solution, num_dims, std_init):
+        super().__init__(population_size, solution, num_dims)
+        self.std_init = check_positive(std_init, "std_init")
+
+    def default_params(self) -> Any:
+        return float32_params(self.params_cls, self)
+
+    @abc.abstractmethod
+    def _refit(
+        self, state: Any, x: jax.Array, fitness: jax.Array, params: Any
+    ) -> tuple[jax.Array, jax.Array]:
+        """New ``(mean [dims], std [dims])`` from samples ``x [pop, dims]`` and their minimized,
+        finite ``fitness [pop]``."""
+
+    def _init(self, key, params):
+        mean = self.initial_mean()
+        return self.state_cls(
+            mean=mean,
+            std=jnp.full((self.num_dims,), params.std_init, jnp.float32),
+            best_solution=mean,
+            best_fitness=jnp.float32(jnp.inf),
+            generation=jnp.zeros((), jnp.int32),
+        )
+
+    def _ask(self, key, state, params):
+        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
+        return state.mean + state.std * z, state
+
+    def _tell(self, key, state, x, fitness, params):
+        mean, std = self._refit(state, x, fitness, params)
+        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
+        new = self.state_cls(
+            mean=mean, std=std, best_solution=best_x, best_fitness=best_f, generation=state.generation + 1
+        )
+        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min(), "std_mean": std.mean()}
