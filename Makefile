@@ -15,13 +15,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The install also builds the optional C extension evotensor.tree._speedups (setup.py), hence its
+# source among the prerequisites: an edited .c file is rebuilt by the next `make test` / `make run`.
+EXT := setup.py src/evotensor/tree/_speedups.c
+
 # Runtime dependencies only.
-$(VENV)/.installed-run: pyproject.toml constraints.txt | $(BIN)/python
+$(VENV)/.installed-run: pyproject.toml constraints.txt $(EXT) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
 	touch $@
 
 # Everything the tests need (test tools, pycma reference, control environments).
-$(VENV)/.installed-test: pyproject.toml constraints.txt | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml constraints.txt $(EXT) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,control]"
 	touch $@ $(VENV)/.installed-run
 

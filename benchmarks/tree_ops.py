@@ -28,6 +28,11 @@ Usage::
     python benchmarks/tree_ops.py --pytree   # only the paired tables (Tree vs dict, vs DI-treetensor)
     python benchmarks/tree_ops.py --joins    # only stack/cat/split, evotensor[jax] vs DI-treetensor, paired
     python benchmarks/tree_ops.py --index    # only indexing, evotensor[jax] vs DI-treetensor, paired
+    EVOTENSOR_NO_SPEEDUPS=1 python benchmarks/tree_ops.py --pytree   # Tree without its compiled core
+
+The header line says whether ``evotensor.tree``'s optional compiled core was in use (``SPEEDUPS``);
+with ``PYTHONPATH=src`` it must have been built in place (``pip install -e .`` or
+``python setup.py build_ext --inplace``).
 """
 
 from __future__ import annotations
@@ -155,6 +160,7 @@ def main() -> None:
         f"numpy {np.__version__}"
         + (f", torch {torch.__version__}" if torch is not None else "")
         + (f", treevalue {treevalue.__version__}" if treevalue is not None else "")
+        + f"; evotensor.tree compiled core (SPEEDUPS): {getattr(et, 'SPEEDUPS', 'absent')}"
         + f"; timer: {'wall clock' if args.wall else 'process CPU time'}",
         flush=True,
     )
@@ -422,6 +428,11 @@ def pytree_tables(min_time: float) -> None:
         vtable.add("get `t.x.c` (torch leaves)", pair(lambda: t.x.c, lambda: tv.x.c))
         vtable.add(
             "set `t.a = v` (torch leaves)", pair(lambda: setattr(t, "a", new), lambda: setattr(tv, "a", new))
+        )
+        vtable.add('get `t["a"]` (torch leaves)', pair(lambda: t["a"], lambda: tv["a"]))
+        vtable.add(
+            'set `t["a"] = v` (torch leaves)',
+            pair(lambda: t.__setitem__("a", new), lambda: tv.__setitem__("a", new)),
         )
         vtable.add("init from dict of ints", pair(lambda: Tree(tiny), lambda: treevalue.FastTreeValue(tiny)))
         vtable.add(

@@ -13,6 +13,10 @@
 * constraints: :func:`dtype`, :func:`ndim`, :func:`shape_prefix`, :func:`device`,
   :func:`predicate`, :func:`node_predicate` (attach with ``t.with_constraints(...)``).
 * I/O: :func:`save`, :func:`load` (npz), :func:`to_dot`, :func:`draw`; pickle works too.
+
+``SPEEDUPS`` is True when ``Tree`` runs on its optional compiled core (``evotensor.tree._speedups``,
+built by ``pip install`` where a C compiler exists); ``EVOTENSOR_NO_SPEEDUPS=1`` in the environment
+before import selects the pure-Python code, which has the same behaviour.
 """
 
 from evotensor.tree import jnp, np
@@ -43,7 +47,7 @@ from evotensor.tree.structure import (
     unflatten,
     union,
 )
-from evotensor.tree.tree import Tree, raw
+from evotensor.tree.tree import SPEEDUPS, Tree, raw
 from evotensor.tree.treelize import (
     MISSING,
     treelize,
@@ -54,6 +58,7 @@ from evotensor.tree.treelize import (
 
 __all__ = [
     "MISSING",
+    "SPEEDUPS",
     "Constraint",
     "ConstraintError",
     "Tree",

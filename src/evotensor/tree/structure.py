@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.tree import constraints as _c
-from evotensor.tree.tree import Tree, _set_cons, annotate, index_leaves, map_nodes
+from evotensor.tree.tree import Tree, _set_cons, _sp, annotate, index_leaves, map_nodes
 from evotensor.tree.treelize import MISSING, _check_config, apply_tree
 
 __all__ = [
@@ -225,14 +225,17 @@ def flatten(t: Tree, sep: str | None = None) -> dict:
     """
     if not isinstance(t, Tree):
         _require_tree(t, "flatten")
-    out: dict = {}
-    for k, v in t.__dict__.items():  # the root level inline: one Python call fewer
-        if isinstance(v, Tree):
-            vd = v.__dict__
-            if vd:
-                _flatten(vd, (k,), out)
-                continue
-        out[(k,)] = v
+    if _flatten_paths is not None:
+        out = _flatten_paths(Tree, t.__dict__)  # the same walk in C
+    else:
+        out = {}
+        for k, v in t.__dict__.items():  # the root level inline: one Python call fewer
+            if isinstance(v, Tree):
+                vd = v.__dict__
+                if vd:
+                    _flatten(vd, (k,), out)
+                    continue
+            out[(k,)] = v
     if sep is None:
         return out
     joined = {}
@@ -244,6 +247,9 @@ def flatten(t: Tree, sep: str | None = None) -> dict:
                 )
         joined[sep.join(path)] = v
     return joined
+
+
+_flatten_paths = _sp.flatten_paths if _sp is not None else None
 
 
 def _flatten(d: dict, path: tuple[str, ...], out: dict, _tree: type = Tree) -> None:

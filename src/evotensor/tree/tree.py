@@ -22,12 +22,22 @@ are the values in sorted key order, key paths are ``DictKey(key)``, the aux data
 sorted keys (hashable; constraints are not part of it, so constrained and unconstrained trees
 have equal treedefs and JAX outputs carry no constraints). Flatten and unflatten do no checks:
 JAX may unflatten with placeholder leaves.
+
+Compiled core. When the optional C extension ``evotensor.tree._speedups`` is built (``pip install``
+builds it where a C compiler is available), ``Tree`` subclasses its ``TreeBase``: the node's storage
+(``__dict__``, the constraint slot, weak references), the hot paths of ``t.a = v``, ``t["a"]``,
+``t["a"] = v`` (existing key, unconstrained node, a value needing no conversion) and the pytree
+flatten/unflatten are C; every other case calls this module's Python functions (``_setattr``,
+``_getitem``, ...), so semantics live here only. Without the extension, or with the environment
+variable ``EVOTENSOR_NO_SPEEDUPS=1`` (read once, at import), those Python functions are the methods
+themselves. ``evotensor.tree.SPEEDUPS`` says which is active.
 """
 
 from __future__ import annotations
 
 import copy as _copy
 import operator
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,7 +46,21 @@ from jax.tree_util import DictKey
 
 from evotensor.tree import constraints as _c
 
-__all__ = ["Tree", "raw"]
+__all__ = ["SPEEDUPS", "Tree", "raw"]
+
+
+def _load_speedups() -> Any:
+    if os.environ.get("EVOTENSOR_NO_SPEEDUPS", "").strip() not in ("", "0"):
+        return None
+    try:
+        from evotensor.tree import _speedups
+    except ImportError:  # not built (no C compiler at install time): the pure-Python code runs
+        return None
+    return _speedups
+
+
+_sp = _load_speedups()
+SPEEDUPS: bool = _sp is not None  # True when Tree runs on the compiled core
 
 _new = object.__new__
 _itemgetter0 = operator.itemgetter(0)
@@ -105,7 +129,68 @@ class _Each:
         return sorted(names)
 
 
-class Tree:
+# ---- the methods the compiled base replaces (its slow paths when it is present) ----------------
+# With the extension, TreeBase's C slots do the hot path and call these for everything else; the
+# fast-path checks here then repeat, which costs only on the slow path. Without it, Tree uses them
+# as its methods, so the fast path is inlined (a Python __setattr__ already costs a call).
+
+
+def _setattr(self: Tree, name: str, value: Any) -> None:
+    # Hot path first: replace an existing child of an unconstrained node.
+    d = self.__dict__
+    if (
+        name in d
+        and not self._cons
+        and not issubclass(type(value), _DICT_OR_RAW)
+        and name not in type(self)._reserved_names
+    ):
+        d[name] = value
+        return
+    if name in type(self)._reserved_names:
+        raise AttributeError(f"{name!r} is a Tree attribute; set the key with t[{name!r}] = value")
+    set_child(self, name, value)
+
+
+def _delattr(self: Tree, name: str) -> None:
+    if name not in self.__dict__:
+        raise AttributeError(f"no key {name!r} in tree; keys: {list(self.__dict__)}")
+    delete_child(self, name)
+
+
+def _getitem(self: Tree, key: Any) -> Any:
+    if type(key) is str:
+        try:
+            return self.__dict__[key]
+        except KeyError:
+            raise KeyError(f"no key {key!r} in tree; keys: {list(self.__dict__)}") from None
+    if isinstance(key, str):
+        return self.__getitem__(str(key))
+    return index_leaves(self, key)
+
+
+def _setitem(self: Tree, key: Any, value: Any) -> None:
+    if type(key) is str:
+        d = self.__dict__
+        if key in d and not self._cons and not issubclass(type(value), _DICT_OR_RAW):
+            d[key] = value  # fast path: replace an existing child of an unconstrained node
+            return
+        set_child(self, key, value)
+    elif isinstance(key, str):
+        set_child(self, str(key), value)
+    else:
+        setitem_leaves(self, key, value)
+
+
+def _delitem(self: Tree, key: Any) -> None:
+    if isinstance(key, str):
+        if key not in self.__dict__:
+            raise KeyError(f"no key {key!r} in tree; keys: {list(self.__dict__)}")
+        delete_child(self, str(key))
+    else:
+        delitem_leaves(self, key)
+
+
+class Tree(_sp.TreeBase if SPEEDUPS else object):
     """Nested data with string keys; a JAX pytree with children in sorted key order.
 
     Build from a dict and/or keyword arguments; nested dicts become subtrees::
@@ -127,7 +212,8 @@ class Tree:
     ``with_constraints``, ``validate``.
     """
 
-    __slots__ = ("__dict__", "_cons", "__weakref__")
+    # the compiled base already holds __dict__, _cons and __weakref__
+    __slots__ = () if SPEEDUPS else ("__dict__", "_cons", "__weakref__")
     __hash__ = None  # type: ignore[assignment]  # mutable, and == is leaf-wise
     __array_ufunc__ = None  # numpy defers `ndarray + tree` to Tree.__radd__
 
@@ -228,56 +314,12 @@ class Tree:
             raise AttributeError(f"{type(self).__name__!s} has no key or attribute {name!r}")
         return leafwise_getattr(self, name)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        # Hot path first: replace an existing child of an unconstrained node. Every check is
-        # inlined (a Python __setattr__ already costs a call; helpers would add more).
-        d = self.__dict__
-        if (
-            name in d
-            and not self._cons
-            and not issubclass(type(value), _DICT_OR_RAW)
-            and name not in type(self)._reserved_names
-        ):
-            d[name] = value
-            return
-        if name in type(self)._reserved_names:
-            raise AttributeError(f"{name!r} is a Tree attribute; set the key with t[{name!r}] = value")
-        set_child(self, name, value)
-
-    def __delattr__(self, name: str) -> None:
-        if name not in self.__dict__:
-            raise AttributeError(f"no key {name!r} in tree; keys: {list(self.__dict__)}")
-        delete_child(self, name)
-
-    def __getitem__(self, key: Any) -> Any:
-        if type(key) is str:
-            try:
-                return self.__dict__[key]
-            except KeyError:
-                raise KeyError(f"no key {key!r} in tree; keys: {list(self.__dict__)}") from None
-        if isinstance(key, str):
-            return self.__getitem__(str(key))
-        return index_leaves(self, key)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        if type(key) is str:
-            d = self.__dict__
-            if key in d and not self._cons and not issubclass(type(value), _DICT_OR_RAW):
-                d[key] = value  # fast path: replace an existing child of an unconstrained node
-                return
-            set_child(self, key, value)
-        elif isinstance(key, str):
-            set_child(self, str(key), value)
-        else:
-            setitem_leaves(self, key, value)
-
-    def __delitem__(self, key: Any) -> None:
-        if isinstance(key, str):
-            if key not in self.__dict__:
-                raise KeyError(f"no key {key!r} in tree; keys: {list(self.__dict__)}")
-            delete_child(self, str(key))
-        else:
-            delitem_leaves(self, key)
+    if not SPEEDUPS:  # otherwise TreeBase's C slots; a Python method here would override them
+        __setattr__ = _setattr
+        __delattr__ = _delattr
+        __getitem__ = _getitem
+        __setitem__ = _setitem
+        __delitem__ = _delitem
 
     def __dir__(self) -> list[str]:
         return sorted(set(dir(type(self))) | {k for k in self.__dict__ if k.isidentifier()})
@@ -626,6 +668,13 @@ def _flatten_with_keys(t: Tree, _key=DictKey, _tuple=tuple) -> tuple[list, tuple
 
 
 def _register(cls: type) -> None:
+    if SPEEDUPS:
+        # C callbacks: JAX calls them once per node on every flatten/unflatten
+        jax.tree_util.register_pytree_with_keys(
+            cls, _flatten_with_keys, _sp.make_unflatten(cls), flatten_func=_sp.flatten
+        )
+        return
+
     def unflatten(keys: tuple, children: Any, _cls=cls, _new=_new, _zip=zip) -> Tree:
         out = _new(_cls)  # the constraint slot stays empty: `_cons` reads as () (Tree.__getattr__)
         out.__dict__.update(_zip(keys, children))
@@ -634,6 +683,8 @@ def _register(cls: type) -> None:
     jax.tree_util.register_pytree_with_keys(cls, _flatten_with_keys, unflatten, flatten_func=_flatten)
 
 
+if SPEEDUPS:
+    _sp.configure(_setattr, _delattr, _getitem, _setitem, _delitem, raw)
 _protect(Tree)
 _register(Tree)
 Tree._reserved_names = frozenset(dir(Tree))  # names `t.name = v` may not set (class attributes)

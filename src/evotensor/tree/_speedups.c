@@ -1,0 +1,584 @@
+/* evotensor.tree._speedups: the optional compiled core of evotensor.tree.Tree.
+ *
+ * Plain CPython C API. Everything here is a fast path for a case that tree.py's pure-Python code
+ * also handles; whenever a case is not the plain one, the C code calls the Python function that
+ * tree.py registered with configure(), so semantics (errors, constraint checks, dict conversion,
+ * sorted insertion) live in one place. tree.py stays the reference: EVOTENSOR_NO_SPEEDUPS=1 runs it.
+ *
+ * Contents:
+ *   TreeBase       base type of Tree: owns the node's __dict__, the `_cons` slot and the weakref
+ *                  list; its tp_setattro / mp_ass_subscript / mp_subscript do the hot paths.
+ *   flatten(t)     pytree flatten: (children tuple, keys tuple), children in the dict's order.
+ *   Unflattener    per-class pytree unflatten callable: (keys, children) -> a new node.
+ *   flatten_paths(tree_type, d)  evotensor.tree.flatten's walk: {path tuple: leaf}.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stddef.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *dict;        /* the children, in sorted key order (tree.py keeps them sorted) */
+    PyObject *cons;        /* attached constraints (a tuple); NULL reads as () via Tree.__getattr__ */
+    PyObject *weakreflist;
+} TreeBaseObject;
+
+/* Python slow paths and types registered by tree.py (configure()). */
+static PyObject *setattr_slow;  /* (node, name, value) */
+static PyObject *delattr_slow;  /* (node, name) */
+static PyObject *getitem_slow;  /* (node, key) */
+static PyObject *setitem_slow;  /* (node, key, value) */
+static PyObject *delitem_slow;  /* (node, key) */
+static PyTypeObject *raw_type;  /* evotensor.tree.raw */
+
+static PyTypeObject TreeBase_Type;
+
+static int
+not_configured(void)
+{
+    PyErr_SetString(PyExc_RuntimeError,
+                    "evotensor.tree._speedups is not configured (evotensor.tree.tree does that at import)");
+    return -1;
+}
+
+static PyObject *
+call2(PyObject *fn, PyObject *a, PyObject *b)
+{
+    if (fn == NULL) {
+        not_configured();
+        return NULL;
+    }
+    PyObject *args[2] = {a, b};
+    return PyObject_Vectorcall(fn, args, 2, NULL);
+}
+
+static int
+call_void2(PyObject *fn, PyObject *a, PyObject *b)
+{
+    PyObject *r = call2(fn, a, b);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int
+call_void3(PyObject *fn, PyObject *a, PyObject *b, PyObject *c)
+{
+    if (fn == NULL)
+        return not_configured();
+    PyObject *args[3] = {a, b, c};
+    PyObject *r = PyObject_Vectorcall(fn, args, 3, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* `not node._cons` for the values the fast paths accept: an empty slot or the empty tuple.
+ * Anything else (constraints attached, or an odd value) goes to the Python path. */
+static inline int
+cons_empty(PyObject *cons)
+{
+    return cons == NULL || (PyTuple_CheckExact(cons) && PyTuple_GET_SIZE(cons) == 0);
+}
+
+/* `issubclass(type(value), (dict, raw))`: values a set must convert (tree.py's _DICT_OR_RAW). */
+static inline int
+dict_or_raw(PyObject *value)
+{
+    return PyDict_Check(value) || (raw_type != NULL && PyType_IsSubtype(Py_TYPE(value), raw_type));
+}
+
+/* d[key] = value if key is already in d (returns 0); if it is not, d is left as it was and 1 is
+ * returned (the caller takes the Python path: sorted insertion, conversions); -1 on error.
+ * One hash probe instead of two (`key in d` then the store): store, and if the dict grew the key
+ * was new, so take it out again. Values are never dicts here, so storing runs no Python code
+ * except the old value's finalizer; should that change the dict, the Python path still sets
+ * key = value, as `d[key] = value` would. */
+static int
+replace_existing(PyObject *d, PyObject *key, PyObject *value)
+{
+    Py_ssize_t n = PyDict_GET_SIZE(d);
+    if (PyDict_SetItem(d, key, value) < 0)
+        return -1;
+    if (PyDict_GET_SIZE(d) == n)
+        return 0;
+    if (PyDict_DelItem(d, key) < 0)
+        return -1;
+    return 1;
+}
+
+/* ---- TreeBase -------------------------------------------------------------------------------- */
+
+static int
+tb_traverse(TreeBaseObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->dict);
+    Py_VISIT(self->cons);
+    return 0;
+}
+
+static int
+tb_clear(TreeBaseObject *self)
+{
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->cons);
+    return 0;
+}
+
+static void
+tb_dealloc(TreeBaseObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    tb_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* t.name = value. Hot path (what Tree.__setattr__ inlines in pure Python): replace an existing
+ * child of an unconstrained node with a value that needs no conversion, the name not being a Tree
+ * attribute. Everything else -- new keys (sorted insertion), constraints, dict/raw values,
+ * reserved names and their error -- is tree.py's _setattr. Deletion is tree.py's _delattr. */
+static int
+tb_setattro(PyObject *self, PyObject *name, PyObject *value)
+{
+    if (value == NULL)
+        return call_void2(delattr_slow, self, name);
+    PyObject *d = ((TreeBaseObject *)self)->dict;
+    if (d != NULL && PyUnicode_CheckExact(name) && cons_empty(((TreeBaseObject *)self)->cons)
+        && !dict_or_raw(value)) {
+        /* Reserved names are the class's attributes (type(self)._reserved_names is dir(cls) taken
+         * when the class was made). A name the class does not have -- answered from the type's
+         * method cache, faster than hashing into the frozenset -- is not reserved; a name it has
+         * goes to the Python path, which checks _reserved_names exactly. */
+        if (_PyType_Lookup(Py_TYPE(self), name) == NULL) {
+            int r = replace_existing(d, name, value);
+            if (r <= 0)
+                return r;
+        }
+    }
+    return call_void3(setattr_slow, self, name, value);
+}
+
+/* t[key]: a str key present in the node; everything else (misses and their error, str
+ * subclasses, leaf indexing) is tree.py's _getitem. */
+static PyObject *
+tb_subscript(PyObject *self, PyObject *key)
+{
+    PyObject *d = ((TreeBaseObject *)self)->dict;
+    if (d != NULL && PyUnicode_CheckExact(key)) {
+        PyObject *v = PyDict_GetItemWithError(d, key);
+        if (v != NULL)
+            return Py_NewRef(v);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    return call2(getitem_slow, self, key);
+}
+
+/* t[key] = value / del t[key]: the same hot path as tb_setattro (item sets may use reserved
+ * names, so no reserved check); everything else is tree.py's _setitem / _delitem. */
+static int
+tb_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
+{
+    if (value == NULL)
+        return call_void2(delitem_slow, self, key);
+    PyObject *d = ((TreeBaseObject *)self)->dict;
+    if (d != NULL && PyUnicode_CheckExact(key) && cons_empty(((TreeBaseObject *)self)->cons)
+        && !dict_or_raw(value)) {
+        int r = replace_existing(d, key, value);
+        if (r <= 0)
+            return r;
+    }
+    return call_void3(setitem_slow, self, key, value);
+}
+
+/* A class defining __getitem__/__setitem__ in Python also fills the sequence slots (so that
+ * PySequence_Check(t) is true); mirror that, routing integers through the same code as t[i]. */
+static PyObject *
+tb_sq_item(PyObject *self, Py_ssize_t i)
+{
+    PyObject *key = PyLong_FromSsize_t(i);
+    if (key == NULL)
+        return NULL;
+    PyObject *r = Py_TYPE(self)->tp_as_mapping->mp_subscript(self, key);
+    Py_DECREF(key);
+    return r;
+}
+
+static int
+tb_sq_ass_item(PyObject *self, Py_ssize_t i, PyObject *value)
+{
+    PyObject *key = PyLong_FromSsize_t(i);
+    if (key == NULL)
+        return -1;
+    int r = Py_TYPE(self)->tp_as_mapping->mp_ass_subscript(self, key, value);
+    Py_DECREF(key);
+    return r;
+}
+
+static PyMappingMethods tb_as_mapping = {
+    .mp_subscript = tb_subscript,
+    .mp_ass_subscript = tb_ass_subscript,
+};
+
+static PySequenceMethods tb_as_sequence = {
+    .sq_item = tb_sq_item,
+    .sq_ass_item = tb_sq_ass_item,
+};
+
+static PyMemberDef tb_members[] = {
+    {"_cons", T_OBJECT_EX, offsetof(TreeBaseObject, cons), 0,
+     "constraints attached to this node (tuple of Attached)"},
+    {"__weakref__", T_OBJECT, offsetof(TreeBaseObject, weakreflist), READONLY, NULL},
+    {NULL},
+};
+
+static PyGetSetDef tb_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject TreeBase_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "evotensor.tree._speedups.TreeBase",
+    .tp_doc = "Compiled base of evotensor.tree.Tree (storage and the hot set/get paths).",
+    .tp_basicsize = sizeof(TreeBaseObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)tb_dealloc,
+    .tp_traverse = (traverseproc)tb_traverse,
+    .tp_clear = (inquiry)tb_clear,
+    .tp_setattro = tb_setattro,
+    .tp_as_mapping = &tb_as_mapping,
+    .tp_as_sequence = &tb_as_sequence,
+    .tp_members = tb_members,
+    .tp_getset = tb_getset,
+    .tp_dictoffset = offsetof(TreeBaseObject, dict),
+    .tp_weaklistoffset = offsetof(TreeBaseObject, weakreflist),
+    /* tp_new: object's, set in PyInit__speedups */
+};
+
+/* ---- pytree flatten / unflatten -------------------------------------------------------------- */
+
+/* flatten(t) -> (children, keys): both tuples in the node dict's (sorted) order. */
+static PyObject *
+sp_flatten(PyObject *module, PyObject *t)
+{
+    if (!PyObject_TypeCheck(t, &TreeBase_Type)) {
+        PyErr_Format(PyExc_TypeError, "flatten: expected a Tree, got %.200s", Py_TYPE(t)->tp_name);
+        return NULL;
+    }
+    PyObject *d = ((TreeBaseObject *)t)->dict;
+    Py_ssize_t n = d == NULL ? 0 : PyDict_GET_SIZE(d);
+    PyObject *values = PyTuple_New(n);
+    PyObject *keys = PyTuple_New(n);
+    if (values == NULL || keys == NULL)
+        goto fail;
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *v;
+    /* no Python code runs in this loop, so the dict cannot change under it */
+    while (i < n && PyDict_Next(d, &pos, &k, &v)) {
+        PyTuple_SET_ITEM(keys, i, Py_NewRef(k));
+        PyTuple_SET_ITEM(values, i, Py_NewRef(v));
+        i++;
+    }
+    PyObject *out = PyTuple_New(2);
+    if (out == NULL)
+        goto fail;
+    PyTuple_SET_ITEM(out, 0, values);
+    PyTuple_SET_ITEM(out, 1, keys);
+    return out;
+fail:
+    Py_XDECREF(values);
+    Py_XDECREF(keys);
+    return NULL;
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *cls;
+    vectorcallfunc vectorcall;
+} UnflattenerObject;
+
+/* A node of class cls from keys already in sorted order (no checks, as JAX may pass placeholder
+ * leaves): dict(zip(keys, children)), constraints (). */
+static PyObject *
+make_node(PyTypeObject *cls, PyObject *keys, PyObject *children)
+{
+    PyObject *kseq = PySequence_Fast(keys, "unflatten: keys must be a sequence");
+    if (kseq == NULL)
+        return NULL;
+    PyObject *cseq = PySequence_Fast(children, "unflatten: children must be iterable");
+    if (cseq == NULL) {
+        Py_DECREF(kseq);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(kseq);
+    Py_ssize_t nc = PySequence_Fast_GET_SIZE(cseq);
+    if (nc < n)
+        n = nc; /* zip() stops at the shorter one */
+    PyObject *node = NULL;
+#if PY_VERSION_HEX < 0x030D0000
+    PyObject *d = _PyDict_NewPresized(n); /* one allocation for the node's keys */
+#else
+    PyObject *d = PyDict_New();
+#endif
+    if (d == NULL)
+        goto done;
+    PyObject **ks = PySequence_Fast_ITEMS(kseq);
+    PyObject **cs = PySequence_Fast_ITEMS(cseq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyDict_SetItem(d, ks[i], cs[i]) < 0)
+            goto done;
+    }
+    node = cls->tp_alloc(cls, 0);
+    if (node == NULL)
+        goto done;
+    ((TreeBaseObject *)node)->dict = d;
+    d = NULL;
+    ((TreeBaseObject *)node)->cons = PyTuple_New(0); /* the shared empty tuple */
+    if (((TreeBaseObject *)node)->cons == NULL)
+        Py_CLEAR(node);
+done:
+    Py_XDECREF(d);
+    Py_DECREF(kseq);
+    Py_DECREF(cseq);
+    return node;
+}
+
+static PyObject *
+unflattener_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "unflatten(keys, children) takes exactly 2 positional arguments");
+        return NULL;
+    }
+    return make_node(((UnflattenerObject *)self)->cls, args[0], args[1]);
+}
+
+static int
+unflattener_traverse(UnflattenerObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->cls);
+    return 0;
+}
+
+static int
+unflattener_clear(UnflattenerObject *self)
+{
+    Py_CLEAR(self->cls);
+    return 0;
+}
+
+static void
+unflattener_dealloc(UnflattenerObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    unflattener_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+unflattener_repr(UnflattenerObject *self)
+{
+    return PyUnicode_FromFormat("<evotensor.tree unflatten for %s>", self->cls->tp_name);
+}
+
+static PyMemberDef unflattener_members[] = {
+    {"cls", T_OBJECT, offsetof(UnflattenerObject, cls), READONLY, "the node class it builds"},
+    {NULL},
+};
+
+static PyTypeObject Unflattener_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "evotensor.tree._speedups.Unflattener",
+    .tp_doc = "unflatten(keys, children) -> a node of one Tree class (the pytree unflatten).",
+    .tp_basicsize = sizeof(UnflattenerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(UnflattenerObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = (destructor)unflattener_dealloc,
+    .tp_traverse = (traverseproc)unflattener_traverse,
+    .tp_clear = (inquiry)unflattener_clear,
+    .tp_repr = (reprfunc)unflattener_repr,
+    .tp_members = unflattener_members,
+};
+
+static PyObject *
+sp_make_unflatten(PyObject *module, PyObject *cls)
+{
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &TreeBase_Type)) {
+        PyErr_SetString(PyExc_TypeError, "make_unflatten(cls): cls must be a subclass of TreeBase");
+        return NULL;
+    }
+    UnflattenerObject *u = PyObject_GC_New(UnflattenerObject, &Unflattener_Type);
+    if (u == NULL)
+        return NULL;
+    u->cls = (PyTypeObject *)Py_NewRef(cls);
+    u->vectorcall = unflattener_vectorcall;
+    PyObject_GC_Track(u);
+    return (PyObject *)u;
+}
+
+/* ---- evotensor.tree.flatten ------------------------------------------------------------------ */
+
+static PyObject *
+path_plus(PyObject *path, PyObject *k)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(path);
+    PyObject *out = PyTuple_New(n + 1);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(path, i)));
+    PyTuple_SET_ITEM(out, n, Py_NewRef(k));
+    return out;
+}
+
+/* structure.py's _flatten: every leaf under d goes to out[path + (k,)]; a non-empty subtree is
+ * walked, an empty one is a value. isinstance() is the real one (it may run Python code through
+ * a leaf's __class__), so the dict may change under us: keep k and v alive and stop as Python's
+ * dict iteration would. */
+static int
+walk(PyObject *d, PyObject *path, PyObject *out, PyObject *tree_type, int depth)
+{
+    if (depth > 0 && Py_EnterRecursiveCall(" in evotensor.tree.flatten"))
+        return -1;
+    int rc = -1;
+    Py_ssize_t pos = 0, size = PyDict_GET_SIZE(d);
+    PyObject *k, *v;
+    Py_INCREF(d);
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        Py_INCREF(k);
+        Py_INCREF(v);
+        int step = -1;
+        int is = PyObject_IsInstance(v, tree_type);
+        if (PyDict_GET_SIZE(d) != size) {
+            PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+            is = -1;
+        }
+        if (is >= 0) {
+            PyObject *sub = path_plus(path, k);
+            if (sub != NULL) {
+                PyObject *vd = NULL; /* a new reference */
+                if (is && PyObject_TypeCheck(v, &TreeBase_Type))
+                    vd = Py_XNewRef(((TreeBaseObject *)v)->dict);
+                else if (is) /* an object claiming to be a Tree through __class__: as Python does */
+                    vd = PyObject_GetAttrString(v, "__dict__");
+                if (is && vd == NULL && PyErr_Occurred())
+                    step = -1;
+                else if (vd != NULL && !PyDict_Check(vd)) {
+                    PyErr_SetString(PyExc_TypeError, "flatten: a node's __dict__ is not a dict");
+                    step = -1;
+                }
+                else if (vd != NULL && PyDict_GET_SIZE(vd) > 0)
+                    step = walk(vd, sub, out, tree_type, depth + 1);
+                else
+                    step = PyDict_SetItem(out, sub, v);
+                Py_XDECREF(vd);
+                Py_DECREF(sub);
+            }
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
+        if (step < 0)
+            goto done;
+    }
+    rc = 0;
+done:
+    Py_DECREF(d);
+    if (depth > 0)
+        Py_LeaveRecursiveCall();
+    return rc;
+}
+
+static PyObject *
+sp_flatten_paths(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "flatten_paths(tree_type, node_dict)");
+        return NULL;
+    }
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    PyObject *root = PyTuple_New(0);
+    if (root == NULL || walk(args[1], root, out, args[0], 0) < 0) {
+        Py_XDECREF(root);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(root);
+    return out;
+}
+
+/* ---- module ---------------------------------------------------------------------------------- */
+
+static PyObject *
+sp_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure(setattr, delattr, getitem, setitem, delitem, raw_type) takes 6 arguments");
+        return NULL;
+    }
+    for (int i = 0; i < 5; i++) {
+        if (!PyCallable_Check(args[i])) {
+            PyErr_Format(PyExc_TypeError, "configure: argument %d must be callable", i);
+            return NULL;
+        }
+    }
+    if (!PyType_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "configure: raw_type must be a type");
+        return NULL;
+    }
+    Py_XSETREF(setattr_slow, Py_NewRef(args[0]));
+    Py_XSETREF(delattr_slow, Py_NewRef(args[1]));
+    Py_XSETREF(getitem_slow, Py_NewRef(args[2]));
+    Py_XSETREF(setitem_slow, Py_NewRef(args[3]));
+    Py_XSETREF(delitem_slow, Py_NewRef(args[4]));
+    Py_XSETREF(raw_type, (PyTypeObject *)Py_NewRef(args[5]));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef sp_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))sp_configure, METH_FASTCALL,
+     "configure(setattr, delattr, getitem, setitem, delitem, raw_type): the Python slow paths."},
+    {"flatten", sp_flatten, METH_O, "flatten(t) -> (children tuple, keys tuple): the pytree flatten."},
+    {"make_unflatten", sp_make_unflatten, METH_O,
+     "make_unflatten(cls) -> unflatten(keys, children) building nodes of class cls."},
+    {"flatten_paths", (PyCFunction)(void (*)(void))sp_flatten_paths, METH_FASTCALL,
+     "flatten_paths(tree_type, node_dict) -> {path tuple: leaf} (evotensor.tree.flatten's walk)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef sp_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "evotensor.tree._speedups",
+    .m_doc = "Optional compiled core of evotensor.tree.Tree (see tree.py; EVOTENSOR_NO_SPEEDUPS=1 disables it).",
+    .m_size = -1,
+    .m_methods = sp_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    /* object's own tp_new (not NULL, which would make a static type non-instantiable), so that
+     * object.__new__(Tree), which tree.py uses to make nodes, passes its safety check */
+    TreeBase_Type.tp_new = PyBaseObject_Type.tp_new;
+    if (PyType_Ready(&TreeBase_Type) < 0 || PyType_Ready(&Unflattener_Type) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&sp_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "TreeBase", (PyObject *)&TreeBase_Type) < 0
+        || PyModule_AddObjectRef(m, "Unflattener", (PyObject *)&Unflattener_Type) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
