@@ -1,3 +1,6 @@
+import contextlib
+import functools
+import itertools
 import math
 
 import jax
@@ -19,6 +22,7 @@ _rank_p = jax.jit(lambda f: sel.rank_probabilities(f, 1.6))
 _sample = jax.jit(lambda k, p: sel.sample_from_probs(k, p, N))
 _roulette_p = jax.jit(sel.roulette_probabilities)
 _lexicase = jax.jit(lambda k, e: sel.epsilon_lexicase(k, e, N))
+_epsilon = jax.jit(sel.lexicase_epsilon)
 
 
 @settings(max_examples=30, deadline=None)
@@ -102,17 +106,34 @@ def test_rank_and_roulette_sampling_frequencies():
 
 def _lexicase_reference(errors, eps, orders, u):
     """Plain loop: non-finite errors are the worst; on a case where the pool has a finite error,
-    only the finite errors within epsilon of the best survive."""
-    errors = np.where(np.isfinite(errors), errors, np.inf)
+    only the finite errors within epsilon of the best survive. The survivors are listed in group
+    order (by the first row bit-identical to theirs, then by index) before the pick."""
+    errors = np.where(np.isfinite(errors), errors, np.inf).astype(np.float32)
+    bits = errors.view(np.uint32)
+    first = {}
+    rep = [first.setdefault(bits[i].tobytes(), i) for i in range(errors.shape[0])]
     out = []
     for s in range(orders.shape[0]):
         pool = list(range(errors.shape[0]))
         for c in orders[s]:
             best = min(errors[i, c] for i in pool)
             if np.isfinite(best):
-                pool = [i for i in pool if np.isfinite(errors[i, c]) and errors[i, c] <= best + eps[c]]
-        out.append(pool[min(int(np.floor(u[s] * len(pool))), len(pool) - 1)])
+                bound = np.float32(best + np.float32(eps[c]))
+                pool = [i for i in pool if np.isfinite(errors[i, c]) and errors[i, c] <= bound]
+        pool.sort(key=lambda i: (rep[i], i))
+        out.append(pool[min(int(np.floor(np.float32(u[s]) * len(pool))), len(pool) - 1)])
     return out
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _draws(key, n, n_cases):
+    k_order, k_pick = jax.random.split(key)
+    return jnp.argsort(jax.random.uniform(k_order, (n, n_cases)), axis=1), jax.random.uniform(k_pick, (n,))
+
+
+def _documented_draws(key, n, n_cases):
+    orders, u = _draws(key, n, n_cases)
+    return np.asarray(orders), np.asarray(u)
 
 
 @settings(max_examples=30, deadline=None)
@@ -122,13 +143,11 @@ def test_epsilon_lexicase_matches_python_loop(flat, seed):
     errors[0, 0], errors[1, 1], errors[2, 2] = np.nan, -np.inf, np.inf
     key = jax.random.key(seed)
     got = np.asarray(_lexicase(key, jnp.asarray(errors)))
-    eps = np.asarray(sel.lexicase_epsilon(jnp.asarray(errors)))
+    eps = np.asarray(_epsilon(jnp.asarray(errors)))
     finite = np.where(np.isfinite(errors), errors, np.nan)
     mad = np.nanmedian(np.abs(finite - np.nanmedian(finite, 0)), 0)
     np.testing.assert_allclose(eps, mad)
-    k_order, k_pick = jax.random.split(key)  # the documented draws
-    orders = np.asarray(jnp.argsort(jax.random.uniform(k_order, (N, 5)), axis=1))
-    u = np.asarray(jax.random.uniform(k_pick, (N,)))
+    orders, u = _documented_draws(key, N, 5)
     assert got.tolist() == _lexicase_reference(errors, eps, orders, u)
 
 
@@ -166,10 +185,8 @@ def test_lexicase_duplicates_and_long_ties_match_the_reference():
     errors = base[np.concatenate([np.arange(6), rng.integers(0, 6, POP - 6)])]
     key = jax.random.key(11)
     got = np.asarray(_lexicase(key, jnp.asarray(errors)))
-    eps = np.asarray(sel.lexicase_epsilon(jnp.asarray(errors)))
-    k_order, k_pick = jax.random.split(key)
-    orders = np.asarray(jnp.argsort(jax.random.uniform(k_order, (N, 40)), axis=1))
-    u = np.asarray(jax.random.uniform(k_pick, (N,)))
+    eps = np.asarray(_epsilon(jnp.asarray(errors)))
+    orders, u = _documented_draws(key, N, 40)
     assert got.tolist() == _lexicase_reference(errors, eps, orders, u)
     # every selection on the same case order, the decisive cases last: all pools hold two kinds of
     # rows until the very end, so stopping one case early changes the result
@@ -178,6 +195,163 @@ def test_lexicase_duplicates_and_long_ties_match_the_reference():
     draws = jax.jit(sel.lexicase_from_draws)(jnp.asarray(errors), jnp.asarray(eps), jnp.asarray(same), u)
     expected = _lexicase_reference(errors, eps, same, u)
     assert np.asarray(draws).tolist() == expected and all(not errors[i].any() for i in expected)
+
+
+@contextlib.contextmanager
+def _small_kernel_stages():
+    """Shrink the kernel's tuning so that a population of 64 goes through every stage: [64] masks in
+    chunks of 8 selections, member lists of 32, 16, 8, then the tail of 4 (results must not change)."""
+    saved = sel._TAIL, sel._SHRINK, sel._CHUNK_ELEMENTS, sel._BLOCK
+    sel._TAIL, sel._SHRINK, sel._CHUNK_ELEMENTS, sel._BLOCK = 4, 2, 64 * 8, 2
+    try:
+        yield
+    finally:
+        sel._TAIL, sel._SHRINK, sel._CHUNK_ELEMENTS, sel._BLOCK = saved
+
+
+STAGED_POP, STAGED_CASES, STAGED_N = 64, 7, 21  # 21 selections: the last chunk is padded
+with _small_kernel_stages():
+    _staged = (
+        jax.jit(sel.lexicase_from_draws)
+        .lower(
+            jnp.zeros((STAGED_POP, STAGED_CASES)),
+            jnp.zeros(STAGED_CASES),
+            jnp.zeros((STAGED_N, STAGED_CASES), jnp.int32),
+            jnp.zeros(STAGED_N),
+        )
+        .compile()
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), min_size=STAGED_POP * STAGED_CASES, max_size=STAGED_POP * STAGED_CASES),
+    st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=STAGED_CASES, max_size=STAGED_CASES),
+    st.integers(0, 8),
+    seeds,
+)
+def test_staged_kernel_matches_python_loop(flat, eps, n_bad, seed):
+    # few values and wide epsilons: pools of every size, chunks that run out of cases at every stage,
+    # many duplicate rows, non-finite errors
+    errors = np.asarray(flat, np.float32).reshape(STAGED_POP, STAGED_CASES)
+    errors[:n_bad, seed % STAGED_CASES] = [np.nan, np.inf, -np.inf, np.inf, np.nan, np.inf, np.inf, np.nan][
+        :n_bad
+    ]
+    orders, u = _documented_draws(jax.random.key(seed), STAGED_N, STAGED_CASES)
+    eps = np.asarray(eps, np.float32)
+    got = _staged(jnp.asarray(errors), jnp.asarray(eps), jnp.asarray(orders, jnp.int32), jnp.asarray(u))
+    assert np.asarray(got).tolist() == _lexicase_reference(errors, eps, orders, u)
+
+
+def test_staged_kernel_pools_that_never_fit_a_stage():
+    orders, u = _documented_draws(jax.random.key(5), STAGED_N, STAGED_CASES)
+    rng = np.random.default_rng(0)
+    # nobody is ever eliminated: every pool keeps all 64 rows (the [pop] mask stage runs out of cases)
+    close = (np.arange(STAGED_POP)[:, None] * 1e-3 + rng.random((1, STAGED_CASES))).astype(np.float32)
+    # 10 rows near 0 that no case splits, the others far: pools of 10 never fit the stage of 8
+    ten = np.where(np.arange(STAGED_POP)[:, None] < 10, close, 5.0 + rng.random((STAGED_POP, STAGED_CASES)))
+    ten = rng.permutation(ten.astype(np.float32))
+    for errors in (close, ten):
+        eps = np.ones(STAGED_CASES, np.float32)
+        got = _staged(jnp.asarray(errors), jnp.asarray(eps), jnp.asarray(orders, jnp.int32), jnp.asarray(u))
+        expected = _lexicase_reference(errors, eps, orders, u)
+        assert np.asarray(got).tolist() == expected
+    assert len(set(expected)) > 3 and all(ten[i, 0] < 5 for i in expected)
+
+
+def _exact_lexicase_probabilities(errors, eps):
+    """Selection probabilities by enumeration: every case order is equally likely, then the pick is
+    uniform over the final pool."""
+    pop, n_cases = errors.shape
+    probs = np.zeros(pop)
+    orders = list(itertools.permutations(range(n_cases)))
+    for order in orders:
+        pool = list(range(pop))
+        for c in order:
+            best = min(errors[i, c] for i in pool)
+            if np.isfinite(best):
+                pool = [i for i in pool if np.isfinite(errors[i, c]) and errors[i, c] <= best + eps[c]]
+        for i in pool:
+            probs[i] += 1 / (len(orders) * len(pool))
+    return probs
+
+
+def test_epsilon_lexicase_frequencies_match_enumeration():
+    errors = np.asarray(
+        [
+            [0.0, 3.0, 2.0, 1.0],
+            [1.0, 0.0, 2.5, 2.0],
+            [2.0, 2.0, 0.0, 0.4],
+            [0.3, 0.2, 2.2, 3.0],
+            [0.3, 0.2, 2.2, 3.0],
+            [np.inf, 0.0, 0.0, 0.0],
+            [4.0, 4.0, 4.0, 0.5],
+        ],
+        np.float32,
+    )  # a duplicate pair (3, 4) and a row with an infinite error
+    eps = np.asarray([0.35, 0.1, 0.3, 0.5], np.float32)
+    expected = _exact_lexicase_probabilities(errors, eps)
+    draws = 40000
+    idx = np.asarray(
+        jax.jit(lambda k: sel.epsilon_lexicase(k, jnp.asarray(errors), draws, jnp.asarray(eps)))(
+            jax.random.key(2)
+        )
+    )
+    counts = np.bincount(idx, minlength=len(errors))
+    assert counts[expected == 0].sum() == 0  # never selectable: never selected
+    seen = expected > 0
+    chi2 = np.sum((counts[seen] - draws * expected[seen]) ** 2 / (draws * expected[seen]))
+    assert chi2 < 22.5  # chi-square, 5 degrees of freedom, p = 0.0004
+    assert expected[5] > 0.05  # the row with an inf wins whenever case 0 comes last among splits
+
+
+_lexicase_many = jax.jit(lambda k, e: sel.epsilon_lexicase(k, e, 64))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.floats(-10, 10, width=32), min_size=POP * 4, max_size=POP * 4),
+    st.lists(st.booleans(), min_size=POP, max_size=POP),
+    seeds,
+)
+def test_lexicase_selections_survive_their_first_case_and_never_pick_failed_rows(flat, failed, seed):
+    errors = np.asarray(flat, np.float32).reshape(POP, 4)
+    errors[np.asarray(failed)] = np.inf  # the strategy's convention for a row with a non-finite error
+    key = jax.random.key(seed)
+    got = np.asarray(_lexicase_many(key, jnp.asarray(errors)))
+    eps = np.asarray(_epsilon(jnp.asarray(errors)))
+    orders, _ = _documented_draws(key, 64, 4)
+    if all(failed):
+        return  # everything failed: any pick is fine (the pool stays whole)
+    assert not np.any(np.asarray(failed)[got])
+    for s, i in enumerate(got):
+        c = orders[s, 0]  # the first case sees the whole population
+        assert errors[i, c] <= np.float32(errors[:, c].min() + eps[c])
+
+
+_nanmedian_mad = jax.jit(
+    lambda finite: jnp.nanmedian(jnp.abs(finite - jnp.nanmedian(finite, axis=0)), axis=0)
+)  # the sort-based median absolute deviation: the reference
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([0.0, -0.0, 1.0, -2.5, 1e-30, 7.0, 1e30, np.inf, -np.inf, np.nan]),
+        min_size=96,
+        max_size=96,
+    ),
+    st.lists(st.floats(-1e6, 1e6, width=32), min_size=96, max_size=96),
+    st.integers(0, 23),
+    st.booleans(),
+)
+def test_lexicase_epsilon_equals_the_sorting_median(special, normal, n_nan_rows, ties):
+    values = np.asarray(special if ties else normal, np.float32).reshape(24, 4)
+    values[:n_nan_rows, 0] = np.nan  # any count of finite errors, none included
+    mad = np.asarray(_nanmedian_mad(jnp.asarray(np.where(np.isfinite(values), values, np.nan))))
+    expected = np.where(np.isfinite(mad), mad, 0.0).astype(np.float32)
+    got = np.asarray(_epsilon(jnp.asarray(values)))
+    assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
 def test_lexicase_nonfinite_errors_lose_even_when_epsilon_overflows():
@@ -244,3 +418,7 @@ def test_elite_indices_and_errors():
         sel.tournament(jax.random.key(0), fit, 3, 0)
     with pytest.raises(ValueError, match="errors must have shape"):
         sel.epsilon_lexicase(jax.random.key(0), fit, 3)
+    with pytest.raises(ValueError, match="epsilon must be >= 0"):
+        sel.epsilon_lexicase(jax.random.key(0), jnp.ones((4, 2)), 3, jnp.asarray([0.1, -0.1]))
+    with pytest.raises(ValueError, match=r"epsilon must have shape \(2,\)"):
+        sel.epsilon_lexicase(jax.random.key(0), jnp.ones((4, 2)), 3, jnp.zeros(3))

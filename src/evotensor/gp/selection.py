@@ -9,7 +9,8 @@ Python loop:
 * :func:`truncation`: uniform over the ``ceil(survival_rate * pop)`` best (EvoGP's default selection);
 * :func:`rank_selection`: Baker's linear ranking on sort positions;
 * :func:`roulette`: fitness-proportionate on ``max(f) - f`` (valid for losses of any sign);
-* :func:`epsilon_lexicase`: per-case errors, static epsilon = median absolute deviation per case;
+* :func:`epsilon_lexicase`: per-case errors, epsilon = the population's median absolute deviation per
+  case, threshold relative to the pool's best (semi-dynamic); fast kernel :func:`lexicase_from_draws`;
 * :func:`elite_indices`: the ``n`` best (stable: ties keep population order).
 
 Parsimony pressure (gplearn's ``parsimony_coefficient``) is a change of the fitness the selectors
@@ -121,12 +122,59 @@ def roulette(key: jax.Array, fitness: jax.Array, n: int) -> jax.Array:
     return sample_from_probs(key, roulette_probabilities(fitness), _check_n(n))
 
 
+def _order_key(x: jax.Array) -> jax.Array:
+    """uint32 keys in the order of float32 ``x`` (``-0.0`` before ``0.0``, as ``lax.sort``)."""
+    bits = jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
+    return jnp.where(bits >> 31 == 1, ~bits, bits | jnp.uint32(0x80000000))
+
+
+def _from_order_key(key: jax.Array) -> jax.Array:
+    bits = jnp.where(key >> 31 == 1, key & jnp.uint32(0x7FFFFFFF), ~key)
+    return jax.lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def _order_statistics(x: jax.Array, valid: jax.Array, low: jax.Array, high: jax.Array):
+    """The ``low``-th and ``high``-th (0-based, ``high`` is ``low`` or ``low + 1``) smallest valid
+    values of each column of ``x [pop, cols]``, without a sort: a bisection on the order keys (32
+    passes of counting) finds the ``low``-th; the ``high``-th is it again or the next larger value."""
+    key = jnp.where(valid, _order_key(x), jnp.uint32(0xFFFFFFFF))
+
+    def halve(_, bounds):  # invariant: the answer's key lies in [lo, hi]
+        lo, hi = bounds
+        mid = lo + (hi - lo) // 2
+        enough = jnp.sum(valid & (key <= mid), axis=0) >= low + 1
+        return jnp.where(enough, lo, mid + 1), jnp.where(enough, mid, hi)
+
+    lo = jnp.zeros(x.shape[1], jnp.uint32)
+    lo, _ = jax.lax.fori_loop(0, 32, halve, (lo, jnp.full(x.shape[1], 0xFFFFFFFF, jnp.uint32)))
+    repeated = jnp.sum(valid & (key <= lo), axis=0) >= high + 1
+    above = jnp.min(jnp.where(valid & (key > lo), key, jnp.uint32(0xFFFFFFFF)), axis=0)
+    return _from_order_key(lo), _from_order_key(jnp.where(repeated, lo, above))
+
+
+def _nanmedian_columns(x: jax.Array, valid: jax.Array) -> jax.Array:
+    """``jnp.nanmedian(where(valid, x, nan), axis=0)`` bit for bit (its linear interpolation between
+    the two middle values, in its float32 arithmetic), ``[cols]``, without sorting."""
+    count = jnp.sum(valid, axis=0).astype(jnp.float32)
+    q = jnp.float32(0.5) * (count - 1)
+    low, high = jnp.floor(q), jnp.ceil(q)
+    high_weight = q - low
+    low_weight = 1 - high_weight
+    top = jnp.maximum(count - 1, 0)
+    low_i = jnp.clip(low, 0, top).astype(jnp.int32)
+    high_i = jnp.clip(high, 0, top).astype(jnp.int32)
+    a, b = _order_statistics(x, valid, low_i, high_i)
+    return jnp.where(count > 0, a * low_weight + b * high_weight, jnp.nan)
+
+
 def lexicase_epsilon(errors: jax.Array) -> jax.Array:
     """Per-case epsilon: the median absolute deviation of the finite errors of each case ``[n_cases]``
-    (0 where a case has no finite error)."""
-    e = jnp.where(jnp.isfinite(errors), errors, jnp.nan)
-    med = jnp.nanmedian(e, axis=0)
-    mad = jnp.nanmedian(jnp.abs(e - med), axis=0)
+    (0 where a case has no finite error), as ``jnp.nanmedian`` computes medians (bit for bit) but by
+    bisection instead of a sort (``O(pop * n_cases)`` per pass, 66 passes)."""
+    errors = jnp.asarray(errors, jnp.float32)
+    finite = jnp.isfinite(errors)
+    med = _nanmedian_columns(errors, finite)
+    mad = _nanmedian_columns(jnp.abs(errors - med), finite)
     return jnp.where(jnp.isfinite(mad), mad, 0.0)
 
 
@@ -163,6 +211,59 @@ def duplicate_groups(errors: jax.Array) -> jax.Array:
     return jnp.zeros(pop, jnp.int32).at[order].set(gid)
 
 
+# Tuning of the lexicase kernel (speed only, never the result): selections are filtered in chunks of
+# about _CHUNK_ELEMENTS / pop pools (a chunk's working set stays in cache, and its loop stops when its
+# own pools settle), _BLOCK cases per loop iteration; a pool is a [pop] mask, then member indices whose
+# capacity shrinks by _SHRINK whenever every pool of the chunk fits, down to _TAIL, where all selections
+# go on together (their pools are small, so many per step keep the loop overhead low).
+_BLOCK = 8
+_SHRINK = 4
+_TAIL = 32
+_CHUNK_ELEMENTS = 1 << 18
+
+
+def _groups_in_order(errors: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Copies of an error row share every lexicase decision: only one representative per distinct row
+    (:func:`duplicate_groups`; the first in population order) is filtered.
+
+    Returns ``is_rep [pop]`` bool, ``size [pop + 1]`` (copies of representative ``r``; 0 for others and
+    for the empty slot ``pop``), ``start [pop]`` (where ``r``'s group begins in ``members``) and
+    ``members [pop]``: the population sorted by representative, each group in population order."""
+    pop = errors.shape[0]
+    group = duplicate_groups(errors)
+    index = jnp.arange(pop, dtype=jnp.int32)
+    rep = jnp.full(pop, pop, jnp.int32).at[group].min(index)[group]
+    members = jnp.argsort(rep, stable=True).astype(jnp.int32)
+    size = jnp.zeros(pop + 1, jnp.int32).at[rep].add(1)
+    start = jnp.zeros(pop, jnp.int32).at[rep[members[::-1]]].set(index[::-1])
+    return rep == index, size, start, members
+
+
+def _pick(
+    weights: jax.Array, reps: jax.Array, u: jax.Array, start: jax.Array, members: jax.Array
+) -> jax.Array:
+    """The ``floor(u * count)``-th survivor in group order (representatives in population order, each
+    followed by its copies) of pools given as representatives ``reps [rows, k]`` with their group sizes
+    ``weights [rows, k]`` (0 = empty slot), int32 ``[rows]``."""
+    cum = jnp.cumsum(weights, axis=1)
+    count = cum[:, -1]
+    k = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
+    j = jnp.argmax(cum > k[:, None], axis=1)
+    before = jnp.take_along_axis(cum - weights, j[:, None], axis=1)[:, 0]
+    first = start[jnp.minimum(jnp.take_along_axis(reps, j[:, None], axis=1)[:, 0], start.shape[0] - 1)]
+    return members[first + k - before]
+
+
+def _compact(keep: jax.Array, values: jax.Array, capacity: int, empty: int) -> jax.Array:
+    """The ``values [rows, k]`` where ``keep [rows, k]`` holds, moved to the front in their order and
+    cut to ``[rows, capacity]``, the rest filled with ``empty`` (no row may keep more than
+    ``capacity``)."""
+    rows = keep.shape[0]
+    slot = jnp.where(keep, jnp.cumsum(keep, axis=1, dtype=jnp.int32) - 1, capacity)
+    out = jnp.full((rows, capacity), empty, jnp.int32)
+    return out.at[jnp.arange(rows)[:, None], slot].set(values, mode="drop")
+
+
 def lexicase_from_draws(errors: jax.Array, epsilon: jax.Array, orders: jax.Array, u: jax.Array) -> jax.Array:
     """The deterministic part of epsilon-lexicase.
 
@@ -170,47 +271,127 @@ def lexicase_from_draws(errors: jax.Array, epsilon: jax.Array, orders: jax.Array
         errors: ``[pop, n_cases]`` per-case errors (lower is better; NaN and +-inf count as +inf,
             the worst: a non-finite error survives a case only when no error of the pool is finite,
             even if ``best + epsilon`` overflows).
-        epsilon: ``[n_cases]`` tolerance per case.
+        epsilon: ``[n_cases]`` tolerance per case, ``>= 0``.
         orders: int ``[n, n_cases]``: the case order of each selection.
-        u: ``[n]`` uniforms picking among the survivors of each selection (the ``floor(u * count)``-th
-            survivor in population order).
+        u: ``[n]`` uniforms picking among the survivors of each selection: the ``floor(u * count)``-th
+            survivor in group order (survivors sorted by the first index of their error row in the
+            population (:func:`duplicate_groups`), then by index; without duplicate rows this is
+            population order).
 
     Returns:
         int32 ``[n]``.
 
-    The cases are filtered in a ``while_loop`` that stops as soon as every pool holds only copies of
-    one error row (:func:`duplicate_groups`): no later case can split such a pool, so the result is
-    that of filtering on all cases, and the loop usually ends after a few dozen cases instead of
-    ``n_cases`` (cost ``O(n * pop)`` per case).
+    Why it is fast: copies of an error row are filtered once (they share every decision); a pool
+    holding one distinct row is final, so a chunk of selections stops as soon as all its pools are;
+    while pools are large they are ``[pop]`` masks filtered ``chunk`` at a time (cache-sized), then
+    member lists whose capacity shrinks by ``_SHRINK`` while every pool of the chunk fits; at ``_TAIL``
+    members all selections go on together. Cost ``O(n * sum_t |pool after t cases|)``, against
+    ``O(n * pop * n_cases)`` for a mask over the whole run.
     """
     errors = jnp.where(jnp.isfinite(errors), errors, jnp.inf).astype(jnp.float32)
     pop, n_cases = errors.shape
-    by_case = errors.T  # [n_cases, pop]: one case's errors are a contiguous row
-    group = duplicate_groups(errors)
     n = orders.shape[0]
+    # by_case[c] is case c's errors (row n_cases: a no-op case for padding; column pop: the empty slot)
+    by_case = jnp.concatenate([errors.T, jnp.zeros((1, pop), jnp.float32)])
+    by_case = jnp.concatenate([by_case, jnp.full((n_cases + 1, 1), jnp.inf, jnp.float32)], axis=1)
+    flat = by_case.reshape(-1)
+    eps = jnp.concatenate([jnp.asarray(epsilon, jnp.float32), jnp.zeros(1, jnp.float32)])
+    is_rep, size, start, by_group = _groups_in_order(errors)
+    n_blocks = -(-n_cases // _BLOCK)
+    padded = jnp.pad(
+        orders.astype(jnp.int32), ((0, 0), (0, (n_blocks + 1) * _BLOCK - n_cases)), constant_values=n_cases
+    )  # past the last case: no-op cases
 
-    def settled(pool):  # [n] bool: the pool holds one distinct error row (or fewer)
-        hi = jnp.max(jnp.where(pool, group, -1), axis=1)
-        lo = jnp.min(jnp.where(pool, group, pop), axis=1)
-        return hi <= lo
-
-    def cond(carry):
-        t, pool = carry
-        return (t < n_cases) & ~jnp.all(settled(pool))
-
-    def body(carry):
-        t, pool = carry
-        cases = orders[:, t]
-        e = by_case[cases]  # [n, pop]
-        best = jnp.min(jnp.where(pool, e, jnp.inf), axis=1, keepdims=True)
-        within = (e <= best + epsilon[cases][:, None]) & jnp.isfinite(e)
+    def survives(q, best, case):  # q [rows, k], best [rows]
+        best = best[:, None]
         # a pool whose errors on this case are all non-finite is kept whole (nothing to prefer)
-        return t + 1, pool & (within | jnp.isinf(best))
+        return ((q <= best + eps[case][:, None]) & (q < jnp.inf)) | (best == jnp.inf)
 
-    _, pool = jax.lax.while_loop(cond, body, (jnp.int32(0), jnp.ones((n, pop), bool)))
-    count = jnp.sum(pool, axis=1)
-    k = jnp.minimum(jnp.floor(u * count), count - 1)
-    return jnp.argmax(jnp.cumsum(pool, axis=1) > k[:, None], axis=1).astype(jnp.int32)
+    def step_mask(pool, case):  # pool [rows, pop] bool, case [rows]
+        q = by_case[case, :pop]
+        return pool & survives(q, jnp.min(jnp.where(pool, q, jnp.inf), axis=1), case)
+
+    def step_members(members, case):  # members [rows, k] (pop = empty slot)
+        q = flat[case[:, None] * (pop + 1) + members]
+        return jnp.where(survives(q, jnp.min(q, axis=1), case), members, pop)
+
+    tail = min(_TAIL, pop)
+    capacities = [pop]
+    while capacities[-1] // _SHRINK > tail:
+        capacities.append(capacities[-1] // _SHRINK)
+    capacities.append(tail)
+    chunk = max(1, min(n, _CHUNK_ELEMENTS // pop))
+    n_chunks = -(-n // chunk)
+
+    def shrink_chunk(args):  # one chunk: filter until every pool fits the tail capacity
+        order, u_chunk = args
+        block, state = jnp.int32(0), jnp.broadcast_to(is_rep, (chunk, pop))
+        done, picked = jnp.bool_(False), jnp.zeros(chunk, jnp.int32)
+        for level in range(len(capacities) - 1):
+            dense = level == 0
+
+            def cond(carry, fit=capacities[level + 1], dense=dense):
+                block, state = carry
+                count = jnp.sum(state, axis=1) if dense else jnp.sum(state < pop, axis=1)
+                return (block < n_blocks) & (jnp.max(count) > fit)
+
+            def body(carry, dense=dense):
+                block, state = carry
+                cases = jax.lax.dynamic_slice_in_dim(order, block * _BLOCK, _BLOCK, axis=1)
+                for j in range(_BLOCK):
+                    state = step_mask(state, cases[:, j]) if dense else step_members(state, cases[:, j])
+                return block + 1, state
+
+            block, state = jax.lax.while_loop(cond, body, (block, state))
+            # a chunk that ran out of cases before its pools fit the next capacity: they are final
+            now_done = (block >= n_blocks) & ~done
+            if dense:
+                everyone = jnp.broadcast_to(jnp.arange(pop, dtype=jnp.int32), state.shape)
+                picked = jax.lax.cond(  # the [chunk, pop] pick only when needed
+                    now_done,
+                    lambda pool, ids, old: _pick(
+                        jnp.where(pool, size[:pop], 0), ids, u_chunk, start, by_group
+                    ),
+                    lambda pool, ids, old: old,
+                    state,
+                    everyone,
+                    picked,
+                )
+                state = _compact(state, everyone, capacities[1], pop)
+            else:
+                picked = jnp.where(now_done, _pick(size[state], state, u_chunk, start, by_group), picked)
+                state = _compact(state < pop, state, capacities[level + 1], pop)
+            done = done | now_done
+        state = jnp.where(done, pop, state)  # finished pools must not keep the tail loop running
+        return state, jnp.full(chunk, block, jnp.int32), jnp.full(chunk, done), picked
+
+    if len(capacities) > 1:
+        n_pad = n_chunks * chunk
+        rows = jnp.arange(n_pad) % n  # padding rows repeat real ones: no-op orders would never settle
+        out = jax.lax.map(
+            shrink_chunk, (padded[rows].reshape(n_chunks, chunk, -1), u[rows].reshape(n_chunks, chunk))
+        )
+        members, blocks, done, picked = (x.reshape((n_pad,) + x.shape[2:])[:n] for x in out)
+    else:
+        members = jnp.where(is_rep, jnp.arange(pop, dtype=jnp.int32), pop)
+        members, blocks = jnp.broadcast_to(members, (n, pop)), jnp.zeros(n, jnp.int32)
+        done, picked = jnp.zeros(n, bool), jnp.zeros(n, jnp.int32)
+
+    def tail_cond(carry):
+        step, members = carry
+        return (step < n_blocks - jnp.min(blocks)) & ~jnp.all(jnp.sum(members < pop, axis=1) <= 1)
+
+    def tail_body(carry):  # every selection from its own block on
+        step, members = carry
+        first = jnp.minimum(blocks + step, n_blocks) * _BLOCK
+        cases = jnp.take_along_axis(padded, first[:, None] + jnp.arange(_BLOCK), axis=1)
+        for j in range(_BLOCK):
+            members = step_members(members, cases[:, j])
+        return step + 1, members
+
+    _, members = jax.lax.while_loop(tail_cond, tail_body, (jnp.int32(0), members))
+    tail_picked = _pick(size[members], members, u, start, by_group)
+    return jnp.where(done, picked, tail_picked).astype(jnp.int32)
 
 
 def epsilon_lexicase(
@@ -218,24 +399,35 @@ def epsilon_lexicase(
 ) -> jax.Array:
     """``n`` parents by epsilon-lexicase selection (La Cava et al. 2016), int32 ``[n]``.
 
-    Each selection shuffles the cases, keeps the individuals within ``epsilon`` of the best of the
-    pool on each case in turn, and draws uniformly among the last pool.
+    Each selection shuffles the cases, keeps the individuals within ``epsilon`` of the best *of the
+    pool* on each case in turn, and draws uniformly among the last pool. With the default epsilon
+    (the population's median absolute deviation per case, fixed for the whole draw) this is the
+    "semi-dynamic" variant of La Cava et al. 2019 (the threshold moves with the pool's best).
 
     Args:
         errors: ``[pop, n_cases]``, lower is better; non-finite errors rank worst (see
             :func:`lexicase_from_draws`).
-        epsilon: ``[n_cases]``; default :func:`lexicase_epsilon` (static MAD per case).
+        epsilon: ``[n_cases]``, ``>= 0``; default :func:`lexicase_epsilon` (static MAD per case).
 
     The draws are ``k_order, k_pick = split(key)``, ``orders = argsort(uniform(k_order, (n,
-    n_cases)), axis=1)``, ``u = uniform(k_pick, (n,))``.
+    n_cases)), axis=1)``, ``u = uniform(k_pick, (n,))``; the pick among survivors is in group order
+    (see :func:`lexicase_from_draws`).
 
-    Cost ``O(n * pop * n_cases)``.
+    Cost: the order draw (a sort of ``[n, n_cases]``) plus ``O(n * sum_t |pool after t cases|)``
+    (see :func:`lexicase_from_draws`); at most ``O(n * pop * n_cases)``.
     """
     errors = jnp.asarray(errors)
     if errors.ndim != 2:
         raise ValueError(f"errors must have shape [pop, n_cases], got {errors.shape}")
     n = _check_n(n)
-    eps = lexicase_epsilon(errors) if epsilon is None else jnp.asarray(epsilon)
+    if epsilon is None:
+        eps = lexicase_epsilon(errors)
+    else:
+        eps = jnp.asarray(epsilon, jnp.float32)
+        if eps.shape != (errors.shape[1],):
+            raise ValueError(f"epsilon must have shape ({errors.shape[1]},), got {eps.shape}")
+        if not isinstance(eps, jax.core.Tracer) and not bool(jnp.all(eps >= 0)):
+            raise ValueError("epsilon must be >= 0 (and not NaN) on every case")
     k_order, k_pick = jax.random.split(key)
     orders = jnp.argsort(jax.random.uniform(k_order, (n, errors.shape[1])), axis=1)
     u = jax.random.uniform(k_pick, (n,))
