@@ -33,6 +33,7 @@ Usage::
     .venv/bin/python benchmarks/gp_evolve.py --pops 1000 --seeds 1 --competitors gplearn deap
     .venv/bin/python benchmarks/gp_evolve.py --pops 5000 --generations 50 --data random4096 \
         --seeds 1 --gplearn-generations 5
+    .venv/bin/python benchmarks/gp_evolve.py --pops 1000 5000 --compile-breakdown
 """
 
 from __future__ import annotations
@@ -96,6 +97,51 @@ def run_evotensor(pop: int, generations: int, seed: int, data: str, parsimony: f
         "cpu_s": cpu,  # compile included
         "expression": res.best_genotype.to_infix(problem.function_set, precision=3),
     }
+
+
+def compile_breakdown(pop: int, parsimony: float) -> None:
+    """Compile time (CPU-s and wall) and optimized-HLO size of each piece of the ``sr-pagie``
+    generation: the fused fitness, ``GP.ask`` (variation + selection), ``GP.tell``, one
+    ``Loop.step`` and the run loop's 5-generation chunk (what ``run`` compiles for 100 generations).
+    Each piece is compiled in isolation, so the pieces need not add up to the chunk."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+
+    from evotensor.core.run import Loop
+    from evotensor.gp.evaluate import fitness
+    from evotensor.tasks import get_task
+
+    task = get_task("sr-pagie").build(
+        {"pop": pop, "generations": 100, "seed": 0, "parsimony_coefficient": parsimony}
+    )
+    gp, problem = task.strategy, task.problem
+    loop = Loop(gp, problem, task.decoder)
+    params = gp.default_params()
+    key = jax.random.key(0)
+    carry, loop_key = jax.jit(loop.init)(key, params)
+    state = carry.strategy_state
+    pieces = {
+        "fitness": (lambda f: fitness(f, problem.X, problem.y, problem.function_set), (state.forest,)),
+        "ask": (lambda k, s: gp.ask(k, s, params), (key, state)),
+        "tell": (lambda k, s, f, y: gp.tell(k, s, f, y, params), (key, state, state.forest, jnp.zeros(pop))),
+        "step": (lambda c, k: loop.step(c, k, params), (carry, loop_key)),
+        "chunk(5)": (lambda c, k: loop.chunk(c, k, params, 5), (carry, loop_key)),
+    }
+    print(f"# compile breakdown, sr-pagie pop {pop}, parsimony {parsimony}, load {os.getloadavg()[0]:.1f}")
+    for name, (fn, args) in pieces.items():
+        lowered = jax.jit(fn).lower(*args)
+        c0, t0 = time.process_time(), time.perf_counter()
+        text = lowered.compile().as_text()
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        n = {op: len(re.findall(rf" {op}\(", text)) for op in ("fusion", "while", "conditional")}
+        instr = len(re.findall(r"^\s*(?:ROOT )?%\S+ = ", text, re.M))
+        print(
+            f"{name:9s} compile {cpu:6.2f} CPU-s {wall:6.2f} s wall | HLO instructions {instr:6d} "
+            f"fusions {n['fusion']:4d} while {n['while']:3d} conditional {n['conditional']:2d}",
+            flush=True,
+        )
 
 
 def run_gplearn(pop: int, generations: int, seed: int, data: str) -> dict:
@@ -217,6 +263,9 @@ def main() -> None:
     ap.add_argument("--no-competitors", action="store_true")
     ap.add_argument("--competitor-python", default="/work/bench-venvs/gp/bin/python")
     ap.add_argument("--json", default=None, help="append one JSON line per run to this file")
+    ap.add_argument(
+        "--compile-breakdown", action="store_true", help="only time the compilation of each piece (see above)"
+    )
     ap.add_argument("--worker", choices=["gplearn", "deap"], help=argparse.SUPPRESS)
     ap.add_argument("--worker-args", type=int, nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -225,6 +274,11 @@ def main() -> None:
         pop, gens, seed = args.worker_args
         fn = run_gplearn if args.worker == "gplearn" else run_deap
         print(json.dumps(fn(pop, gens, seed, args.data)))
+        return
+
+    if args.compile_breakdown:
+        for pop in args.pops:
+            compile_breakdown(pop, args.parsimony)
         return
 
     rows = []

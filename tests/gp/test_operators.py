@@ -226,3 +226,79 @@ def test_constant_values():
     assert c.min() >= 5.0 and c.max() <= 6.0 and np.unique(c).size > 1000
     c = np.asarray(_chunked(_const_perturb, 9, f)[0].value)[is_c]
     assert 0.09 < np.std(c - old) < 0.11 and abs(np.mean(c - old)) < 0.01
+
+
+# ---- pre-drawn uniforms (what the strategy batches) ------------------------------------------------
+
+_WITH_U_ARGS = {
+    "one_point_crossover": (FS, 0.9),
+    "leaf_biased_crossover": (FS, 0.3),
+    "subtree_mutation": (SUB_GEN,),
+    "hoist_mutation": (FS,),
+    "single_point_mutation": (FS, N_VARS),
+    "multi_point_mutation": (FS, N_VARS, 0.3),
+    "insert_mutation": (INS_GEN,),
+    "delete_mutation": (FS,),
+    "single_constant_mutation": ((-1, 1), 0.5),
+    "multi_constant_mutation": (0.5, (-1, 1)),
+}
+
+
+@jax.jit
+def _keyed_and_predrawn(key, a, b):
+    """Every operator called with ``key`` and on the uniforms drawn from it, as ``{name: (want, got)}``."""
+    out = {}
+    for name, extra in _WITH_U_ARGS.items():
+        gen = extra[0] if name in ("subtree_mutation", "insert_mutation") else None
+        shapes = ops.uniform_shapes(name, POP, L, gen)
+        draws = [jax.random.uniform(k, s) for k, s in zip(ops.uniform_keys(key, len(shapes)), shapes)]
+        args = (a, b) if name.endswith("crossover") else (a,)
+        want = getattr(ops, name)(key, *args, *extra)
+        out[name] = (want, ops.apply_with_uniforms(name, draws, *args, *extra))
+    return out
+
+
+@settings(max_examples=3, deadline=None)
+@given(forests(POP, L, n_outputs=2), forests(POP, L, n_outputs=2), st.integers(0, 2**31 - 1))
+def test_operators_on_predrawn_uniforms_equal_the_keyed_calls(rec, don, seed):
+    """apply_with_uniforms(name, draws of key) is operator(key) bit for bit, for every operator."""
+    (a, _), (b, _) = rec, don
+    for name, ((want, ok_want), (got, ok)) in _keyed_and_predrawn(jax.random.key(seed), a, b).items():
+        for field in ("opcode", "value", "size", "output"):
+            msg = f"{name}.{field}"
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=msg)
+        np.testing.assert_array_equal(ok, ok_want, err_msg=name)
+
+
+def test_uniform_shapes_and_apply_reject_unknown_operators():
+    with pytest.raises(ValueError, match="unknown operator"):
+        ops.uniform_shapes("swap_mutation", 3)
+    with pytest.raises(ValueError, match="unknown operator"):
+        ops.apply_with_uniforms("swap_mutation", ())
+    with pytest.raises(ValueError, match="generator"):
+        ops.uniform_shapes("subtree_mutation", 3)
+    with pytest.raises(ValueError, match="max_len"):
+        ops.uniform_shapes("multi_point_mutation", 3)
+
+
+_UNIFORM_CHOICE = jax.jit(ops._uniform_choice)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.lists(st.booleans(), min_size=9, max_size=9), min_size=6, max_size=6),
+    st.lists(st.floats(0.0, 1.0, exclude_max=True, width=32), min_size=6, max_size=6),
+)
+def test_uniform_choice_is_the_kth_true_entry(rows, us):
+    """Reference: the floor(u * count)-th True entry of each row (0 for a row without one)."""
+    mask = np.asarray(rows, bool)
+    u = np.asarray(us, np.float32)
+    idx, has = _UNIFORM_CHOICE(jnp.asarray(u), jnp.asarray(mask))
+    for r in range(len(rows)):
+        trues = np.flatnonzero(mask[r])
+        assert bool(has[r]) == (trues.size > 0)
+        if trues.size:
+            k = min(int(np.floor(np.float32(u[r]) * np.float32(trues.size))), trues.size - 1)
+            assert int(idx[r]) == trues[k]
+        else:
+            assert int(idx[r]) == 0

@@ -451,3 +451,72 @@ def test_pagie1_acceptance_beats_the_evogp_table():
         res = run(task.strategy, task.problem, task.generations, jax.random.key(seed), decoder=task.decoder)
         assert res.best_fitness < 0.02
         res.best_genotype.check(task.problem.function_set, n_vars=2)
+
+
+# ---- batched random draws: the generation is the one the keyed operators give -----------------------
+
+
+def test_batched_uniforms_equal_separate_draws():
+    from evotensor.gp.generate import batched_uniforms
+
+    keys = list(jax.random.split(jax.random.key(3), 6))
+    shapes = [(6, 50), (50,), (3, 7), (16, 2, 7), (20000,), (1,)]
+    got = batched_uniforms(keys, shapes)
+    for k, s, g in zip(keys, shapes, got):
+        assert g.shape == s
+        np.testing.assert_array_equal(g, jax.random.uniform(k, s))
+    with pytest.raises(ValueError, match="one shape per key"):
+        batched_uniforms(keys, shapes[:2])
+
+
+def _reference_offspring(gp, key, state, params):
+    """The generation's variation written plainly: each operator called with its own key."""
+    from evotensor.gp import operators as ops
+
+    C, E = gp.population_size - gp.n_elite, gp.n_elite
+    fs, nv = gp.function_set, gp.n_vars
+    keys = jax.random.split(key, 4)
+    take = lambda f, idx: jax.tree_util.tree_map(lambda a: a[idx], f)  # noqa: E731
+    parents = gp._select(keys[0], gp.selection_fitness(state, params), 2 * C, params)
+    rec, don = take(state.forest, parents[:C]), take(state.forest, parents[C:])
+    crossed, _ = ops.one_point_crossover(keys[1], rec, don, fs, params.internal_bias)
+    do_cross = jax.random.uniform(keys[2], (C,)) < params.crossover_rate
+    children = jax.tree_util.tree_map(lambda x, y: jnp.where(do_cross[:, None], x, y), crossed, rec)
+    mut_keys = jax.random.split(keys[3], len(MUTATIONS))
+    sigma = params.const_sigma
+    calls = {
+        "subtree": lambda k, f: ops.subtree_mutation(k, f, gp.mutation_generator),
+        "hoist": lambda k, f: ops.hoist_mutation(k, f, fs),
+        "single_point": lambda k, f: ops.single_point_mutation(k, f, fs, nv, gp.const_range, gp.const_prob),
+        "multi_point": lambda k, f: ops.multi_point_mutation(
+            k, f, fs, nv, params.point_rate, gp.const_range, gp.const_prob
+        ),
+        "insert": lambda k, f: ops.insert_mutation(k, f, gp.insert_generator),
+        "delete": lambda k, f: ops.delete_mutation(k, f, fs),
+        "single_constant": lambda k, f: ops.single_constant_mutation(k, f, gp.const_range, sigma),
+        "multi_constant": lambda k, f: ops.multi_constant_mutation(
+            k, f, params.const_rate, gp.const_range, sigma
+        ),
+    }
+    start = 0
+    for m, n_m in enumerate(gp.mutation_counts):
+        part = jax.tree_util.tree_map(lambda a, s=start, n=n_m: a[s : s + n], children)
+        mutant, _ = calls[MUTATIONS[m]](mut_keys[m], part)
+        children = jax.tree_util.tree_map(
+            lambda a, b, s=start: a.at[s : s + b.shape[0]].set(b), children, mutant
+        )
+        start += n_m
+    elites = take(state.forest, sel.elite_indices(state.fitness, E))
+    return jax.tree_util.tree_map(lambda e, c: jnp.concatenate([e, c]), elites, children)
+
+
+def test_offspring_equal_the_keyed_operators_bit_for_bit(gp, history):
+    """The batched draws and single concatenation change nothing: same forest as calling every
+    operator with its own key (on a told population, parents drawn by tournament)."""
+    _, told, *_ = history[3]
+    params = gp.default_params()
+    key = jax.random.key(11)
+    got, _, _ = jax.jit(lambda k, s: gp._offspring(k, s, params))(key, told)
+    want = jax.jit(lambda k, s: _reference_offspring(gp, k, s, params))(key, told)
+    for field in ("opcode", "value", "size", "output"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=field)

@@ -19,6 +19,7 @@ Semantics (fixing the known bugs of the reference implementation):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -46,10 +47,16 @@ def _uniform_choice(u: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array
     ``u [pop]``; ``(idx, any)``."""
     count = jnp.sum(mask, axis=-1)
     k = jnp.minimum(jnp.floor(u * count), jnp.maximum(count - 1, 0)).astype(jnp.int32)
-    # the (k+1)-th True entry: the first slot whose running count exceeds k
-    running = jnp.cumsum(mask, axis=-1)
-    idx = jnp.argmax(running > k[..., None], axis=-1).astype(jnp.int32)
-    return idx, count > 0
+    # The (k+1)-th True entry is the first slot whose running count exceeds k, i.e. the number of
+    # slots whose running count is <= k (running counts never decrease). The running count is a
+    # product with an upper-triangular matrix of ones (exact: integers <= L in float32): on CPU a
+    # library call, where a cumsum becomes a reduce-window kernel and argmax a variadic reduction,
+    # which cost compile time at every one of the ~12 call sites of a generation.
+    L = mask.shape[-1]
+    running = jnp.dot(mask.astype(jnp.float32), jnp.asarray(np.triu(np.ones((L, L), np.float32))))
+    idx = jnp.sum(running <= k[..., None].astype(jnp.float32), axis=-1, dtype=jnp.int32)
+    has = count > 0
+    return jnp.where(has, idx, 0), has
 
 
 def random_nodes(
@@ -92,7 +99,11 @@ def one_point_crossover(
         recipients, donors: Forests ``[pop, L]`` (row ``j`` is one parent pair).
         internal_bias: Koza's function-node probability for both crossover points (None: uniform).
     """
-    u = jax.random.uniform(key, (6, recipients.opcode.shape[0]))
+    (u,) = _draw(key, uniform_shapes("one_point_crossover", recipients.opcode.shape[0]))
+    return _one_point_crossover(u, recipients, donors, function_set, internal_bias)
+
+
+def _one_point_crossover(u, recipients, donors, function_set, internal_bias=None):
     p = _random_nodes(u[:3], recipients, function_set, internal_bias)
     q = _random_nodes(u[3:], donors, function_set, internal_bias)
     return exchange(recipients, p, donors, q)
@@ -103,7 +114,11 @@ def leaf_biased_crossover(
 ) -> tuple[Forest, jax.Array]:
     """One-point crossover whose points are both leaves with probability ``leaf_bias`` (per pair),
     otherwise both uniform over all nodes (EvoGP's leaf-biased crossover)."""
-    u = jax.random.uniform(key, (3, recipients.opcode.shape[0]))
+    (u,) = _draw(key, uniform_shapes("leaf_biased_crossover", recipients.opcode.shape[0]))
+    return _leaf_biased_crossover(u, recipients, donors, function_set, leaf_bias)
+
+
+def _leaf_biased_crossover(u, recipients, donors, function_set, leaf_bias=0.3):
     r_node, r_func = _node_masks(recipients, function_set)
     d_node, d_func = _node_masks(donors, function_set)
     leaves = u[0] < leaf_bias
@@ -132,9 +147,13 @@ def subtree_mutation(
     key: jax.Array, forest: Forest, generator: TreeGenerator, internal_bias: float | jax.Array | None = None
 ) -> tuple[Forest, jax.Array]:
     """Replace a random subtree of each tree by a fresh random tree from ``generator``."""
-    k_pos, k_new = jax.random.split(key)
-    p = random_nodes(k_pos, forest, generator.function_set, internal_bias)
-    fresh = generator(k_new, forest.opcode.shape[0])
+    us = _draw(key, uniform_shapes("subtree_mutation", forest.opcode.shape[0], generator=generator))
+    return _subtree_mutation(us, forest, generator, internal_bias)
+
+
+def _subtree_mutation(us, forest, generator, internal_bias=None):
+    p = _random_nodes(us[0], forest, generator.function_set, internal_bias)
+    fresh = generator.from_uniforms(us[1])
     return exchange(forest, p, fresh, jnp.zeros_like(p))
 
 
@@ -144,7 +163,11 @@ def hoist_mutation(key: jax.Array, forest: Forest, function_set: Any) -> tuple[F
     ``p`` is uniform over function nodes, ``q`` uniform over ``(p, p + size[p])``; trees without a
     function node are unchanged (``ok`` False).
     """
-    u = jax.random.uniform(key, (2, forest.opcode.shape[0]))
+    (u,) = _draw(key, uniform_shapes("hoist_mutation", forest.opcode.shape[0]))
+    return _hoist_mutation(u, forest, function_set)
+
+
+def _hoist_mutation(u, forest, function_set):
     _, is_func = _node_masks(forest, function_set)
     p, has_func = _uniform_choice(u[0], is_func)
     s = jnp.take_along_axis(forest.size, p[:, None], axis=1)[:, 0]
@@ -155,7 +178,11 @@ def hoist_mutation(key: jax.Array, forest: Forest, function_set: Any) -> tuple[F
 
 def delete_mutation(key: jax.Array, forest: Forest, function_set: Any) -> tuple[Forest, jax.Array]:
     """Replace a random function node by one of its children (uniform over its children)."""
-    u = jax.random.uniform(key, (2, forest.opcode.shape[0]))
+    (u,) = _draw(key, uniform_shapes("delete_mutation", forest.opcode.shape[0]))
+    return _delete_mutation(u, forest, function_set)
+
+
+def _delete_mutation(u, forest, function_set):
     arity = jnp.asarray(function_set.arity, jnp.int32)
     _, is_func = _node_masks(forest, function_set)
     p, has_func = _uniform_choice(u[0], is_func)
@@ -194,11 +221,15 @@ def insert_mutation(key: jax.Array, forest: Forest, generator: TreeGenerator) ->
     function with new leaves); the chosen subtree of the parent is grafted at a uniform non-root
     position of ``T``, and the result replaces the chosen subtree: two exchanges.
     """
-    k_p, k_new = jax.random.split(key)
+    us = _draw(key, uniform_shapes("insert_mutation", forest.opcode.shape[0], generator=generator))
+    return _insert_mutation(us, forest, generator)
+
+
+def _insert_mutation(us, forest, generator):
     L = forest.max_len
-    u = jax.random.uniform(k_p, (4, forest.opcode.shape[0]))
+    u = us[0]
     p = _random_nodes(u[:3], forest, generator.function_set, None)
-    fresh = generator(k_new, forest.opcode.shape[0])
+    fresh = generator.from_uniforms(us[1])
     fresh = _pad_to(fresh, L)
     if fresh.max_len > L:
         raise ValueError(f"insert generator max_len {fresh.max_len} exceeds the forest's {L}")
@@ -272,7 +303,11 @@ def single_point_mutation(
     const_prob: float | jax.Array = 0.5,
 ) -> tuple[Forest, jax.Array]:
     """Rewrite one uniformly chosen node per tree (see :func:`multi_point_mutation` for the rule)."""
-    u = jax.random.uniform(key, (2, forest.opcode.shape[0]))
+    (u,) = _draw(key, uniform_shapes("single_point_mutation", forest.opcode.shape[0]))
+    return _single_point_mutation(u, forest, function_set, n_vars, const_range, const_prob)
+
+
+def _single_point_mutation(u, forest, function_set, n_vars, const_range=(-1.0, 1.0), const_prob=0.5):
     is_node, _ = _node_masks(forest, function_set)
     p, has = _uniform_choice(u[0], is_node)
     mask = (jnp.arange(forest.max_len)[None, :] == p[:, None]) & has[:, None]
@@ -295,7 +330,11 @@ def multi_point_mutation(
     else a uniform variable); the shape and the Modi outputs are kept. ``ok``: at least one node
     was rewritten.
     """
-    u = jax.random.uniform(key, forest.opcode.shape)
+    (u,) = _draw(key, uniform_shapes("multi_point_mutation", *forest.opcode.shape))
+    return _multi_point_mutation(u, forest, function_set, n_vars, rate, const_range, const_prob)
+
+
+def _multi_point_mutation(u, forest, function_set, n_vars, rate=0.1, const_range=(-1.0, 1.0), const_prob=0.5):
     is_node, _ = _node_masks(forest, function_set)
     hit, r = _reuse(u, rate)
     mask = is_node & hit
@@ -323,7 +362,11 @@ def single_constant_mutation(
 ) -> tuple[Forest, jax.Array]:
     """Change one uniformly chosen constant per tree: redrawn uniform in ``const_range``
     (``sigma=None``) or perturbed by ``sigma * N(0, 1)``. Trees without constants: ``ok`` False."""
-    u = jax.random.uniform(key, (2, forest.opcode.shape[0]))
+    (u,) = _draw(key, uniform_shapes("single_constant_mutation", forest.opcode.shape[0]))
+    return _single_constant_mutation(u, forest, const_range, sigma)
+
+
+def _single_constant_mutation(u, forest, const_range=(-1.0, 1.0), sigma=None):
     is_const = forest.opcode == CONST
     p, has = _uniform_choice(u[0], is_const)
     mask = (jnp.arange(forest.max_len)[None, :] == p[:, None]) & has[:, None]
@@ -340,11 +383,82 @@ def multi_constant_mutation(
 ) -> tuple[Forest, jax.Array]:
     """Change every constant independently with probability ``rate`` (as in
     :func:`single_constant_mutation`). ``ok``: at least one constant changed."""
-    u = jax.random.uniform(key, forest.opcode.shape)
+    (u,) = _draw(key, uniform_shapes("multi_constant_mutation", *forest.opcode.shape))
+    return _multi_constant_mutation(u, forest, rate, const_range, sigma)
+
+
+def _multi_constant_mutation(u, forest, rate=0.3, const_range=(-1.0, 1.0), sigma=None):
     hit, r = _reuse(u, rate)
     mask = (forest.opcode == CONST) & hit
     new = _new_constants(r, forest.value, const_range, sigma)
     return forest.replace(value=jnp.where(mask, new, forest.value)), jnp.any(mask, -1)  # type: ignore[attr-defined]
+
+
+# ---- the operators' random draws -----------------------------------------------------------------
+
+
+def uniform_shapes(
+    name: str, n: int, max_len: int | None = None, generator: TreeGenerator | None = None
+) -> tuple[tuple[int, ...], ...]:
+    """Shapes of the uniforms operator ``name`` (in :data:`OPERATORS`) draws from its key for ``n``
+    trees (``max_len``: needed by the per-node mutations; ``generator``: by subtree / insert mutation).
+
+    One shape: ``uniform(key, shape)``; two: the key is split in two first (:func:`uniform_keys`),
+    one draw per half. The strategy uses this to draw the uniforms of all its operators in one
+    random call (:func:`evotensor.gp.generate.batched_uniforms`) and runs them with
+    :func:`apply_with_uniforms`; calling the operator with the key gives the same result.
+    """
+    if name == "one_point_crossover":
+        return ((6, n),)
+    if name == "leaf_biased_crossover":
+        return ((3, n),)
+    if name in ("subtree_mutation", "insert_mutation"):
+        if generator is None:
+            raise ValueError(f"{name} needs its generator to know its uniform shapes")
+        return ((3 if name == "subtree_mutation" else 4, n), generator.uniform_shape(n))
+    if name in ("multi_point_mutation", "multi_constant_mutation"):
+        if max_len is None:
+            raise ValueError(f"{name} needs max_len to know its uniform shapes")
+        return ((n, max_len),)
+    if name in ("hoist_mutation", "delete_mutation", "single_point_mutation", "single_constant_mutation"):
+        return ((2, n),)
+    raise ValueError(f"unknown operator {name!r}; valid: {OPERATORS}")
+
+
+def uniform_keys(key: jax.Array, n_draws: int) -> tuple[jax.Array, ...]:
+    """The keys of an operator's ``n_draws`` uniform draws (see :func:`uniform_shapes`)."""
+    return (key,) if n_draws == 1 else tuple(jax.random.split(key, n_draws))
+
+
+def _draw(key: jax.Array, shapes: tuple[tuple[int, ...], ...]) -> tuple[jax.Array, ...]:
+    return tuple(jax.random.uniform(k, s) for k, s in zip(uniform_keys(key, len(shapes)), shapes))
+
+
+def apply_with_uniforms(name: str, uniforms: Sequence[jax.Array], *args: Any, **kwargs: Any):
+    """Run operator ``name`` on uniforms of the shapes :func:`uniform_shapes` gives instead of a key:
+    ``apply_with_uniforms(name, draws, *args)`` equals ``operator(key, *args)`` when ``draws`` are
+    that key's draws. Returns ``(forest, ok)`` as the operator."""
+    if name not in _WITH_UNIFORMS:
+        raise ValueError(f"unknown operator {name!r}; valid: {OPERATORS}")
+    fn = _WITH_UNIFORMS[name]
+    if name in ("subtree_mutation", "insert_mutation"):
+        return fn(tuple(uniforms), *args, **kwargs)
+    (u,) = uniforms
+    return fn(u, *args, **kwargs)
+
+
+_WITH_UNIFORMS = {
+    "one_point_crossover": _one_point_crossover,
+    "leaf_biased_crossover": _leaf_biased_crossover,
+    "subtree_mutation": _subtree_mutation,
+    "hoist_mutation": _hoist_mutation,
+    "single_point_mutation": _single_point_mutation,
+    "multi_point_mutation": _multi_point_mutation,
+    "insert_mutation": _insert_mutation,
+    "delete_mutation": _delete_mutation,
+    "single_constant_mutation": _single_constant_mutation,
+    "multi_constant_mutation": _multi_constant_mutation,
+}
 
 
 OPERATORS = (

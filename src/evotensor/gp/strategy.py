@@ -26,8 +26,10 @@ EvoGP; gplearn has no elitism): the most accurate tree always survives, so the b
 population never gets worse. ``"auto"`` equals gplearn's for maximized metrics; for minimized ones
 gplearn's formula has the opposite sign (see :func:`~evotensor.gp.selection.covariant_parsimony`).
 
-Epsilon-lexicase (``selection="lexicase"``) costs ``O(pop * n_parents * cases visited)`` per
-generation, far more than a tournament; it needs a problem that returns per-case errors.
+Epsilon-lexicase (``selection="lexicase"``) costs one random case order per parent (a sort of
+``n_parents x n_cases``) plus, per parent, the sum of its shrinking pool's sizes over the cases it
+visits: far more than a tournament (~0.8 CPU-s per generation at pop 1000 x 676 cases on 2 cores,
+see ``benchmarks/results_gp_select.md``); it needs a problem that returns per-case errors.
 
 Example::
 
@@ -60,7 +62,7 @@ from evotensor.gp import operators as ops
 from evotensor.gp import selection as sel
 from evotensor.gp.encoding import Forest
 from evotensor.gp.evaluate import evaluate
-from evotensor.gp.generate import TreeGenerator
+from evotensor.gp.generate import TreeGenerator, batched_uniforms
 from evotensor.tree import Tree
 
 MUTATIONS = (
@@ -444,7 +446,6 @@ class GP:
         P, E = self.population_size, self.n_elite
         C = P - E
         fs = self.function_set
-        # few random call sites: each one costs compile time
         keys = jax.random.split(key, 4)
         forest, fitness = state.forest, state.fitness
         take = lambda f, idx: jax.tree_util.tree_map(lambda a: a[idx], f)
@@ -452,60 +453,84 @@ class GP:
             parents = state.parents  # drawn by tell, where the per-case errors were
         else:
             parents = self._select(keys[0], self.selection_fitness(state, params), 2 * C, params)
+        uniforms = self._uniforms(keys[1:])
         recipients, donors = take(forest, parents[:C]), take(forest, parents[C:])
-        if self.crossover == "one_point":
-            crossed, ok_c = ops.one_point_crossover(keys[1], recipients, donors, fs, params.internal_bias)
-        else:
-            crossed, ok_c = ops.leaf_biased_crossover(keys[1], recipients, donors, fs, params.leaf_bias)
-        do_cross = jax.random.uniform(keys[2], (C,)) < params.crossover_rate
+        cross_name = self.crossover + "_crossover"
+        bias = params.internal_bias if self.crossover == "one_point" else params.leaf_bias
+        cross_u = uniforms[cross_name]
+        crossed, ok_c = ops.apply_with_uniforms(cross_name, cross_u, recipients, donors, fs, bias)
+        do_cross = uniforms["do_cross"][0] < params.crossover_rate
         children = _where_tree(do_cross, crossed, recipients)
         rej_c = jnp.sum(do_cross & ~ok_c)
 
         # Children are in random order (parents were drawn i.i.d.), so consecutive slices of them
         # are random subsets: mutation m rewrites the next mutation_counts[m] children.
-        mut_keys = jax.random.split(keys[3], len(MUTATIONS))
         rej_m = jnp.int32(0)
+        pieces = [take(forest, sel.elite_indices(fitness, E))] if E else []  # raw fitness (see top)
         start = 0
         for m, n_m in enumerate(self.mutation_counts):
             if n_m == 0:
                 continue
             part = jax.tree_util.tree_map(lambda a, s=start, n=n_m: a[s : s + n], children)
-            mutant, ok = self._mutate(MUTATIONS[m], mut_keys[m], part, params)
-            children = jax.tree_util.tree_map(
-                lambda a, b, s=start: jax.lax.dynamic_update_slice_in_dim(a, b, s, axis=0), children, mutant
-            )
+            mutant, ok = self._mutate(MUTATIONS[m], uniforms[MUTATIONS[m]], part, params)
+            pieces.append(mutant)
             if MUTATIONS[m] in ("subtree", "insert"):  # the ones that can grow past max_len
                 rej_m = rej_m + jnp.sum(~ok)
             start += n_m
-        mutated = children
-        elites = take(forest, sel.elite_indices(fitness, E)) if E else None  # raw fitness (see top)
-        out = (
-            mutated
-            if elites is None
-            else jax.tree_util.tree_map(lambda e, c: jnp.concatenate([e, c], axis=0), elites, mutated)
-        )
+        if start < C:
+            pieces.append(jax.tree_util.tree_map(lambda a: a[start:], children))
+        # one concatenation, not an update of the children per mutation (each a copy of them)
+        out = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=0), *pieces)
         return out, rej_c.astype(jnp.int32), rej_m.astype(jnp.int32)
 
-    def _mutate(self, name: str, key: jax.Array, forest: Forest, params: GPParams):
+    def _uniforms(self, keys: jax.Array) -> dict[str, tuple[jax.Array, ...]]:
+        """Every uniform of one ``_offspring``, by consumer, from ``keys = split(key, 4)[1:]``.
+
+        The crossover draws from ``keys[0]``, the crossover coin flips from ``keys[1]``, mutation
+        ``m`` from ``split(keys[2], 8)[m]`` (split again for subtree / insert mutation, see
+        :func:`evotensor.gp.operators.uniform_shapes`): the same numbers as calling the operators
+        with those keys, but drawn in a few batched random calls
+        (:func:`evotensor.gp.generate.batched_uniforms`) because each random call site compiles
+        its own threefry loop (they were half of the generation's variation compile time).
+        """
+        C = self.population_size - self.n_elite
+        cross_name = self.crossover + "_crossover"
+        draws = [(cross_name, keys[0], ops.uniform_shapes(cross_name, C)[0]), ("do_cross", keys[1], (C,))]
+        mut_keys = jax.random.split(keys[2], len(MUTATIONS))
+        shapes = {}
+        for m, n_m in enumerate(self.mutation_counts):
+            if n_m:
+                gen = self.mutation_generator if MUTATIONS[m] == "subtree" else self.insert_generator
+                shapes[m] = ops.uniform_shapes(MUTATIONS[m] + "_mutation", n_m, self.max_len, gen)
+        split = [m for m in shapes if len(shapes[m]) == 2]
+        halves = jax.vmap(jax.random.split)(mut_keys[np.asarray(split)]) if split else None
+        for m, m_shapes in shapes.items():
+            if len(m_shapes) == 1:
+                draws.append((MUTATIONS[m], mut_keys[m], m_shapes[0]))
+            else:
+                for h, shape in enumerate(m_shapes):
+                    draws.append((MUTATIONS[m], halves[split.index(m), h], shape))
+        values = batched_uniforms([k for _, k, _ in draws], [s for _, _, s in draws])
+        out: dict[str, tuple[jax.Array, ...]] = {}
+        for (name, _, _), v in zip(draws, values):
+            out[name] = out.get(name, ()) + (v,)
+        return out
+
+    def _mutate(self, name: str, uniforms: tuple[jax.Array, ...], forest: Forest, params: GPParams):
+        """Mutation ``name`` of ``forest`` from its pre-drawn uniforms (see :meth:`_uniforms`)."""
         fs, nv = self.function_set, self.n_vars
         sigma = params.const_sigma if self.const_perturb else None
-        if name == "subtree":
-            return ops.subtree_mutation(key, forest, self.mutation_generator)
-        if name == "hoist":
-            return ops.hoist_mutation(key, forest, fs)
-        if name == "single_point":
-            return ops.single_point_mutation(key, forest, fs, nv, self.const_range, self.const_prob)
-        if name == "multi_point":
-            return ops.multi_point_mutation(
-                key, forest, fs, nv, params.point_rate, self.const_range, self.const_prob
-            )
-        if name == "insert":
-            return ops.insert_mutation(key, forest, self.insert_generator)
-        if name == "delete":
-            return ops.delete_mutation(key, forest, fs)
-        if name == "single_constant":
-            return ops.single_constant_mutation(key, forest, self.const_range, sigma)
-        return ops.multi_constant_mutation(key, forest, params.const_rate, self.const_range, sigma)
+        args: tuple = {
+            "subtree": (self.mutation_generator,),
+            "hoist": (fs,),
+            "single_point": (fs, nv, self.const_range, self.const_prob),
+            "multi_point": (fs, nv, params.point_rate, self.const_range, self.const_prob),
+            "insert": (self.insert_generator,),
+            "delete": (fs,),
+            "single_constant": (self.const_range, sigma),
+            "multi_constant": (params.const_rate, self.const_range, sigma),
+        }[name]
+        return ops.apply_with_uniforms(name + "_mutation", uniforms, forest, *args)
 
     def __repr__(self) -> str:
         c = self.parsimony_coefficient
