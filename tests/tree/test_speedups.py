@@ -419,3 +419,245 @@ def test_tree_suite_passes_without_speedups():
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and " failed" not in proc.stdout
+
+
+# ---- (d) stack / concatenate / split: the compiled walks against the Python walk ---------------
+# fast.stack/concatenate/split take the C path (join_columns / plain_leaves + build / build_pieces)
+# in the plain case; pure.* always run the Python walk. Results (structure, node classes, key
+# order, constraints, leaf types, dtypes, values) and errors (type and message) must be identical,
+# also for the cases the C walk hands back to Python (constraints, key mismatches, subtrees facing
+# leaves, NumPy leaves, shape errors).
+
+JOIN_KEYS = ["a", "b", "x", "y"]
+
+
+def join_structures():
+    return st.recursive(
+        st.sampled_from(["f32", "i32", "empty"]),
+        lambda inner: st.dictionaries(st.sampled_from(JOIN_KEYS), inner, min_size=1, max_size=3),
+        max_leaves=5,
+    )
+
+
+def join_tree(side, struct, i, sub, length=2):
+    """A tree of ``struct`` whose leaves are JAX arrays of shape (length, 3) and values from i."""
+    if struct == "empty":
+        return side.Tree()
+    if isinstance(struct, str):
+        return jnp.arange(length * 3, dtype=DTYPES[struct]).reshape(length, 3) + i
+    node = {k: join_tree(side, v, i, sub, length) for k, v in struct.items()}
+    cls = sub[side] if i % 2 else side.Tree  # some nodes of a Tree subclass: classes are kept
+    return cls(node)
+
+
+class _FastSub(fast.Tree):
+    pass
+
+
+class _PureSub(pure.Tree):
+    pass
+
+
+SUBCLASSES = {fast: _FastSub, pure: _PureSub}
+
+# perturbations of the last tree: each sends the C walk back to Python or makes an error
+PERTURB = [
+    "none",
+    "none",
+    "drop_key",
+    "extra_key",
+    "rename_key",
+    "numpy_leaf",
+    "leaf_for_tree",
+    "constrain",
+    "shape",
+    "not_a_tree",
+    "python_leaf",
+]
+
+
+def perturb(side, t, how):
+    leaf_paths = [p for p in side.flatten(t) if not isinstance(side.flatten(t)[p], side.Tree)]
+    if how == "none" or not leaf_paths:
+        return t
+    path = leaf_paths[-1]
+    parent = t
+    for k in path[:-1]:
+        parent = parent[k]
+    if how == "drop_key":
+        del parent[path[-1]]
+    elif how == "extra_key":
+        parent["zz"] = jnp.zeros((2, 3), jnp.float32)
+    elif how == "rename_key":  # same key count, different key set
+        parent["zz"] = parent.pop(path[-1])
+    elif how == "numpy_leaf":
+        parent[path[-1]] = np.asarray(parent[path[-1]])
+    elif how == "leaf_for_tree" and len(path) > 1:
+        grand = t
+        for k in path[:-2]:
+            grand = grand[k]
+        grand[path[-2]] = jnp.ones((2, 3), jnp.float32)
+    elif how == "constrain":
+        return t.with_constraints(side.shape_prefix(2))
+    elif how == "shape":
+        parent[path[-1]] = jnp.ones((2, 4), jnp.float32)
+    elif how == "not_a_tree":
+        return {"a": 1}
+    elif how == "python_leaf":
+        parent[path[-1]] = 1.5
+    return t
+
+
+def join_snapshot(side, v):
+    if isinstance(v, list):
+        return ("list", [join_snapshot(side, x) for x in v])
+    if isinstance(v, side.Tree):
+        return (
+            "Tree",
+            type(v).__name__,
+            tuple((k, join_snapshot(side, c)) for k, c in v.items()),
+            tuple(repr(c) for c in v.constraints),
+        )
+    if isinstance(v, jax.Array | np.ndarray):
+        return (type(v).__module__.split(".")[0], str(v.dtype), v.shape, np.asarray(v).tolist())
+    return ("value", type(v).__name__, repr(v))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    struct=join_structures().filter(lambda s: isinstance(s, dict)),
+    n=st.integers(1, 4),
+    how=st.sampled_from(PERTURB),
+    op=st.sampled_from(
+        ["stack0", "stack1", "stack-1", "concat0", "concat1", "split2", "split[1]", "split1_axis1", "split3"]
+    ),
+)
+def test_join_and_split_match_the_pure_python_walk(struct, n, how, op):
+    got = {}
+    for side in (fast, pure):
+        trees = [join_tree(side, struct, i, SUBCLASSES) for i in range(n)]
+        trees[-1] = perturb(side, trees[-1], how)
+        kind, rest = op[:5], op[5:]
+        if kind == "stack":
+            fn = lambda trees=trees, rest=rest, side=side: side.stack(trees, axis=int(rest))  # noqa: E731
+        elif kind == "conca":
+            fn = lambda trees=trees, op=op, side=side: side.concatenate(trees, axis=int(op[6:]))  # noqa: E731
+        elif rest == "[1]":
+            fn = lambda trees=trees, side=side: side.split(trees[-1], [1])  # noqa: E731
+        elif rest == "1_axis1":
+            fn = lambda trees=trees, side=side: side.split(trees[-1], 1, axis=1)  # noqa: E731
+        else:
+            fn = lambda trees=trees, rest=rest, side=side: side.split(trees[-1], int(rest))  # noqa: E731
+        res = outcome(fn)
+        got[side] = res if res[0] == "error" else ("ok", join_snapshot(side, res[1]))
+    f, p = got[fast], got[pure]
+    if f[0] == "ok" and p[0] == "ok":  # class names differ only by the test's subclass names
+        f = repr(f).replace("_FastSub", "Sub")
+        p = repr(p).replace("_PureSub", "Sub")
+    assert f == p
+
+
+def _plain_jax_trees(n):
+    return [
+        fast.Tree(a=jnp.full((2, 3), i, jnp.float32), x={"c": jnp.arange(4) + i, "e": fast.Tree()})
+        for i in range(n)
+    ]
+
+
+def test_the_compiled_join_and_split_paths_are_taken(monkeypatch):
+    from evotensor.tree import structure
+
+    trees = _plain_jax_trees(3)
+    expected_stack = structure._join_reference(trees, "stack", 0, "stack")
+    expected_split = structure._split_reference(expected_stack, 3, 0, 3)
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the Python walk ran")
+
+    monkeypatch.setattr(structure, "_join_reference", fail)
+    monkeypatch.setattr(structure, "_split_reference", fail)
+    s = fast.stack(trees)
+    assert join_snapshot(fast, s) == join_snapshot(fast, expected_stack)
+    assert join_snapshot(fast, fast.split(s, 3)) == join_snapshot(fast, expected_split)
+    c = fast.concatenate(trees)
+    assert c.a.shape == (6, 3) and c.x.c.shape == (12,) and list(c.x.keys()) == ["c", "e"]
+    assert type(c.x.e) is fast.Tree and len(c.x.e) == 0
+
+
+def test_join_columns_and_plain_leaves_against_a_python_column_walk():
+    from evotensor.tree import _speedups as sp
+    from evotensor.tree import structure
+
+    def columns(nodes):  # the obvious reference: leaf columns in depth-first sorted-key order
+        out = []
+        for k in nodes[0].keys():
+            vals = [nd[k] for nd in nodes]
+            if isinstance(vals[0], fast.Tree):
+                out.extend(columns(vals))
+            else:
+                out.append(vals)
+        return out
+
+    trees = _plain_jax_trees(3)
+    jax_types = {type(trees[0].a)}
+    cols, nbytes = sp.join_columns(fast.Tree, trees, jax_types)
+    ref = columns(trees)
+    assert len(cols) == len(ref) and all(
+        c == r for c, r in zip([[id(x) for x in c] for c in cols], [[id(x) for x in r] for r in ref])
+    )
+    assert nbytes == [len(c) * structure._nbytes(c[0]) for c in cols]
+    leaves, lbytes = sp.plain_leaves(fast.Tree, trees[1], jax_types)
+    assert [id(x) for x in leaves] == [id(c[1]) for c in ref]
+    assert lbytes == [structure._nbytes(x) for x in leaves]
+    # a leaf type not in jax_types: columns, but no byte counts
+    assert sp.join_columns(fast.Tree, trees, set())[1] is None
+    mixed = [trees[0], fast.Tree(a=np.ones((2, 3)), x={"c": jnp.arange(4), "e": fast.Tree()})]
+    cols, nbytes = sp.join_columns(fast.Tree, mixed, jax_types)
+    assert nbytes is None and [len(c) for c in cols] == [2, 2]
+    # not the plain case: None
+    assert sp.join_columns(fast.Tree, [trees[0], fast.Tree(a=1)], jax_types) is None  # key sets
+    renamed = fast.Tree(a=trees[1].a, x={"c": trees[1].x.c, "f": fast.Tree()})
+    assert sp.join_columns(fast.Tree, [trees[0], renamed], jax_types) is None  # same sizes
+    assert sp.join_columns(fast.Tree, [trees[0], fast.Tree(a=1, x=2)], jax_types) is None  # tree/leaf
+    assert sp.join_columns(fast.Tree, [trees[0], {"a": 1}], jax_types) is None  # not a tree
+    anything = fast.node_predicate(lambda n: True, name="any")
+    assert sp.join_columns(fast.Tree, [trees[0].with_constraints(anything)], jax_types) is None
+    assert (
+        sp.plain_leaves(fast.Tree, fast.Tree(x=fast.Tree(a=1).with_constraints(anything)), jax_types) is None
+    )
+    assert sp.join_columns(fast.Tree, [fast.Tree(), fast.Tree()], jax_types) == ([], [])
+    with pytest.raises(TypeError):
+        sp.join_columns(fast.Tree, [], jax_types)
+
+
+@settings(max_examples=40, deadline=None)
+@given(struct=join_structures().filter(lambda s: isinstance(s, dict)), count=st.integers(0, 3))
+def test_build_and_build_pieces_against_unflatten(struct, count):
+    from evotensor.tree import _speedups as sp
+
+    t = join_tree(fast, struct, 1, SUBCLASSES)
+    flat = fast.flatten(t)
+    leaf_paths = [p for p, v in flat.items() if not isinstance(v, fast.Tree)]
+    new = [f"leaf{i}" for i in range(len(leaf_paths))]
+    ref = fast.unflatten({p: (new[leaf_paths.index(p)] if p in leaf_paths else fast.Tree()) for p in flat})
+    built = sp.build(fast.Tree, t, new)
+    # same structure and values as unflatten's, node classes of the template, no constraints
+    assert fast.flatten(built).keys() == fast.flatten(ref).keys()
+    assert [v for v in fast.flatten(built).values() if isinstance(v, str)] == new
+    assert [type(n).__name__ for _, n in nodes(fast, built)] == [type(n).__name__ for _, n in nodes(fast, t)]
+    assert all(n.constraints == () for _, n in nodes(fast, built))
+    parts = [[f"{s}/{i}" for i in range(count)] for s in new]
+    pieces = sp.build_pieces(fast.Tree, t, parts, count)
+    assert len(pieces) == count
+    for i, piece in enumerate(pieces):
+        assert [v for v in fast.flatten(piece).values() if isinstance(v, str)] == [f"{s}/{i}" for s in new]
+    if new:
+        with pytest.raises(ValueError, match="fewer leaves"):
+            sp.build(fast.Tree, t, new[:-1])
+    if new and count:
+        with pytest.raises(ValueError, match="fewer pieces"):
+            sp.build_pieces(fast.Tree, t, [p[:-1] for p in parts], count)
+    with pytest.raises(ValueError, match="more"):
+        sp.build(fast.Tree, t, [*new, "extra"])
+    with pytest.raises(ValueError, match="unconstrained"):
+        sp.build(fast.Tree, t.with_constraints(fast.node_predicate(lambda n: True, name="any")), new)

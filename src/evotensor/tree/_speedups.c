@@ -11,6 +11,8 @@
  *   flatten(t)     pytree flatten: (children tuple, keys tuple), children in the dict's order.
  *   Unflattener    per-class pytree unflatten callable: (keys, children) -> a new node.
  *   flatten_paths(tree_type, d)  evotensor.tree.flatten's walk: {path tuple: leaf}.
+ *   join_columns / plain_leaves / build / build_pieces  the walks of stack, concatenate and split
+ *                  (plain case only; None sends structure.py to its Python walk).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -516,6 +518,397 @@ sp_flatten_paths(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* ---- stack / concatenate / split: column walks and rebuilds ---------------------------------- */
+
+/* The fast paths of structure.py's stack/concatenate/split, for the plain case only: every node a
+ * TreeBase instance of tree_type without constraints, key sequences equal across the joined trees.
+ * Anything else returns None and structure.py runs its Python walk, which derives constraints and
+ * raises the errors naming paths. No Python code runs during these walks (exact-str key
+ * comparisons, set lookups of type objects), but allocations may trigger a GC whose finalizers
+ * could; so every object is held by a new reference and dict sizes are re-checked. */
+
+static PyObject *empty_dict; /* stands for a node whose __dict__ was never created (Tree()) */
+static PyObject *str_shape, *str_dtype, *str_itemsize; /* interned attribute names */
+
+/* The node's dict if node is a plain (unconstrained) instance of tree_type; NULL (no error) if not. */
+static inline PyObject *
+plain_dict(PyObject *node, PyTypeObject *tree_type)
+{
+    if (!PyObject_TypeCheck(node, &TreeBase_Type) || !PyType_IsSubtype(Py_TYPE(node), tree_type))
+        return NULL;
+    TreeBaseObject *t = (TreeBaseObject *)node;
+    if (!cons_empty(t->cons))
+        return NULL;
+    return t->dict != NULL ? t->dict : empty_dict;
+}
+
+static inline int
+same_key(PyObject *a, PyObject *b)
+{
+    if (a == b)
+        return 1;
+    if (!PyUnicode_CheckExact(a) || !PyUnicode_CheckExact(b))
+        return 0;
+    return PyUnicode_Compare(a, b) == 0; /* exact str: no Python code, no error */
+}
+
+/* Collect the leaf columns of the n nodes (equal structure) in depth-first sorted-key order into
+ * out: with n == 1 and flat set, the leaves themselves; otherwise a list of the n leaves per
+ * position. *all_jax is cleared when some leaf's exact type is not in jax_types.
+ * Returns 1 done, 0 not the plain case (caller returns None), -1 error. */
+static int
+columns_walk(PyObject *const *nodes, Py_ssize_t n, PyTypeObject *tree_type, PyObject *jax_types,
+             PyObject *out, int flat, int *all_jax, int depth)
+{
+    if (Py_EnterRecursiveCall(" in evotensor.tree stack/concatenate/split"))
+        return -1;
+    int rc = -1;
+    PyObject **dicts = PyMem_Malloc(sizeof(PyObject *) * 2 * n);
+    Py_ssize_t *pos = PyMem_Malloc(sizeof(Py_ssize_t) * n);
+    PyObject **vals = dicts == NULL ? NULL : dicts + n;
+    Py_ssize_t got = 0, held = 0; /* vals[0..held) hold new references */
+    if (dicts == NULL || pos == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < n; got++) {
+        PyObject *d = plain_dict(nodes[got], tree_type);
+        if (d == NULL || (got > 0 && PyDict_GET_SIZE(d) != PyDict_GET_SIZE(dicts[0]))) {
+            rc = 0;
+            goto done;
+        }
+        dicts[got] = Py_NewRef(d);
+        pos[got] = 0;
+    }
+    Py_ssize_t size = PyDict_GET_SIZE(dicts[0]);
+    PyObject *k0, *v;
+    while (PyDict_Next(dicts[0], &pos[0], &k0, &v)) {
+        vals[0] = Py_NewRef(v);
+        held = 1;
+        Py_ssize_t subtrees = PyType_IsSubtype(Py_TYPE(v), tree_type);
+        for (Py_ssize_t i = 1; i < n; i++) {
+            PyObject *k;
+            if (!PyDict_Next(dicts[i], &pos[i], &k, &vals[i]) || !same_key(k0, k)) {
+                rc = 0; /* keys differ: the Python walk names the first difference */
+                goto done;
+            }
+            Py_INCREF(vals[i]);
+            held++;
+            subtrees += PyType_IsSubtype(Py_TYPE(vals[i]), tree_type);
+        }
+        if (subtrees == n) {
+            PyObject *sub = PyTuple_New(n); /* holds the subtrees while walking them */
+            if (sub == NULL)
+                goto done;
+            for (Py_ssize_t i = 0; i < n; i++)
+                PyTuple_SET_ITEM(sub, i, Py_NewRef(vals[i]));
+            int r = columns_walk(&PyTuple_GET_ITEM(sub, 0), n, tree_type, jax_types, out, flat, all_jax,
+                                 depth + 1);
+            Py_DECREF(sub);
+            if (r <= 0) {
+                rc = r;
+                goto done;
+            }
+        }
+        else if (subtrees != 0) {
+            rc = 0; /* a subtree facing a leaf: the Python walk raises naming the tree and path */
+            goto done;
+        }
+        else {
+            for (Py_ssize_t i = 0; i < n && *all_jax; i++) {
+                int c = PySet_Contains(jax_types, (PyObject *)Py_TYPE(vals[i]));
+                if (c < 0)
+                    goto done;
+                if (!c)
+                    *all_jax = 0;
+            }
+            PyObject *item;
+            if (flat)
+                item = Py_NewRef(vals[0]);
+            else {
+                item = PyList_New(n);
+                if (item == NULL)
+                    goto done;
+                for (Py_ssize_t i = 0; i < n; i++)
+                    PyList_SET_ITEM(item, i, Py_NewRef(vals[i]));
+            }
+            int r = PyList_Append(out, item);
+            Py_DECREF(item);
+            if (r < 0)
+                goto done;
+        }
+        for (; held > 0; held--)
+            Py_DECREF(vals[held - 1]);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (PyDict_GET_SIZE(dicts[i]) != size) {
+                PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+                goto done;
+            }
+        }
+    }
+    rc = 1;
+done:
+    for (; held > 0; held--)
+        Py_DECREF(vals[held - 1]);
+    if (dicts != NULL)
+        for (Py_ssize_t i = 0; i < got; i++)
+            Py_DECREF(dicts[i]);
+    PyMem_Free(dicts);
+    PyMem_Free(pos);
+    Py_LeaveRecursiveCall();
+    return rc;
+}
+
+/* Bytes of an array-like x: prod(x.shape) * x.dtype.itemsize (structure.py's _nbytes). */
+static int
+array_nbytes(PyObject *x, Py_ssize_t *nbytes)
+{
+    PyObject *shape = PyObject_GetAttr(x, str_shape);
+    if (shape == NULL)
+        return -1;
+    PyObject *seq = PySequence_Fast(shape, "shape must be a sequence");
+    Py_DECREF(shape);
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t total = 1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        Py_ssize_t d = PyNumber_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i), PyExc_OverflowError);
+        if (d == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        total *= d;
+    }
+    Py_DECREF(seq);
+    PyObject *dtype = PyObject_GetAttr(x, str_dtype);
+    PyObject *item = dtype == NULL ? NULL : PyObject_GetAttr(dtype, str_itemsize);
+    Py_XDECREF(dtype);
+    if (item == NULL)
+        return -1;
+    Py_ssize_t size = PyNumber_AsSsize_t(item, PyExc_OverflowError);
+    Py_DECREF(item);
+    if (size == -1 && PyErr_Occurred())
+        return -1;
+    *nbytes = total * size;
+    return 0;
+}
+
+/* (columns, nbytes) when every leaf is of a type in jax_types -- nbytes[i] being the bytes of
+ * column i's leaves (a column is a list of n leaves; with n == 1 and flat, a leaf), as the number
+ * of leaves times the first one's -- else (columns, None); None when the walk gave 0. */
+static PyObject *
+columns_result(PyObject *out, int r, int all_jax, Py_ssize_t n, int flat)
+{
+    if (r < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    if (r == 0) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    if (!all_jax)
+        return Py_BuildValue("(NO)", out, Py_None);
+    Py_ssize_t m = PyList_GET_SIZE(out);
+    PyObject *sizes = PyList_New(m);
+    if (sizes == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *col = PyList_GET_ITEM(out, i);
+        PyObject *first = flat ? col : PyList_GET_ITEM(col, 0);
+        Py_ssize_t b;
+        PyObject *size = array_nbytes(first, &b) < 0 ? NULL : PyLong_FromSsize_t(b * n);
+        if (size == NULL) {
+            Py_DECREF(sizes);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(sizes, i, size);
+    }
+    return Py_BuildValue("(NN)", out, sizes);
+}
+
+/* join_columns(tree_type, trees, jax_types) -> (columns, nbytes or None) or None. */
+static PyObject *
+sp_join_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyList_Check(args[1]) || PyList_GET_SIZE(args[1]) == 0
+        || !PyAnySet_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "join_columns(tree_type, trees: non-empty list, jax_types: set)");
+        return NULL;
+    }
+    PyObject *trees = PySequence_Tuple(args[1]); /* holds the roots */
+    PyObject *out = trees == NULL ? NULL : PyList_New(0);
+    if (out == NULL) {
+        Py_XDECREF(trees);
+        return NULL;
+    }
+    int all_jax = 1;
+    int r = columns_walk(&PyTuple_GET_ITEM(trees, 0), PyTuple_GET_SIZE(trees), (PyTypeObject *)args[0],
+                         args[2], out, 0, &all_jax, 0);
+    Py_ssize_t n = PyTuple_GET_SIZE(trees);
+    Py_DECREF(trees);
+    return columns_result(out, r, all_jax, n, 0);
+}
+
+/* plain_leaves(tree_type, t, jax_types) -> (leaves, nbytes or None) or None. */
+static PyObject *
+sp_plain_leaves(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyAnySet_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "plain_leaves(tree_type, t, jax_types: set)");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    int all_jax = 1;
+    int r = columns_walk(&args[1], 1, (PyTypeObject *)args[0], args[2], out, 1, &all_jax, 0);
+    return columns_result(out, r, all_jax, 1, 1);
+}
+
+/* A copy of the structure of tmpl (node classes kept, no constraints) whose j-th leaf in
+ * depth-first order is leaves[j] (piece < 0) or leaves[j][piece]. */
+static PyObject *
+build_node(PyObject *tmpl, PyTypeObject *tree_type, PyObject *leaves, Py_ssize_t *j, Py_ssize_t piece)
+{
+    PyObject *d = plain_dict(tmpl, tree_type);
+    if (d == NULL) {
+        PyErr_SetString(PyExc_ValueError, "build: the template must be an unconstrained Tree");
+        return NULL;
+    }
+    if (Py_EnterRecursiveCall(" in evotensor.tree build"))
+        return NULL;
+    PyObject *node = NULL;
+    Py_INCREF(d);
+    Py_ssize_t size = PyDict_GET_SIZE(d);
+#if PY_VERSION_HEX < 0x030D0000
+    PyObject *nd = _PyDict_NewPresized(size);
+#else
+    PyObject *nd = PyDict_New();
+#endif
+    if (nd == NULL)
+        goto done;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        PyObject *child;
+        Py_INCREF(k);
+        if (PyType_IsSubtype(Py_TYPE(v), tree_type)) {
+            Py_INCREF(v);
+            child = build_node(v, tree_type, leaves, j, piece);
+            Py_DECREF(v);
+        }
+        else if (*j >= PyList_GET_SIZE(leaves)) {
+            PyErr_SetString(PyExc_ValueError, "build: fewer leaves than the template has");
+            child = NULL;
+        }
+        else {
+            PyObject *leaf = PyList_GET_ITEM(leaves, *j);
+            (*j)++;
+            if (piece < 0)
+                child = Py_NewRef(leaf);
+            else if (PyList_CheckExact(leaf) || PyTuple_CheckExact(leaf)) {
+                PyObject *fast = leaf;
+                if (piece >= PySequence_Fast_GET_SIZE(fast)) {
+                    PyErr_SetString(PyExc_ValueError, "build_pieces: a leaf has fewer pieces than count");
+                    child = NULL;
+                }
+                else
+                    child = Py_NewRef(PySequence_Fast_GET_ITEM(fast, piece));
+            }
+            else {
+                PyErr_SetString(PyExc_TypeError, "build_pieces: parts must be lists or tuples");
+                child = NULL;
+            }
+        }
+        int r = child == NULL ? -1 : PyDict_SetItem(nd, k, child);
+        Py_DECREF(k);
+        Py_XDECREF(child);
+        if (r < 0)
+            goto done;
+        if (PyDict_GET_SIZE(d) != size) {
+            PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+            goto done;
+        }
+    }
+    PyTypeObject *cls = Py_TYPE(tmpl);
+    node = cls->tp_alloc(cls, 0);
+    if (node == NULL)
+        goto done;
+    ((TreeBaseObject *)node)->dict = nd;
+    nd = NULL;
+    ((TreeBaseObject *)node)->cons = PyTuple_New(0); /* the shared empty tuple */
+    if (((TreeBaseObject *)node)->cons == NULL)
+        Py_CLEAR(node);
+done:
+    Py_XDECREF(nd);
+    Py_DECREF(d);
+    Py_LeaveRecursiveCall();
+    return node;
+}
+
+static int
+build_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage)
+{
+    if (nargs != want || !PyType_Check(args[0]) || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    return 0;
+}
+
+/* build(tree_type, template, leaves) -> a new tree shaped like template with these leaves. */
+static PyObject *
+sp_build(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (build_args(args, nargs, 3, "build(tree_type, template, leaves: list)") < 0)
+        return NULL;
+    Py_ssize_t j = 0;
+    PyObject *out = build_node(args[1], (PyTypeObject *)args[0], args[2], &j, -1);
+    if (out != NULL && j != PyList_GET_SIZE(args[2])) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_ValueError, "build: more leaves than the template has");
+        return NULL;
+    }
+    return out;
+}
+
+/* build_pieces(tree_type, template, parts, count) -> [piece 0, ..., piece count-1]: piece i is
+ * shaped like template, its j-th leaf is parts[j][i]. */
+static PyObject *
+sp_build_pieces(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (build_args(args, nargs, 4, "build_pieces(tree_type, template, parts: list, count: int)") < 0)
+        return NULL;
+    Py_ssize_t count = PyLong_AsSsize_t(args[3]);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "build_pieces: count must be >= 0");
+        return NULL;
+    }
+    PyObject *out = PyList_New(count);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t j = 0;
+        PyObject *piece = build_node(args[1], (PyTypeObject *)args[0], args[2], &j, i);
+        if (piece != NULL && j != PyList_GET_SIZE(args[2])) {
+            Py_CLEAR(piece);
+            PyErr_SetString(PyExc_ValueError, "build_pieces: more parts than the template has leaves");
+        }
+        if (piece == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, piece);
+    }
+    return out;
+}
+
 /* ---- module ---------------------------------------------------------------------------------- */
 
 static PyObject *
@@ -553,6 +946,14 @@ static PyMethodDef sp_methods[] = {
      "make_unflatten(cls) -> unflatten(keys, children) building nodes of class cls."},
     {"flatten_paths", (PyCFunction)(void (*)(void))sp_flatten_paths, METH_FASTCALL,
      "flatten_paths(tree_type, node_dict) -> {path tuple: leaf} (evotensor.tree.flatten's walk)."},
+    {"join_columns", (PyCFunction)(void (*)(void))sp_join_columns, METH_FASTCALL,
+     "join_columns(tree_type, trees, jax_types) -> (leaf columns, column bytes or None) or None."},
+    {"plain_leaves", (PyCFunction)(void (*)(void))sp_plain_leaves, METH_FASTCALL,
+     "plain_leaves(tree_type, t, jax_types) -> (leaves, leaf bytes or None) or None."},
+    {"build", (PyCFunction)(void (*)(void))sp_build, METH_FASTCALL,
+     "build(tree_type, template, leaves) -> a new tree shaped like template with these leaves."},
+    {"build_pieces", (PyCFunction)(void (*)(void))sp_build_pieces, METH_FASTCALL,
+     "build_pieces(tree_type, template, parts, count) -> count trees; piece i's leaf j is parts[j][i]."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -571,6 +972,12 @@ PyInit__speedups(void)
      * object.__new__(Tree), which tree.py uses to make nodes, passes its safety check */
     TreeBase_Type.tp_new = PyBaseObject_Type.tp_new;
     if (PyType_Ready(&TreeBase_Type) < 0 || PyType_Ready(&Unflattener_Type) < 0)
+        return NULL;
+    empty_dict = PyDict_New();
+    str_shape = PyUnicode_InternFromString("shape");
+    str_dtype = PyUnicode_InternFromString("dtype");
+    str_itemsize = PyUnicode_InternFromString("itemsize");
+    if (empty_dict == NULL || str_shape == NULL || str_dtype == NULL || str_itemsize == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&sp_module);
     if (m == NULL)

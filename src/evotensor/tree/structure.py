@@ -531,6 +531,9 @@ def _describe(v: Any) -> str:
 # ---- array backends --------------------------------------------------------------------------
 
 _BACKEND_CACHE: dict[type, str] = {}
+# The exact types seen so far whose backend is "jax" (arrays, tracers): the compiled walks of
+# stack/concatenate/split test leaf types against this set.
+_JAX_TYPES: set[type] = set()
 
 
 def _backend_of(x: Any) -> str:
@@ -541,6 +544,7 @@ def _backend_of(x: Any) -> str:
             b = "torch"
         elif isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer):
             b = "jax"
+            _JAX_TYPES.add(tp)
         else:
             b = "numpy"
         _BACKEND_CACHE[tp] = b
@@ -706,9 +710,65 @@ def _raise_key_mismatch(dicts: list, keys: tuple, path: tuple[str, ...]) -> None
     )
 
 
+# The compiled walks (None without the extension). They only take the plain case: unconstrained
+# nodes and equal key sets; then the operation is one C walk collecting the leaves, the joins or
+# splits (all-JAX trees: straight to the jitted call; otherwise leaf by leaf with the decisions of
+# the Python walk) and one C rebuild. Anything else, and any error on the way, goes to the Python
+# walk below (the reference), which derives constraints and raises the errors naming paths.
+# Re-running it after an error is safe: joining and splitting have no side effects.
+_join_columns = _sp.join_columns if _sp is not None else None
+_plain_leaves = _sp.plain_leaves if _sp is not None else None
+_build_tree = _sp.build if _sp is not None else None
+_build_pieces = _sp.build_pieces if _sp is not None else None
+
+
 def _join(trees: Any, kind: str, axis: int, fname: str) -> Tree:
     """:func:`stack` (``kind='stack'``) or :func:`concatenate` (``kind='concat'``)."""
     trees = _check_trees(trees, fname)
+    if _join_columns is not None:
+        plain = _join_columns(Tree, trees, _JAX_TYPES)
+        if plain is not None and plain[0]:
+            cols, nbytes = plain
+            try:
+                if nbytes is not None and max(nbytes) < _OWN_CALL_BYTES:  # the common case: one call
+                    joined = (_jit_stack_groups if kind == "stack" else _jit_concat_groups)(cols, axis)
+                else:
+                    joined = _join_columns_py(cols, kind, axis)
+            except Exception:
+                pass  # the Python walk raises it again, naming the leaf path
+            else:
+                return _build_tree(Tree, trees[0], joined)
+    return _join_reference(trees, kind, axis, fname)
+
+
+def _join_columns_py(cols: list, kind: str, axis: int) -> list:
+    """The joined value of each leaf column (N leaves each): host columns with their library, JAX
+    columns in as few compiled calls as :func:`_calls` allows; the decisions of the Python walk."""
+    out = list(cols)
+    jax_idx = []
+    for i, vals in enumerate(cols):
+        types = set(builtins.map(type, vals))
+        backend = _BACKEND_CACHE.get(next(iter(types))) if len(types) == 1 else None
+        pure = True
+        if backend is None:
+            backend, pure = _group_backend(vals, types)
+        if backend == "jax":
+            jax_idx.append(i)
+            if not pure:
+                out[i] = _as_jax(vals)
+        else:
+            out[i] = _host_join(kind, backend, vals, axis)
+    if jax_idx:
+        fn = _jit_stack_groups if kind == "stack" else _jit_concat_groups
+        groups = [out[i] for i in jax_idx]
+        for idx in _calls([len(g) * _nbytes(g[0]) for g in groups]):
+            for i, v in zip(idx, fn([groups[i] for i in idx], axis)):
+                out[jax_idx[i]] = v
+    return out
+
+
+def _join_reference(trees: list, kind: str, axis: int, fname: str) -> Tree:
+    """:func:`_join` by the Python walk: every case (constraints, host leaves, errors naming paths)."""
     groups: list[list] = []
     slots: list[tuple[dict, str, tuple[str, ...]]] = []
     for tp in set(builtins.map(type, trees)):
@@ -832,6 +892,55 @@ def split(t: Tree, sections: int | Sequence[int], axis: int = 0) -> list[Tree]:
     else:
         sections = list(sections)
         count = len(sections) + 1
+    if _plain_leaves is not None:
+        plain = _plain_leaves(Tree, t, _JAX_TYPES)
+        if plain is not None and plain[0]:
+            leaves, nbytes = plain
+            try:
+                jax_idx, cuts, axes = [], [], []
+                parts: list = [None] * len(leaves)
+                for i, x in enumerate(leaves):
+                    b = "jax" if nbytes is not None else _backend_of(x)
+                    shape = x.shape
+                    ax = axis if axis >= 0 else len(shape) + axis
+                    if b == "jax":
+                        jax_idx.append(i)
+                        cuts.append(_cuts(int(shape[ax]), sections))
+                        axes.append(ax)
+                    else:
+                        parts[i] = _split_host_leaf(x, b, ax, _split_bounds(int(shape[ax]), sections, ()))
+                if jax_idx:
+                    sizes = nbytes if nbytes is not None else [_nbytes(leaves[i]) for i in jax_idx]
+                    for idx in _calls(sizes):
+                        pieces = _jit_split_leaves(
+                            [leaves[jax_idx[i]] for i in idx],
+                            tuple(cuts[i] for i in idx),
+                            tuple(axes[i] for i in idx),
+                        )
+                        for i, p in zip(idx, pieces):
+                            parts[jax_idx[i]] = p
+            except Exception:
+                pass  # the Python walk raises it again, naming the leaf path
+            else:
+                return _build_pieces(Tree, t, parts, count)
+    return _split_reference(t, sections, axis, count)
+
+
+def _cuts(length: int, sections: Any) -> tuple[int, ...]:
+    """The split indices of a leaf of ``length`` along the axis (what :func:`_split_bounds` gives
+    as the starts of pieces 1..); raises where it raises."""
+    if isinstance(sections, list):
+        return tuple(builtins.map(int, sections))
+    return _equal_cuts(length, int(sections))
+
+
+@functools.lru_cache(maxsize=256)
+def _equal_cuts(length: int, n: int) -> tuple[int, ...]:
+    return tuple(s for s, _ in _split_bounds(length, n, ())[1:])
+
+
+def _split_reference(t: Tree, sections: Any, axis: int, count: int) -> list[Tree]:
+    """:func:`split` by the Python walk: every case (constraints, host leaves, errors naming paths)."""
     jax_leaves: list = []
     jax_cuts: list[tuple[int, ...]] = []
     jax_axes: list[int] = []
