@@ -1,13 +1,15 @@
 """Run by tests/es/test_sharding.py in a subprocess: XLA_FLAGS must be set before jax starts.
 
-On 4 host devices, for every shardable strategy:
+On 4 host devices, for every shardable strategy (ESMC with its mean repeated on every shard, Guided
+ES and ASEBO with their subspace computed once and handed to every shard):
 
 (a) the population (and any per-member state) is split 4 ways, and the compiled ask/tell programs
     never hold a ``[pop, dims]`` array on a device nor all-gather anything larger than ``[pop]``;
 (b) the sharded ask equals a slow reference that draws each shard on one device from
     ``fold_in(key, shard)``, and the sharded tell equals the unsharded ``tell`` on the gathered
     population (put in the strategy's row order), within float32 tolerance, over generations that
-    include a NaN fitness; OpenES is also checked against a NumPy float64 re-derivation;
+    include a NaN fitness (and, for ESMC, absurd fitness on the ignored copies of the mean); OpenES
+    is also checked against a NumPy float64 re-derivation;
 (c) it solves a small sphere.
 
 Also: a 2-axis mesh (population split over one axis, replicated over the other), a pytree solution
@@ -31,10 +33,29 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from multiprocess_check import scenario  # noqa: E402
 
-from evotensor.es import ARS, PGPE, SNES, NoiseReuseES, OpenES, PersistentES, SepCMAES, SimpleES  # noqa: E402
-from evotensor.es.sharding import population_order, shard_population, shard_state, sharded  # noqa: E402
+from evotensor.es import (  # noqa: E402
+    ARS,
+    ASEBO,
+    ESMC,
+    PGPE,
+    SNES,
+    GuidedES,
+    NoiseReuseES,
+    OpenES,
+    PersistentES,
+    SepCMAES,
+    SimpleES,
+)
+from evotensor.es.sharding import (  # noqa: E402
+    population_layout,
+    population_order,
+    shard_population,
+    shard_state,
+    sharded,
+)
 
 N_DEV, POP, DIMS = 4, 24, 13  # distinctive sizes: "[24,13]" in the HLO text can only be the population
+ESMC_POP = 25  # the mean + 12 pairs, 3 per shard: a sharded population of 28 rows, 7 per shard
 START = jnp.linspace(-1.0, 1.0, DIMS)
 
 
@@ -48,7 +69,8 @@ sphere_jit = jax.jit(sphere)
 @jax.jit
 def fitness_jit(x, gen):
     """Sphere; in generation 2 two entries are NaN (handled like the unsharded tell)."""
-    nan_rows = (jnp.arange(POP) == 1) | (jnp.arange(POP) == POP - 1)
+    size = x.shape[0]
+    nan_rows = (jnp.arange(size) == 1) | (jnp.arange(size) == size - 1)
     return jnp.where(nan_rows & (gen == 2), jnp.nan, sphere(x))
 
 
@@ -70,6 +92,24 @@ CASES = {
         150,
         0.05,
     ),
+    "ESMC": (lambda: ESMC(ESMC_POP, solution=START, optimizer=optax.adam(0.05), sigma_init=0.05), 150, 0.05),
+    "GuidedES": (
+        lambda: GuidedES(POP, solution=START, subspace_dims=2, optimizer=optax.adam(0.05), sigma_init=0.05),
+        150,
+        0.05,
+    ),
+    "ASEBO": (
+        lambda: ASEBO(
+            POP,
+            solution=START,
+            subspace_dims=3,
+            min_subspace_dims=1,
+            optimizer=optax.adam(0.05),
+            sigma_init=0.2,
+        ),
+        150,
+        0.02,
+    ),
 }
 
 
@@ -87,28 +127,35 @@ def check_hlo(ask, tell, key, state, x, fitness):
     """(a) on the compiled, partitioned programs (per-device shapes)."""
     ask_text = ask.lower(key, state).compile().as_text()
     tell_text = tell.lower(key, state, x, fitness).compile().as_text()
+    size = x.shape[0]  # the sharded population (ESMC: more rows than its population_size)
     for name, text in [("ask", ask_text), ("tell", tell_text)]:
-        assert f"[{POP},{DIMS}]" not in text, f"{name} materializes the whole population on a device"
-        assert f"[{POP // N_DEV},{DIMS}]" in text, f"{name} should work on [{POP // N_DEV},{DIMS}] shards"
+        for whole in {POP, ESMC_POP, size}:
+            assert f"[{whole},{DIMS}]" not in text, f"{name} materializes the whole population on a device"
+        assert f"[{size // N_DEV},{DIMS}]" in text, f"{name} should work on [{size // N_DEV},{DIMS}] shards"
         for line in text.splitlines():
             if re.search(r"\ball-gather(-start)?\(", line):
                 shape = re.search(r"= \(?[a-z0-9]+\[([\d,]*)\]", line).group(1)
-                size = math.prod(int(s) for s in shape.split(",") if s)
-                assert size <= POP, f"{name} all-gathers {shape}: {line[:160]}"
+                numel = math.prod(int(s) for s in shape.split(",") if s)
+                assert numel <= size, f"{name} all-gathers {shape}: {line[:160]}"
     assert not re.search(r"all-gather|all-reduce|all-to-all|collective-permute", ask_text), "ask communicates"
     assert "all-reduce" in tell_text  # the psum of the statistics
 
 
 def reference_ask(es, sample, key, state, params):
     """Each shard drawn on one device from fold_in(key, shard) by ``sample`` (the strategy's
-    ``_sample``, jitted); per-member state sliced per shard."""
-    rows = POP // N_DEV
+    ``_sample``, jitted); per-member state sliced per shard; the shared sampling context (Guided ES,
+    ASEBO) computed once, unsharded, and given to every shard."""
+    rows = len(population_layout(es, N_DEV)) // N_DEV
+    context = ()
+    if hasattr(es, "_sample_context"):
+        state, shared = jax.jit(es._sample_context)(state, params)
+        context = (shared,)
     xs, parts = [], {f: [] for f in es.shard_state_fields}
     for s in range(N_DEV):
         local = state.replace(
             **{f: np.asarray(getattr(state, f)).reshape(N_DEV, -1, DIMS)[s] for f in es.shard_state_fields}
         )
-        x, local = sample(jax.random.fold_in(key, s), local, params, rows)
+        x, local = sample(jax.random.fold_in(key, s), local, params, rows, *context)
         xs.append(np.asarray(x))
         for f in parts:
             parts[f].append(np.asarray(getattr(local, f)))
@@ -132,6 +179,9 @@ def check_strategy(name, mesh):
     ask, tell = sharded(es, mesh)
     params = es.default_params()
     order = population_order(es, N_DEV)
+    size = len(population_layout(es, N_DEV))
+    ignored = np.setdiff1d(np.arange(size), order)  # ESMC: the copies of the mean on shards 1..n-1
+    assert ignored.size == (N_DEV - 1 if name == "ESMC" else 0)
     ref_tell, ref_sample = jax.jit(es.tell), jax.jit(es._sample, static_argnums=3)
     ref = es.init(jax.random.key(0))
     state = shard_state(es, ref, mesh)
@@ -140,7 +190,7 @@ def check_strategy(name, mesh):
         x, state = ask(key, state)
         # (a) every device holds only its own rows, per-member state too
         shapes = [s.data.shape for s in x.addressable_shards]
-        assert len(shapes) == N_DEV and set(shapes) == {(POP // N_DEV, DIMS)}, shapes
+        assert len(shapes) == N_DEV and set(shapes) == {(size // N_DEV, DIMS)}, shapes
         for f in es.shard_state_fields:
             shapes = {s.data.shape for s in getattr(state, f).addressable_shards}
             assert shapes == {(POP // N_DEV // 2, DIMS)}, (f, shapes)
@@ -148,10 +198,17 @@ def check_strategy(name, mesh):
         x_ref, ref = reference_ask(es, ref_sample, key, ref, params)
         np.testing.assert_allclose(np.asarray(x), x_ref, rtol=1e-6, atol=1e-6, err_msg=f"{name} ask")
         close(ref, state, f"{name} state after ask")
-        rows = POP // N_DEV
+        rows = size // N_DEV
         assert not np.allclose(x_ref[:rows], x_ref[rows : 2 * rows])  # shards draw different noise
+        if name == "ESMC":  # every shard starts with the mean
+            np.testing.assert_array_equal(
+                x_ref.reshape(N_DEV, rows, DIMS)[:, 0], np.tile(ref.mean, (N_DEV, 1))
+            )
         fitness = fitness_jit(x, gen)  # sharded along pop, like x
-        fit = np.asarray(fitness)
+        fit = np.array(fitness)
+        if ignored.size and gen % 2:  # fitness of the ignored copies must not matter
+            fit[ignored] = -1e9 if gen == 1 else np.nan
+            fitness = jax.device_put(fit, fitness.sharding)
         if gen == 0:
             check_hlo(ask, tell, key, state, x, fitness)
         new, metrics = tell(key, state, x, fitness)

@@ -21,8 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from evotensor.core.evaluation import Evaluation
-from evotensor.es import ARS, CMAES, PGPE, SNES, OpenES, PersistentES, SepCMAES
+from evotensor.es import ARS, ASEBO, CMAES, ESMC, PGPE, SNES, GuidedES, OpenES, PersistentES, SepCMAES
 from evotensor.es.sharding import (
+    population_layout,
     population_order,
     population_sharding,
     shard_state,
@@ -82,6 +83,8 @@ def test_every_shardable_strategy_on_4_host_devices(subprocess_runs):
     assert code == 0, stdout + stderr
     assert stdout.strip().endswith("OK")
     for name in ["OpenES", "PGPE", "ARS", "SNES", "SimpleES", "SepCMAES", "PersistentES", "NoiseReuseES"]:
+        assert f"{name}: equivalent" in stdout
+    for name in ["ESMC", "GuidedES", "ASEBO"]:
         assert f"{name}: equivalent" in stdout
 
 
@@ -182,3 +185,44 @@ def test_shard_state_places_per_member_fields(mesh1):
     state = shard_state(es, es.init(jax.random.key(0)), mesh1)
     assert state.perturbation.sharding.spec == jax.sharding.PartitionSpec("pop")
     assert state.mean.sharding.spec == jax.sharding.PartitionSpec()
+
+
+@given(shards=st.integers(1, 6), pairs_per_shard=st.integers(1, 4))
+def test_esmc_layout_repeats_the_mean_on_every_shard(shards, pairs_per_shard):
+    """Shard s holds [mean; its m "+" rows; their m mirrors]; every strategy row is held, the mean's
+    fitness is read from shard 0."""
+    m = pairs_per_shard
+    pop = 1 + 2 * shards * m
+    es = ESMC(pop, num_dims=1)
+    source = population_layout(es, shards)
+    rows = 1 + 2 * m
+    assert source.shape == (shards * rows,) and shards * rows == pop + shards - 1
+    per_shard = source.reshape(shards, rows)
+    assert np.all(per_shard[:, 0] == 0)
+    n_pairs = (pop - 1) // 2
+    np.testing.assert_array_equal(per_shard[:, m + 1 :], per_shard[:, 1 : m + 1] + n_pairs)  # mirrors
+    assert sorted(per_shard[:, 1:].ravel().tolist()) == list(range(1, pop))
+    order = population_order(es, shards)
+    assert order[0] == 0 and np.array_equal(source[order], np.arange(pop))
+
+
+def test_esmc_guided_asebo_split_checks():
+    mesh = jax.sharding.AbstractMesh((4,), ("pop",))
+    with pytest.raises(ValueError, match="ESMC must be 1 \\+ a multiple of 2 \\* 4"):
+        sharded(ESMC(13, num_dims=2), mesh)  # 6 pairs do not split 4 ways
+    for es in [GuidedES(12, num_dims=3), ASEBO(12, num_dims=3, subspace_dims=2)]:
+        with pytest.raises(ValueError, match="divisible by 2 \\* 4"):
+            sharded(es, mesh)
+
+
+def test_esmc_on_a_single_device_mesh_equals_unsharded_tell(mesh1):
+    es = ESMC(7, num_dims=3, optimizer=optax.sgd(0.1))
+    ask, tell = sharded(es, mesh1)
+    state = es.init(jax.random.key(0))
+    x, state = ask(jax.random.key(1), state)
+    np.testing.assert_array_equal(np.asarray(x[0]), np.asarray(state.mean))
+    fitness = jnp.sum((x - 1.0) ** 2, axis=1)  # not minimal at the mean: some pairs beat the baseline
+    new, _ = tell(jax.random.key(2), state, x, fitness)
+    ref, _ = es.tell(jax.random.key(2), state, jnp.asarray(np.asarray(x)), jnp.asarray(np.asarray(fitness)))
+    np.testing.assert_allclose(np.asarray(new.mean), np.asarray(ref.mean), rtol=1e-6, atol=1e-7)
+    assert not np.allclose(np.asarray(new.mean), np.asarray(state.mean))

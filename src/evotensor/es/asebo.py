@@ -19,6 +19,11 @@ Adaptations for fixed shapes (as in evosax): a fixed population size every gener
 varies it with ``l``) and a fixed FIFO buffer of ``k`` estimates. Defaults follow the authors'
 reference code: ``k = 70`` (capped at ``d``), ``threshold = 0.995``, ``decay = 0.99``,
 ``min_subspace_dims = 10`` (capped at ``k``), sigma 0.1, Adam with step 0.05.
+
+Population sharding (:mod:`evotensor.es.sharding`): the active subspace (the PCA of the buffer),
+its size and ``alpha`` are the shared part of sampling (:meth:`ASEBO._sample_context`, one SVD per
+generation in the replicated program); given them each shard draws its own pairs, and the estimate
+is a sum over pairs.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from evotensor.core.fitness_shaping import z_score
 from evotensor.core.numerics import exact_matmul, exact_matvec, exact_sum, exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_even
-from evotensor.es.gradient_es import FitnessShaping, GradientES
+from evotensor.es.gradient_es import FitnessShaping, GradientES, tell_by_statistics
 from evotensor.es.optimizers import safe_norm
 
 
@@ -151,15 +156,26 @@ class ASEBO(GradientES):
             **self._base_fields(), gradients=zeros, basis=zeros, alpha=jnp.ones((), jnp.float32)
         )
 
-    def _ask(self, key, state, params):
-        sigma = self.sigma(state, params)
-        d, h = self.num_dims, self.population_size // 2
+    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    shard_pairs = True
+    shard_state_fields: tuple[str, ...] = ()
+
+    def _sample_context(self, state, params):
+        """The active subspace (stored as ``state.basis``), its size and the sampling ``alpha``:
+        what every shard samples with, computed once per generation."""
         warm = state.generation >= self.subspace_dims
         basis = jnp.where(
             warm, active_subspace(state.gradients, params.threshold, self.min_subspace_dims), 0.0
         )
         count = jnp.maximum(jnp.sum(jnp.any(basis != 0, axis=1)), 1)
         alpha = jnp.where(warm, state.alpha, 1.0)
+        return state.replace(basis=basis), (count, alpha)
+
+    def _sample(self, key, state, params, rows, context):
+        count, alpha = context
+        basis = state.basis
+        sigma = self.sigma(state, params)
+        d, h = self.num_dims, rows // 2
         z = jax.random.normal(key, (h, d), jnp.float32)
         zp = exact_matmul(exact_matmul(z, basis.T), basis)  # projection onto the active subspace
         # sqrt of alpha/d I + (1-alpha)/l P  =  sqrt(alpha/d) (I - P) + sqrt(alpha/d + (1-alpha)/l) P
@@ -167,17 +183,22 @@ class ASEBO(GradientES):
         e = rounded(jnp.sqrt(a_d) * (z - zp)) + rounded(jnp.sqrt(a_d + rounded((1.0 - alpha) / count)) * zp)
         e = e * (1.0 / jnp.maximum(jnp.sqrt(exact_sum(e**2, axis=1))[:, None], jnp.finfo(jnp.float32).tiny))
         se = rounded(sigma * e)
-        return jnp.concatenate([state.mean + se, state.mean - se]), state.replace(basis=basis)
+        return jnp.concatenate([state.mean + se, state.mean - se]), state
 
-    def _tell(self, key, state, x, fitness, params):
+    def _member_weights(self, state, fitness, params):
+        return self._weights(fitness), None
+
+    def _row_statistics(self, state, params, x, weights, aux):
+        h = x.shape[0] // 2  # sum_i (w+_i - w-_i) (x+_i - x-_i), batching-invariant
+        return exact_vecmat(weights[:h] - weights[h:], x[:h] - x[h:])
+
+    def _update_from_statistics(self, key, state, params, stats, aux, fitness, best_row):
         sigma = self.sigma(state, params)
-        w = self._weights(fitness)
         h, d = self.population_size // 2, self.num_dims
-        c = w[:h] - w[h:]
         # e_i = (x+_i - x-_i) / (2 sigma)
-        grad = exact_vecmat(c, x[:h] - x[h:]) * ((d / (4.0 * h)) / rounded(sigma**2))
+        grad = stats * ((d / (4.0 * h)) / rounded(sigma**2))
         grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
-        new, metrics = self._apply_gradient(state, grad, x, fitness, sigma)
+        new, metrics = self._apply_gradient_row(state, grad, best_row, fitness, sigma)
         par = exact_vecmat(exact_matvec(state.basis, grad), state.basis)
         par_norm, perp_norm = safe_norm(par), safe_norm(grad - par)
         ratio = jnp.where(par_norm > 0, perp_norm / jnp.where(par_norm > 0, par_norm, 1.0), 1.0)
@@ -185,3 +206,10 @@ class ASEBO(GradientES):
         gradients = jnp.concatenate([grad[None], params.decay * state.gradients[:-1]])
         metrics.update(alpha=alpha)
         return new.replace(gradients=gradients, alpha=alpha), metrics
+
+    def _ask(self, key, state, params):
+        state, context = self._sample_context(state, params)
+        return self._sample(key, state, params, self.population_size, context)
+
+    def _tell(self, key, state, x, fitness, params):
+        return tell_by_statistics(self, key, state, x, fitness, params)

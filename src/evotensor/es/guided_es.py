@@ -12,6 +12,10 @@ shaping ``E[g] = beta * Sigma * a``. Surrogate gradients are pushed with
 :meth:`GuidedES.add_surrogate_gradient`; with ``es_gradient_as_surrogate=True`` (default) the
 strategy also pushes its own estimate ``g`` after every ``tell``, so it runs without an external
 surrogate (the subspace then tracks recent descent directions).
+
+Population sharding (:mod:`evotensor.es.sharding`): the orthonormal basis ``U`` is the shared part
+of sampling (:meth:`GuidedES._sample_context`, one QR per generation in the replicated program);
+given ``U`` each shard draws its own pairs, and the estimate is a sum over pairs.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import optax
 
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_even
-from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping
+from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping, tell_by_statistics
+from evotensor.es.open_es import mirrored_pair_sum
 from evotensor.es.optimizers import safe_normalize
 
 
@@ -52,17 +57,30 @@ class GuidedESParams:
     beta: jax.Array
 
 
+def guided_basis(surrogates: jax.Array) -> jax.Array:
+    """``U = orth(surrogates^T)`` ``[dims, k]``: orthonormal basis of the guiding subspace."""
+    U, _ = jnp.linalg.qr(surrogates.T)
+    return U
+
+
+def guided_noise(
+    key: jax.Array, num_pairs: int, U: jax.Array, alpha: jax.Array, sigma: jax.Array
+) -> jax.Array:
+    """``[num_pairs, dims]`` draws of ``N(0, sigma^2 (alpha/d I + (1-alpha)/k U U^T))`` for an
+    orthonormal ``U [dims, k]`` (:func:`guided_basis`)."""
+    d, k = U.shape
+    k1, k2 = jax.random.split(key)
+    z_full = jax.random.normal(k1, (num_pairs, d), jnp.float32)
+    z_sub = jax.random.normal(k2, (num_pairs, k), jnp.float32)
+    return sigma * (jnp.sqrt(alpha / d) * z_full + jnp.sqrt((1.0 - alpha) / k) * z_sub @ U.T)
+
+
 def guided_perturbations(
     key: jax.Array, num_pairs: int, surrogates: jax.Array, alpha: jax.Array, sigma: jax.Array
 ) -> jax.Array:
     """``[num_pairs, dims]`` draws of ``N(0, sigma^2 (alpha/d I + (1-alpha)/k U U^T))`` with
     ``U = orth(surrogates^T)``."""
-    k, d = surrogates.shape
-    U, _ = jnp.linalg.qr(surrogates.T)  # [d, k] orthonormal basis of the guiding subspace
-    k1, k2 = jax.random.split(key)
-    z_full = jax.random.normal(k1, (num_pairs, d), jnp.float32)
-    z_sub = jax.random.normal(k2, (num_pairs, k), jnp.float32)
-    return sigma * (jnp.sqrt(alpha / d) * z_full + jnp.sqrt((1.0 - alpha) / k) * z_sub @ U.T)
+    return guided_noise(key, num_pairs, guided_basis(surrogates), alpha, sigma)
 
 
 class GuidedES(GradientES):
@@ -144,23 +162,40 @@ class GuidedES(GradientES):
             raise ValueError(f"gradient must flatten to ({self.num_dims},), got {g.shape}")
         return state.replace(surrogates=_push(state.surrogates, g))
 
-    def _ask(self, key, state, params):
-        sigma = self.sigma(state, params)
-        eps = guided_perturbations(key, self.population_size // 2, state.surrogates, params.alpha, sigma)
+    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    shard_pairs = True
+    shard_state_fields: tuple[str, ...] = ()
+
+    def _sample_context(self, state, params):
+        """The basis ``U [dims, k]`` every shard samples with (computed once per generation)."""
+        return state, guided_basis(state.surrogates)
+
+    def _sample(self, key, state, params, rows, U):
+        eps = guided_noise(key, rows // 2, U, params.alpha, self.sigma(state, params))
         return jnp.concatenate([state.mean + eps, state.mean - eps]), state
 
-    def _tell(self, key, state, x, fitness, params):
+    def _member_weights(self, state, fitness, params):
+        return self._weights(fitness), None
+
+    def _row_statistics(self, state, params, x, weights, aux):
+        return mirrored_pair_sum(weights, x)  # sum_i (w+_i - w-_i) (x+_i - x-_i)
+
+    def _update_from_statistics(self, key, state, params, stats, aux, fitness, best_row):
         sigma = self.sigma(state, params)
-        w = self._weights(fitness)
-        h = self.population_size // 2
-        c = w[:h] - w[h:]
         # eps_i = (x+_i - x-_i) / 2
-        grad = params.beta * (c @ x[:h] - c @ x[h:]) / (4.0 * sigma**2 * h)
-        new, metrics = self._apply_gradient(state, grad, x, fitness, sigma)
+        grad = params.beta * stats / (4.0 * sigma**2 * (self.population_size // 2))
+        new, metrics = self._apply_gradient_row(state, grad, best_row, fitness, sigma)
         if self.es_gradient_as_surrogate:
             g = jnp.where(jnp.isfinite(grad), grad, 0.0)
             new = new.replace(surrogates=_push(state.surrogates, g))
         return new, metrics
+
+    def _ask(self, key, state, params):
+        state, U = self._sample_context(state, params)
+        return self._sample(key, state, params, self.population_size, U)
+
+    def _tell(self, key, state, x, fitness, params):
+        return tell_by_statistics(self, key, state, x, fitness, params)
 
 
 def _push(buffer: jax.Array, g: jax.Array) -> jax.Array:

@@ -52,6 +52,78 @@ def chunked_normal(
     return z.reshape(blocks * per_block, num_dims)[:rows]
 
 
+def sampled_population(
+    key: jax.Array,
+    mean: jax.Array,
+    scale: jax.Array,
+    rows: int,
+    mirrored: bool,
+    chunk_bytes: int = NOISE_CHUNK_BYTES,
+) -> jax.Array:
+    """``[rows, dims]``: ``mean + scale * z`` for ``z = chunked_normal(key, rows, dims)``, or with
+    ``mirrored`` the pairs ``[mean + scale * z; mean - scale * z]`` for ``z = chunked_normal(key, rows // 2,
+    dims)``.
+
+    The same draw as writing it out with :func:`chunked_normal`, but a large one is written block by
+    block into the output (a ``fori_loop`` of in-place ``dynamic_update_slice``), so XLA never holds
+    ``z`` (nor the two mirrored halves) next to the population. Values agree within 1 ulp: XLA may
+    contract ``mean + scale * z`` into a fused multiply-add in one program and not the other
+    (OpenES' recorded runs, eager, jit and vmap, and its d=100,000 generation came out bit-identical).
+    At d=100,000, pop=1024 that removes ~205 MB for ``z`` and, with :func:`mirrored_pair_sum` in the
+    tell, ~410 MB of half-population copies from OpenES' jitted generation
+    (``benchmarks/results_es_openes.md``).
+
+    Args:
+        key: noise key; mean: ``[dims]``; scale: ``[]`` (or broadcastable to ``[dims]``).
+        rows: population rows (even when ``mirrored``); mirrored: antithetic pairs at ``i, i + rows/2``.
+    """
+    num_dims = mean.shape[-1]
+    n = rows // 2 if mirrored else rows
+    per_block = max(1, chunk_bytes // (4 * num_dims))
+    if per_block >= n:
+        z = jax.random.normal(key, (n, num_dims), jnp.float32)
+        return jnp.concatenate([mean + scale * z, mean - scale * z]) if mirrored else mean + scale * z
+
+    def put(x, z, start):
+        x = jax.lax.dynamic_update_slice_in_dim(x, mean + scale * z, start, 0)
+        if mirrored:
+            x = jax.lax.dynamic_update_slice_in_dim(x, mean - scale * z, n + start, 0)
+        return x
+
+    def block(i):  # chunked_normal's block i
+        return jax.random.normal(jax.random.fold_in(key, i), (per_block, num_dims), jnp.float32)
+
+    full, tail = divmod(n, per_block)
+    x = jnp.zeros((rows, num_dims), jnp.result_type(mean, scale, jnp.float32))
+    x = jax.lax.fori_loop(0, full, lambda i, x: put(x, block(i), i * per_block), x)
+    if tail:  # chunked_normal draws the whole last block and keeps its first rows
+        x = put(x, block(full)[:tail], full * per_block)
+    return x
+
+
+@jax.custom_batching.custom_vmap
+def mirrored_pair_sum(weights: jax.Array, x: jax.Array) -> jax.Array:
+    """``sum_i (w_i - w_{i+h}) (x_i - x_{i+h})``, ``[dims]``, for ``x [rows, dims]`` with row ``i + h``
+    (``h = rows/2``) the mirror of row ``i`` and ``weights [rows]``.
+
+    Bit for bit :func:`~evotensor.es.gradient_es.pair_sum` (``c @ x[:h] - c @ x[h:]``), written as
+    one batched matrix-vector product over ``x.reshape(2, h, dims)``: a reshape is free, whereas XLA
+    materializes each slice ``x[:h]``, ``x[h:]`` feeding a ``dot`` as a copy (2 x 205 MB at
+    d=100,000, pop=1024). Under ``vmap`` it is ``vmap(pair_sum)``: XLA:CPU rounds the two batched
+    forms differently, and vmapped runs stay bit-identical to what they were (and to separate runs).
+    """
+    h = x.shape[0] // 2
+    c = weights[:h] - weights[h:]
+    halves = jnp.einsum("ph,phd->pd", jnp.stack([c, -c]), x.reshape(2, h, x.shape[1]))
+    return halves[0] + halves[1]
+
+
+@mirrored_pair_sum.def_vmap
+def _mirrored_pair_sum_vmap(axis_size, in_batched, weights, x):
+    axes = tuple(0 if batched else None for batched in in_batched)
+    return jax.vmap(pair_sum, in_axes=axes, axis_size=axis_size)(weights, x), True
+
+
 def antithetic_perturbations(key: jax.Array, population_size: int, num_dims: int) -> jax.Array:
     """Standard-normal perturbations ``[pop, dims]`` with row ``i + pop/2`` equal to ``-row i``."""
     z = chunked_normal(key, population_size // 2, num_dims)
@@ -62,11 +134,11 @@ def open_es_sum(x: jax.Array, weights: jax.Array, mean: jax.Array, antithetic: b
     """The row sum behind the OpenAI-ES estimate, ``[dims]``.
 
     ``sum_i w_i (x_i - mean)``, or with antithetic pairs ``sum_i (w_i - w_{i+h}) (x_i - x_{i+h})``
-    (:func:`~evotensor.es.gradient_es.pair_sum`), for ``x [rows, dims]``, ``weights [rows]``. A sum
+    (:func:`mirrored_pair_sum`), for ``x [rows, dims]``, ``weights [rows]``. A sum
     over rows: the sharded tell adds the shards' sums.
     """
     if antithetic:
-        return pair_sum(weights, x)
+        return mirrored_pair_sum(weights, x)
     return weights @ (x - mean)
 
 
@@ -109,8 +181,10 @@ class OpenES(GradientES):
             ranks in ``[-0.5, 0.5]`` (Salimans et al.).
         antithetic: mirrored sampling ``mean +/- sigma*eps`` (default True, Salimans et al.).
 
-    Noise for large populations is drawn in ~8 MiB row blocks (:func:`chunked_normal`), which keeps
-    XLA's temporaries small; :mod:`evotensor.es.sharding` splits the population over devices.
+    Noise for large populations is drawn in ~8 MiB row blocks (:func:`chunked_normal`) written straight
+    into the population (:func:`sampled_population`), and the tell reads the population once without
+    copying its halves (:func:`mirrored_pair_sum`), which keeps XLA's temporaries small;
+    :mod:`evotensor.es.sharding` splits the population over devices.
 
     Example::
 
@@ -156,12 +230,7 @@ class OpenES(GradientES):
         return self.antithetic
 
     def _sample(self, key, state, params, rows):
-        sigma = self.sigma(state, params)
-        if self.antithetic:
-            z = chunked_normal(key, rows // 2, self.num_dims)
-            return jnp.concatenate([state.mean + sigma * z, state.mean - sigma * z]), state
-        z = chunked_normal(key, rows, self.num_dims)
-        return state.mean + sigma * z, state
+        return sampled_population(key, state.mean, self.sigma(state, params), rows, self.antithetic), state
 
     def _member_weights(self, state, fitness, params):
         return self._weights(fitness), None

@@ -22,7 +22,10 @@ whose update needs only weighted sums over rows: :class:`~evotensor.es.open_es.O
 :class:`~evotensor.es.simple_es.SimpleES`, :class:`~evotensor.es.sep_cma_es.SepCMAES`,
 :class:`~evotensor.es.persistent_es.PersistentES` and
 :class:`~evotensor.es.noise_reuse_es.NoiseReuseES` (their per-pair ``perturbation`` state is sharded
-too: each device keeps the rows of its own pairs). Any other strategy raises ``TypeError``.
+too: each device keeps the rows of its own pairs), :class:`~evotensor.es.esmc.ESMC` (see its layout
+below), :class:`~evotensor.es.guided_es.GuidedES` and :class:`~evotensor.es.asebo.ASEBO` (their rows
+are independent once the guiding subspace is known: it is computed once per generation, in the
+replicated part of the program, and handed to every shard). Any other strategy raises ``TypeError``.
 
 A strategy is shardable when it implements this protocol (:class:`Shardable`); its unsharded ``tell``
 runs the same hooks on the whole population (:func:`evotensor.es.gradient_es.tell_by_statistics`),
@@ -39,6 +42,17 @@ so the update math exists once:
 * ``shard_pairs`` (rows ``i`` and ``i + rows/2`` are mirrored pairs) and ``shard_state_fields``
   (state fields with one row per member or pair, sharded with the population).
 
+Two optional hooks:
+
+* ``_sample_context(state, params) -> (state, context)`` — the part of sampling that every shard
+  shares (Guided ES's orthonormal basis, ASEBO's PCA of its gradient buffer). :func:`sharded`'s
+  ``ask`` runs it once, outside ``shard_map``, and passes the replicated ``context`` to
+  ``_sample(key, state, params, rows, context)``; the unsharded ``ask`` does the same with one shard.
+* ``_shard_layout(num_shards) -> source [n * rows]`` (int NumPy) — the strategy row held at each
+  position of the sharded population, when that is not the default below; a row may be held by
+  several shards (its fitness is then taken from the first position). It raises ``ValueError`` when
+  the population cannot be split ``num_shards`` ways.
+
 Row layout. With ``n`` shards, shard ``s`` holds rows ``s*rows .. (s+1)*rows - 1`` of the sharded
 population. For strategies with mirrored pairs, shard ``s`` holds ``[mean + e_s; mean - e_s]`` with
 ``e_s`` drawn from ``fold_in(key, s)``, so pairs never straddle devices; :func:`population_order`
@@ -46,6 +60,14 @@ gives the permutation to the strategy's own row order (pairs at ``i`` and ``i + 
 differs from the unsharded ``ask`` for the same key (equally distributed); the update is the
 unsharded update of that sample up to float32 summation order (tested against the unsharded
 ``tell`` on the gathered population).
+
+ESMC's population is its mean (row 0, the baseline ``f(mean)``) plus ``N = (pop - 1) / 2`` mirrored
+pairs, an odd count that cannot be split evenly. Its sharded population has ``pop + n - 1`` rows:
+every shard holds ``[mean; mean + sigma e_s; mean - sigma e_s]`` with ``N / n`` pairs, so each
+shard is self-contained; the baseline is shard 0's copy and the other ``n - 1`` copies of the mean
+are evaluated but ignored (``n - 1`` extra evaluations per generation, e.g. 7 of 1025 on 8 devices).
+``ask`` and ``tell`` then take ``[pop + n - 1]`` rows and fitness values (:func:`population_layout`);
+``(pop - 1)`` must be divisible by ``2 n``.
 
 Example (4 CPU devices via ``XLA_FLAGS=--xla_force_host_platform_device_count=4``)::
 
@@ -79,7 +101,7 @@ from evotensor.es.base import keep_state_if_all_invalid, state_float_dtype
 from evotensor.es.open_es import OpenES
 
 HOOKS = ("_sample", "_member_weights", "_row_statistics", "_update_from_statistics")
-SHARDABLE = "OpenES, PGPE, ARS, SNES, SimpleES, SepCMAES, PersistentES, NoiseReuseES"
+SHARDABLE = "OpenES, PGPE, ARS, SNES, SimpleES, SepCMAES, PersistentES, NoiseReuseES, ESMC, GuidedES, ASEBO"
 
 
 class Shardable(Protocol):
@@ -150,21 +172,46 @@ def check_shardable(strategy: Any) -> None:
         )
 
 
-def population_order(strategy: Any, num_shards: int) -> np.ndarray:
-    """``order [pop]`` such that ``x_sharded[order]`` is in the strategy's own row order.
+def population_layout(strategy: Any, num_shards: int) -> np.ndarray:
+    """``source [n * rows]``: the strategy row (in its own, unsharded order) at each position of the
+    population sharded ``num_shards`` ways; shard ``s`` holds positions ``s*rows .. (s+1)*rows - 1``.
 
-    For strategies with mirrored pairs (:attr:`shard_pairs`), the unsharded order puts the mirror of
-    row ``i`` at ``i + pop/2``; the sharded layout keeps each pair on one shard (see the module
-    docstring). Otherwise the two orders are the same and ``order`` is ``arange(pop)``.
+    A permutation of ``arange(pop)`` unless the strategy repeats rows (ESMC's mean, one copy per
+    shard: ``n * rows = pop + n - 1``). Raises ``ValueError`` if the population does not split.
     """
+    custom = getattr(strategy, "_shard_layout", None)
+    if callable(custom):
+        return np.asarray(custom(num_shards), dtype=np.int64)
     pop = strategy.population_size
-    if not getattr(strategy, "shard_pairs", False):
+    pairs = bool(getattr(strategy, "shard_pairs", False))
+    if pop % (2 * num_shards if pairs else num_shards):
+        what = f"2 * {num_shards}" if pairs else f"{num_shards}"
+        raise ValueError(
+            f"population_size {pop} of {type(strategy).__name__} must be divisible by {what} (the "
+            f"{num_shards} shards{', pairs stay on one device' if pairs else ''})"
+        )
+    if not pairs:
         return np.arange(pop)
     rows = pop // num_shards
     half = rows // 2
     pair = np.arange(pop // 2)
     plus = (pair // half) * rows + pair % half  # sharded position of the k-th "+" row
-    return np.concatenate([plus, plus + half])
+    return np.argsort(np.concatenate([plus, plus + half]))
+
+
+def population_order(strategy: Any, num_shards: int) -> np.ndarray:
+    """``order [pop]`` such that ``x_sharded[order]`` is in the strategy's own row order.
+
+    For strategies with mirrored pairs (:attr:`shard_pairs`), the unsharded order puts the mirror of
+    row ``i`` at ``i + pop/2``; the sharded layout keeps each pair on one shard (see the module
+    docstring). A row held by several shards (ESMC's mean) is taken from its first position.
+    Otherwise the two orders are the same and ``order`` is ``arange(pop)``.
+    """
+    source = population_layout(strategy, num_shards)
+    values, first = np.unique(source, return_index=True)
+    if not np.array_equal(values, np.arange(strategy.population_size)):
+        raise ValueError(f"the shard layout of {type(strategy).__name__} does not cover every row")
+    return first
 
 
 def sharded(
@@ -174,7 +221,8 @@ def sharded(
 
     Args:
         strategy: a shardable strategy (module docstring); ``population_size`` must be divisible
-            by the number of shards (by twice that number with mirrored pairs).
+            by the number of shards (by twice that number with mirrored pairs; ESMC:
+            ``population_size - 1`` by twice that number).
         mesh: the device mesh (may span processes; explicit or auto axes); other mesh axes replicate.
         axis_name: the mesh axis that splits the population.
 
@@ -182,7 +230,9 @@ def sharded(
         ``ask(key, state, params=None) -> (genotypes [pop, ...] sharded along pop, state)`` and
         ``tell(key, state, genotypes, evaluation, params=None) -> (state, metrics)`` with the
         strategy's own state, params and template (``evaluation`` an :class:`Evaluation` or
-        ``[pop]`` minimized fitness; NaN/inf handled as in the unsharded ``tell``). Both are
+        ``[pop]`` minimized fitness; NaN/inf handled as in the unsharded ``tell``). ``pop`` here is
+        ``len(population_layout(strategy, n))``: the population size, or more for strategies that
+        repeat a row on every shard (ESMC: ``population_size + n - 1``). Both are
         ``jax.jit`` functions (``.lower(...)`` works); per-member state fields stay sharded.
 
     Raises:
@@ -190,19 +240,12 @@ def sharded(
     """
     check_shardable(strategy)
     n = _num_shards(mesh, axis_name)
-    pairs = bool(getattr(strategy, "shard_pairs", False))
     fields = tuple(getattr(strategy, "shard_state_fields", ()))
-    pop = strategy.population_size
-    unit = 2 * n if pairs else n
-    if pop % unit:
-        what = f"2 * {n}" if pairs else f"{n}"
-        raise ValueError(
-            f"population_size {pop} of {type(strategy).__name__} must be divisible by {what} "
-            f"(the shards of {axis_name!r}{', pairs stay on one device' if pairs else ''})"
-        )
-    rows = pop // n
+    source = population_layout(strategy, n)  # strategy-order index of each sharded position
     order = population_order(strategy, n)  # sharded position of each row in strategy order
-    inverse = np.argsort(order)  # strategy-order index of each sharded position
+    size = len(source)  # rows of the sharded population (pop, or more when rows are repeated)
+    rows = size // n
+    context_hook = getattr(strategy, "_sample_context", None)
     split, whole = NamedSharding(mesh, P(axis_name)), NamedSharding(mesh, P())
 
     def state_specs(state):
@@ -218,8 +261,9 @@ def sharded(
             lambda a, s: constrain(a, NamedSharding(mesh, s)), state, state_specs(state)
         )
 
-    def local_ask(key, state, params):
-        return strategy._sample(jax.random.fold_in(key, jax.lax.axis_index(axis_name)), state, params, rows)
+    def local_ask(key, state, params, *context):
+        key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
+        return strategy._sample(key, state, params, rows, *context)
 
     def local_statistics(state, params, x, weights, aux, best):
         stats = jax.lax.psum(strategy._row_statistics(state, params, x, weights, aux), axis_name)
@@ -233,11 +277,19 @@ def sharded(
 
     @jax.jit
     def ask(key: jax.Array, state: Any, params: Any = None) -> tuple[Any, Any]:
+        params = _params(params)
         state = place(state)
+        context = ()
+        if callable(context_hook):  # shared by every shard: computed once, replicated
+            state, shared = context_hook(state, params)
+            state, context = place(state), (shared,)
         specs = state_specs(state)
         x, state = jax.shard_map(
-            local_ask, mesh=mesh, in_specs=(P(), specs, P()), out_specs=(P(axis_name), specs)
-        )(key, state, _params(params))
+            local_ask,
+            mesh=mesh,
+            in_specs=(P(), specs, P(), *(P() for _ in context)),
+            out_specs=(P(axis_name), specs),
+        )(key, state, params, *context)
         return strategy.space.unravel_population(x), state
 
     @jax.jit
@@ -246,20 +298,20 @@ def sharded(
     ) -> tuple[Any, dict[str, jax.Array]]:
         params = _params(params)
         fitness = evaluation.fitness if isinstance(evaluation, Evaluation) else jnp.asarray(evaluation)
-        if fitness.shape != (pop,):
-            raise ValueError(f"fitness must have shape ({pop},), got {fitness.shape}")
+        if fitness.shape != (size,):
+            raise ValueError(f"fitness must have shape ({size},), got {fitness.shape}")
         x = strategy.space.ravel_population(genotypes)
-        if x.shape != (pop, strategy.num_dims):
-            raise ValueError(f"genotypes flatten to {x.shape}, expected ({pop}, {strategy.num_dims})")
+        if x.shape != (size, strategy.num_dims):
+            raise ValueError(f"genotypes flatten to {x.shape}, expected ({size}, {strategy.num_dims})")
         # the [pop] fitness vector is replicated: it is the only per-member data that crosses devices
         fitness = constrain(fitness.astype(state_float_dtype(state)), whole)
+        fitness = fitness[order]  # strategy row order: shaping, pairing and tie-breaks as unsharded
         if strategy.invalid_fitness_as_inf:
             shown = jnp.where(jnp.isfinite(fitness), fitness, jnp.inf)
         else:
             shown = worst_for_nonfinite(fitness)
-        shown = shown[order]  # strategy row order: shaping, pairing and tie-breaks as unsharded
         weights, aux = strategy._member_weights(state, shown, params)
-        weights = jax.tree_util.tree_map(lambda w: constrain(w[inverse], split), weights)
+        weights = jax.tree_util.tree_map(lambda w: constrain(w[source], split), weights)
         best = jnp.asarray(order)[jnp.argmin(shown)]  # sharded position of the best row
         state = place(state)
         stats, best_row = jax.shard_map(
