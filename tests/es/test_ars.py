@@ -1,43 +1,22 @@
 """ARS: sphere, top-b selection, NaN safety, float32 stability, vmap."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from tests.es.es_fdg_helpers import (
-    assert_finite_tree,
-    check_vmap_matches_separate,
-    make_runner,
-    sphere,
-    stack_params,
-)
+from tests.es import fdg_contract as fdg
 
 from evotensor.es import ARS
 from evotensor.es.ars import ars_gradient
 
-X0 = jnp.full(10, 3.0)
 
-
-def decay(v):
-    return optax.exponential_decay(v, 1, 0.99, end_value=1e-5)
-
-
-@pytest.fixture(scope="module")
-def sphere_setup():
-    es = ARS(40, X0, optimizer=optax.adam(decay(0.1)), sigma_schedule=decay(0.3), elite_ratio=0.5)
-    return es, make_runner(es, nonfinite=True)
-
-
-def test_solves_10d_sphere_despite_nonfinite_fitness(sphere_setup):
+def test_solves_10d_sphere_despite_nonfinite_fitness():
     """Tolerance: f(mean) < 1e-6 after 1000 generations of 40, two NaN/inf members per generation.
 
     Configuration: Adam and sigma decaying 1%/generation, b/N = 0.5.
     """
-    es, run = sphere_setup
-    state, _ = run(jax.random.key(0), es.default_params(), 1000)
-    assert_finite_tree(state)
-    assert float(sphere(state.mean)) < 1e-6
+    es = ARS(40, fdg.X0, elite_ratio=0.5, **fdg.decaying_adam())
+    fdg.check_solves_sphere_despite_nonfinite(es, generations=1000, tol=1e-6)
 
 
 @pytest.mark.slow
@@ -49,19 +28,13 @@ def test_float32_3000_generations_past_convergence_stay_finite():
         sigma_schedule=optax.exponential_decay(0.3, 1, 0.98),
         elite_ratio=0.5,
     )
-    state, metrics = make_runner(es)(jax.random.key(0), es.default_params(), 3000)
-    assert state.mean.dtype == jnp.float32
-    assert_finite_tree(state)
-    assert_finite_tree(metrics)
-    assert float(sphere(state.mean)) < 1e-3
+    fdg.check_float32_long_run_stays_finite(es, generations=3000, tol=1e-3)
 
 
 @pytest.mark.slow
 def test_vmap_over_seeds_and_a_hyperparameter_equals_separate_runs():
-    es = ARS(20, X0, optimizer=optax.adam(0.05), elite_ratio=0.5)
-    run = make_runner(es, nonfinite=True)
-    params = stack_params(es.default_params(), sigma_init=[0.3, 0.1, 0.5])
-    check_vmap_matches_separate(es, run, params, jax.random.split(jax.random.key(3), 3), 25)
+    es = ARS(20, fdg.X0, optimizer=optax.adam(0.05), elite_ratio=0.5)
+    fdg.check_vmap_over_seeds_and_params(es, generations=25, sigma_init=[0.3, 0.1, 0.5])
 
 
 def test_ars_gradient_matches_loop_reference():

@@ -12,31 +12,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.es.scan_runner import check_vmap_over_seeds_and_sigma_init, make_run, sphere
 
 from evotensor.es import CMAES
-from evotensor.es.cma_es import cma_constants, decompose, exact_sum
-
-
-def sphere(x):
-    return jnp.sum(x**2, axis=-1)
-
-
-def make_run(es, f, generations):
-    """jit(run): (key, params) -> (final state, best fitness per generation)."""
-
-    def run(key, params):
-        def step(state, k):
-            k1, k2 = jax.random.split(k)
-            x, state = es.ask(k1, state, params)
-            fx = f(x)
-            state, _ = es.tell(k2, state, x, fx, params)
-            return state, jnp.min(fx)
-
-        init_key, loop_key = jax.random.split(key)
-        state = es.init(init_key, params)
-        return jax.lax.scan(step, state, jax.random.split(loop_key, generations))
-
-    return jax.jit(run)
+from evotensor.es.cma_es import cma_constants, decompose
 
 
 def test_default_population_size():
@@ -164,30 +143,9 @@ def test_pytree_solution_and_mean_solution():
     assert mean["a"].shape == (2, 2) and mean["b"].shape == (3,)
 
 
-def exact_sphere(x):
-    # the objective must be batch-invariant too: XLA:CPU may sum a row in a different order when
-    # the program is vmapped (observed for jnp.sum over 64 elements), exact_sum is not reordered
-    return exact_sum(x**2)
-
-
 @pytest.mark.parametrize("n", [6, pytest.param(30, marks=pytest.mark.slow)])
 def test_vmap_over_seeds_and_sigma_init_is_bit_identical(n):
-    es = CMAES(num_dims=n, mean_init=np.full(n, 2.0))
-    run = make_run(es, exact_sphere, 20)
-    params = es.default_params()
-    keys = jax.random.split(jax.random.key(3), 3)
-    batched = jax.jit(jax.vmap(run, in_axes=(0, None)))(keys, params)
-    for i in range(3):
-        single = run(keys[i], params)
-        for a, b in zip(jax.tree_util.tree_leaves(batched), jax.tree_util.tree_leaves(single)):
-            np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
-    sigmas = jnp.asarray([0.1, 1.0, 3.0])
-    p_batched = jax.vmap(lambda s: params.replace(sigma_init=s))(sigmas)
-    batched = jax.jit(jax.vmap(run, in_axes=(None, 0)))(keys[0], p_batched)
-    for i in range(3):
-        single = run(keys[0], params.replace(sigma_init=sigmas[i]))
-        for a, b in zip(jax.tree_util.tree_leaves(batched), jax.tree_util.tree_leaves(single)):
-            np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
+    check_vmap_over_seeds_and_sigma_init(CMAES(num_dims=n, mean_init=np.full(n, 2.0)), generations=20)
 
 
 _traced_constants = {}
@@ -265,26 +223,12 @@ def test_vmapped_tell_keeps_the_eigendecomposition_under_a_conditional():
         assert placements and all(placements), f"{name}: an eigh runs outside a cond: {placements}"
 
 
-def _gap_run(es, generations):
-    def run(key, params):
-        def step(state, k):
-            k1, k2 = jax.random.split(k)
-            x, state = es.ask(k1, state, params)
-            state, m = es.tell(k2, state, x, exact_sphere(x), params)
-            return state, m["eigen_updated"]
-
-        init_key, loop_key = jax.random.split(key)
-        return jax.lax.scan(step, es.init(init_key, params), jax.random.split(loop_key, generations))
-
-    return run
-
-
 def test_vmap_over_different_lazy_gaps_is_bit_identical():
     """Runs whose decompositions fall in different generations (lazy gaps 1, 2.5 and 4): each keeps
     its own schedule and equals its separate run bit for bit, vmapped over (seed, gap) pairs and
     nested (gaps x seeds)."""
     es = CMAES(num_dims=5, mean_init=np.full(5, 2.0))
-    run = _gap_run(es, 12)
+    run = make_run(es, sphere, 12, record=lambda state, fitness, metrics: metrics["eigen_updated"])
     params = es.default_params()
     gaps = jnp.asarray([1.0, 2.5, 4.0])
     keys = jax.random.split(jax.random.key(7), 3)

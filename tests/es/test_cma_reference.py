@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from cma.utilities.math import Mh
+from tests.es.scan_runner import make_step
 
 from evotensor.es.cma_es import CMAES, cma_update
 
@@ -160,16 +161,9 @@ def run_to_target(es, f, seeds, generations, target):
     params = es.default_params()
 
     def one(key):
-        def step(state, k):
-            k1, k2 = jax.random.split(k)
-            x, state = es.ask(k1, state, params)
-            fx = f(x)
-            state, _ = es.tell(k2, state, x, fx, params)
-            return state, jnp.min(fx)
-
-        state = es.init(key, params)
-        state, best = jax.lax.scan(step, state, jax.random.split(key, generations))
-        return state, best
+        return jax.lax.scan(
+            make_step(es, f, params), es.init(key, params), jax.random.split(key, generations)
+        )
 
     states, best = jax.jit(jax.vmap(one))(jax.vmap(jax.random.key)(jnp.asarray(seeds)))
     hit = np.asarray(best) < target

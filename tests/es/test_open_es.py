@@ -5,30 +5,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from tests.es.es_fdg_helpers import (
-    assert_finite_tree,
-    check_vmap_matches_separate,
-    make_runner,
-    mean_and_stderr,
-    sphere,
-    stack_params,
-)
+from tests.es import fdg_contract as fdg
+from tests.es.es_fdg_helpers import assert_finite_tree, make_runner, mean_and_stderr, sphere
 
 from evotensor.core.fitness_shaping import centered_ranks
 from evotensor.es import OpenES
 from evotensor.es.gradient_es import identity_shaping
 from evotensor.es.open_es import open_es_gradient
 
-X0 = jnp.full(10, 3.0)
-
-
-def decay(v):
-    return optax.exponential_decay(v, 1, 0.99, end_value=1e-5)
-
 
 @pytest.fixture(scope="module")
 def sphere_setup():
-    es = OpenES(40, X0, optimizer=optax.adam(decay(0.1)), sigma_init=0.3)
+    es = OpenES(40, fdg.X0, optimizer=optax.adam(fdg.decay(0.1)), sigma_init=0.3)
     return es, make_runner(es, nonfinite=True)
 
 
@@ -36,16 +24,13 @@ def test_solves_10d_sphere_despite_nonfinite_fitness(sphere_setup):
     """Tolerance: f(mean) < 1e-6 after 1000 generations of 40 (constant sigma 0.3, Adam with a
     decaying step; two NaN/inf members per generation)."""
     es, run = sphere_setup
-    state, metrics = run(jax.random.key(0), es.default_params(), 1000)
-    assert_finite_tree(state)
-    assert float(sphere(state.mean)) < 1e-6
+    _, metrics = fdg.check_solves_sphere_despite_nonfinite(es, generations=1000, tol=1e-6, run=run)
     assert float(metrics["best_fitness"]) < 0.3**2 * 10  # samples sit at distance ~sigma*sqrt(d)
 
 
 def test_vmap_over_seeds_and_sigma_equals_separate_runs(sphere_setup):
     es, run = sphere_setup
-    params = stack_params(es.default_params(), sigma_init=[0.1, 0.3, 0.05])
-    check_vmap_matches_separate(es, run, params, jax.random.split(jax.random.key(3), 3), 25)
+    fdg.check_vmap_over_seeds_and_params(es, generations=25, run=run, sigma_init=[0.1, 0.3, 0.05])
 
 
 def test_gradient_unbiased_on_linear_function():
@@ -104,12 +89,8 @@ def test_float32_3000_generations_past_convergence_stay_finite():
     decaying alike: the state must stay finite and converged."""
     shrink = lambda v: optax.exponential_decay(v, 1, 0.98)
     es = OpenES(32, jnp.full(30, 1.0), optimizer=optax.adam(shrink(0.05)), sigma_schedule=shrink(0.3))
-    state, metrics = make_runner(es)(jax.random.key(0), es.default_params(), 3000)
-    assert state.mean.dtype == jnp.float32
+    state, _ = fdg.check_float32_long_run_stays_finite(es, generations=3000, tol=1e-3)
     assert float(es.sigma(state, es.default_params())) < 1e-25
-    assert_finite_tree(state)
-    assert_finite_tree(metrics)
-    assert float(sphere(state.mean)) < 1e-3
 
 
 def test_solution_template_pytree_roundtrip():
@@ -172,3 +153,68 @@ def test_sigma_schedule_is_followed():
         assert np.isclose(float(es.sigma(state, es.default_params())), 0.5 / (1 + g))
         x, state = es.ask(jax.random.key(g), state)
         state, m = es.tell(jax.random.key(g), state, x, sphere(x))
+
+
+# -- peak memory of the jitted generation: sampling in place, no half-population copies -------------
+
+
+@pytest.mark.parametrize("mirrored", [True, False], ids=["mirrored", "plain"])
+@pytest.mark.parametrize("rows", [12, 14, 4])  # several blocks and a partial last block; one block
+def test_sampled_population_is_the_written_out_draw(mirrored, rows):
+    """Block-by-block in-place writing gives ``mean +/- scale * chunked_normal(...)``: the same draw, the
+    values within float32 rounding (XLA may fuse ``mean + scale * z`` into a multiply-add in one program only;
+    the OpenES runs recorded before the change came out bit-identical)."""
+    from evotensor.es.open_es import chunked_normal, sampled_population
+
+    d, chunk = 5, 3 * 4 * 5  # 3 rows per noise block
+    key, mean, scale = jax.random.key(3), jnp.linspace(-1.0, 1.0, d), jnp.float32(0.3)
+
+    @jax.jit
+    def both(key, mean, scale):
+        z = chunked_normal(key, rows // 2 if mirrored else rows, d, chunk)
+        want = jnp.concatenate([mean + scale * z, mean - scale * z]) if mirrored else mean + scale * z
+        return sampled_population(key, mean, scale, rows, mirrored, chunk), want
+
+    got, want = both(key, mean, scale)
+    assert got.shape == (rows, d)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+    if mirrored:
+        h = rows // 2  # antithetic: pairs average to the mean
+        np.testing.assert_allclose(
+            np.asarray(got[:h] + got[h:]), np.tile(2 * np.asarray(mean), (h, 1)), atol=1e-6
+        )
+
+
+def test_mirrored_pair_sum_is_bitwise_pair_sum_and_matches_float64():
+    from evotensor.es.gradient_es import pair_sum
+    from evotensor.es.open_es import mirrored_pair_sum
+
+    rng = np.random.default_rng(0)
+    w = jnp.asarray(rng.normal(size=64), jnp.float32)
+    x = jnp.asarray(rng.normal(size=(64, 300)), jnp.float32)
+    got = np.asarray(jax.jit(mirrored_pair_sum)(w, x))
+    np.testing.assert_array_equal(got, np.asarray(jax.jit(pair_sum)(w, x)))
+    w64, x64 = np.asarray(w, np.float64), np.asarray(x, np.float64)
+    want = sum((w64[i] - w64[i + 32]) * (x64[i] - x64[i + 32]) for i in range(32))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_jitted_generation_holds_about_one_population():
+    """XLA's buffer assignment for ask -> sphere -> tell: the population plus a few noise blocks of
+    ``NOISE_CHUNK_BYTES`` (before, it also held the noise and two half-population copies: ~2.5
+    populations plus the blocks; at d=100,000, pop=1024 1027 MB, now 458 MB)."""
+    from evotensor.es.open_es import NOISE_CHUNK_BYTES
+
+    pop, d = 1024, 20_000  # noise drawn in 4 blocks of 104 rows and a partial one
+    es = OpenES(pop, num_dims=d, optimizer=optax.adam(1e-3), sigma_init=0.02)
+
+    def generation(state, key):
+        x, state = es.ask(key, state)
+        state, metrics = es.tell(key, state, x, jnp.sum((x - 1.0) ** 2, axis=1))
+        return state, metrics["best_fitness"]
+
+    state = es.init(jax.random.key(0))
+    compiled = jax.jit(generation, donate_argnums=0).lower(state, jax.random.key(1)).compile()
+    population_bytes = pop * d * 4
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    assert population_bytes <= temp < population_bytes + 8 * NOISE_CHUNK_BYTES, temp / population_bytes

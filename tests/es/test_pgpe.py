@@ -5,40 +5,25 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from tests.es.es_fdg_helpers import (
-    assert_finite_tree,
-    assert_unbiased,
-    check_vmap_matches_separate,
-    make_runner,
-    mean_and_stderr,
-    sphere,
-    stack_params,
-)
+from tests.es import fdg_contract as fdg
+from tests.es.es_fdg_helpers import assert_unbiased, make_runner, mean_and_stderr, sphere
 
 from evotensor.es import PGPE
 from evotensor.es.gradient_es import identity_shaping
 from evotensor.es.optimizers import clipup
 from evotensor.es.pgpe import pgpe_gradients
 
-X0 = jnp.full(10, 3.0)
-
-
-def decay(v):
-    return optax.exponential_decay(v, 1, 0.99, end_value=1e-5)
-
 
 @pytest.fixture(scope="module")
 def sphere_setup():
-    es = PGPE(40, X0, optimizer=clipup(decay(0.3)), sigma_init=1.0)
+    es = PGPE(40, fdg.X0, optimizer=clipup(fdg.decay(0.3)), sigma_init=1.0)
     return es, make_runner(es, nonfinite=True)
 
 
 def test_solves_10d_sphere_despite_nonfinite_fitness(sphere_setup):
     """Tolerance: f(mean) < 1e-6 after 1000 generations of 40 (ClipUp with a decaying step)."""
     es, run = sphere_setup
-    state, _ = run(jax.random.key(0), es.default_params(), 1000)
-    assert_finite_tree(state)
-    assert float(sphere(state.mean)) < 1e-6
+    fdg.check_solves_sphere_despite_nonfinite(es, generations=1000, tol=1e-6, run=run)
 
 
 def test_mean_gradient_unbiased_on_linear_function():
@@ -100,19 +85,15 @@ def test_sigma_change_is_clipped_and_floored():
 @pytest.mark.slow
 def test_float32_3000_generations_past_convergence_stay_finite():
     es = PGPE(32, jnp.full(30, 1.0), optimizer=clipup(optax.exponential_decay(0.1, 1, 0.98)), sigma_init=0.3)
-    state, metrics = make_runner(es)(jax.random.key(0), es.default_params(), 3000)
-    assert_finite_tree(state)
-    assert_finite_tree(metrics)
-    assert float(sphere(state.mean)) < 1e-3
+    fdg.check_float32_long_run_stays_finite(es, generations=3000, tol=1e-3)
 
 
 @pytest.mark.slow
 def test_vmap_over_seeds_and_sigma_equals_separate_runs(sphere_setup):
     es, run = sphere_setup
-    params = stack_params(
-        es.default_params(), sigma_init=[1.0, 0.3, 0.1], sigma_learning_rate=[0.1, 0.2, 0.05]
+    fdg.check_vmap_over_seeds_and_params(
+        es, generations=25, run=run, sigma_init=[1.0, 0.3, 0.1], sigma_learning_rate=[0.1, 0.2, 0.05]
     )
-    check_vmap_matches_separate(es, run, params, jax.random.split(jax.random.key(3), 3), 25)
 
 
 def test_validation_errors():

@@ -6,14 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tests.es import scan_runner
+from tests.es.scan_runner import sphere
 from tests.es.test_cma_es import eigh_placements
 
 from evotensor.core.numerics import exact_sum
 from evotensor.es import BIPOPCMAES, CMAES, IPOPCMAES
-
-
-def sphere(x):
-    return exact_sum(x**2)
 
 
 def rastrigin(x):
@@ -24,18 +22,13 @@ def flat(x):
     return jnp.zeros(x.shape[0], x.dtype)
 
 
+def campaign_record(state, fitness, metrics):
+    """Per generation: ``(best fitness so far, population size, restarted, evaluations)``."""
+    return state.best_fitness, metrics["population_size"], metrics["restarted"], state.evaluations
+
+
 def make_run(es, f, generations):
-    def run(key, params):
-        def step(state, k):
-            k1, k2 = jax.random.split(k)
-            x, state = es.ask(k1, state, params)
-            state, m = es.tell(k2, state, x, f(x), params)
-            return state, (state.best_fitness, m["population_size"], m["restarted"], state.evaluations)
-
-        init_key, loop_key = jax.random.split(key)
-        return jax.lax.scan(step, es.init(init_key, params), jax.random.split(loop_key, generations))
-
-    return jax.jit(run)
+    return scan_runner.make_run(es, f, generations, record=campaign_record)
 
 
 def test_ipop_doubles_population_on_each_restart_up_to_the_cap():

@@ -8,28 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tests.es.scan_runner import check_vmap_over_seeds_and_sigma_init, make_run, sphere
 
 from evotensor.core.numerics import exact_sum
 from evotensor.es import SepCMAES
-
-
-def sphere(x):
-    return exact_sum(x**2)
-
-
-def make_run(es, f, generations):
-    def run(key, params):
-        def step(state, k):
-            k1, k2 = jax.random.split(k)
-            x, state = es.ask(k1, state, params)
-            fx = f(x)
-            state, _ = es.tell(k2, state, x, fx, params)
-            return state, jnp.min(fx)
-
-        init_key, loop_key = jax.random.split(key)
-        return jax.lax.scan(step, es.init(init_key, params), jax.random.split(loop_key, generations))
-
-    return jax.jit(run)
 
 
 def reference_step(n, lam, state, x, f):
@@ -132,18 +114,4 @@ def test_bad_arguments():
 
 
 def test_vmap_over_seeds_and_sigma_init_is_bit_identical():
-    es = SepCMAES(num_dims=8, mean_init=np.full(8, 2.0))
-    run = make_run(es, sphere, 15)
-    params = es.default_params()
-    keys = jax.random.split(jax.random.key(3), 3)
-    batched = jax.jit(jax.vmap(run, in_axes=(0, None)))(keys, params)
-    sigmas = jnp.asarray([0.1, 1.0, 3.0])
-    hyper = jax.jit(jax.vmap(run, in_axes=(None, 0)))(
-        keys[0], jax.vmap(lambda s: params.replace(sigma_init=s))(sigmas)
-    )
-    for i in range(3):
-        for a, b in zip(jax.tree_util.tree_leaves(batched), jax.tree_util.tree_leaves(run(keys[i], params))):
-            np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
-        single = run(keys[0], params.replace(sigma_init=sigmas[i]))
-        for a, b in zip(jax.tree_util.tree_leaves(hyper), jax.tree_util.tree_leaves(single)):
-            np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
+    check_vmap_over_seeds_and_sigma_init(SepCMAES(num_dims=8, mean_init=np.full(8, 2.0)), generations=15)

@@ -53,8 +53,8 @@ from jax.flatten_util import ravel_pytree
 
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.core.strategy import as_solution_space
 from evotensor.es.base import VectorStrategy
+from evotensor.es.mean_sigma import check_sigma_init, float_dtype, population_size_or_default
 
 PRESETS = ("pycma", "tutorial")
 LARGE_DIMS = 2000  # above this, full C costs O(n^2) memory per run and O(n^3) per decomposition
@@ -145,6 +145,9 @@ def cma_constants(num_dims: int, lam: Any, size: int, preset: str = "pycma", xp:
 # --------------------------------------------------------------------------------------------------
 # params and state
 # --------------------------------------------------------------------------------------------------
+GUARDS = dict(sigma_min=1e-20, sigma_max=1e20, max_condition=1e14)  # default numerical guards of the params
+
+
 @pytree_dataclass
 class CMAESParams:
     """Dynamic hyperparameters of CMA-ES (a pytree: ``vmap`` over any field).
@@ -206,14 +209,30 @@ class CMAESState:
     best_fitness: jax.Array
 
 
+def params_from_constants(
+    consts: dict[str, Any],
+    dtype: Any,
+    mean_init: jax.Array,
+    sigma_init: jax.Array,
+    **guards: jax.Array,
+) -> CMAESParams:
+    """:class:`CMAESParams` with the learning rates of ``consts`` (:func:`cma_constants`' dict plus
+    ``chi_n``; NumPy or traced) cast to ``dtype``, ``c_mean = 1``, and ``mean_init [n]``,
+    ``sigma_init []`` and ``guards`` (``sigma_min``, ``sigma_max``, ``max_condition``) as given."""
+    rates = ("mu_eff", "c_sigma", "d_sigma", "c_c", "c_1", "c_mu", "chi_n", "lazy_gap")
+    return CMAESParams(
+        mean_init=mean_init,
+        sigma_init=sigma_init,
+        weights=jnp.asarray(consts["weights"], dtype),
+        c_mean=jnp.asarray(1.0, dtype),
+        **{k: jnp.asarray(consts[k], dtype) for k in rates},
+        **guards,
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # pure building blocks (shared with Sep-CMA-ES and the restart wrappers)
 # --------------------------------------------------------------------------------------------------
-def float_dtype() -> Any:
-    """float32 unless x64 is enabled (then float64, used by the pycma reference tests)."""
-    return jnp.result_type(float)
-
-
 def initial_state(mean: jax.Array, sigma: jax.Array) -> CMAESState:
     """Fresh state around ``mean [n]`` with ``C = I``."""
     n = mean.shape[0]
@@ -474,15 +493,11 @@ class CMAES(VectorStrategy):
         preset: str = "pycma",
         mean_init: Any = None,
     ):
-        n = as_solution_space(solution, num_dims).num_dims
-        if population_size is None:
-            population_size = 4 + int(math.floor(3 * math.log(n)))
-        super().__init__(population_size, solution, num_dims)
+        super().__init__(population_size_or_default(population_size, solution, num_dims), solution, num_dims)
+        n, population_size = self.num_dims, self.population_size
         if preset not in PRESETS:
             raise ValueError(f"preset must be one of {PRESETS}, got {preset!r}")
-        sigma_init = float(sigma_init)
-        if not (math.isfinite(sigma_init) and sigma_init > 0):
-            raise ValueError(f"sigma_init must be a positive finite number, got {sigma_init!r}")
+        sigma_init = check_sigma_init(sigma_init)
         if n > LARGE_DIMS:
             warnings.warn(
                 f"CMAES with num_dims={n} stores n x n matrices ({4 * n * n / 2**20:.0f} MiB each in "
@@ -517,28 +532,9 @@ class CMAES(VectorStrategy):
     def default_params(self) -> CMAESParams:
         """pycma's (or purecma's) defaults as arrays of the default float dtype."""
         dtype = float_dtype()
-        c = self.constants
-
-        def s(v):
-            return jnp.asarray(v, dtype)
-
-        return CMAESParams(
-            mean_init=jnp.asarray(self._mean_init, dtype),
-            sigma_init=s(self.sigma_init),
-            weights=jnp.asarray(c["weights"], dtype),
-            mu_eff=s(c["mu_eff"]),
-            c_mean=s(1.0),
-            c_sigma=s(c["c_sigma"]),
-            d_sigma=s(c["d_sigma"]),
-            c_c=s(c["c_c"]),
-            c_1=s(c["c_1"]),
-            c_mu=s(c["c_mu"]),
-            chi_n=s(c["chi_n"]),
-            lazy_gap=s(c["lazy_gap"]),
-            sigma_min=s(1e-20),
-            sigma_max=s(1e20),
-            max_condition=s(1e14),
-        )
+        mean_init, sigma_init = jnp.asarray(self._mean_init, dtype), jnp.asarray(self.sigma_init, dtype)
+        guards = {k: jnp.asarray(v, dtype) for k, v in GUARDS.items()}
+        return params_from_constants(self.constants, dtype, mean_init, sigma_init, **guards)
 
     @property
     def squared_csa(self) -> bool:

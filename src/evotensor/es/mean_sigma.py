@@ -1,12 +1,14 @@
-"""What the matrix-adaptation strategies (MA-ES, LM-MA-ES) share.
+"""What the mean-and-step-size strategies (MA-ES, LM-MA-ES, Sep-CMA-ES, Rm-ES; CMA-ES and the restart
+wrappers for the constructor checks) share.
 
-Both search with ``x = mean + sigma d`` where ``d`` is a transformed standard normal ``z``; ``tell``
-ranks the ``z`` drawn by the last ``ask`` (kept in the state) with positive log weights on the best
-half, accumulates an evolution path and adapts ``sigma`` multiplicatively. Constants are computed in
-float64 and stored in the float dtype of the run (float32, or float64 under x64 as in the pycma
-reference tests). :class:`MeanSigmaStrategy` holds the common constructor (default population size,
+MA-ES and LM-MA-ES search with ``x = mean + sigma d`` where ``d`` is a transformed standard normal
+``z``; ``tell`` ranks the ``z`` drawn by the last ``ask`` (kept in the state) with positive log weights
+on the best half, accumulates an evolution path and adapts ``sigma`` multiplicatively. Constants are
+computed in float64 and stored in the float dtype of the run (float32, or float64 under x64 as in the
+pycma reference tests). :class:`MeanSigmaStrategy` holds the common constructor (default population size,
 ``sigma_init``, ``mean_init``), params, state fields and bookkeeping; each strategy keeps its own
-update equations.
+update equations. Sep-CMA-ES and Rm-ES keep no ``z`` and use only the constructor, the shared params
+and :meth:`MeanSigmaStrategy._advance`.
 """
 
 from __future__ import annotations
@@ -21,12 +23,24 @@ import numpy as np
 from evotensor.core.numerics import exact_sum
 from evotensor.core.strategy import as_solution_space
 from evotensor.es.base import VectorStrategy, update_best
-from evotensor.es.cma_es import float_dtype
+
+
+def float_dtype() -> Any:
+    """float32 unless x64 is enabled (then float64, used by the pycma reference tests)."""
+    return jnp.result_type(float)
 
 
 def default_population_size(num_dims: int) -> int:
     """CMA-ES's ``4 + floor(3 ln n)``."""
     return 4 + int(math.floor(3 * math.log(num_dims)))
+
+
+def population_size_or_default(population_size: int | None, solution: Any, num_dims: int | None) -> int:
+    """``population_size``, or :func:`default_population_size` of the space's ``n`` when it is ``None``
+    (``solution`` / ``num_dims`` as for :class:`VectorStrategy`)."""
+    if population_size is not None:
+        return population_size
+    return default_population_size(as_solution_space(solution, num_dims).num_dims)
 
 
 def positive_log_weights(population_size: int) -> np.ndarray:
@@ -70,11 +84,12 @@ def step_sigma(sigma: jax.Array, log_step: jax.Array, params: Any) -> jax.Array:
 
 
 class MeanSigmaStrategy(VectorStrategy):
-    """Base of MA-ES and LM-MA-ES.
+    """Base of MA-ES, LM-MA-ES, Sep-CMA-ES and Rm-ES.
 
     Params have at least ``mean_init [n]``, ``sigma_init``, ``weights [pop]``, ``mu_eff``, ``sigma_min``
-    and ``sigma_max``; states at least ``mean [n]``, ``sigma []``, ``z [pop, n]`` (the last draw),
-    ``generation []`` int32, ``best_solution [n]`` and ``best_fitness []``.
+    and ``sigma_max``; states at least ``mean [n]``, ``sigma []``, ``generation []`` int32,
+    ``best_solution [n]`` and ``best_fitness []``, and ``z [pop, n]`` (the last draw) for the members
+    that use :meth:`_shared_state`, :meth:`_sample_z` and :meth:`_ranked`.
 
     Args:
         population_size: ``None`` -> ``4 + floor(3 ln n)``.
@@ -86,10 +101,7 @@ class MeanSigmaStrategy(VectorStrategy):
     min_population_size = 2
 
     def __init__(self, population_size, solution, num_dims, sigma_init, mean_init):
-        n = as_solution_space(solution, num_dims).num_dims
-        if population_size is None:
-            population_size = default_population_size(n)
-        super().__init__(population_size, solution, num_dims)
+        super().__init__(population_size_or_default(population_size, solution, num_dims), solution, num_dims)
         self.sigma_init = check_sigma_init(sigma_init)
         self._mean_init = check_mean_init(mean_init, self.initial_mean(), self.num_dims)
 

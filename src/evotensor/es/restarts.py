@@ -30,26 +30,26 @@ With ``init_bounds=(low, high)`` every restart draws its mean uniformly in the b
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space, check_population_size
 from evotensor.es.base import VectorStrategy
 from evotensor.es.cma_es import (
+    GUARDS,
     CMAESParams,
     CMAESState,
     chi_n,
     cma_constants,
     cma_update,
-    float_dtype,
     initial_state,
+    params_from_constants,
     sample,
 )
+from evotensor.es.mean_sigma import check_mean_init, check_sigma_init, default_population_size, float_dtype
 from evotensor.es.termination import (
     FLAGS,
     Termination,
@@ -137,18 +137,14 @@ class RestartCMAES(VectorStrategy):
         init_bounds: tuple[float, float] | None = None,
     ):
         n = as_solution_space(solution, num_dims).num_dims
-        lam0 = 4 + int(math.floor(3 * math.log(n))) if base_population_size is None else base_population_size
+        lam0 = default_population_size(n) if base_population_size is None else base_population_size
         lam0 = check_population_size(lam0, 2, "base_population_size")
         max_pop = check_population_size(max_population_size, lam0, "max_population_size")
         super().__init__(max_pop, solution, num_dims)
         self.base_population_size = lam0
         self.max_population_size = max_pop
-        if not (math.isfinite(float(sigma_init)) and float(sigma_init) > 0):
-            raise ValueError(f"sigma_init must be a positive finite number, got {sigma_init!r}")
-        self.sigma_init = float(sigma_init)
-        self._mean_init = np.asarray(self.initial_mean() if mean_init is None else mean_init, np.float64)
-        if self._mean_init.shape != (self.num_dims,):
-            raise ValueError(f"mean_init must have shape ({self.num_dims},), got {self._mean_init.shape}")
+        self.sigma_init = check_sigma_init(sigma_init)
+        self._mean_init = check_mean_init(mean_init, self.initial_mean(), self.num_dims)
         if init_bounds is not None:
             low, high = (float(b) for b in init_bounds)
             if not low < high:
@@ -165,35 +161,17 @@ class RestartCMAES(VectorStrategy):
         return RestartParams(
             mean_init=s(self._mean_init),
             sigma_init=s(self.sigma_init),
-            sigma_min=s(1e-20),
-            sigma_max=s(1e20),
-            max_condition=s(1e14),
+            **{k: s(v) for k, v in GUARDS.items()},
             inc_popsize=s(2.0),
             termination=default_termination_params(),
         )
 
     def run_params(self, population_size: jax.Array, params: RestartParams) -> CMAESParams:
         """pycma's constants for a (traced) ``lambda``, weights padded to ``max_population_size``."""
-        dtype = params.sigma_init.dtype
         c = cma_constants(self.num_dims, population_size, self.max_population_size, "pycma", jnp)
-        s = lambda v: jnp.asarray(v, dtype)  # noqa: E731
-        return CMAESParams(
-            mean_init=params.mean_init,
-            sigma_init=params.sigma_init,
-            weights=s(c["weights"]),
-            mu_eff=s(c["mu_eff"]),
-            c_mean=s(1.0),
-            c_sigma=s(c["c_sigma"]),
-            d_sigma=s(c["d_sigma"]),
-            c_c=s(c["c_c"]),
-            c_1=s(c["c_1"]),
-            c_mu=s(c["c_mu"]),
-            chi_n=s(self._chi_n),
-            lazy_gap=s(c["lazy_gap"]),
-            sigma_min=params.sigma_min,
-            sigma_max=params.sigma_max,
-            max_condition=params.max_condition,
-        )
+        guards = {k: getattr(params, k) for k in GUARDS}
+        consts, dtype = {**c, "chi_n": self._chi_n}, params.sigma_init.dtype
+        return params_from_constants(consts, dtype, params.mean_init, params.sigma_init, **guards)
 
     def max_iterations(self, population_size: jax.Array) -> jax.Array:
         """pycma's ``maxiter = 100 + 150 (n+3)^2 // sqrt(lambda)``."""

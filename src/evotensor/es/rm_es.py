@@ -27,14 +27,10 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import VectorStrategy, update_best
-from evotensor.es.cma_es import float_dtype
-from evotensor.es.mean_sigma import positive_log_weights
+from evotensor.es.mean_sigma import MeanSigmaStrategy, as_float, positive_log_weights
 
 
 @pytree_dataclass
@@ -73,19 +69,15 @@ class RmESState:
     best_fitness: jax.Array
 
 
-class RmES(VectorStrategy):
+class RmES(MeanSigmaStrategy):
     """Rank-m ES for large ``n`` (O(m n) memory).
 
-    Args:
-        population_size: ``None`` -> ``4 + floor(3 ln n)``.
-        solution / num_dims: the solution template or flat dimension (exactly one).
-        sigma_init: initial step size (> 0).
-        mean_init: optional initial mean ``[n]``.
-        num_paths: ``m``, the number of archived evolution paths (default 2).
+    Args: as :class:`~evotensor.es.mean_sigma.MeanSigmaStrategy` (``population_size=None`` ->
+    ``4 + floor(3 ln n)``; ``solution`` / ``num_dims``; ``sigma_init > 0``; optional ``mean_init [n]``),
+    plus ``num_paths``: ``m``, the number of archived evolution paths (default 2).
     """
 
     name = "rm_es"
-    min_population_size = 2
 
     def __init__(
         self,
@@ -97,39 +89,22 @@ class RmES(VectorStrategy):
         mean_init=None,
         num_paths=2,
     ):
-        n = as_solution_space(solution, num_dims).num_dims
-        if population_size is None:
-            population_size = 4 + int(math.floor(3 * math.log(n)))
-        super().__init__(population_size, solution, num_dims)
-        if not (math.isfinite(float(sigma_init)) and float(sigma_init) > 0):
-            raise ValueError(f"sigma_init must be a positive finite number, got {sigma_init!r}")
+        super().__init__(population_size, solution, num_dims, sigma_init, mean_init)
         if isinstance(num_paths, bool) or not isinstance(num_paths, int) or num_paths < 1:
             raise ValueError(f"num_paths must be a positive int, got {num_paths!r}")
         self.num_paths = num_paths
-        self.mu = population_size // 2
-        self.sigma_init = float(sigma_init)
-        self._mean_init = np.asarray(self.initial_mean() if mean_init is None else mean_init, np.float64)
-        if self._mean_init.shape != (self.num_dims,):
-            raise ValueError(f"mean_init must have shape ({self.num_dims},), got {self._mean_init.shape}")
+        self.mu = self.population_size // 2
 
     def default_params(self) -> RmESParams:
         n = float(self.num_dims)
-        w = positive_log_weights(self.population_size)
-        dtype = float_dtype()
-        s = lambda v: jnp.asarray(v, dtype)  # noqa: E731
         return RmESParams(
-            mean_init=s(self._mean_init),
-            sigma_init=s(self.sigma_init),
-            weights=s(w),
-            mu_eff=s(1 / np.sum(w**2)),
-            c_cov=s(1 / (3 * math.sqrt(n) + 5)),
-            c_c=s(2 / (n + 7)),
-            c_s=s(0.3),
-            q_star=s(0.3),
-            d_sigma=s(1.0),
-            gap=s(n),
-            sigma_min=s(1e-20),
-            sigma_max=s(1e20),
+            **self._shared_params(positive_log_weights(self.population_size)),
+            c_cov=as_float(1 / (3 * math.sqrt(n) + 5)),
+            c_c=as_float(2 / (n + 7)),
+            c_s=as_float(0.3),
+            q_star=as_float(0.3),
+            d_sigma=as_float(1.0),
+            gap=as_float(n),
         )
 
     def _init(self, key, params):
@@ -195,17 +170,7 @@ class RmES(VectorStrategy):
         P = jnp.where((idx >= i_drop)[:, None], shifted_P, state.P)
         t_hat = jnp.where(idx >= i_drop, shifted_t, state.t_hat)
 
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x.astype(dtype), fitness)
-        new = RmESState(
-            mean=mean,
-            sigma=sigma,
-            p=p,
-            P=P,
-            t_hat=t_hat,
-            s=s,
-            prev_fitness=current,
-            generation=state.generation + 1,
-            best_solution=best_x,
-            best_fitness=best_f.astype(dtype),
+        new, metrics = self._advance(
+            state, x, fitness, mean=mean, sigma=sigma, p=p, P=P, t_hat=t_hat, s=s, prev_fitness=current
         )
-        return new, {"sigma": sigma, "success_rate": q}
+        return new, {**metrics, "success_rate": q}

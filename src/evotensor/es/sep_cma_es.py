@@ -34,10 +34,9 @@ import numpy as np
 
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import VectorStrategy
-from evotensor.es.cma_es import float_dtype
 from evotensor.es.gradient_es import best_row_update
+from evotensor.es.ma_es import expected_norm
+from evotensor.es.mean_sigma import MeanSigmaStrategy, as_float, step_sigma
 
 
 def sep_cma_constants(num_dims: int, population_size: int) -> dict[str, Any]:
@@ -62,7 +61,7 @@ def sep_cma_constants(num_dims: int, population_size: int) -> dict[str, Any]:
         c_c=4 / (n + 4),
         c_1=c_cov / mu_cov,
         c_mu=c_cov * (1 - 1 / mu_cov),
-        chi_n=math.sqrt(n) * (1 - 1 / (4 * n) + 1 / (21 * n**2)),
+        chi_n=expected_norm(num_dims),
     )
 
 
@@ -100,50 +99,26 @@ class SepCMAESState:
     best_fitness: jax.Array
 
 
-class SepCMAES(VectorStrategy):
+class SepCMAES(MeanSigmaStrategy):
     """Separable (diagonal) CMA-ES, O(n) memory and time per candidate.
 
-    Args:
-        population_size: ``None`` -> ``4 + floor(3 ln n)``.
-        solution / num_dims: the solution template or flat dimension (exactly one).
-        sigma_init: initial step size (> 0).
-        mean_init: optional initial mean (default: the template's values, or 0).
+    Args: as :class:`~evotensor.es.mean_sigma.MeanSigmaStrategy` (``population_size=None`` ->
+    ``4 + floor(3 ln n)``; ``solution`` / ``num_dims``; ``sigma_init > 0``; optional ``mean_init [n]``).
     """
 
     name = "sep_cma_es"
-    min_population_size = 2
 
     def __init__(self, population_size=None, solution=None, num_dims=None, *, sigma_init=1.0, mean_init=None):
-        n = as_solution_space(solution, num_dims).num_dims
-        if population_size is None:
-            population_size = 4 + int(math.floor(3 * math.log(n)))
-        super().__init__(population_size, solution, num_dims)
-        if not (math.isfinite(float(sigma_init)) and float(sigma_init) > 0):
-            raise ValueError(f"sigma_init must be a positive finite number, got {sigma_init!r}")
-        self.sigma_init = float(sigma_init)
-        self._mean_init = np.asarray(self.initial_mean() if mean_init is None else mean_init, np.float64)
-        if self._mean_init.shape != (self.num_dims,):
-            raise ValueError(f"mean_init must have shape ({self.num_dims},), got {self._mean_init.shape}")
-        self.constants = sep_cma_constants(n, population_size)
+        super().__init__(population_size, solution, num_dims, sigma_init, mean_init)
+        self.constants = sep_cma_constants(self.num_dims, self.population_size)
 
     def default_params(self) -> SepCMAESParams:
-        dtype = float_dtype()
         c = self.constants
-        s = lambda v: jnp.asarray(v, dtype)  # noqa: E731
+        rates = ("c_sigma", "d_sigma", "c_c", "c_1", "c_mu", "chi_n")
         return SepCMAESParams(
-            mean_init=s(self._mean_init),
-            sigma_init=s(self.sigma_init),
-            weights=s(c["weights"]),
-            mu_eff=s(c["mu_eff"]),
-            c_sigma=s(c["c_sigma"]),
-            d_sigma=s(c["d_sigma"]),
-            c_c=s(c["c_c"]),
-            c_1=s(c["c_1"]),
-            c_mu=s(c["c_mu"]),
-            chi_n=s(c["chi_n"]),
-            sigma_min=s(1e-20),
-            sigma_max=s(1e20),
-            max_condition=s(1e14),
+            **self._shared_params(c["weights"]),
+            **{k: as_float(c[k]) for k in rates},
+            max_condition=as_float(1e14),
         )
 
     def _init(self, key, params):
@@ -203,8 +178,7 @@ class SepCMAES(VectorStrategy):
         # condition guard: lift the smallest variances (keeps 1/sqrt(c) finite in float32)
         tiny = jnp.finfo(dtype).tiny
         c = jnp.maximum(c, jnp.maximum(jnp.max(c) / params.max_condition, tiny))
-        log_step = jnp.clip(c_s / params.d_sigma * (ps_norm / params.chi_n - 1), -1.0, 1.0)
-        sigma = jnp.clip(state.sigma * jnp.exp(log_step), params.sigma_min, params.sigma_max)
+        sigma = step_sigma(state.sigma, c_s / params.d_sigma * (ps_norm / params.chi_n - 1), params)
         best_x, best_f = best_row_update(
             state.best_solution, state.best_fitness, best_row.astype(dtype), fitness
         )
