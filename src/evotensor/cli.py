@@ -85,9 +85,7 @@ def run_task(
     resume: Path | None = typer.Option(None, "--resume", help="continue the run in this directory"),
     config: Path | None = typer.Option(None, "--config", help="TOML file of task options"),
     set_: list[str] = typer.Option([], "--set", help="task option KEY=VALUE (repeatable)"),
-    chunk_size: int | None = typer.Option(
-        None, "--chunk-size", min=1, help="generations per compiled chunk"
-    ),
+    chunk_size: int | None = typer.Option(None, "--chunk-size", min=1, help="generations per compiled chunk"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress output"),
 ) -> None:
     """Run TASK and write a run directory (config, metrics, checkpoint, best solution, plots)."""

@@ -66,6 +66,7 @@ def test_vmapped_products_equal_separate_ones_bitwise(name):
     fn, sa, sb = PRODUCTS[name]
     r = np.random.default_rng(2)
     a, b = r.standard_normal((3, *sa)).astype(np.float32), r.standard_normal((3, *sb)).astype(np.float32)
+
     # the products feed adds around them, as in a strategy's update
     def g(a, b):
         p = fn(a, b)
