@@ -218,3 +218,19 @@ def test_jitted_generation_holds_about_one_population():
     population_bytes = pop * d * 4
     temp = compiled.memory_analysis().temp_size_in_bytes
     assert population_bytes <= temp < population_bytes + 8 * NOISE_CHUNK_BYTES, temp / population_bytes
+
+
+def test_grad_through_mirrored_pair_sum_matches_its_bilinear_derivative():
+    """mirrored_pair_sum (a custom_vmap) differentiates like pair_sum, also under vmap."""
+    from evotensor.es.gradient_es import pair_sum
+    from evotensor.es.open_es import mirrored_pair_sum
+
+    w = jax.random.normal(jax.random.key(0), (8,))
+    x = jax.random.normal(jax.random.key(1), (8, 5))
+    loss = lambda f: lambda w, x: jnp.sum(f(w, x) ** 2)  # noqa: E731
+    got = jax.grad(loss(mirrored_pair_sum), argnums=(0, 1))(w, x)
+    want = jax.grad(loss(pair_sum), argnums=(0, 1))(w, x)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    batched = jax.vmap(jax.grad(loss(mirrored_pair_sum)))(jnp.stack([w, -w]), jnp.stack([x, x]))
+    np.testing.assert_allclose(batched[0], want[0], rtol=1e-5, atol=1e-6)

@@ -338,7 +338,27 @@ def _lazy_stack_vmap(axis_size, in_batched, *args):
     return tuple(jnp.reshape(o, (axis_size, k, *o.shape[1:])) for o in out), (True,) * 4
 
 
+def _lazy_eigen_update_plain(do, C, B, D, last_eigen, generation, max_condition):
+    """The unbatched lazy update: a ``lax.cond`` (also the differentiation rule, see below)."""
+
+    def _decomposed():
+        return (*decompose(C, B, D, max_condition), generation)
+
+    return jax.lax.cond(do, _decomposed, lambda: (C, B, D, last_eigen))
+
+
 @jax.custom_batching.custom_vmap
+def _lazy_eigen_update_batchable(do, C, B, D, last_eigen, generation, max_condition):
+    return _lazy_eigen_update_plain(do, C, B, D, last_eigen, generation, max_condition)
+
+
+@_lazy_eigen_update_batchable.def_vmap
+def _lazy_eigen_update_vmap(axis_size, in_batched, *args):
+    stacked = [a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched)]
+    return tuple(_lazy_stack(*stacked)), (True,) * 4
+
+
+@jax.custom_jvp
 def lazy_eigen_update(do, C, B, D, last_eigen, generation, max_condition):
     """``(C, B, D, last_eigen)`` after a decomposition if ``do``, else unchanged (``C`` as given).
 
@@ -349,18 +369,15 @@ def lazy_eigen_update(do, C, B, D, last_eigen, generation, max_condition):
         max_condition: ``[]`` condition-number limit (see :func:`decompose`).
 
     Under ``vmap`` it stays lazy: the ``eigh`` runs only in generations where some run is due.
+    Differentiation (``jax.grad`` through ``tell``, e.g. meta-learning) uses the plain ``lax.cond``'s
+    derivative: ``custom_vmap`` alone has no reverse-mode rule.
     """
-
-    def _decomposed():
-        return (*decompose(C, B, D, max_condition), generation)
-
-    return jax.lax.cond(do, _decomposed, lambda: (C, B, D, last_eigen))
+    return _lazy_eigen_update_batchable(do, C, B, D, last_eigen, generation, max_condition)
 
 
-@lazy_eigen_update.def_vmap
-def _lazy_eigen_update_vmap(axis_size, in_batched, *args):
-    stacked = [a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched)]
-    return tuple(_lazy_stack(*stacked)), (True,) * 4
+@lazy_eigen_update.defjvp
+def _lazy_eigen_update_jvp(primals, tangents):
+    return jax.jvp(_lazy_eigen_update_plain, primals, tangents)
 
 
 def cma_update(

@@ -102,6 +102,20 @@ def sampled_population(
 
 
 @jax.custom_batching.custom_vmap
+def _mirrored_pair_sum_batchable(weights: jax.Array, x: jax.Array) -> jax.Array:
+    h = x.shape[0] // 2
+    c = weights[:h] - weights[h:]
+    halves = jnp.einsum("ph,phd->pd", jnp.stack([c, -c]), x.reshape(2, h, x.shape[1]))
+    return halves[0] + halves[1]
+
+
+@_mirrored_pair_sum_batchable.def_vmap
+def _mirrored_pair_sum_vmap(axis_size, in_batched, weights, x):
+    axes = tuple(0 if batched else None for batched in in_batched)
+    return jax.vmap(pair_sum, in_axes=axes, axis_size=axis_size)(weights, x), True
+
+
+@jax.custom_jvp
 def mirrored_pair_sum(weights: jax.Array, x: jax.Array) -> jax.Array:
     """``sum_i (w_i - w_{i+h}) (x_i - x_{i+h})``, ``[dims]``, for ``x [rows, dims]`` with row ``i + h``
     (``h = rows/2``) the mirror of row ``i`` and ``weights [rows]``.
@@ -111,17 +125,15 @@ def mirrored_pair_sum(weights: jax.Array, x: jax.Array) -> jax.Array:
     materializes each slice ``x[:h]``, ``x[h:]`` feeding a ``dot`` as a copy (2 x 205 MB at
     d=100,000, pop=1024). Under ``vmap`` it is ``vmap(pair_sum)``: XLA:CPU rounds the two batched
     forms differently, and vmapped runs stay bit-identical to what they were (and to separate runs).
+    Its derivative is that of the bilinear ``pair_sum`` (``custom_vmap`` alone has no reverse-mode rule).
     """
-    h = x.shape[0] // 2
-    c = weights[:h] - weights[h:]
-    halves = jnp.einsum("ph,phd->pd", jnp.stack([c, -c]), x.reshape(2, h, x.shape[1]))
-    return halves[0] + halves[1]
+    return _mirrored_pair_sum_batchable(weights, x)
 
 
-@mirrored_pair_sum.def_vmap
-def _mirrored_pair_sum_vmap(axis_size, in_batched, weights, x):
-    axes = tuple(0 if batched else None for batched in in_batched)
-    return jax.vmap(pair_sum, in_axes=axes, axis_size=axis_size)(weights, x), True
+@mirrored_pair_sum.defjvp
+def _mirrored_pair_sum_jvp(primals, tangents):
+    (weights, x), (dw, dx) = primals, tangents
+    return mirrored_pair_sum(weights, x), pair_sum(dw, x) + pair_sum(weights, dx)
 
 
 def antithetic_perturbations(key: jax.Array, population_size: int, num_dims: int) -> jax.Array:

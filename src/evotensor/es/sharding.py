@@ -322,7 +322,9 @@ def sharded(
         )(state, params, constrain(x, split), weights, aux, best)
         new, metrics = strategy._update_from_statistics(key, state, params, stats, aux, shown, best_row)
         if strategy.freeze_on_all_invalid:
-            new = keep_state_if_all_invalid(state, new, fitness, strategy.counter_fields)
+            new = keep_state_if_all_invalid(
+                state, new, fitness, strategy.counter_fields, strategy.active_mask(state)
+            )
         return place(new), metrics
 
     return ask, tell

@@ -235,7 +235,9 @@ def _groups_in_order(errors: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array
     rep = jnp.full(pop, pop, jnp.int32).at[group].min(index)[group]
     members = jnp.argsort(rep, stable=True).astype(jnp.int32)
     size = jnp.zeros(pop + 1, jnp.int32).at[rep].add(1)
-    start = jnp.zeros(pop, jnp.int32).at[rep[members[::-1]]].set(index[::-1])
+    # rep[members] is sorted, so r's group begins at the first position holding r (a search, not a
+    # scatter with duplicate indices, whose winner XLA leaves undefined on GPUs)
+    start = jnp.searchsorted(rep[members], index, side="left").astype(jnp.int32)
     return rep == index, size, start, members
 
 
