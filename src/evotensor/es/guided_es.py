@@ -29,8 +29,13 @@ import optax
 
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_even
-from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping, tell_by_statistics
-from evotensor.es.open_es import mirrored_pair_sum
+from evotensor.es.gradient_es import (
+    FitnessShaping,
+    GradientES,
+    identity_shaping,
+    pair_sum,
+    tell_by_statistics,
+)
 from evotensor.es.optimizers import safe_normalize
 
 
@@ -178,7 +183,9 @@ class GuidedES(GradientES):
         return self._weights(fitness), None
 
     def _row_statistics(self, state, params, x, weights, aux):
-        return mirrored_pair_sum(weights, x)  # sum_i (w+_i - w-_i) (x+_i - x-_i)
+        # sum_i (w+_i - w-_i) (x+_i - x-_i). Not OpenES' slice-free mirrored_pair_sum: under XLA's
+        # default CPU options its unbatched form differs from the vmapped one by an ulp at these shapes
+        return pair_sum(weights, x)
 
     def _update_from_statistics(self, key, state, params, stats, aux, fitness, best_row):
         sigma = self.sigma(state, params)
