@@ -422,3 +422,17 @@ def test_elite_indices_and_errors():
         sel.epsilon_lexicase(jax.random.key(0), jnp.ones((4, 2)), 3, jnp.asarray([0.1, -0.1]))
     with pytest.raises(ValueError, match=r"epsilon must have shape \(2,\)"):
         sel.epsilon_lexicase(jax.random.key(0), jnp.ones((4, 2)), 3, jnp.zeros(3))
+
+
+def test_lexicase_from_draws_names_the_argument_with_a_wrong_shape():
+    errors = jnp.zeros((6, 4))
+    eps, orders, u = jnp.zeros(4), jnp.zeros((3, 4), jnp.int32), jnp.zeros(3)
+    assert sel.lexicase_from_draws(errors, eps, orders, u).shape == (3,)
+    for args, name in [
+        ((jnp.zeros(6), eps, orders, u), "errors"),
+        ((errors, jnp.zeros(5), orders, u), "epsilon"),
+        ((errors, eps, jnp.zeros((3, 5), jnp.int32), u), "orders"),
+        ((errors, eps, orders, jnp.zeros(2)), "u"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            sel.lexicase_from_draws(*args)

@@ -290,9 +290,17 @@ def lexicase_from_draws(errors: jax.Array, epsilon: jax.Array, orders: jax.Array
     members all selections go on together. Cost ``O(n * sum_t |pool after t cases|)``, against
     ``O(n * pop * n_cases)`` for a mask over the whole run.
     """
+    if jnp.ndim(errors) != 2:
+        raise ValueError(f"errors must be [pop, n_cases], got shape {jnp.shape(errors)}")
+    pop, n_cases = jnp.shape(errors)
+    if jnp.shape(epsilon) != (n_cases,):
+        raise ValueError(f"epsilon must have shape ({n_cases},), got {jnp.shape(epsilon)}")
+    if jnp.ndim(orders) != 2 or jnp.shape(orders)[1] != n_cases:
+        raise ValueError(f"orders must be [n, {n_cases}], got shape {jnp.shape(orders)}")
+    n = jnp.shape(orders)[0]
+    if jnp.shape(u) != (n,):
+        raise ValueError(f"u must have shape ({n},) (one uniform per selection), got {jnp.shape(u)}")
     errors = jnp.where(jnp.isfinite(errors), errors, jnp.inf).astype(jnp.float32)
-    pop, n_cases = errors.shape
-    n = orders.shape[0]
     # by_case[c] is case c's errors (row n_cases: a no-op case for padding; column pop: the empty slot)
     by_case = jnp.concatenate([errors.T, jnp.zeros((1, pop), jnp.float32)])
     by_case = jnp.concatenate([by_case, jnp.full((n_cases + 1, 1), jnp.inf, jnp.float32)], axis=1)
@@ -367,17 +375,13 @@ def lexicase_from_draws(errors: jax.Array, epsilon: jax.Array, orders: jax.Array
         state = jnp.where(done, pop, state)  # finished pools must not keep the tail loop running
         return state, jnp.full(chunk, block, jnp.int32), jnp.full(chunk, done), picked
 
-    if len(capacities) > 1:
-        n_pad = n_chunks * chunk
-        rows = jnp.arange(n_pad) % n  # padding rows repeat real ones: no-op orders would never settle
-        out = jax.lax.map(
-            shrink_chunk, (padded[rows].reshape(n_chunks, chunk, -1), u[rows].reshape(n_chunks, chunk))
-        )
-        members, blocks, done, picked = (x.reshape((n_pad,) + x.shape[2:])[:n] for x in out)
-    else:
-        members = jnp.where(is_rep, jnp.arange(pop, dtype=jnp.int32), pop)
-        members, blocks = jnp.broadcast_to(members, (n, pop)), jnp.zeros(n, jnp.int32)
-        done, picked = jnp.zeros(n, bool), jnp.zeros(n, jnp.int32)
+    # capacities always holds pop and the tail size, so every selection starts in a chunk
+    n_pad = n_chunks * chunk
+    rows = jnp.arange(n_pad) % n  # padding rows repeat real ones: no-op orders would never settle
+    out = jax.lax.map(
+        shrink_chunk, (padded[rows].reshape(n_chunks, chunk, -1), u[rows].reshape(n_chunks, chunk))
+    )
+    members, blocks, done, picked = (x.reshape((n_pad,) + x.shape[2:])[:n] for x in out)
 
     def tail_cond(carry):
         step, members = carry
