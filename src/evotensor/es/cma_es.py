@@ -323,6 +323,11 @@ def _lazy_keep_or_decompose(do, C, B, D, last_eigen, generation, max_condition):
     return jax.lax.cond(jnp.any(do), decomposed, lambda: (C, B, D, last_eigen))
 
 
+def _broadcast_unbatched(axis_size, in_batched, args):
+    """Every argument with the vmapped axis in front (unbatched ones broadcast to ``axis_size``)."""
+    return [a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched)]
+
+
 @jax.custom_batching.custom_vmap
 def _lazy_stack(do, C, B, D, last_eigen, generation, max_condition):
     return _lazy_keep_or_decompose(do, C, B, D, last_eigen, generation, max_condition)
@@ -331,7 +336,7 @@ def _lazy_stack(do, C, B, D, last_eigen, generation, max_condition):
 @_lazy_stack.def_vmap
 def _lazy_stack_vmap(axis_size, in_batched, *args):
     # [m, k, ...] -> [m * k, ...]: one stack, and a call that an outer vmap batches by this rule again
-    full = [a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched)]
+    full = _broadcast_unbatched(axis_size, in_batched, args)
     k = full[0].shape[1]
     merged = [jnp.reshape(a, (axis_size * k, *a.shape[2:])) for a in full]
     out = _lazy_stack(*merged)
@@ -354,8 +359,7 @@ def _lazy_eigen_update_batchable(do, C, B, D, last_eigen, generation, max_condit
 
 @_lazy_eigen_update_batchable.def_vmap
 def _lazy_eigen_update_vmap(axis_size, in_batched, *args):
-    stacked = [a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched)]
-    return tuple(_lazy_stack(*stacked)), (True,) * 4
+    return tuple(_lazy_stack(*_broadcast_unbatched(axis_size, in_batched, args))), (True,) * 4
 
 
 @jax.custom_jvp
