@@ -15,9 +15,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# The install also builds the optional C extension evotensor.tree._speedups (setup.py), hence its
-# source among the prerequisites: an edited .c file is rebuilt by the next `make test` / `make run`.
-EXT := setup.py src/evotensor/tree/_speedups.c
+# The install also builds the optional compiled extensions (setup.py), hence their sources among the
+# prerequisites: an edited source is rebuilt by the next `make test` / `make run`. The GP evaluator
+# is compiled against jaxlib's FFI headers, installed into pip's isolated build environment; the
+# constraint file pins that jaxlib to the version the venv runs.
+EXT := setup.py src/evotensor/tree/_speedups.c src/evotensor/gp/_native.cc
+export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
 # Runtime dependencies only.
 $(VENV)/.installed-run: pyproject.toml constraints.txt $(EXT) | $(BIN)/python

@@ -10,7 +10,8 @@ for populations of 1000 and 5000 random trees (ramped half-and-half, depths 2..6
 nodes) over EvoGP's symbolic-regression function set ``+ - * / sin cos tan`` and the arithmetic
 set ``+ - * /``. All engines score the *same* trees on the *same* data:
 
-* evotensor: :func:`evotensor.gp.fitness` (JAX CPU path, jitted, best of ``--repeats``);
+* evotensor: :func:`evotensor.gp.fitness` on each of ``--backends`` (the native C++ and the plain-JAX
+  CPU paths; best of ``--repeats``);
 * gplearn 0.4: ``_Program.raw_fitness`` per program (its evaluation loop; one process);
 * Operon (pyoperon): ``EvaluateTrees`` on 1 and on all threads, plus the MSE in NumPy;
 * DEAP 1.4: what its symbolic-regression example does per individual, ``gp.compile`` of the
@@ -270,7 +271,7 @@ def operon_fitness(trees, X, y, repeats):
 # ---- evotensor ------------------------------------------------------------------------------------
 
 
-def run_evotensor(opcode, value, size, names, X, y, repeats):
+def run_evotensor(opcode, value, size, names, X, y, repeats, backend="jax"):
     import jax.numpy as jnp
 
     from evotensor.gp.evaluate import fitness
@@ -285,11 +286,11 @@ def run_evotensor(opcode, value, size, names, X, y, repeats):
     forest.opcode, forest.value, forest.size = jnp.asarray(opcode), jnp.asarray(value), jnp.asarray(size)
     forest.output = jnp.full(opcode.shape, -1, jnp.int32)
     Xj, yj = jnp.asarray(X), jnp.asarray(y)
-    fitness(forest, Xj, yj, fs, backend="jax").block_until_ready()  # compile
+    fitness(forest, Xj, yj, fs, backend=backend).block_until_ready()  # compile
     best_wall = best_cpu = np.inf
     for _ in range(repeats):
         t, c = time.perf_counter(), time.process_time()
-        fitness(forest, Xj, yj, fs, backend="jax").block_until_ready()
+        fitness(forest, Xj, yj, fs, backend=backend).block_until_ready()
         best_wall = min(best_wall, time.perf_counter() - t)
         best_cpu = min(best_cpu, time.process_time() - c)
     return {"seconds": best_wall, "cpu_seconds": best_cpu}
@@ -303,6 +304,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--competitor-python", default="/work/bench-venvs/gp/bin/python")
     ap.add_argument("--no-competitors", action="store_true")
+    ap.add_argument("--backends", default="native,jax", help="evotensor's CPU paths to time")
     ap.add_argument(
         "--competitors",
         nargs="*",
@@ -328,7 +330,10 @@ def main():
             for pop in (int(p) for p in args.pops.split(",")):
                 opcode, value, size = random_trees(names, pop, seed=pop)
                 mean_len = size[:, 0].mean()
-                rows = {"evotensor (JAX CPU)": run_evotensor(opcode, value, size, names, X, y, args.repeats)}
+                rows = {
+                    f"evotensor ({b})": run_evotensor(opcode, value, size, names, X, y, args.repeats, b)
+                    for b in args.backends.split(",")
+                }
                 if not args.no_competitors:
                     with tempfile.TemporaryDirectory() as tmp:
                         path = os.path.join(tmp, "trees.npz")

@@ -343,9 +343,14 @@ def test_blocks_reuse_the_value_buffer_without_leaking_values():
         assert_same_values(together[t], alone, rtol=1e-6, atol=1e-6)
 
 
-def test_auto_backend_is_the_jax_path_until_the_kernel_is_validated_on_a_gpu():
-    from evotensor.gp.evaluate import _use_pallas
+def test_auto_backend_never_picks_the_unvalidated_gpu_kernel():
+    from evotensor.gp import native
+    from evotensor.gp.evaluate import _choose_backend
 
-    assert not _use_pallas("auto") and not _use_pallas("jax") and _use_pallas("pallas")
+    custom = FunctionSet(("add", "sq"), custom={"sq": (1, lambda a: a * a)})
+    assert _choose_backend("auto", custom) == "jax"  # custom functions: only the JAX path has them
+    assert _choose_backend("auto", SR) == ("native" if native.AVAILABLE else "jax")
+    for b in ("jax", "native", "pallas"):
+        assert _choose_backend(b, SR) == b
     with pytest.raises(ValueError, match="backend"):
-        _use_pallas("cuda")
+        _choose_backend("cuda", SR)

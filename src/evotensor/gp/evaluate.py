@@ -1,8 +1,22 @@
-"""Forward evaluation and fused fitness of GP forests (CPU path in plain JAX; GPU via Pallas).
+"""Forward evaluation and fused fitness of GP forests: a native CPU kernel, a plain-JAX path, and a
+GPU kernel in Pallas.
 
 A forest is struct-of-arrays in prefix order (fields ``opcode, value, size, output`` of shape
 ``[pop, max_len]``, see :mod:`evotensor.gp.functions` for the opcodes and
 :mod:`evotensor.gp.reference` for the output / Modi semantics, which every path shares).
+
+Backends (``backend=``):
+
+* ``"native"``: the C++ evaluator of :mod:`evotensor.gp.native`, called through XLA's FFI (it
+  traces under ``jit``, runs sequentially under ``vmap``). Each tree is interpreted once per chunk
+  of 256 rows, so a node computes only its own function; trees run on XLA's CPU thread pool.
+  2-3x the JAX path per CPU-second (``benchmarks/results_gp_eval.md``). Built-in functions only.
+* ``"jax"``: the plain-JAX path described below; runs anywhere, any function set.
+* ``"pallas"``: the GPU kernel (:mod:`evotensor.gp.pallas_kernel`), opt-in: its logic is tested in
+  Pallas's interpreter and its CUDA/Triton lowering is checked on CPU, but it has not yet been run
+  on a GPU.
+* ``"auto"`` (default): ``"native"`` when JAX's default backend is the CPU, the extension is built
+  and the function set has only built-in functions; ``"jax"`` otherwise (GPUs included).
 
 How the JAX path works (and why):
 
@@ -32,11 +46,6 @@ How the JAX path works (and why):
   it saves, so the step's arrays are kept small (and children are read by dynamic slices rather
   than a gather, which its cost model charges for the whole buffer).
 
-``backend="pallas"`` runs the GPU kernel (:mod:`evotensor.gp.pallas_kernel`) instead. It is opt-in:
-its logic is tested in Pallas's interpreter and its CUDA/Triton lowering is checked on CPU, but it
-has not yet been run on a GPU, so ``backend="auto"`` (the default) uses the JAX path everywhere,
-GPUs included.
-
 Fitness metrics (``metric=``), in natural orientation:
 
 * ``"mse"`` (minimize): mean over rows and outputs of ``(pred - y)**2``; ``"rmse"``: its sqrt.
@@ -62,6 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from evotensor.gp import native
 from evotensor.gp.functions import CONST, FIRST_FUNCTION, VAR, FunctionSet, select_function
 
 METRICS = ("mse", "rmse", "r2", "accuracy", "cross_entropy")
@@ -154,13 +164,21 @@ def _block_sizes(pop: int, n_points: int, tree_block: int | None, row_block: int
     return t, r
 
 
-def _use_pallas(backend: str) -> bool:
-    if backend not in ("auto", "jax", "pallas"):
-        raise ValueError(f"backend must be 'auto', 'jax' or 'pallas', got {backend!r}")
-    # "auto" stays on the JAX path (it runs on GPU too) until the kernel has been compiled and
-    # checked on a real GPU: so far it is only checked in Pallas's interpreter and by lowering it
-    # for CUDA/Triton on CPU (tests/gp/test_pallas_kernel.py), which does not prove it runs.
-    return backend == "pallas"
+BACKENDS = ("auto", "jax", "native", "pallas")
+
+
+def _choose_backend(backend: str, fs: FunctionSet) -> str:
+    """The evaluation path: ``"jax"``, ``"native"`` or ``"pallas"``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend != "auto":
+        return backend
+    # "auto": the native kernel where it runs (CPU, built, built-in functions only). It never picks
+    # the Pallas kernel: that one has only been checked in Pallas's interpreter and by lowering it
+    # for CUDA/Triton on CPU (tests/gp/test_pallas_kernel.py), not yet run on a real GPU.
+    if jax.default_backend() == "cpu" and native.supported(fs):
+        return "native"
+    return "jax"
 
 
 # ---- shared pieces (also used by the Pallas kernel) -----------------------------------------------
@@ -541,11 +559,10 @@ def evaluate(
         X: ``[n_points, n_vars]`` data.
         function_set: the opcodes' :class:`FunctionSet`.
         n_outputs: outputs per tree (``> 1``: Modi semantics, see :mod:`evotensor.gp.reference`).
-        backend: ``"auto"`` (the JAX path, see the module docstring), ``"jax"`` or ``"pallas"``
-            (the opt-in GPU kernel).
-        tree_block, row_block: largest block sizes (default 8 trees x 256 rows on the JAX path, so
-            one node step works on L1-resident arrays; balanced so the last block is not mostly
-            padding).
+        backend: ``"auto"``, ``"native"``, ``"jax"`` or ``"pallas"`` (see the module docstring).
+        tree_block, row_block: largest block sizes of the JAX and Pallas paths (default 8 trees x
+            256 rows on the JAX path, so one node step works on L1-resident arrays; balanced so the
+            last block is not mostly padding). The native path ignores them.
 
     Returns:
         ``float32 [pop, n_points, n_outputs]`` (``[n_points, n_outputs]`` for a single tree).
@@ -559,12 +576,15 @@ def evaluate(
     X = _check_X(X)
     *arrays, single = _fields(forest)
     arrays = tuple(arrays)
-    if _use_pallas(backend):
+    path = _choose_backend(backend, fs)
+    if path == "pallas":
         from evotensor.gp import pallas_kernel
 
         out = pallas_kernel.evaluate_pallas(
             arrays, X, fs, n_outputs, tree_block=tree_block, row_block=row_block
         )
+    elif path == "native":
+        out = native.evaluate_native(arrays, X, fs, n_outputs)
     else:
         tb, rb = _block_sizes(arrays[0].shape[0], X.shape[0], tree_block, row_block)
         out = _evaluate_jax(arrays, X, fs, n_outputs, tb, rb)
@@ -605,12 +625,16 @@ def fitness(
     yt, n_out = _check_y(y, X.shape[0], metric, n_outputs)
     *arrays, single = _fields(forest)
     arrays = tuple(arrays)
-    if _use_pallas(backend):
+    path = _choose_backend(backend, fs)
+    if path == "pallas":
         from evotensor.gp import pallas_kernel
 
         out = pallas_kernel.fitness_pallas(
             arrays, X, yt, fs, n_out, metric, tree_block=tree_block, row_block=row_block, y_is_transposed=True
         )
+    elif path == "native":
+        term_sum, bad_sum = native.fitness_sums(arrays, X, yt, fs, n_out, METRICS.index(metric))
+        out = finalize_metric(term_sum, bad_sum, metric, X.shape[0], n_out, total_sum_of_squares(yt))
     else:
         tb, rb = _block_sizes(arrays[0].shape[0], X.shape[0], tree_block, row_block)
         out = _fitness_jax(arrays, X, yt, fs, n_out, metric, tb, rb)

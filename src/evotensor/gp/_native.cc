@@ -1,0 +1,613 @@
+// Native CPU evaluator of GP forests, called from jitted JAX code through XLA's typed FFI.
+//
+// Why: on CPU the plain-JAX evaluator (evaluate.py) runs a select-all program, one XLA kernel
+// sequence per node step of a block of trees, so per node-row it pays the XLA runtime's per-kernel
+// overhead and computes functions a node does not need. Here each tree is interpreted once per row
+// chunk: nodes in reverse prefix order, each node one tight loop over the chunk's rows, so only the
+// node's own function runs. Semantics are those of functions.py / reference.py (raw math by
+// default, gplearn-style protected variants opt-in, Modi multi-output), and the fused fitness
+// returns per-tree sums that evaluate.py finalizes exactly as for the JAX path.
+//
+// Layout of the inputs (all row-major, float32 / int32):
+//   opcode, value, size, output  [pop, max_len]   the forest (prefix order; size[t, 0] is the length)
+//   xt                           [n_vars, n_points] the data, transposed (a variable is a row)
+//   yt                           [n_y, n_points]    targets (regression) or class labels (n_y = 1)
+//   table                        [n_opcodes]        builtin function id of each opcode (-1: none)
+// Outputs: forward  pred [pop, n_points, n_outputs];  fitness  term_sum [pop], bad_sum [pop].
+//
+// Every tree is independent and evaluated in a fixed order, so results do not depend on threading.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// Builtin function ids. The order is part of the interface: _native.function_names() returns it and
+// evotensor/gp/native.py builds the opcode table from it.
+enum Fn : int32_t {
+  kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kLt, kGt,
+  kSin, kCos, kTan, kSinh, kCosh, kTanh, kExp, kLog, kSqrt, kAbs, kNeg, kInv,
+  kIfThenElse, kNumFns
+};
+const char* const kFnNames[kNumFns] = {
+    "add", "sub", "mul", "div", "pow", "max", "min", "lt", "gt",
+    "sin", "cos", "tan", "sinh", "cosh", "tanh", "exp", "log", "sqrt", "abs", "neg", "inv",
+    "if_then_else"};
+const int kFnArity[kNumFns] = {2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3};
+
+constexpr int32_t kPad = 0, kConst = 1, kVar = 2;
+#ifndef EVOTENSOR_GP_ROWS
+#define EVOTENSOR_GP_ROWS 256
+#endif
+constexpr int kRows = EVOTENSOR_GP_ROWS;  // rows per chunk: a node's values are 1 KiB, the live ones stay in L1
+constexpr int kTreesPerTask = 8;
+constexpr float kEps = 0.001f;      // gplearn's protection threshold (functions.py _EPS)
+constexpr float kExpClip = 80.0f;   // functions.py _EXP_CLIP
+
+// Metric ids: the index in evaluate.METRICS.
+enum Metric : int32_t { kMse, kRmse, kR2, kAccuracy, kCrossEntropy };
+
+// ---- sin / cos / tan ------------------------------------------------------------------------------
+// glibc's sinf/cosf are scalar calls; this form vectorizes. Quadrant reduction in double:
+// x = q * pi/2 + r with pi/2 split into two 30-bit parts (q * part is exact for |q| < 2^23) and a
+// double remainder, then Taylor polynomials of sin and cos on |r| <= pi/4 (truncation < 1e-14),
+// rounded once to float32. |x| >= kTrigLimit, inf and nan take the exact double library path.
+constexpr double kTwoOverPi = 0x1.45f306dc9c883p-1;
+constexpr double kPio2A = 0x1.921fb548p+0;
+constexpr double kPio2B = -0x1.de973dc8p-31;
+constexpr double kPio2C = -0x1.9d9cceba3f91fp-62;
+constexpr double kRoundMagic = 0x1.8p52;  // (y + M) - M rounds y to the nearest integer
+constexpr float kTrigLimit = 1048576.0f;  // 2^20
+
+// The hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time (GCC's
+// function multi-versioning), so one build runs everywhere and uses the widest vectors it finds.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLONES
+#endif
+
+// The loops below stay in double arithmetic with one select per condition (no integer conversion,
+// no branches, no boolean combinations), which is what GCC's vectorizer needs (with
+// -fno-trapping-math). The quadrant q mod 4 is read from m = q/4 - round(q/4): 0 -> 0, 1 -> 0.25,
+// 2 -> +-0.5, 3 -> -0.25; then sin(x) = s, c, -s, -c and cos(x) = c, -s, -c, s.
+inline double round_near(double y) { return (y + kRoundMagic) - kRoundMagic; }
+
+// sin and cos of x (|x| < kTrigLimit; anything else is treated as 0 and fixed by the caller).
+inline void sin_cos(float x, double& sin_x, double& cos_x) {
+  const double xd = std::fabs(x) < kTrigLimit ? static_cast<double>(x) : 0.0;
+  const double q = round_near(xd * kTwoOverPi);
+  const double r = ((xd - q * kPio2A) - q * kPio2B) - q * kPio2C;
+  const double r2 = r * r;
+  const double s = r + r * r2 *
+      (-1.0 / 6 + r2 * (1.0 / 120 + r2 * (-1.0 / 5040 + r2 * (1.0 / 362880 +
+      r2 * (-1.0 / 39916800 + r2 * (1.0 / 6227020800.0))))));
+  const double c = 1.0 + r2 * (-0.5 + r2 * (1.0 / 24 + r2 * (-1.0 / 720 + r2 * (1.0 / 40320 +
+      r2 * (-1.0 / 3628800 + r2 * (1.0 / 479001600.0 + r2 * (-1.0 / 87178291200.0)))))));
+  const double m = q * 0.25 - round_near(q * 0.25);
+  const double am = std::fabs(m);
+  double u = am == 0.25 ? c : s;  // odd quadrant: swap
+  double v = am == 0.25 ? s : c;
+  u = am == 0.5 ? -u : u;  // quadrant 2: both negative
+  v = am == 0.5 ? -v : v;
+  u = m == -0.25 ? -u : u;  // quadrant 3: sin negative
+  v = m == 0.25 ? -v : v;   // quadrant 1: cos negative
+  sin_x = u;
+  cos_x = v;
+}
+
+// The float path, for chunks whose arguments are all below kTrigLimitF (most chunks): twice the
+// vector lanes of the double path and one polynomial per function. sin(x) = (-1)^k sin(r) with
+// x = k pi + r, cos(x) = (-1)^k sin(r) with x + pi/2 = k pi + r (r = x - (k - 1/2) pi, computed
+// from the half-integer k - 1/2 directly). pi is split into 11-, 11- and 24-bit parts, so
+// (k or k - 1/2) * part is exact for |k| < 2^12 and r is within ~2^-32 of the true value; the
+// Taylor polynomial of sin to r^13 on |r| <= pi/2 truncates at < 7e-10.
+constexpr float kTrigLimitF = 8192.0f;
+constexpr float kOneOverPiF = 0x1.45f306p-2f;
+constexpr float kPiAF = 0x1.92p+1f;
+constexpr float kPiBF = 0x1.fb4p-11f;
+constexpr float kPiCF = 0x1.4442d2p-23f;
+constexpr float kRoundMagicF = 0x1.8p23f;
+
+inline float round_near_f(float y) { return (y + kRoundMagicF) - kRoundMagicF; }
+
+// (-1)^k sin(x - m pi) for the multiple m of pi nearest to x (m = k) or to x + pi/2 (m = k - 1/2).
+inline float sin_shifted(float x, float m, float k) {
+  const float r = ((x - m * kPiAF) - m * kPiBF) - m * kPiCF;
+  const float r2 = r * r;
+  const float s = r + r * r2 * (-1.0f / 6 + r2 * (1.0f / 120 + r2 * (-1.0f / 5040 + r2 * (1.0f / 362880 +
+                  r2 * (-1.0f / 39916800 + r2 * (1.0f / 6227020800.0f))))));
+  const float odd = std::fabs(k * 0.5f - round_near_f(k * 0.5f));  // 0.5 for odd k, else 0
+  return odd == 0.5f ? -s : s;
+}
+inline float sin_f(float x) {
+  const float k = round_near_f(x * kOneOverPiF);
+  return sin_shifted(x, k, k);
+}
+inline float cos_f(float x) {
+  const float k = round_near_f(x * kOneOverPiF + 0.5f);
+  return sin_shifted(x, k - 0.5f, k);
+}
+
+CLONES void trig(int fn, const float* __restrict a, float* __restrict o, int n) {
+  float largest = 0.0f;  // nan -> the max ignores it; caught by the final check below
+  for (int r = 0; r < n; ++r) largest = std::max(largest, std::fabs(a[r]));
+  if (largest < kTrigLimitF) {
+    if (fn == kSin) {
+      for (int r = 0; r < n; ++r) o[r] = sin_f(a[r]);
+    } else if (fn == kCos) {
+      for (int r = 0; r < n; ++r) o[r] = cos_f(a[r]);
+    } else {
+      for (int r = 0; r < n; ++r) o[r] = static_cast<float>(static_cast<double>(sin_f(a[r])) / cos_f(a[r]));
+    }
+  } else if (fn == kSin) {
+    for (int r = 0; r < n; ++r) {
+      double s, c;
+      sin_cos(a[r], s, c);
+      o[r] = static_cast<float>(s);
+    }
+  } else if (fn == kCos) {
+    for (int r = 0; r < n; ++r) {
+      double s, c;
+      sin_cos(a[r], s, c);
+      o[r] = static_cast<float>(c);
+    }
+  } else {
+    for (int r = 0; r < n; ++r) {
+      double s, c;
+      sin_cos(a[r], s, c);
+      o[r] = static_cast<float>(s / c);
+    }
+  }
+  float outside = 0.0f;  // a max, not a boolean or: keeps the check vectorizable
+  for (int r = 0; r < n; ++r) outside = std::max(outside, std::fabs(a[r]) < kTrigLimit ? 0.0f : 1.0f);
+  if (outside == 0.0f) return;
+  for (int r = 0; r < n; ++r) {
+    if (std::fabs(a[r]) < kTrigLimit) continue;
+    const double x = a[r];
+    o[r] = static_cast<float>(fn == kSin ? std::sin(x) : fn == kCos ? std::cos(x) : std::tan(x));
+  }
+}
+
+// ---- one node over a chunk of rows ---------------------------------------------------------------
+
+inline float nan_max(float a, float b) { return (a != a || b != b) ? NAN : (a > b ? a : b); }
+inline float nan_min(float a, float b) { return (a != a || b != b) ? NAN : (a < b ? a : b); }
+
+template <class F>
+inline void map1(float* __restrict o, const float* __restrict a, int n, F f) {
+  for (int r = 0; r < n; ++r) o[r] = f(a[r]);
+}
+template <class F>
+inline void map2(float* __restrict o, const float* __restrict a, const float* __restrict b, int n, F f) {
+  for (int r = 0; r < n; ++r) o[r] = f(a[r], b[r]);
+}
+
+// o = fn(a, b, c) elementwise over n rows. a, b, c are the node's children, first to last.
+CLONES void apply(int fn, bool prot, float* __restrict o, const float* a, const float* b, const float* c, int n) {
+  switch (fn) {
+    case kAdd: map2(o, a, b, n, [](float x, float y) { return x + y; }); break;
+    case kSub: map2(o, a, b, n, [](float x, float y) { return x - y; }); break;
+    case kMul: map2(o, a, b, n, [](float x, float y) { return x * y; }); break;
+    case kDiv:
+      if (prot) map2(o, a, b, n, [](float x, float y) { return std::fabs(y) > kEps ? x / y : 1.0f; });
+      else map2(o, a, b, n, [](float x, float y) { return x / y; });
+      break;
+    case kPow:
+      if (prot)
+        map2(o, a, b, n, [](float x, float y) {
+          return (std::fabs(x) <= kEps && y < 0.0f) ? 1.0f : std::pow(std::fabs(x), y);
+        });
+      else map2(o, a, b, n, [](float x, float y) { return std::pow(x, y); });
+      break;
+    case kMax: map2(o, a, b, n, nan_max); break;
+    case kMin: map2(o, a, b, n, nan_min); break;
+    case kLt: map2(o, a, b, n, [](float x, float y) { return x < y ? 1.0f : 0.0f; }); break;
+    case kGt: map2(o, a, b, n, [](float x, float y) { return x > y ? 1.0f : 0.0f; }); break;
+    case kSin: case kCos: case kTan: trig(fn, a, o, n); break;
+    case kSinh: map1(o, a, n, [](float x) { return std::sinh(x); }); break;
+    case kCosh: map1(o, a, n, [](float x) { return std::cosh(x); }); break;
+    case kTanh: map1(o, a, n, [](float x) { return std::tanh(x); }); break;
+    case kExp:
+      if (prot) map1(o, a, n, [](float x) { return std::exp(x < kExpClip ? x : kExpClip); });
+      else map1(o, a, n, [](float x) { return std::exp(x); });
+      break;
+    case kLog:
+      if (prot) map1(o, a, n, [](float x) { return std::fabs(x) > kEps ? std::log(std::fabs(x)) : 0.0f; });
+      else map1(o, a, n, [](float x) { return std::log(x); });
+      break;
+    case kSqrt:
+      if (prot) map1(o, a, n, [](float x) { return std::sqrt(std::fabs(x)); });
+      else map1(o, a, n, [](float x) { return std::sqrt(x); });
+      break;
+    case kAbs: map1(o, a, n, [](float x) { return std::fabs(x); }); break;
+    case kNeg: map1(o, a, n, [](float x) { return -x; }); break;
+    case kInv:
+      if (prot) map1(o, a, n, [](float x) { return std::fabs(x) > kEps ? 1.0f / x : 0.0f; });
+      else map1(o, a, n, [](float x) { return 1.0f / x; });
+      break;
+    case kIfThenElse:
+      for (int r = 0; r < n; ++r) o[r] = a[r] > 0.0f ? b[r] : c[r];
+      break;
+  }
+}
+
+// ---- one tree over a chunk of rows ---------------------------------------------------------------
+
+struct Forest {
+  const int32_t* opcode;
+  const float* value;
+  const int32_t* size;
+  const int32_t* output;
+  int64_t pop, max_len;
+  const float* xt;
+  int64_t n_vars, n_points;
+  const int32_t* table;
+  int64_t n_opcodes;
+  int n_outputs;
+  bool prot;
+};
+
+// Per-thread working memory: one row chunk per node position (a node writes only its own slot, so a
+// child's values stay valid for its parent and for Modi pass-through), the stack of value pointers,
+// and the outputs of a multi-output tree.
+struct Scratch {
+  std::vector<float> slots, outs;
+  std::vector<const float*> stack;
+  void fit(const Forest& f) {
+    slots.resize(static_cast<size_t>(f.max_len) * kRows);
+    stack.resize(static_cast<size_t>(f.max_len) + 1);
+    outs.resize(static_cast<size_t>(f.n_outputs) * kRows);
+  }
+};
+
+// Evaluates tree t on rows [r0, r0 + n). Returns pointers to its n_outputs output rows (each n
+// floats; for one output the root's values), or false for a malformed tree (the caller reports
+// nan): the JAX path's results on such trees are unspecified, and Forest.check rejects them.
+bool eval_tree(const Forest& f, int64_t t, int64_t r0, int n, Scratch& s, const float** result) {
+  const int32_t* op = f.opcode + t * f.max_len;
+  const float* val = f.value + t * f.max_len;
+  const int32_t* out = f.output + t * f.max_len;
+  const int64_t len = f.size[t * f.max_len];
+  if (len < 1 || len > f.max_len) return false;
+  const bool modi = f.n_outputs > 1;
+  if (modi) std::fill(s.outs.begin(), s.outs.begin() + static_cast<size_t>(f.n_outputs) * kRows, 0.0f);
+  const float** stack = s.stack.data();
+  int64_t sp = 0;
+  for (int64_t i = len - 1; i >= 0; --i) {
+    const int32_t code = op[i];
+    float* slot = s.slots.data() + i * kRows;
+    const float* node;    // this node's value
+    const float* passed;  // what it hands to its parent (Modi: its rightmost child's value)
+    if (code == kConst) {
+      std::fill(slot, slot + n, val[i]);
+      node = passed = slot;
+    } else if (code == kVar) {
+      int64_t v = static_cast<int64_t>(val[i]);
+      v = v < 0 ? 0 : (v >= f.n_vars ? f.n_vars - 1 : v);  // clamped as on the JAX path
+      node = passed = f.xt + v * f.n_points + r0;
+    } else {
+      if (code < 0 || code >= f.n_opcodes) return false;
+      const int32_t fn = f.table[code];
+      if (fn < 0 || fn >= kNumFns) return false;
+      const int arity = kFnArity[fn];
+      if (sp < arity) return false;
+      const float* a = stack[sp - 1];
+      const float* b = arity >= 2 ? stack[sp - 2] : a;
+      const float* c = arity >= 3 ? stack[sp - 3] : a;
+      apply(fn, f.prot, slot, a, b, c, n);
+      sp -= arity;
+      node = slot;
+      passed = stack[sp];  // the rightmost child: pushed first, so deepest of the popped
+      if (!modi || out[i] < 0) passed = node;
+    }
+    if (modi && out[i] >= 0 && out[i] < f.n_outputs) {
+      float* o = s.outs.data() + static_cast<int64_t>(out[i]) * kRows;
+      for (int r = 0; r < n; ++r) o[r] += node[r];
+    }
+    stack[sp++] = passed;
+  }
+  if (sp != 1) return false;
+  if (modi) {
+    for (int k = 0; k < f.n_outputs; ++k) result[k] = s.outs.data() + static_cast<int64_t>(k) * kRows;
+  } else {
+    result[0] = stack[0];
+  }
+  return true;
+}
+
+// ---- running trees on XLA's intra-op thread pool ---------------------------------------------------
+
+// Calls body(t0, t1) on disjoint ranges of [0, pop), on the calling thread and on up to
+// num_threads pool workers, and returns when every range is done. The caller waits only for ranges
+// some thread has claimed (a worker that starts late finds nothing left and touches only `shared`),
+// so a busy pool cannot deadlock it.
+template <class Body>
+void parallel_trees(ffi::ThreadPool& pool, int64_t pop, const Body& body) {
+  const int64_t n_tasks = (pop + kTreesPerTask - 1) / kTreesPerTask;
+  if (n_tasks == 0) return;
+  struct Shared {
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+    std::mutex m;
+    std::condition_variable cv;
+  };
+  auto shared = std::make_shared<Shared>();
+  const Body* body_ptr = &body;
+  auto drain = [shared, pop, n_tasks, body_ptr]() {
+    for (int64_t k = shared->next.fetch_add(1); k < n_tasks; k = shared->next.fetch_add(1)) {
+      (*body_ptr)(k * kTreesPerTask, std::min(pop, (k + 1) * kTreesPerTask));
+      if (shared->done.fetch_add(1) + 1 == n_tasks) {
+        std::lock_guard<std::mutex> lock(shared->m);
+        shared->cv.notify_all();
+      }
+    }
+  };
+  const int64_t workers = std::min<int64_t>(std::max<int64_t>(pool.num_threads(), 0), n_tasks - 1);
+  for (int64_t w = 0; w < workers; ++w) pool.Schedule([drain]() { drain(); });
+  drain();
+  std::unique_lock<std::mutex> lock(shared->m);
+  shared->cv.wait(lock, [&] { return shared->done.load() == n_tasks; });
+}
+
+// ---- argument checks ---------------------------------------------------------------------------------
+
+ffi::Error check_forest(const Forest& f, ffi::AnyBuffer::Dimensions d_op, ffi::AnyBuffer::Dimensions d_val,
+                        ffi::AnyBuffer::Dimensions d_size, ffi::AnyBuffer::Dimensions d_out,
+                        ffi::AnyBuffer::Dimensions d_x) {
+  if (d_op.size() != 2) return ffi::Error::InvalidArgument("opcode must be [pop, max_len]");
+  for (auto d : {d_val, d_size, d_out}) {
+    if (d.size() != 2 || d[0] != d_op[0] || d[1] != d_op[1])
+      return ffi::Error::InvalidArgument("value, size, output must have opcode's shape [pop, max_len]");
+  }
+  if (d_x.size() != 2 || d_x[0] < 1 || d_x[1] < 1)
+    return ffi::Error::InvalidArgument("xt must be [n_vars >= 1, n_points >= 1]");
+  if (f.n_outputs < 1) return ffi::Error::InvalidArgument("n_outputs must be >= 1");
+  return ffi::Error::Success();
+}
+
+Forest make_forest(ffi::Buffer<ffi::S32> opcode, ffi::Buffer<ffi::F32> value, ffi::Buffer<ffi::S32> size,
+                   ffi::Buffer<ffi::S32> output, ffi::Buffer<ffi::F32> xt, ffi::Buffer<ffi::S32> table,
+                   int32_t n_outputs, int32_t prot) {
+  Forest f;
+  f.opcode = opcode.typed_data();
+  f.value = value.typed_data();
+  f.size = size.typed_data();
+  f.output = output.typed_data();
+  auto d = opcode.dimensions();
+  f.pop = d.size() == 2 ? d[0] : 0;
+  f.max_len = d.size() == 2 ? d[1] : 0;
+  auto dx = xt.dimensions();
+  f.xt = xt.typed_data();
+  f.n_vars = dx.size() == 2 ? dx[0] : 0;
+  f.n_points = dx.size() == 2 ? dx[1] : 0;
+  f.table = table.typed_data();
+  f.n_opcodes = static_cast<int64_t>(table.element_count());
+  f.n_outputs = n_outputs;
+  f.prot = prot != 0;
+  return f;
+}
+
+// ---- forward -----------------------------------------------------------------------------------------
+
+ffi::Error forward_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi::Buffer<ffi::F32> value,
+                        ffi::Buffer<ffi::S32> size, ffi::Buffer<ffi::S32> output, ffi::Buffer<ffi::F32> xt,
+                        ffi::Buffer<ffi::S32> table, int32_t n_outputs, int32_t prot,
+                        ffi::ResultBuffer<ffi::F32> pred) {
+  const Forest f = make_forest(opcode, value, size, output, xt, table, n_outputs, prot);
+  if (auto e = check_forest(f, opcode.dimensions(), value.dimensions(), size.dimensions(),
+                            output.dimensions(), xt.dimensions());
+      !e.success())
+    return e;
+  auto dp = pred->dimensions();
+  if (dp.size() != 3 || dp[0] != f.pop || dp[1] != f.n_points || dp[2] != f.n_outputs)
+    return ffi::Error::InvalidArgument("pred must be [pop, n_points, n_outputs]");
+  float* p = pred->typed_data();
+  parallel_trees(pool, f.pop, [&](int64_t t0, int64_t t1) {
+    thread_local Scratch s;
+    s.fit(f);
+    std::vector<const float*> res(f.n_outputs);
+    for (int64_t t = t0; t < t1; ++t) {
+      float* pt = p + t * f.n_points * f.n_outputs;
+      for (int64_t r0 = 0; r0 < f.n_points; r0 += kRows) {
+        const int n = static_cast<int>(std::min<int64_t>(kRows, f.n_points - r0));
+        const bool ok = eval_tree(f, t, r0, n, s, res.data());
+        for (int k = 0; k < f.n_outputs; ++k)
+          for (int r = 0; r < n; ++r) pt[(r0 + r) * f.n_outputs + k] = ok ? res[k][r] : NAN;
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
+// ---- fused fitness ----------------------------------------------------------------------------------
+
+// Adds the metric's per-row terms of rows [r0, r0 + n) to term (double) and counts rows with a
+// non-finite prediction in bad; evaluate.row_terms defines the terms.
+void add_row_terms(int metric, int n_outputs, const float* const* pred, const float* yt, int64_t n_points,
+                   int64_t r0, int n, double& term, int64_t& bad) {
+  for (int r = 0; r < n; ++r) {
+    bool finite = true;
+    for (int k = 0; k < n_outputs; ++k) finite &= std::isfinite(pred[k][r]);
+    bad += !finite;
+  }
+  if (metric == kMse || metric == kRmse || metric == kR2) {
+    for (int k = 0; k < n_outputs; ++k) {
+      const float* y = yt + k * n_points + r0;
+      double acc = 0.0;
+      for (int r = 0; r < n; ++r) {
+        const double d = static_cast<double>(pred[k][r]) - y[r];
+        acc += d * d;
+      }
+      term += acc;
+    }
+  } else if (metric == kAccuracy) {
+    const float* label = yt + r0;
+    for (int r = 0; r < n; ++r) {
+      bool correct;
+      if (n_outputs == 1) {
+        correct = (pred[0][r] > 0.0f) == (label[r] > 0.5f);
+      } else {
+        int best = 0;  // first maximum, as jnp.argmax
+        for (int k = 1; k < n_outputs; ++k)
+          if (pred[k][r] > pred[best][r]) best = k;
+        correct = static_cast<float>(best) == label[r];
+      }
+      term += correct;
+    }
+  } else {  // cross entropy
+    const float* label = yt + r0;
+    for (int r = 0; r < n; ++r) {
+      if (n_outputs == 1) {
+        const double z = pred[0][r];
+        term += std::max(z, 0.0) - z * label[r] + std::log1p(std::exp(-std::fabs(z)));
+      } else {
+        double m = pred[0][r];
+        for (int k = 1; k < n_outputs; ++k) m = std::max<double>(m, pred[k][r]);
+        double sum = 0.0, picked = 0.0;
+        for (int k = 0; k < n_outputs; ++k) {
+          sum += std::exp(pred[k][r] - m);
+          if (static_cast<float>(k) == label[r]) picked = pred[k][r];
+        }
+        term += m + std::log(sum) - picked;
+      }
+    }
+  }
+}
+
+ffi::Error fitness_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi::Buffer<ffi::F32> value,
+                        ffi::Buffer<ffi::S32> size, ffi::Buffer<ffi::S32> output, ffi::Buffer<ffi::F32> xt,
+                        ffi::Buffer<ffi::F32> yt, ffi::Buffer<ffi::S32> table, int32_t n_outputs,
+                        int32_t metric, int32_t prot, ffi::ResultBuffer<ffi::F32> term_sum,
+                        ffi::ResultBuffer<ffi::F32> bad_sum) {
+  const Forest f = make_forest(opcode, value, size, output, xt, table, n_outputs, prot);
+  if (auto e = check_forest(f, opcode.dimensions(), value.dimensions(), size.dimensions(),
+                            output.dimensions(), xt.dimensions());
+      !e.success())
+    return e;
+  if (metric < kMse || metric > kCrossEntropy) return ffi::Error::InvalidArgument("unknown metric id");
+  auto dy = yt.dimensions();
+  const int64_t n_y = (metric == kAccuracy || metric == kCrossEntropy) ? 1 : n_outputs;
+  if (dy.size() != 2 || dy[0] != n_y || dy[1] != f.n_points)
+    return ffi::Error::InvalidArgument("yt must be [n_y, n_points]");
+  if (term_sum->element_count() != static_cast<size_t>(f.pop) ||
+      bad_sum->element_count() != static_cast<size_t>(f.pop))
+    return ffi::Error::InvalidArgument("term_sum and bad_sum must be [pop]");
+  float* term_out = term_sum->typed_data();
+  float* bad_out = bad_sum->typed_data();
+  const float* y = yt.typed_data();
+  parallel_trees(pool, f.pop, [&](int64_t t0, int64_t t1) {
+    thread_local Scratch s;
+    s.fit(f);
+    std::vector<const float*> res(f.n_outputs);
+    for (int64_t t = t0; t < t1; ++t) {
+      double term = 0.0;
+      int64_t bad = 0;
+      bool ok = true;
+      for (int64_t r0 = 0; r0 < f.n_points && ok; r0 += kRows) {
+        const int n = static_cast<int>(std::min<int64_t>(kRows, f.n_points - r0));
+        ok = eval_tree(f, t, r0, n, s, res.data());
+        if (ok) add_row_terms(metric, f.n_outputs, res.data(), y, f.n_points, r0, n, term, bad);
+      }
+      term_out[t] = ok ? static_cast<float>(term) : NAN;
+      bad_out[t] = ok ? static_cast<float>(bad) : 1.0f;
+    }
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(EvotensorGpForward, forward_impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // opcode
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // value
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // size
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // output
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // xt
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // table
+                                  .Attr<int32_t>("n_outputs")
+                                  .Attr<int32_t>("protected")
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // pred
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(EvotensorGpFitness, fitness_impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // opcode
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // value
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // size
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // output
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // xt
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // yt
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // table
+                                  .Attr<int32_t>("n_outputs")
+                                  .Attr<int32_t>("metric")
+                                  .Attr<int32_t>("protected")
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // term_sum
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // bad_sum
+
+// ---- the Python module: handler capsules and the function-id order ---------------------------------
+
+static PyObject* handlers(PyObject*, PyObject*) {
+  PyObject* d = PyDict_New();
+  if (!d) return nullptr;
+  const std::pair<const char*, void*> items[] = {
+      {"evotensor_gp_forward", reinterpret_cast<void*>(EvotensorGpForward)},
+      {"evotensor_gp_fitness", reinterpret_cast<void*>(EvotensorGpFitness)}};
+  for (const auto& [name, fn] : items) {
+    PyObject* cap = PyCapsule_New(fn, nullptr, nullptr);
+    if (!cap || PyDict_SetItemString(d, name, cap) < 0) {
+      Py_XDECREF(cap);
+      Py_DECREF(d);
+      return nullptr;
+    }
+    Py_DECREF(cap);
+  }
+  return d;
+}
+
+static PyObject* function_names(PyObject*, PyObject*) {
+  PyObject* t = PyTuple_New(kNumFns);
+  if (!t) return nullptr;
+  for (int i = 0; i < kNumFns; ++i) {
+    PyObject* s = PyUnicode_FromString(kFnNames[i]);
+    if (!s) {
+      Py_DECREF(t);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(t, i, s);
+  }
+  return t;
+}
+
+#ifndef EVOTENSOR_JAXLIB_VERSION
+#define EVOTENSOR_JAXLIB_VERSION "unknown"
+#endif
+
+static PyObject* built_against(PyObject*, PyObject*) { return PyUnicode_FromString(EVOTENSOR_JAXLIB_VERSION); }
+
+static PyMethodDef kMethods[] = {
+    {"built_against", built_against, METH_NOARGS, "the jaxlib version whose FFI headers this was built with"},
+    {"handlers", handlers, METH_NOARGS, "{target name: PyCapsule of the XLA FFI handler}"},
+    {"function_names", function_names, METH_NOARGS, "builtin function names in function-id order"},
+    {nullptr, nullptr, 0, nullptr}};
+
+static PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native",
+                              "Native CPU evaluator of GP forests (XLA FFI handlers).", -1, kMethods};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&kModule); }

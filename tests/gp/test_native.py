@@ -1,0 +1,203 @@
+"""The native CPU evaluator (``evotensor.gp._native`` via ``evotensor.gp.native``) against the
+reference interpreter, the documented metrics and the plain-JAX path."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.gp.eval_helpers import ArrayForest, assert_matches_reference, random_data, random_forest
+from tests.gp.test_evaluate import FULL, PROTECTED, SETS, numpy_metric
+
+from evotensor.gp import native
+from evotensor.gp.evaluate import METRICS, evaluate, fitness
+from evotensor.gp.functions import FunctionSet
+from evotensor.gp.reference import reference_eval
+
+ROOT = Path(__file__).resolve().parents[2]
+POP, MAX_LEN, N_VARS = 13, 24, 3
+
+
+def test_extension_is_built_and_chosen_by_auto():
+    assert native.AVAILABLE, f"the native GP evaluator is unavailable: {native.UNAVAILABLE_REASON}"
+    assert native.supported(FULL) and native.supported(PROTECTED)
+    custom = FunctionSet(("add", "sq"), custom={"sq": (1, lambda a: a * a)})
+    assert not native.supported(custom)
+    forest = random_forest(0, FULL, POP, MAX_LEN, N_VARS)
+    X = random_data(1, 40, N_VARS)
+    # "auto" on CPU is the native path: bit-identical to asking for it
+    np.testing.assert_array_equal(
+        np.asarray(evaluate(forest, X, FULL)), np.asarray(evaluate(forest, X, FULL, backend="native"))
+    )
+    with pytest.raises(ValueError, match="sq"):
+        evaluate(random_forest(0, custom, 3, 8, 1), X[:, :1], custom, backend="native")
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from(sorted(SETS)), st.sampled_from([1, 3]), st.integers(1, 700))
+def test_forward_equals_reference(seed, set_name, n_outputs, n_points):
+    """Every function, raw and protected, Modi outputs, row counts around the 256-row chunks."""
+    fs = SETS[set_name]
+    forest = random_forest(seed, fs, POP, MAX_LEN, N_VARS, n_outputs)
+    X = random_data(seed + 1, n_points, N_VARS)
+    out = evaluate(forest, X, fs, n_outputs, backend="native")
+    assert out.shape == (POP, n_points, n_outputs) and out.dtype == jnp.float32
+    assert_matches_reference(out, forest, X, fs, n_outputs)
+
+
+def _targets(rng, metric, n_points, n_outputs):
+    if metric in ("accuracy", "cross_entropy"):
+        return rng.integers(0, max(n_outputs, 2), n_points).astype(np.float32)
+    y = rng.normal(size=(n_points, n_outputs)).astype(np.float32)
+    return y[:, 0] if n_outputs == 1 else y
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from(METRICS), st.sampled_from([1, 3]))
+def test_fitness_equals_metric_of_reference_predictions(seed, metric, n_outputs):
+    fs = SETS["full"]
+    forest = random_forest(seed, fs, POP, MAX_LEN, N_VARS, n_outputs)
+    X = random_data(seed + 1, 300, N_VARS)
+    y = _targets(np.random.default_rng(seed), metric, 300, n_outputs)
+    n_out = n_outputs if metric in ("accuracy", "cross_entropy") else None
+    fit = np.asarray(fitness(forest, X, y, fs, metric, n_outputs=n_out, backend="native"))
+    pred = reference_eval(forest, X, fs, n_outputs)
+    # the reference predictions perturbed by a few ulps of the data: trees whose metric moves with
+    # them are chaotic (tan near a pole, ...) and cannot be compared across float32 paths
+    X_p = X * np.float32(1 + 5e-7)
+    expected = numpy_metric(pred, y, metric)
+    expected_p = numpy_metric(reference_eval(forest, X_p, fs, n_outputs), y, metric)
+    stable = np.isclose(expected, expected_p, rtol=1e-3, atol=1e-4) | (
+        ~np.isfinite(expected) & (expected == expected_p)
+    )
+    assert stable.mean() >= 0.7
+    np.testing.assert_array_equal(np.isfinite(fit[stable]), np.isfinite(expected[stable]))
+    np.testing.assert_array_equal(np.isposinf(fit[stable]), np.isposinf(expected[stable]))
+    finite = stable & np.isfinite(expected)
+    np.testing.assert_allclose(fit[finite], expected[finite], rtol=2e-3, atol=2e-4)
+
+
+def _one_function_forest(fs, name, n):
+    """``n`` one-node-function trees ``name(x0)``."""
+    opcode = np.zeros((n, 4), np.int32)
+    value = np.zeros((n, 4), np.float32)
+    size = np.zeros((n, 4), np.int32)
+    opcode[:, 0], opcode[:, 1] = fs.opcode(name), 2
+    size[:, 0], size[:, 1] = 2, 1
+    return ArrayForest(opcode, value, size, np.full((n, 4), -1, np.int32))
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "tan"])
+def test_trigonometry_over_every_argument_range(name):
+    """The vectorized sin/cos/tan (float path below 8192, double path below 2**20, library above,
+    inf and nan) against float64 NumPy rounded to float32, in chunks mixing the ranges."""
+    fs = FunctionSet(("sin", "cos", "tan"))
+    rng = np.random.default_rng(7)
+    parts = [
+        rng.uniform(-10, 10, 3000),
+        rng.uniform(-8192, 8192, 3000),
+        rng.uniform(-(2.0**20), 2.0**20, 3000),
+        rng.uniform(-1e30, 1e30, 500),
+        np.arange(-200, 200) * (np.pi / 2),  # near the quadrant boundaries and the poles of tan
+        [0.0, -0.0, 1e-30, -1e-30, np.inf, -np.inf, np.nan, 8191.999, 8192.0, 2.0**20, -(2.0**20)],
+    ]
+    x = np.concatenate([np.asarray(p, np.float64) for p in parts]).astype(np.float32)
+    small = np.arange(x.size) < 3000
+    for data in (x, x[small]):  # mixed chunks, and chunks of the float path only
+        tree = _one_function_forest(fs, name, 1)
+        got = np.asarray(evaluate(tree, data[:, None], fs, backend="native"))[0, :, 0]
+        with np.errstate(all="ignore"):
+            want = getattr(np, name)(data.astype(np.float64))
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want.astype(np.float32)))
+        finite = np.isfinite(want)
+        err = np.abs(got[finite] - want[finite])
+        # a few float32 ulps of the result, and of the argument times the derivative (tan near its
+        # poles, where one ulp of x moves the value a lot)
+        deriv = 1.0 / np.cos(data[finite].astype(np.float64)) ** 2 if name == "tan" else 1.0
+        tol = 4 * np.spacing(np.abs(want[finite]).astype(np.float32)) + 1e-7 * np.abs(deriv) * (
+            1 + np.abs(data[finite])
+        ) * np.spacing(np.float32(1))
+        assert np.all(err <= np.maximum(tol, 2e-7)), (data[finite][err > tol][:5], err.max())
+
+
+def test_malformed_trees_get_the_worst_fitness_and_nan_predictions():
+    fs = FunctionSet(("add", "mul"))
+    good = np.zeros((3, 6), np.int32), np.zeros((3, 6), np.float32), np.zeros((3, 6), np.int32)
+    opcode, value, size = good
+    # tree 0: x0 + x0 (valid); tree 1: add with one child (truncated); tree 2: length 0
+    opcode[0, :3], size[0, :3] = (fs.opcode("add"), 2, 2), (3, 1, 1)
+    opcode[1, :2], size[1, :2] = (fs.opcode("add"), 2), (2, 1)
+    forest = ArrayForest(opcode, value, size, np.full((3, 6), -1, np.int32))
+    X = np.linspace(-1, 1, 10, dtype=np.float32)[:, None]
+    pred = np.asarray(evaluate(forest, X, fs, backend="native"))
+    np.testing.assert_allclose(pred[0, :, 0], 2 * X[:, 0])
+    assert np.isnan(pred[1:]).all()
+    fit = np.asarray(fitness(forest, X, 2 * X[:, 0], fs, backend="native"))
+    assert fit[0] == 0.0 and np.isposinf(fit[1:]).all()
+    assert np.isneginf(np.asarray(fitness(forest, X, 2 * X[:, 0], fs, "r2", backend="native"))[1:]).all()
+
+
+def test_jit_vmap_and_determinism():
+    fs = SETS["full"]
+    forests = [random_forest(s, fs, 40, MAX_LEN, N_VARS) for s in (3, 4)]
+    X = jnp.asarray(random_data(5, 600, N_VARS))
+    y = jnp.sin(X[:, 0])
+    fields = ("opcode", "value", "size", "output")
+    stacked = ArrayForest(*(np.stack([getattr(f, k) for f in forests]) for k in fields))
+
+    def fit(o, v, s, out):
+        return fitness(ArrayForest(o, v, s, out), X, y, fs, backend="native")
+
+    args = lambda f: (f.opcode, f.value, f.size, f.output)  # noqa: E731
+    batched = jax.jit(jax.vmap(fit))(*args(stacked))
+    for i, f in enumerate(forests):
+        single = jax.jit(fit)(*args(f))
+        np.testing.assert_array_equal(np.asarray(batched[i]), np.asarray(single))
+        # many trees run on XLA's thread pool; the result must not depend on the schedule
+        for _ in range(3):
+            np.testing.assert_array_equal(np.asarray(jax.jit(fit)(*args(f))), np.asarray(single))
+    text = jax.jit(fit).lower(*args(forests[0])).as_text()
+    assert "evotensor_gp_fitness" in text and "callback" not in text
+
+
+def test_native_and_jax_paths_agree_on_gp_populations():
+    """The two CPU paths give the same fitness on evolved-looking populations (Pagie-1 set)."""
+    fs = FunctionSet(("add", "sub", "mul", "div", "sin", "cos", "tan"))
+    forest = random_forest(11, fs, 200, 48, 2, max_depth=6)
+    g = np.linspace(-5, 5, 26, dtype=np.float32)
+    X = np.stack(np.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+    y = 1 / (1 + X[:, 0] ** -4) + 1 / (1 + X[:, 1] ** -4)
+    a = np.asarray(fitness(forest, X, y, fs, backend="native"))
+    b = np.asarray(fitness(forest, X, y, fs, backend="jax"))
+    both = np.isfinite(a) & np.isfinite(b)
+    assert (np.isfinite(a) == np.isfinite(b)).mean() >= 0.97
+    close = np.isclose(a[both], b[both], rtol=1e-3, atol=1e-5)
+    assert close.mean() >= 0.97, np.c_[a[both][~close], b[both][~close]]
+
+
+def test_without_the_extension_everything_falls_back_to_jax():
+    code = (
+        "import numpy as np\n"
+        "from evotensor.gp import native\n"
+        "from evotensor.gp.evaluate import _choose_backend, fitness\n"
+        "from evotensor.gp.functions import FunctionSet\n"
+        "assert not native.AVAILABLE and 'EVOTENSOR_NO_NATIVE' in native.UNAVAILABLE_REASON\n"
+        "fs = FunctionSet(('add', 'mul'))\n"
+        "assert _choose_backend('auto', fs) == 'jax'\n"
+        "try:\n"
+        "    _choose_backend('native', fs); native.fitness_sums(None, None, None, fs, 1, 0)\n"
+        "except ValueError as e:\n"
+        "    assert 'EVOTENSOR_NO_NATIVE' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('no error')\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, EVOTENSOR_NO_NATIVE="1", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
