@@ -275,7 +275,9 @@ struct Scratch {
   }
 };
 
-// Evaluates tree t on rows [r0, r0 + n). Returns pointers to its n_outputs output rows (each n
+// Evaluates tree t on rows [r0, r0 + n); chunks of one tree must come in order, starting at r0 = 0,
+// with nothing else run on `s` in between (a constant's slot is filled in the first chunk only: it
+// belongs to that node alone, and the first chunk is the longest). Returns pointers to its n_outputs output rows (each n
 // floats; for one output the root's values), or false for a malformed tree (the caller reports
 // nan): the JAX path's results on such trees are unspecified, and Forest.check rejects them.
 bool eval_tree(const Forest& f, int64_t t, int64_t r0, int n, Scratch& s, const float** result) {
@@ -294,7 +296,7 @@ bool eval_tree(const Forest& f, int64_t t, int64_t r0, int n, Scratch& s, const 
     const float* node;    // this node's value
     const float* passed;  // what it hands to its parent (Modi: its rightmost child's value)
     if (code == kConst) {
-      std::fill(slot, slot + n, val[i]);
+      if (r0 == 0) std::fill(slot, slot + n, val[i]);
       node = passed = slot;
     } else if (code == kVar) {
       int64_t v = static_cast<int64_t>(val[i]);
