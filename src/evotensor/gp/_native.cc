@@ -275,11 +275,12 @@ struct Scratch {
   }
 };
 
-// Evaluates tree t on rows [r0, r0 + n); chunks of one tree must come in order, starting at r0 = 0,
-// with nothing else run on `s` in between (a constant's slot is filled in the first chunk only: it
-// belongs to that node alone, and the first chunk is the longest). Returns pointers to its n_outputs output rows (each n
-// floats; for one output the root's values), or false for a malformed tree (the caller reports
-// nan): the JAX path's results on such trees are unspecified, and Forest.check rejects them.
+// Evaluates tree t on rows [r0, r0 + n). Chunks of one tree must come in order, starting at r0 = 0,
+// with nothing else run on `s` in between: a constant's slot is filled in the first chunk only (it
+// belongs to that node alone, and the first chunk is the longest). Sets result to its n_outputs
+// output rows (n floats each; for one output, the root's values) and returns true, or returns false
+// for a malformed tree (the caller reports nan): the JAX path's results on such trees are
+// unspecified, and Forest.check rejects them.
 bool eval_tree(const Forest& f, int64_t t, int64_t r0, int n, Scratch& s, const float** result) {
   const int32_t* op = f.opcode + t * f.max_len;
   const float* val = f.value + t * f.max_len;
@@ -299,8 +300,9 @@ bool eval_tree(const Forest& f, int64_t t, int64_t r0, int n, Scratch& s, const 
       if (r0 == 0) std::fill(slot, slot + n, val[i]);
       node = passed = slot;
     } else if (code == kVar) {
-      int64_t v = static_cast<int64_t>(val[i]);
-      v = v < 0 ? 0 : (v >= f.n_vars ? f.n_vars - 1 : v);  // clamped as on the JAX path
+      // clamped as on the JAX path (a nan index reads variable 0 instead of being undefined)
+      const float fv = val[i];
+      const int64_t v = fv >= 1.0f ? std::min<int64_t>(static_cast<int64_t>(std::min(fv, 1e9f)), f.n_vars - 1) : 0;
       node = passed = f.xt + v * f.n_points + r0;
     } else {
       if (code < 0 || code >= f.n_opcodes) return false;
