@@ -1,4 +1,5 @@
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -161,3 +162,38 @@ def test_modi_nodes_appear_at_the_requested_rate(case):
     assert counts.size == g.n_outputs  # every index is a valid output
     q = 1 / g.n_outputs
     assert np.all(np.abs(counts - k * q) <= 5 * np.sqrt(k * q * (1 - q))), counts
+
+
+_DEPTH_ONE = [
+    TreeGenerator(FS, 3, 4, 1, 1, "full", n_outputs=2, modi_prob=0.5),  # insert mutation's
+    # depth bound 0 or 1, leaf or function roots, no variables; the 3-ary if_then_else won't fit
+    TreeGenerator(FS, 0, 3, 0, 1, "grow", leaf_prob=0.4),
+]
+
+
+@jax.jit
+def _closed_form_and_scan(key):
+    """Per generator of _DEPTH_ONE: its trees (closed form) and the scan's from the same uniforms."""
+    shapes = [g.uniform_shape(200) for g in _DEPTH_ONE]
+    flat = jax.random.uniform(key, (sum(int(np.prod(s)) for s in shapes),))  # one random call: compiles fast
+    out, start = [], 0
+    for g, shape in zip(_DEPTH_ONE, shapes):
+        u = flat[start : start + int(np.prod(shape))].reshape(shape)
+        start += int(np.prod(shape))
+        n_b = g.max_depth - g.min_depth + 1
+        bound = g.min_depth + jnp.minimum(jnp.floor(u[-1, 0] * n_b), n_b - 1).astype(jnp.int32)
+        full = {"full": jnp.ones(200, bool), "grow": jnp.zeros(200, bool)}.get(g.method, u[-1, 1] < 0.5)
+        opcode, value, output, _ = g._batch(u[:-1], bound, full)
+        out.append((g.from_uniforms(u), (opcode, value, output)))
+    return out
+
+
+def test_depth_one_closed_form_equals_the_scan():
+    """Trees of depth <= 1 are built without the scan; from the same uniforms they are the scan's
+    (and their closed-form sizes are right: ``check`` recomputes them)."""
+    for g, (got, want) in zip(_DEPTH_ONE, _closed_form_and_scan(jax.random.key(0))):
+        got.check(FS, n_vars=g.n_vars, n_outputs=g.n_outputs)
+        for name, w in zip(("opcode", "value", "output"), want):
+            np.testing.assert_array_equal(getattr(got, name), w, err_msg=name)
+        assert np.all(FS.arity[np.asarray(got.opcode)[:, 1:]] == 0)  # depth <= 1: leaves below the root
+        assert np.any(np.asarray(got.length) > 1) == (g.max_depth == 1)

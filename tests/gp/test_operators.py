@@ -180,6 +180,25 @@ def test_koza_bias_of_crossover_points():
         assert np.all(picks < 12) and np.bincount(picks, minlength=12).min() > BIG / 12 * 0.4
 
 
+_koza_subtree = jax.jit(lambda k, f, bias: ops.subtree_mutation(k, f, SUB_GEN, bias))
+
+
+def test_koza_bias_of_subtree_mutation_points():
+    """Bias 0 replaces a leaf: every function node of the parent survives (the tree's function count
+    never drops, and grows where the fresh tree has functions); bias 1 replaces a function node's
+    subtree, so some trees lose functions."""
+    f = _big_forest()  # 12 nodes: 6 functions, 6 leaves
+    n_func = lambda x: (FS.arity[np.asarray(x.opcode)] > 0).sum(1)  # noqa: E731
+    for bias, seed in ((0.0, 1), (1.0, 2)):
+        out, ok = _chunked(lambda k, c, b=bias: _koza_subtree(k, c, b), seed, f)
+        out.check(FS, n_vars=N_VARS, n_outputs=2)
+        change = n_func(out) - n_func(f)
+        if bias == 0.0:
+            assert np.all(change >= 0) and np.any(change > 0)
+        else:
+            assert np.any(change < 0)
+
+
 _leaf_biased_one = jax.jit(lambda k, a: ops.leaf_biased_crossover(k, a, a, FS, 1.0))
 
 
@@ -240,14 +259,14 @@ _WITH_U_ARGS = {
     "insert_mutation": (INS_GEN,),
     "delete_mutation": (FS,),
     "single_constant_mutation": ((-1, 1), 0.5),
-    "multi_constant_mutation": (0.5, (-1, 1)),
+    "multi_constant_mutation": (0.5, (-1, 1), 0.5),  # one sigma for both kinds: the fused pass shares it
 }
 
 
 @jax.jit
 def _keyed_and_predrawn(key, a, b):
     """Every operator called with ``key`` and on the uniforms drawn from it, as ``{name: (want, got)}``."""
-    out = {}
+    out, all_draws = {}, {}
     for name, extra in _WITH_U_ARGS.items():
         gen = extra[0] if name in ("subtree_mutation", "insert_mutation") else None
         shapes = ops.uniform_shapes(name, POP, L, gen)
@@ -255,7 +274,8 @@ def _keyed_and_predrawn(key, a, b):
         args = (a, b) if name.endswith("crossover") else (a,)
         want = getattr(ops, name)(key, *args, *extra)
         out[name] = (want, ops.apply_with_uniforms(name, draws, *args, *extra))
-    return out
+        all_draws[name] = draws
+    return out, _fused(all_draws, a)
 
 
 @settings(max_examples=3, deadline=None)
@@ -263,7 +283,7 @@ def _keyed_and_predrawn(key, a, b):
 def test_operators_on_predrawn_uniforms_equal_the_keyed_calls(rec, don, seed):
     """apply_with_uniforms(name, draws of key) is operator(key) bit for bit, for every operator."""
     (a, _), (b, _) = rec, don
-    for name, ((want, ok_want), (got, ok)) in _keyed_and_predrawn(jax.random.key(seed), a, b).items():
+    for name, ((want, ok_want), (got, ok)) in _keyed_and_predrawn(jax.random.key(seed), a, b)[0].items():
         for field in ("opcode", "value", "size", "output"):
             msg = f"{name}.{field}"
             np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=msg)
@@ -302,3 +322,61 @@ def test_uniform_choice_is_the_kth_true_entry(rows, us):
             assert int(idx[r]) == trues[k]
         else:
             assert int(idx[r]) == 0
+
+
+# ---- the fused passes the strategy runs: mixed kinds equal each kind's operator on its rows ---------
+
+_ST_COUNTS, _IP_COUNTS = (2, 1, 2, 1), (1, 2, 2, 1)  # POP = 6 rows each
+
+
+def _fused(draws, a):
+    """Both fused passes on ``a``, row block ``k`` given the uniforms operator ``k`` drew for those
+    rows (``draws``: each operator's draws for all POP rows, as in ``_keyed_and_predrawn``)."""
+    cols = lambda x, lo, n: x[..., lo : lo + n]  # noqa: E731
+    lo = np.cumsum((0,) + _ST_COUNTS)
+    names = [k + "_mutation" for k in ops.STRUCTURAL]
+    u = jnp.concatenate([cols(draws[m][0], lo[i], n) for i, (m, n) in enumerate(zip(names, _ST_COUNTS))], 1)
+    sub_u = cols(draws["subtree_mutation"][1], lo[0], _ST_COUNTS[0])
+    ins_u = cols(draws["insert_mutation"][1], lo[2], _ST_COUNTS[2])
+    st = ops.structural_mutations([u, sub_u, ins_u], a, _ST_COUNTS, FS, SUB_GEN, INS_GEN)
+    lo = np.cumsum((0,) + _IP_COUNTS)
+    names = [k + "_mutation" for k in ops.INPLACE]
+    u = jnp.concatenate([draws[m][0][lo[i] : lo[i] + n] for i, (m, n) in enumerate(zip(names, _IP_COUNTS))])
+    ip = ops.inplace_mutations(u, a, _IP_COUNTS, FS, N_VARS, 0.3, 0.5, (-1, 1), 0.5, 0.5)
+    return st, ip
+
+
+@settings(max_examples=2, deadline=None)
+@given(forests(POP, L, n_outputs=2), st.integers(0, 2**31 - 1))
+def test_fused_passes_equal_each_operator_on_its_rows(rec, seed):
+    """A pass over mixed row kinds is, row block by row block, the operator of that kind (which the
+    tests above check against the pointer-tree references) on the same uniforms."""
+    (a, _), key = rec, jax.random.key(seed)
+    ops_out, fused = _keyed_and_predrawn(key, a, a)
+    for (out, ok), kinds, counts in zip(fused, (ops.STRUCTURAL, ops.INPLACE), (_ST_COUNTS, _IP_COUNTS)):
+        out.check(FS, n_vars=N_VARS, n_outputs=2)
+        lo = 0
+        for kind, n in zip(kinds, counts):
+            name = kind + "_mutation"
+            _, (want, ok_want) = ops_out[name]
+            for field in ("opcode", "value", "size", "output"):
+                got = np.asarray(getattr(out, field))[lo : lo + n]
+                np.testing.assert_array_equal(
+                    got, getattr(want, field)[lo : lo + n], err_msg=f"{name}.{field}"
+                )
+            np.testing.assert_array_equal(np.asarray(ok)[lo : lo + n], ok_want[lo : lo + n], err_msg=name)
+            lo += n
+
+
+def test_fused_pass_arguments():
+    a = Forest.from_tuples([("var", 0)] * 3, L, FS)
+    with pytest.raises(ValueError, match="counts"):
+        ops.structural_uniform_shapes((1, 2, 0))
+    with pytest.raises(ValueError, match="generator"):
+        ops.structural_uniform_shapes((1, 0, 0, 0))
+    with pytest.raises(ValueError, match="sum to 2"):
+        ops.structural_mutations([jnp.zeros((2, 2))], a, (0, 1, 0, 1), FS)
+    with pytest.raises(ValueError, match="summing to 3"):
+        ops.inplace_mutations(jnp.zeros((3, L)), a, (1, 1, 0, 0), FS, N_VARS)
+    with pytest.raises(ValueError, match="u must have shape"):
+        ops.inplace_mutations(jnp.zeros((3, 2)), a, (1, 1, 1, 0), FS, N_VARS)

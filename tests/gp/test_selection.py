@@ -436,3 +436,60 @@ def test_lexicase_from_draws_names_the_argument_with_a_wrong_shape():
     ]:
         with pytest.raises(ValueError, match=name):
             sel.lexicase_from_draws(*args)
+
+
+# ---- the strategy's selections from pre-drawn bits; elites by top_k ---------------------------------
+
+_from_bits = jax.jit(
+    lambda b, f: (
+        sel.tournament_from_bits(b.reshape(N, 4), f),
+        sel.truncation_from_bits(b[:N], f, 0.3),
+        sel.uniform_ints(b, 1000),
+    )
+)
+_elites = jax.jit(lambda f: sel.elite_indices(f, POP))
+
+
+@settings(max_examples=30, deadline=None)
+@given(fitnesses, seeds)
+def test_selections_from_bits_match_python_loops(fit, seed):
+    bits = np.asarray(jax.random.bits(jax.random.key(seed), (N * 4,), jnp.uint32))
+    tour, trunc, ints = (np.asarray(x) for x in _from_bits(jnp.asarray(bits), jnp.asarray(fit)))
+    np.testing.assert_array_equal(ints, bits % 1000)
+    cands = (bits % POP).reshape(N, 4)  # the documented candidates
+    for i in range(N):
+        best = cands[i, 0]
+        for c in cands[i, 1:]:
+            best = c if fit[c] < fit[best] else best
+        assert tour[i] == best
+    k = math.ceil(0.3 * POP)
+    order = sorted(range(POP), key=lambda i: (fit[i], i))
+    assert trunc.tolist() == [order[d] for d in bits[:N] % k]
+
+
+def test_uniform_ints_are_uniform():
+    bits = jax.random.bits(jax.random.key(0), (70_000,), jnp.uint32)
+    counts = np.bincount(np.asarray(sel.uniform_ints(bits, 7)), minlength=7)
+    assert counts.shape == (7,) and np.all(np.abs(counts - 10_000) < 5 * 95)  # 5 sigma
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.0, -0.0, 1.0, -2.0, 3e38, -3e38, np.inf, np.nan]), min_size=POP, max_size=POP)
+)
+def test_elite_indices_equal_a_stable_argsort(fit):
+    """top_k on order keys gives jnp.argsort(stable)'s order, ties (and -0.0 vs 0.0, NaNs) included."""
+    fit = np.asarray(fit, np.float32)
+    got = np.asarray(_elites(jnp.asarray(fit)))
+    np.testing.assert_array_equal(got, np.asarray(jnp.argsort(jnp.asarray(fit), stable=True)))
+    key = np.where(np.isnan(fit), np.inf, fit)  # the same order by hand: NaNs last, -0.0 == 0.0
+    want = sorted(range(POP), key=lambda i: (np.isnan(fit[i]), key[i], i))
+    assert got.tolist() == want
+
+
+def test_inverse_cdf_is_sample_from_probs_on_its_uniforms():
+    probs = jnp.asarray([0.1, 0.0, 0.5, 0.4])
+    key = jax.random.key(3)
+    np.testing.assert_array_equal(
+        sel.inverse_cdf(jax.random.uniform(key, (50,)), probs), sel.sample_from_probs(key, probs, 50)
+    )

@@ -48,12 +48,17 @@ def step(gp):
     return jax.jit(_step(gp))
 
 
+# Runs of this tiny problem (pop 64) sometimes collapse to single leaves within a few generations
+# (under any random stream: about one seed in three); the tests below use a seed that does not.
+SEED = 1
+
+
 def _generations(step, gp, params, n=12):
-    state = gp.init(jax.random.key(0))
+    state = gp.init(jax.random.key(SEED))
     out = []
     for g in range(n):
         prev = state
-        state, (forest, fit, metrics) = step(jax.random.key(100 + g), state, params)
+        state, (forest, fit, metrics) = step(jax.random.key(100 + g + 1000 * SEED), state, params)
         out.append((prev, state, forest, fit, {k: np.asarray(v) for k, v in metrics.items()}))
     return out
 
@@ -246,9 +251,8 @@ def test_penalized_selection_is_tournament_on_raw_plus_c_len(gp, step, history):
 
     key = jax.random.key(7)
     _, (forest, _, _) = step(key, told, params)
-    select_key = jax.random.split(jax.random.split(key)[0], 4)[0]  # tell key, then ask's first split
     E, C = gp.n_elite, POP - gp.n_elite
-    cands = np.asarray(jax.random.randint(select_key, (2 * C, gp.tournament_size), 0, POP))
+    cands = _draws(gp, jax.random.split(key)[0])["select"] % POP  # ask's key (the step splits it off)
 
     def winners(f):
         out = []
@@ -453,70 +457,117 @@ def test_pagie1_acceptance_beats_the_evogp_table():
         res.best_genotype.check(task.problem.function_set, n_vars=2)
 
 
-# ---- batched random draws: the generation is the one the keyed operators give -----------------------
+# ---- one random draw per generation; fused mutation passes equal the operators ------------------------
 
 
-def test_batched_uniforms_equal_separate_draws():
-    from evotensor.gp.generate import batched_uniforms
+def test_bits_to_uniform_is_jax_uniform():
+    from evotensor.gp.strategy import bits_to_uniform
 
-    keys = list(jax.random.split(jax.random.key(3), 6))
-    shapes = [(6, 50), (50,), (3, 7), (16, 2, 7), (20000,), (1,)]
-    got = batched_uniforms(keys, shapes)
-    for k, s, g in zip(keys, shapes, got):
-        assert g.shape == s
-        np.testing.assert_array_equal(g, jax.random.uniform(k, s))
-    with pytest.raises(ValueError, match="one shape per key"):
-        batched_uniforms(keys, shapes[:2])
+    for shape in [(7,), (3, 50), (2, 4, 5)]:
+        key = jax.random.key(shape[0])
+        got = bits_to_uniform(jax.random.bits(key, shape, jnp.uint32))
+        np.testing.assert_array_equal(got, jax.random.uniform(key, shape))
+
+
+def _draws(gp, key):
+    """The documented draws of ``_offspring``: one ``jax.random.bits(key, (total,))`` cut in order into
+    the tournament's candidate bits ``[2C, size]``, the crossover's uniforms ``[2, C]``, the crossover
+    coins ``[C]``, the structural pass's ``[2, n_st]`` (+ subtree and insert generator uniforms) and
+    the in-place pass's ``[n_ip, L]`` (mutation blocks: structural kinds, then in-place kinds)."""
+    from evotensor.gp.strategy import bits_to_uniform
+
+    C = gp.population_size - gp.n_elite
+    count = dict(zip(MUTATIONS, gp.mutation_counts))
+    n_sub, n_ins = count["subtree"], count["insert"]
+    n_st = n_sub + count["hoist"] + n_ins + count["delete"]
+    n_ip = sum(count[k] for k in ("single_point", "multi_point", "single_constant", "multi_constant"))
+    layout = [("select", (2 * C, gp.tournament_size)), ("cross", (2, C)), ("do_cross", (C,))]
+    layout += [("st", (2, n_st)), ("sub", gp.mutation_generator.uniform_shape(n_sub))]
+    layout += [("ins", gp.insert_generator.uniform_shape(n_ins)), ("ip", (n_ip, L))]
+    sizes = [int(np.prod(shape)) for _, shape in layout]
+    bits = np.asarray(jax.random.bits(key, (sum(sizes),), jnp.uint32))
+    out, start = {}, 0
+    for (name, shape), size in zip(layout, sizes):
+        chunk = bits[start : start + size].reshape(shape)
+        out[name] = chunk if name == "select" else np.asarray(bits_to_uniform(jnp.asarray(chunk)))
+        start += size
+    return out
 
 
 def _reference_offspring(gp, key, state, params):
-    """The generation's variation written plainly: each operator called with its own key."""
+    """The generation's variation written plainly: tournaments by a Python loop, then every public
+    operator on its own block of children, each given its slice of the generation's draws."""
+    E, P = gp.n_elite, gp.population_size
+    d = _draws(gp, key)
+    fit = np.asarray(gp.selection_fitness(state, params))
+    parents = []
+    for row in d["select"] % P:
+        best = row[0]
+        for i in row[1:]:
+            best = i if fit[i] < fit[best] else best
+        parents.append(best)
+    elites = np.argsort(np.asarray(state.fitness), kind="stable")[:E]
+    return jax.jit(_reference_variation, static_argnums=0)(
+        gp, d, state.forest, np.asarray(parents), elites, params
+    )
+
+
+def _reference_variation(gp, d, forest, parents, elites, params):
     from evotensor.gp import operators as ops
 
-    C, E = gp.population_size - gp.n_elite, gp.n_elite
+    C = gp.population_size - gp.n_elite
     fs, nv = gp.function_set, gp.n_vars
-    keys = jax.random.split(key, 4)
     take = lambda f, idx: jax.tree_util.tree_map(lambda a: a[idx], f)  # noqa: E731
-    parents = gp._select(keys[0], gp.selection_fitness(state, params), 2 * C, params)
-    rec, don = take(state.forest, parents[:C]), take(state.forest, parents[C:])
-    crossed, _ = ops.one_point_crossover(keys[1], rec, don, fs, params.internal_bias)
-    do_cross = jax.random.uniform(keys[2], (C,)) < params.crossover_rate
+    rec, don = take(forest, parents[:C]), take(forest, parents[C:])
+    crossed, _ = ops.apply_with_uniforms(
+        "one_point_crossover", [d["cross"]], rec, don, fs, params.internal_bias
+    )
+    do_cross = d["do_cross"] < params.crossover_rate
     children = jax.tree_util.tree_map(lambda x, y: jnp.where(do_cross[:, None], x, y), crossed, rec)
-    mut_keys = jax.random.split(keys[3], len(MUTATIONS))
     sigma = params.const_sigma
-    calls = {
-        "subtree": lambda k, f: ops.subtree_mutation(k, f, gp.mutation_generator),
-        "hoist": lambda k, f: ops.hoist_mutation(k, f, fs),
-        "single_point": lambda k, f: ops.single_point_mutation(k, f, fs, nv, gp.const_range, gp.const_prob),
-        "multi_point": lambda k, f: ops.multi_point_mutation(
-            k, f, fs, nv, params.point_rate, gp.const_range, gp.const_prob
-        ),
-        "insert": lambda k, f: ops.insert_mutation(k, f, gp.insert_generator),
-        "delete": lambda k, f: ops.delete_mutation(k, f, fs),
-        "single_constant": lambda k, f: ops.single_constant_mutation(k, f, gp.const_range, sigma),
-        "multi_constant": lambda k, f: ops.multi_constant_mutation(
-            k, f, params.const_rate, gp.const_range, sigma
-        ),
+    count = dict(zip(MUTATIONS, gp.mutation_counts))
+    args = {
+        "subtree": (gp.mutation_generator,),
+        "hoist": (fs,),
+        "insert": (gp.insert_generator,),
+        "delete": (fs,),
+        "single_point": (fs, nv, gp.const_range, gp.const_prob),
+        "multi_point": (fs, nv, params.point_rate, gp.const_range, gp.const_prob),
+        "single_constant": (gp.const_range, sigma),
+        "multi_constant": (params.const_rate, gp.const_range, sigma),
     }
-    start = 0
-    for m, n_m in enumerate(gp.mutation_counts):
-        part = jax.tree_util.tree_map(lambda a, s=start, n=n_m: a[s : s + n], children)
-        mutant, _ = calls[MUTATIONS[m]](mut_keys[m], part)
-        children = jax.tree_util.tree_map(
-            lambda a, b, s=start: a.at[s : s + b.shape[0]].set(b), children, mutant
+    pieces, row, col = [take(forest, elites)], 0, 0
+    for name in ("subtree", "hoist", "insert", "delete"):
+        n = count[name]
+        draws = [d["st"][:, col : col + n]] + ([d["sub"]] if name == "subtree" else [])
+        draws += [d["ins"]] if name == "insert" else []
+        mutant, _ = ops.apply_with_uniforms(
+            name + "_mutation", draws, take(children, slice(row, row + n)), *args[name]
         )
-        start += n_m
-    elites = take(state.forest, sel.elite_indices(state.fitness, E))
-    return jax.tree_util.tree_map(lambda e, c: jnp.concatenate([e, c]), elites, children)
+        pieces.append(mutant)
+        row, col = row + n, col + n
+    ip_row = 0
+    for name in ("single_point", "multi_point", "single_constant", "multi_constant"):
+        n = count[name]
+        draws = [d["ip"][ip_row : ip_row + n]]
+        mutant, _ = ops.apply_with_uniforms(
+            name + "_mutation", draws, take(children, slice(row, row + n)), *args[name]
+        )
+        pieces.append(mutant)
+        row, ip_row = row + n, ip_row + n
+    pieces.append(take(children, slice(row, C)))
+    return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *pieces)
 
 
-def test_offspring_equal_the_keyed_operators_bit_for_bit(gp, history):
-    """The batched draws and single concatenation change nothing: same forest as calling every
-    operator with its own key (on a told population, parents drawn by tournament)."""
+def test_offspring_equal_the_operators_on_their_draws_bit_for_bit(gp, history):
+    """The one draw and the two fused mutation passes change nothing: the same forest as a Python
+    tournament and every public operator run on its own block of children (a told population)."""
     _, told, *_ = history[3]
     params = gp.default_params()
     key = jax.random.key(11)
+    gp = _make(mutation_rate=0.6)  # so that every operator takes part
+    assert all(gp.mutation_counts)
     got, _, _ = jax.jit(lambda k, s: gp._offspring(k, s, params))(key, told)
-    want = jax.jit(lambda k, s: _reference_offspring(gp, k, s, params))(key, told)
+    want = _reference_offspring(gp, key, told, params)
     for field in ("opcode", "value", "size", "output"):
         np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=field)

@@ -1,8 +1,9 @@
 """Random tree generation: full, grow and ramped half-and-half, vectorized over the population.
 
 Every tree is built in prefix order by one ``lax.scan`` over the ``max_len`` slots with a stack of
-pending child depths, ``vmap``-ed over the population (static shapes, no host round-trips). Subtree
-sizes then come from :func:`evotensor.gp.encoding.subtree_sizes`.
+pending child depths, batched over the population (static shapes, no host round-trips); subtree
+sizes follow from the stack heights the scan records (no second scan). Trees of depth at most 1
+(insert mutation's) are built in closed form, without a scan, from the same uniforms.
 
 At a node of depth ``d`` in a tree whose depth bound is ``D`` (root depth 0):
 
@@ -29,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evotensor.gp.encoding import CONST, PAD, VAR, Forest, subtree_sizes
+from evotensor.gp.encoding import CONST, PAD, VAR, Forest
 
 METHODS = ("full", "grow", "half_and_half")
 
@@ -49,51 +50,6 @@ def split_uniform(u: jax.Array, p: float | jax.Array) -> tuple[jax.Array, jax.Ar
     safe_q = jnp.where(p < 1, 1.0 - p, 1.0)
     rest = jnp.where(hit, u / safe_p, (u - p) / safe_q)
     return hit, jnp.clip(rest, 0.0, BELOW_ONE)
-
-
-def batched_uniforms(
-    keys: Sequence[jax.Array], shapes: Sequence[tuple[int, ...]], max_waste: int = 4, slack: int = 16384
-) -> list[jax.Array]:
-    """``[jax.random.uniform(k, s) for k, s in zip(keys, shapes)]`` in as few random calls as possible.
-
-    Every random call site compiles its own threefry loop, and on CPU XLA's compile time grows with
-    the number of kernels: in a GP generation the ~15 separate draws of the operators were half of
-    the variation's compile time. Here the keys are stacked and drawn by one ``vmap``-ed call per
-    group, every key drawing the group's largest size and keeping the prefix it needs. With
-    ``jax_threefry_partitionable`` (JAX's default) element ``i`` of a draw depends only on the key
-    and ``i``, so the result equals the separate calls bit for bit; without it, it is still i.i.d.
-    uniform, just a different stream. Draws are grouped by size (largest first) so that a group
-    draws at most ``max_waste`` times what it keeps plus ``slack`` elements.
-
-    Args:
-        keys: scalar new-style keys, one per draw.
-        shapes: one static shape per key.
-
-    Returns:
-        float32 uniforms in ``[0, 1)``, one array of ``shapes[i]`` per key.
-    """
-    if len(keys) != len(shapes):
-        raise ValueError(f"need one shape per key, got {len(keys)} keys and {len(shapes)} shapes")
-    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
-    groups: list[list[int]] = []
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-        if groups:
-            g = groups[-1]
-            drawn = sizes[g[0]] * (len(g) + 1)
-            if drawn <= max_waste * (sum(sizes[j] for j in g) + sizes[i]) + slack:
-                g.append(i)
-                continue
-        groups.append([i])
-    out: list[jax.Array] = [None] * len(sizes)  # type: ignore[list-item]
-    for g in groups:
-        if len(g) == 1:
-            out[g[0]] = jax.random.uniform(keys[g[0]], shapes[g[0]])
-            continue
-        stacked = jnp.stack([keys[i] for i in g])
-        draws = jax.vmap(lambda k, m=sizes[g[0]]: jax.random.uniform(k, (m,)))(stacked)
-        for row, i in enumerate(g):
-            out[i] = draws[row, : sizes[i]].reshape(shapes[i])
-    return out
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -205,50 +161,90 @@ class TreeGenerator:
             full = jnp.zeros(n, bool)
         else:
             full = u[-1, 1] < 0.5
-        opcode, value, output = self._batch(u[:-1], depth_bound, full)
-        arity, _, _ = self._tables()
-        size = subtree_sizes(opcode, arity)
+        if self.max_depth <= 1:  # a root and its leaves: no scan needed (e.g. insert mutation's trees)
+            opcode, value, output, size = self._depth_one(u[:-1], depth_bound, full)
+        else:
+            opcode, value, output, height = self._batch(u[:-1], depth_bound, full)
+            size = _sizes_from_heights(height)
         return Forest(opcode=opcode, value=value, size=size, output=output)
 
-    def _batch(self, u: jax.Array, depth_bound: jax.Array, full: jax.Array):
-        """Prefix-order construction of ``n`` trees at once (a scan over slots; the stack of pending
-        child depths is updated with one-hot selects, which compile and vectorize well)."""
-        n = depth_bound.shape[0]
+    def _node(self, r0, r1, d, budget, depth_bound, full):
+        """One node at depth ``d [n]`` given its uniforms ``r0, r1 [n]`` and the child slots left
+        (``budget [n]``): ``(opcode, value, output, arity)``, shared by the scan and the closed form
+        so that both build the same trees from the same uniforms."""
         L = self.max_len
         arity_np, weights_np, leaf_np = self._tables()
         arity = jnp.asarray(arity_np)
         weights = jnp.asarray(weights_np)
         leaf_by_depth = jnp.asarray(leaf_np)
-        max_arity = int(arity_np.max())
-        lo, hi = (float(c) for c in self.const_range)
-        const_prob = 1.0 if self.n_vars == 0 else float(self.const_prob)
         modi_prob = float(self.modi_prob) if self.n_outputs > 1 else 0.0
+        # r0: leaf-or-function, then (reused) the function; r1: the leaf, or the Modi output
+        p_leaf = jnp.where(full | (d < self.min_depth), 0.0, leaf_by_depth[jnp.minimum(d, L)])
+        leaf_draw, r_func = split_uniform(r0, p_leaf)
+        want_func = (d < depth_bound) & ~leaf_draw
+        w = jnp.where(arity[None, :] <= budget[:, None], weights[None, :], 0.0)  # [n, n_opcodes]
+        total = jnp.sum(w, axis=1)
+        is_func = want_func & (total > 0)
+        func = jnp.argmax(jnp.cumsum(w, axis=1) > (r_func * total)[:, None], axis=1).astype(jnp.int32)
+        leaf_op, leaf_val = self._leaf(r1)
+        opcode = jnp.where(is_func, func, leaf_op)
+        value = jnp.where(is_func, 0.0, leaf_val)
+        modi_draw, r_out = split_uniform(r1, modi_prob)
+        is_modi = is_func & modi_draw
+        out = jnp.where(is_modi, jnp.minimum(jnp.floor(r_out * self.n_outputs), self.n_outputs - 1), -1)
+        a = jnp.where(is_func, arity[opcode], 0)
+        return opcode, value, out, a
+
+    def _leaf(self, r1):
+        """A leaf from its uniform ``r1``: ``(opcode, value)`` (constant with ``const_prob``)."""
+        lo, hi = (float(c) for c in self.const_range)
+        is_const, r_leaf = split_uniform(r1, 1.0 if self.n_vars == 0 else float(self.const_prob))
+        var = jnp.minimum(jnp.floor(r_leaf * self.n_vars), max(self.n_vars - 1, 0))
+        cval = lo + (hi - lo) * r_leaf
+        return jnp.where(is_const, CONST, VAR), jnp.where(is_const, cval, var)
+
+    def _depth_one(self, u: jax.Array, depth_bound: jax.Array, full: jax.Array):
+        """Trees of depth <= 1 in closed form, equal to what the scan of :meth:`_batch` builds from
+        the same uniforms: slot 0 is the root (a function only if its children fit), slots
+        ``1 .. arity`` its leaves (each from its own slot's uniforms), padding after."""
+        n = depth_bound.shape[0]
+        L = self.max_len
+        zeros = jnp.zeros(n, jnp.int32)
+        r_op, r_val, r_out, a = self._node(u[0, 0], u[0, 1], zeros, zeros + (L - 1), depth_bound, full)
+        # every later slot is a depth-1 node, hence a leaf (depth_bound <= 1; no Modi output), made
+        # from its slot's r1 as the scan makes it
+        l_op, l_val = self._leaf(u[1:, 1])  # [L - 1, n]
+        slot = jnp.arange(1, L)[:, None]
+        active = slot <= a[None, :]  # [L - 1, n]
+        opcode = jnp.concatenate([r_op[None], jnp.where(active, l_op, PAD)], 0)
+        value = jnp.concatenate([r_val[None], jnp.where(active, l_val, 0.0)], 0)
+        output = jnp.concatenate([r_out[None], jnp.full((L - 1, n), -1, jnp.int32)], 0)
+        size = jnp.concatenate([(1 + a)[None], active.astype(jnp.int32)], 0)
+        return (
+            opcode.T.astype(jnp.int32),
+            value.T.astype(jnp.float32),
+            output.T.astype(jnp.int32),
+            size.T.astype(jnp.int32),
+        )
+
+    def _batch(self, u: jax.Array, depth_bound: jax.Array, full: jax.Array):
+        """Prefix-order construction of ``n`` trees at once (a scan over slots; the stack of pending
+        child depths is updated with one-hot selects, which compile and vectorize well). Also returns
+        the stack height before each slot (``[n, L]``; 0 on padding), from which the subtree sizes
+        follow without a second scan (:func:`_sizes_from_heights`)."""
+        n = depth_bound.shape[0]
+        L = self.max_len
         slots = jnp.arange(L)[None, :]
 
         def step(carry, xs):
             stack, top = carry  # [n, L] pending depths, [n] stack height
             t, r = xs  # r: [2, n]
+            height = top
             active = top > 0
             d = jnp.sum(jnp.where(slots == (top - 1)[:, None], stack, 0), axis=1)
             top = jnp.where(active, top - 1, top)
             budget = L - t - 1 - top  # child slots left once this node and the pending ones are placed
-            # r[0]: leaf-or-function, then (reused) the function; r[1]: the leaf, or the Modi output
-            p_leaf = jnp.where(full | (d < self.min_depth), 0.0, leaf_by_depth[jnp.minimum(d, L)])
-            leaf_draw, r_func = split_uniform(r[0], p_leaf)
-            want_func = (d < depth_bound) & ~leaf_draw
-            w = jnp.where(arity[None, :] <= budget[:, None], weights[None, :], 0.0)  # [n, n_opcodes]
-            total = jnp.sum(w, axis=1)
-            is_func = want_func & (total > 0)
-            func = jnp.argmax(jnp.cumsum(w, axis=1) > (r_func * total)[:, None], axis=1).astype(jnp.int32)
-            is_const, r_leaf = split_uniform(r[1], const_prob)
-            var = jnp.minimum(jnp.floor(r_leaf * self.n_vars), max(self.n_vars - 1, 0))
-            cval = lo + (hi - lo) * r_leaf
-            opcode = jnp.where(is_func, func, jnp.where(is_const, CONST, VAR))
-            value = jnp.where(is_func, 0.0, jnp.where(is_const, cval, var))
-            modi_draw, r_out = split_uniform(r[1], modi_prob)
-            is_modi = is_func & modi_draw
-            out = jnp.where(is_modi, jnp.minimum(jnp.floor(r_out * self.n_outputs), self.n_outputs - 1), -1)
-            a = jnp.where(is_func, arity[opcode], 0)
+            opcode, value, out, a = self._node(r[0], r[1], d, budget, depth_bound, full)
             # push a copies of d + 1 onto slots top .. top + a - 1
             push = (slots >= top[:, None]) & (slots < (top + a)[:, None])
             stack = jnp.where(push, (d + 1)[:, None], stack)
@@ -256,12 +252,28 @@ class TreeGenerator:
             opcode = jnp.where(active, opcode, PAD).astype(jnp.int32)
             value = jnp.where(active, value, 0.0).astype(jnp.float32)
             out = jnp.where(active, out, -1).astype(jnp.int32)
-            return (stack, top), (opcode, value, out)
+            return (stack, top), (opcode, value, out, height)
 
-        del max_arity
         init = (jnp.zeros((n, L), jnp.int32), jnp.ones(n, jnp.int32))
-        _, (opcode, value, output) = jax.lax.scan(step, init, (jnp.arange(L), u))
-        return opcode.T, value.T, output.T
+        _, (opcode, value, output, height) = jax.lax.scan(step, init, (jnp.arange(L), u))
+        return opcode.T, value.T, output.T, height.T
+
+
+def _sizes_from_heights(height: jax.Array) -> jax.Array:
+    """Subtree sizes ``[n, L]`` of prefix trees from the number of pending subtrees before each slot
+    (``height``, ``[n, L]``, 0 on padding).
+
+    Placing node ``i`` takes one pending subtree and adds its children, and the height never drops
+    by more than one per slot, so node ``i``'s subtree ends at the first slot ``t > i`` whose height
+    is below ``height[i]`` (or at ``L``): ``size[i] = t - i``. An ``[n, L, L]`` comparison fused
+    into a min-reduction; cheaper to compile than a second scan over the slots.
+    """
+    L = height.shape[-1]
+    t = jnp.arange(L)
+    later = t[None, :] > t[:, None]  # [i, t]
+    ends = later[None] & (height[:, None, :] < height[:, :, None])
+    end = jnp.min(jnp.where(ends, t[None, None, :], L), axis=-1)
+    return jnp.where(height > 0, end - t[None, :], 0).astype(jnp.int32)
 
 
 def generate(

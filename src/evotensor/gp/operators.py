@@ -59,6 +59,12 @@ def _uniform_choice(u: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array
     return jnp.where(has, idx, 0), has
 
 
+def _node_at(u: jax.Array, n: jax.Array) -> jax.Array:
+    """A uniform node of each tree given its length ``n [pop]``: the nodes are the slots ``[0, n)``,
+    so this is ``_uniform_choice(u, is_node)`` without counting."""
+    return jnp.minimum(jnp.floor(u * n), jnp.maximum(n - 1, 0)).astype(jnp.int32)
+
+
 def random_nodes(
     key: jax.Array, forest: Forest, function_set: Any, internal_bias: float | jax.Array | None = None
 ) -> jax.Array:
@@ -67,20 +73,26 @@ def random_nodes(
     ``internal_bias=None``: uniform over the tree's nodes. Otherwise Koza's bias: with probability
     ``internal_bias`` a uniform function node (if the tree has any), else a uniform leaf.
     """
-    u = jax.random.uniform(key, (3, forest.opcode.shape[0]))
-    return _random_nodes(u, forest, function_set, internal_bias)
+    u = jax.random.uniform(key, (forest.opcode.shape[0],))
+    return _random_nodes(u, forest.opcode, forest.size[..., 0], function_set, internal_bias)
 
 
-def _random_nodes(u: jax.Array, forest: Forest, function_set: Any, internal_bias) -> jax.Array:
-    """:func:`random_nodes` given uniforms ``u [3, pop]`` (one random call per operator keeps the
-    compiled program small)."""
-    is_node, is_func = _node_masks(forest, function_set)
+def _random_nodes(
+    u: jax.Array, opcode: jax.Array, n: jax.Array, function_set: Any, internal_bias
+) -> jax.Array:
+    """:func:`random_nodes` from one uniform per tree ``u [pop]``, the trees' ``opcode [pop, L]`` and
+    lengths ``n [pop]``. With a bias, ``u`` first decides function-or-leaf and (rescaled,
+    :func:`~evotensor.gp.generate.split_uniform`) then picks the node: one counting pass per tree."""
     if internal_bias is None:
-        return _uniform_choice(u[0], is_node)[0]
-    func_idx, has_func = _uniform_choice(u[0], is_func)
-    leaf_idx, _ = _uniform_choice(u[1], is_node & ~is_func)
-    want_func = u[2] < internal_bias
-    return jnp.where(want_func & has_func, func_idx, leaf_idx)
+        return _node_at(u, n)
+    want_func, r = _reuse(u, internal_bias)
+    arity = jnp.asarray(function_set.arity, jnp.int32)
+    is_node = opcode != PAD
+    is_func = is_node & (arity[opcode] > 0)
+    # A tree without a function node is a single leaf: the function mask is empty there and the
+    # choice falls back to slot 0, that leaf, as the leaf choice would.
+    idx, _ = _uniform_choice(r, jnp.where(want_func[:, None], is_func, is_node & ~is_func))
+    return idx
 
 
 # ---- crossover --------------------------------------------------------------------------------------
@@ -103,10 +115,22 @@ def one_point_crossover(
     return _one_point_crossover(u, recipients, donors, function_set, internal_bias)
 
 
+def crossover_points(
+    u: jax.Array, opcode: jax.Array, length: jax.Array, function_set: Any, internal_bias=None
+) -> jax.Array:
+    """The crossover points of one-point crossover for ``pop`` pairs stacked as ``2 * pop`` trees
+    (recipients, then donors): ``u [2, pop]`` uniforms, ``opcode [2 * pop, L]``, ``length [2 * pop]``
+    -> int32 ``[2 * pop]``. The strategy gathers both parents' rows in one array, so the points of
+    all of them are chosen in one pass."""
+    return _random_nodes(u.reshape(-1), opcode, length, function_set, internal_bias)
+
+
 def _one_point_crossover(u, recipients, donors, function_set, internal_bias=None):
-    p = _random_nodes(u[:3], recipients, function_set, internal_bias)
-    q = _random_nodes(u[3:], donors, function_set, internal_bias)
-    return exchange(recipients, p, donors, q)
+    opcode = jnp.concatenate([recipients.opcode, donors.opcode], axis=0)
+    length = jnp.concatenate([recipients.length, donors.length], axis=0)
+    pq = crossover_points(u, opcode, length, function_set, internal_bias)
+    pop = recipients.opcode.shape[0]
+    return exchange(recipients, pq[:pop], donors, pq[pop:])
 
 
 def leaf_biased_crossover(
@@ -118,16 +142,36 @@ def leaf_biased_crossover(
     return _leaf_biased_crossover(u, recipients, donors, function_set, leaf_bias)
 
 
+def leaf_biased_points(
+    u: jax.Array, opcode: jax.Array, length: jax.Array, function_set: Any, leaf_bias=0.3
+) -> jax.Array:
+    """The points of leaf-biased crossover for ``pop`` pairs stacked as ``2 * pop`` trees (see
+    :func:`crossover_points`): ``u [3, pop]`` (the pair's leaf coin, the recipient's and the donor's
+    choice) -> int32 ``[2 * pop]``."""
+    arity = jnp.asarray(function_set.arity, jnp.int32)
+    is_leaf = (opcode != PAD) & (arity[opcode] == 0)
+    leaves = jnp.tile(u[0] < leaf_bias, 2)
+    r = u[1:].reshape(-1)
+    return jnp.where(leaves, _uniform_choice(r, is_leaf)[0], _node_at(r, length))
+
+
 def _leaf_biased_crossover(u, recipients, donors, function_set, leaf_bias=0.3):
-    r_node, r_func = _node_masks(recipients, function_set)
-    d_node, d_func = _node_masks(donors, function_set)
-    leaves = u[0] < leaf_bias
-    p = jnp.where(leaves, _uniform_choice(u[1], r_node & ~r_func)[0], _uniform_choice(u[1], r_node)[0])
-    q = jnp.where(leaves, _uniform_choice(u[2], d_node & ~d_func)[0], _uniform_choice(u[2], d_node)[0])
-    return exchange(recipients, p, donors, q)
+    pop = recipients.opcode.shape[0]
+    opcode = jnp.concatenate([recipients.opcode, donors.opcode], axis=0)
+    length = jnp.concatenate([recipients.length, donors.length], axis=0)
+    pq = leaf_biased_points(u, opcode, length, function_set, leaf_bias)
+    return exchange(recipients, pq[:pop], donors, pq[pop:])
 
 
 # ---- structural mutations ---------------------------------------------------------------------------
+#
+# Subtree, hoist, insert and delete mutation are one pass (:func:`structural_mutations`) over rows
+# of any mix of them: each row gets a position ``p``, a donor tree and a donor position, and one
+# exchange does them all (the strategy mutates its children with one such call instead of one
+# pipeline per operator). Each public operator is that pass on rows of its kind only.
+
+STRUCTURAL = ("subtree", "hoist", "insert", "delete")
+"""Row kinds of :func:`structural_mutations`, in the order of its ``counts``."""
 
 
 def _pad_to(forest: Forest, max_len: int) -> Forest:
@@ -143,6 +187,138 @@ def _pad_to(forest: Forest, max_len: int) -> Forest:
     )
 
 
+def _row_kinds(counts: Sequence[int]) -> np.ndarray:
+    return np.repeat(np.arange(len(counts)), np.asarray(counts, int))
+
+
+def structural_uniform_shapes(
+    counts: Sequence[int],
+    subtree_generator: TreeGenerator | None = None,
+    insert_generator: TreeGenerator | None = None,
+) -> tuple[tuple[int, ...], ...]:
+    """Shapes of the uniforms :func:`structural_mutations` consumes for ``counts`` rows of each kind
+    in :data:`STRUCTURAL`: ``(2, n)`` (every row's position and second choice), then the subtree
+    generator's for ``counts[0]`` trees and the insert generator's for ``counts[2]`` (if any)."""
+    counts = tuple(int(c) for c in counts)
+    if len(counts) != len(STRUCTURAL) or min(counts) < 0 or sum(counts) < 1:
+        raise ValueError(
+            f"counts must be {len(STRUCTURAL)} non-negative ints {STRUCTURAL}, not all 0, got {counts}"
+        )
+    shapes: list[tuple[int, ...]] = [(2, sum(counts))]
+    for kind, gen in ((0, subtree_generator), (2, insert_generator)):
+        if counts[kind]:
+            if gen is None:
+                raise ValueError(
+                    f"{STRUCTURAL[kind]} mutation needs its generator to know its uniform shapes"
+                )
+            shapes.append(gen.uniform_shape(counts[kind]))
+    return tuple(shapes)
+
+
+def structural_mutations(
+    uniforms: Sequence[jax.Array],
+    forest: Forest,
+    counts: Sequence[int],
+    function_set: Any,
+    subtree_generator: TreeGenerator | None = None,
+    insert_generator: TreeGenerator | None = None,
+    subtree_bias: float | jax.Array | None = None,
+) -> tuple[Forest, jax.Array]:
+    """Subtree, hoist, insert and delete mutation of consecutive row blocks in one exchange.
+
+    Rows ``[0, counts[0])`` get subtree mutation (from ``subtree_generator``, points with Koza's
+    ``subtree_bias`` or uniform), the next ``counts[1]`` hoist, then ``counts[2]`` insert (from
+    ``insert_generator``), then ``counts[3]`` delete mutation; each with the semantics of its public
+    operator (:func:`subtree_mutation` etc., which are this pass on one kind).
+
+    Args:
+        uniforms: arrays of the shapes :func:`structural_uniform_shapes` gives.
+        forest: Forest ``[sum(counts), L]``.
+
+    Returns:
+        ``(forest [n, L], ok bool [n])`` (``ok`` False: the row is unchanged, see the module docstring).
+    """
+    counts = tuple(int(c) for c in counts)
+    shapes = structural_uniform_shapes(counts, subtree_generator, insert_generator)
+    if forest.opcode.shape[0] != shapes[0][1]:
+        raise ValueError(f"forest has {forest.opcode.shape[0]} trees, counts {counts} sum to {shapes[0][1]}")
+    u = uniforms[0]
+    rest = list(uniforms[1:])
+    L = forest.max_len
+    kinds = _row_kinds(counts)
+    arity = jnp.asarray(function_set.arity, jnp.int32)
+    is_node = forest.opcode != PAD
+    is_func = is_node & (arity[forest.opcode] > 0)
+    n = forest.length
+    rows = (
+        lambda f, kind: jax.tree_util.tree_map(  # noqa: E731
+            lambda a: a[sum(counts[:kind]) : sum(counts[: kind + 1])], f
+        )
+    )
+
+    # p: uniform over nodes (subtree without bias, insert), over functions (hoist, delete), or
+    # Koza-biased (subtree with a bias); one counting pass for every row that needs one.
+    need_func = np.isin(kinds, (1, 3))
+    sub = kinds == 0
+    if subtree_bias is not None and counts[0]:
+        want_func, r = _reuse(u[0], subtree_bias)
+        use_func = jnp.asarray(need_func) | (jnp.asarray(sub) & want_func)
+        biased = jnp.asarray(sub)
+        r = jnp.where(biased, r, u[0])
+        mask = jnp.where(use_func[:, None], is_func, jnp.where(biased[:, None], is_node & ~is_func, is_node))
+        counted = jnp.asarray(need_func | sub)
+    else:
+        r, mask, counted = u[0], is_func, jnp.asarray(need_func)
+    p = _node_at(u[0], n)
+    has_func = jnp.ones(n.shape, bool)
+    if need_func.any() or (subtree_bias is not None and counts[0]):
+        chosen, has = _uniform_choice(r, mask)
+        p = jnp.where(counted, chosen, p)
+        has_func = jnp.where(jnp.asarray(need_func), has, True)
+
+    # q and the donor: the row itself (hoist: a node strictly inside p's subtree; delete: a child
+    # of p), a fresh tree (subtree: its root), or the fresh tree with p's subtree grafted (insert).
+    take = lambda a, i: jnp.take_along_axis(a, i[:, None], axis=1)[:, 0]  # noqa: E731
+    s = take(forest.size, jnp.clip(p, 0, L - 1))
+    q_hoist = p + 1 + jnp.minimum(jnp.floor(u[1] * (s - 1)), jnp.maximum(s - 2, 0)).astype(jnp.int32)
+    a = arity[take(forest.opcode, jnp.clip(p, 0, L - 1))]
+    c = jnp.minimum(jnp.floor(u[1] * a), jnp.maximum(a - 1, 0)).astype(jnp.int32)
+    q_delete = p + 1  # child k starts right after child k-1's subtree
+    for k in range(1, int(function_set.max_arity)):
+        nxt = q_delete + take(forest.size, jnp.clip(q_delete, 0, L - 1))
+        q_delete = jnp.where(c >= k, nxt, q_delete)
+    q = jnp.where(jnp.asarray(kinds == 1), q_hoist, jnp.where(jnp.asarray(kinds == 3), q_delete, 0))
+    p = jnp.where(has_func, p, -1)  # an invalid position makes exchange return the tree unchanged
+
+    blocks = []
+    ok_insert = None
+    if counts[0]:
+        fresh = _pad_to(subtree_generator.from_uniforms(rest.pop(0)), L)
+        if fresh.max_len > L:
+            raise ValueError(f"subtree generator max_len {fresh.max_len} exceeds the forest's {L}")
+        blocks.append(fresh)
+    if counts[1]:
+        blocks.append(rows(forest, 1))
+    if counts[2]:
+        fresh = _pad_to(insert_generator.from_uniforms(rest.pop(0)), L)
+        if fresh.max_len > L:
+            raise ValueError(f"insert generator max_len {fresh.max_len} exceeds the forest's {L}")
+        # graft p's subtree at a uniform non-root slot of the fresh tree
+        lo, hi = sum(counts[:2]), sum(counts[:3])
+        n_t = fresh.length
+        slot = 1 + jnp.minimum(jnp.floor(u[1, lo:hi] * (n_t - 1)), jnp.maximum(n_t - 2, 0)).astype(jnp.int32)
+        slot = jnp.where(n_t > 1, slot, -1)
+        grafted, ok_insert = exchange(fresh, slot, rows(forest, 2), p[lo:hi])
+        blocks.append(grafted)
+    if counts[3]:
+        blocks.append(rows(forest, 3))
+    donors = blocks[0] if len(blocks) == 1 else jax.tree_util.tree_map(lambda *x: jnp.concatenate(x), *blocks)
+    if ok_insert is not None:
+        lo, hi = sum(counts[:2]), sum(counts[:3])
+        p = p.at[lo:hi].set(jnp.where(ok_insert, p[lo:hi], -1))
+    return exchange(forest, p, donors, q)
+
+
 def subtree_mutation(
     key: jax.Array, forest: Forest, generator: TreeGenerator, internal_bias: float | jax.Array | None = None
 ) -> tuple[Forest, jax.Array]:
@@ -152,9 +328,10 @@ def subtree_mutation(
 
 
 def _subtree_mutation(us, forest, generator, internal_bias=None):
-    p = _random_nodes(us[0], forest, generator.function_set, internal_bias)
-    fresh = generator.from_uniforms(us[1])
-    return exchange(forest, p, fresh, jnp.zeros_like(p))
+    n = forest.opcode.shape[0]
+    return structural_mutations(
+        us, forest, (n, 0, 0, 0), generator.function_set, generator, None, internal_bias
+    )
 
 
 def hoist_mutation(key: jax.Array, forest: Forest, function_set: Any) -> tuple[Forest, jax.Array]:
@@ -168,12 +345,7 @@ def hoist_mutation(key: jax.Array, forest: Forest, function_set: Any) -> tuple[F
 
 
 def _hoist_mutation(u, forest, function_set):
-    _, is_func = _node_masks(forest, function_set)
-    p, has_func = _uniform_choice(u[0], is_func)
-    s = jnp.take_along_axis(forest.size, p[:, None], axis=1)[:, 0]
-    q = p + 1 + jnp.minimum(jnp.floor(u[1] * (s - 1)), jnp.maximum(s - 2, 0)).astype(jnp.int32)
-    p = jnp.where(has_func, p, -1)  # an invalid position makes exchange return the tree unchanged
-    return exchange(forest, p, forest, q)
+    return structural_mutations((u,), forest, (0, forest.opcode.shape[0], 0, 0), function_set)
 
 
 def delete_mutation(key: jax.Array, forest: Forest, function_set: Any) -> tuple[Forest, jax.Array]:
@@ -183,26 +355,14 @@ def delete_mutation(key: jax.Array, forest: Forest, function_set: Any) -> tuple[
 
 
 def _delete_mutation(u, forest, function_set):
-    arity = jnp.asarray(function_set.arity, jnp.int32)
-    _, is_func = _node_masks(forest, function_set)
-    p, has_func = _uniform_choice(u[0], is_func)
-    L = forest.max_len
-    a = arity[jnp.take_along_axis(forest.opcode, p[:, None], axis=1)[:, 0]]
-    c = jnp.minimum(jnp.floor(u[1] * a), jnp.maximum(a - 1, 0)).astype(jnp.int32)
-    # child k starts right after child k-1's subtree
-    pos = p + 1
-    for k in range(1, int(function_set.max_arity)):
-        nxt = pos + jnp.take_along_axis(forest.size, jnp.clip(pos, 0, L - 1)[:, None], axis=1)[:, 0]
-        pos = jnp.where(c >= k, nxt, pos)
-    p = jnp.where(has_func, p, -1)
-    return exchange(forest, p, forest, pos)
+    return structural_mutations((u,), forest, (0, 0, 0, forest.opcode.shape[0]), function_set)
 
 
 def default_insert_generator(
     function_set: Any, n_vars: int, max_len: int, **leaf_options: Any
 ) -> TreeGenerator:
     """The generator :func:`insert_mutation` uses by default: one function over fresh leaves
-    (full trees of depth 1), as in DEAP's ``mutInsert``."""
+    (full trees of depth 1, built in closed form), as in DEAP's ``mutInsert``."""
     return TreeGenerator(
         function_set=function_set,
         n_vars=n_vars,
@@ -226,22 +386,18 @@ def insert_mutation(key: jax.Array, forest: Forest, generator: TreeGenerator) ->
 
 
 def _insert_mutation(us, forest, generator):
-    L = forest.max_len
-    u = us[0]
-    p = _random_nodes(u[:3], forest, generator.function_set, None)
-    fresh = generator.from_uniforms(us[1])
-    fresh = _pad_to(fresh, L)
-    if fresh.max_len > L:
-        raise ValueError(f"insert generator max_len {fresh.max_len} exceeds the forest's {L}")
-    n_t = fresh.length
-    slot = 1 + jnp.minimum(jnp.floor(u[3] * (n_t - 1)), jnp.maximum(n_t - 2, 0)).astype(jnp.int32)
-    slot = jnp.where(n_t > 1, slot, -1)
-    grafted, ok1 = exchange(fresh, slot, forest, p)
-    out, ok2 = exchange(forest, jnp.where(ok1, p, -1), grafted, jnp.zeros_like(p))
-    return out, ok1 & ok2
+    n = forest.opcode.shape[0]
+    return structural_mutations(us, forest, (0, 0, n, 0), generator.function_set, None, generator)
 
 
 # ---- in-place rewrites ------------------------------------------------------------------------------
+#
+# Single-/multi-point and single-/multi-constant mutation are likewise one pass
+# (:func:`inplace_mutations`) over row blocks of each kind; the public operators are that pass on
+# one kind.
+
+INPLACE = ("single_point", "multi_point", "single_constant", "multi_constant")
+"""Row kinds of :func:`inplace_mutations`, in the order of its ``counts``."""
 
 
 def _same_arity_table(function_set: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -263,13 +419,13 @@ def _same_arity_table(function_set: Any) -> tuple[np.ndarray, np.ndarray]:
 def _rewrite_nodes(
     r: jax.Array,
     forest: Forest,
-    mask: jax.Array,
     function_set: Any,
     n_vars: int,
     const_range: tuple[float, float],
     const_prob: float | jax.Array,
-) -> Forest:
-    """Point-mutate the nodes in ``mask [pop, L]`` given uniforms ``r`` (broadcastable to it).
+) -> tuple[jax.Array, jax.Array]:
+    """Point rewrites of every node given uniforms ``r`` (broadcastable to ``[pop, L]``):
+    ``(opcode, value)`` to use where a node is rewritten.
 
     A function becomes another function of the same arity (uniform; unchanged if it has none), a
     leaf becomes a fresh leaf (a constant uniform in ``const_range`` with probability ``const_prob``,
@@ -288,10 +444,87 @@ def _rewrite_nodes(
     cval = lo + (hi - lo) * rest
     new_op = jnp.where(is_func, new_func, jnp.where(as_const, CONST, VAR))
     new_val = jnp.where(is_func, 0.0, jnp.where(as_const, cval, var))
-    return forest.replace(  # type: ignore[attr-defined]
+    return new_op, new_val
+
+
+def _new_constants(
+    r: jax.Array, value: jax.Array, const_range: tuple[float, float], sigma: float | jax.Array | None
+) -> jax.Array:
+    """New constants from uniforms ``r``: uniform in ``const_range`` (``sigma=None``) or
+    ``value + sigma * N(0, 1)`` (by the inverse normal CDF)."""
+    if sigma is None:
+        lo, hi = (float(c) for c in const_range)
+        return lo + (hi - lo) * r
+    mid = jnp.clip(r + 2.0**-25, 2.0**-25, _BELOW_ONE)  # strictly inside (0, 1): finite quantiles
+    return value + sigma * jax.scipy.special.ndtri(mid)
+
+
+def inplace_mutations(
+    u: jax.Array,
+    forest: Forest,
+    counts: Sequence[int],
+    function_set: Any,
+    n_vars: int,
+    point_rate: float | jax.Array = 0.1,
+    const_rate: float | jax.Array = 0.3,
+    const_range: tuple[float, float] = (-1.0, 1.0),
+    const_prob: float | jax.Array = 0.5,
+    sigma: float | jax.Array | None = None,
+) -> tuple[Forest, jax.Array]:
+    """Single-point, multi-point, single-constant and multi-constant mutation of consecutive row
+    blocks (``counts`` rows of each kind in :data:`INPLACE` order) in one pass.
+
+    Single kinds use ``u[:, 0]`` to choose their node (uniform over nodes / constants) and
+    ``u[:, 1]`` to rewrite it; multi kinds decide every node independently, ``u[:, j] < rate``
+    (``point_rate`` / ``const_rate``), and rewrite it from the rescaled ``u[:, j]``. A point rewrite
+    is :func:`multi_point_mutation`'s rule, a constant one :func:`single_constant_mutation`'s
+    (``sigma``: perturb, ``None``: redraw in ``const_range``).
+
+    Args:
+        u: uniforms ``[n, max(L, 2)]``, ``n = sum(counts)``.
+        forest: Forest ``[n, L]``.
+
+    Returns:
+        ``(forest [n, L], ok bool [n])``: ``ok`` False where no node was rewritten (unchanged).
+    """
+    counts = tuple(int(c) for c in counts)
+    n, L = forest.opcode.shape
+    if len(counts) != len(INPLACE) or min(counts) < 0 or sum(counts) != n:
+        raise ValueError(
+            f"counts must be {len(INPLACE)} non-negative ints {INPLACE} summing to {n}, got {counts}"
+        )
+    if u.shape != (n, max(L, 2)):
+        raise ValueError(f"u must have shape ({n}, {max(L, 2)}), got {u.shape}")
+    kinds = _row_kinds(counts)
+    single_np, point_np = np.isin(kinds, (0, 2)), np.isin(kinds, (0, 1))
+    single, point = jnp.asarray(single_np)[:, None], jnp.asarray(point_np)[:, None]
+    op = forest.opcode
+    slot = jnp.arange(L)[None, :]
+    target = jnp.where(point, op != PAD, op == CONST)
+    if single_np.any():
+        if point_np[single_np].all():  # single-point rows only: uniform over the nodes, no counting
+            p, has = _node_at(u[:, 0], forest.length), forest.length > 0
+        else:
+            p, has = _uniform_choice(u[:, 0], target)
+        single_mask = (slot == p[:, None]) & has[:, None]
+    else:
+        single_mask = jnp.zeros(op.shape, bool)
+    rate = jnp.where(point, jnp.asarray(point_rate, jnp.float32), jnp.asarray(const_rate, jnp.float32))
+    hit, r_multi = _reuse(u[:, :L], rate)
+    mask = jnp.where(single, single_mask, target & hit)
+    r = jnp.where(single, u[:, 1:2], r_multi)
+    value = forest.value
+    new_op, new_val = op, value
+    if point_np.any():
+        pt_op, pt_val = _rewrite_nodes(r, forest, function_set, n_vars, const_range, const_prob)
+        new_op, new_val = jnp.where(point, pt_op, op), jnp.where(point, pt_val, value)
+    if not point_np.all():
+        new_val = jnp.where(point, new_val, _new_constants(r, value, const_range, sigma))
+    out = forest.replace(  # type: ignore[attr-defined]
         opcode=jnp.where(mask, new_op, op).astype(jnp.int32),
-        value=jnp.where(mask, new_val, forest.value).astype(jnp.float32),
+        value=jnp.where(mask, new_val, value).astype(jnp.float32),
     )
+    return out, jnp.any(mask, axis=-1)
 
 
 def single_point_mutation(
@@ -303,15 +536,15 @@ def single_point_mutation(
     const_prob: float | jax.Array = 0.5,
 ) -> tuple[Forest, jax.Array]:
     """Rewrite one uniformly chosen node per tree (see :func:`multi_point_mutation` for the rule)."""
-    (u,) = _draw(key, uniform_shapes("single_point_mutation", forest.opcode.shape[0]))
+    (u,) = _draw(key, uniform_shapes("single_point_mutation", *forest.opcode.shape))
     return _single_point_mutation(u, forest, function_set, n_vars, const_range, const_prob)
 
 
 def _single_point_mutation(u, forest, function_set, n_vars, const_range=(-1.0, 1.0), const_prob=0.5):
-    is_node, _ = _node_masks(forest, function_set)
-    p, has = _uniform_choice(u[0], is_node)
-    mask = (jnp.arange(forest.max_len)[None, :] == p[:, None]) & has[:, None]
-    return _rewrite_nodes(u[1][:, None], forest, mask, function_set, n_vars, const_range, const_prob), has
+    counts = (forest.opcode.shape[0], 0, 0, 0)
+    return inplace_mutations(
+        u, forest, counts, function_set, n_vars, const_range=const_range, const_prob=const_prob
+    )
 
 
 def multi_point_mutation(
@@ -335,23 +568,17 @@ def multi_point_mutation(
 
 
 def _multi_point_mutation(u, forest, function_set, n_vars, rate=0.1, const_range=(-1.0, 1.0), const_prob=0.5):
-    is_node, _ = _node_masks(forest, function_set)
-    hit, r = _reuse(u, rate)
-    mask = is_node & hit
-    out = _rewrite_nodes(r, forest, mask, function_set, n_vars, const_range, const_prob)
-    return out, jnp.any(mask, -1)
-
-
-def _new_constants(
-    r: jax.Array, value: jax.Array, const_range: tuple[float, float], sigma: float | jax.Array | None
-) -> jax.Array:
-    """New constants from uniforms ``r``: uniform in ``const_range`` (``sigma=None``) or
-    ``value + sigma * N(0, 1)`` (by the inverse normal CDF)."""
-    if sigma is None:
-        lo, hi = (float(c) for c in const_range)
-        return lo + (hi - lo) * r
-    mid = jnp.clip(r + 2.0**-25, 2.0**-25, _BELOW_ONE)  # strictly inside (0, 1): finite quantiles
-    return value + sigma * jax.scipy.special.ndtri(mid)
+    counts = (0, forest.opcode.shape[0], 0, 0)
+    return inplace_mutations(
+        u,
+        forest,
+        counts,
+        function_set,
+        n_vars,
+        point_rate=rate,
+        const_range=const_range,
+        const_prob=const_prob,
+    )
 
 
 def single_constant_mutation(
@@ -362,16 +589,13 @@ def single_constant_mutation(
 ) -> tuple[Forest, jax.Array]:
     """Change one uniformly chosen constant per tree: redrawn uniform in ``const_range``
     (``sigma=None``) or perturbed by ``sigma * N(0, 1)``. Trees without constants: ``ok`` False."""
-    (u,) = _draw(key, uniform_shapes("single_constant_mutation", forest.opcode.shape[0]))
+    (u,) = _draw(key, uniform_shapes("single_constant_mutation", *forest.opcode.shape))
     return _single_constant_mutation(u, forest, const_range, sigma)
 
 
 def _single_constant_mutation(u, forest, const_range=(-1.0, 1.0), sigma=None):
-    is_const = forest.opcode == CONST
-    p, has = _uniform_choice(u[0], is_const)
-    mask = (jnp.arange(forest.max_len)[None, :] == p[:, None]) & has[:, None]
-    new = _new_constants(u[1][:, None], forest.value, const_range, sigma)
-    return forest.replace(value=jnp.where(mask, new, forest.value)), has  # type: ignore[attr-defined]
+    counts = (0, 0, forest.opcode.shape[0], 0)
+    return inplace_mutations(u, forest, counts, None, 0, const_range=const_range, sigma=sigma)
 
 
 def multi_constant_mutation(
@@ -388,10 +612,10 @@ def multi_constant_mutation(
 
 
 def _multi_constant_mutation(u, forest, rate=0.3, const_range=(-1.0, 1.0), sigma=None):
-    hit, r = _reuse(u, rate)
-    mask = (forest.opcode == CONST) & hit
-    new = _new_constants(r, forest.value, const_range, sigma)
-    return forest.replace(value=jnp.where(mask, new, forest.value)), jnp.any(mask, -1)  # type: ignore[attr-defined]
+    counts = (0, 0, 0, forest.opcode.shape[0])
+    return inplace_mutations(
+        u, forest, counts, None, 0, const_rate=rate, const_range=const_range, sigma=sigma
+    )
 
 
 # ---- the operators' random draws -----------------------------------------------------------------
@@ -401,27 +625,28 @@ def uniform_shapes(
     name: str, n: int, max_len: int | None = None, generator: TreeGenerator | None = None
 ) -> tuple[tuple[int, ...], ...]:
     """Shapes of the uniforms operator ``name`` (in :data:`OPERATORS`) draws from its key for ``n``
-    trees (``max_len``: needed by the per-node mutations; ``generator``: by subtree / insert mutation).
+    trees (``max_len``: needed by the in-place mutations; ``generator``: by subtree / insert mutation).
 
     One shape: ``uniform(key, shape)``; two: the key is split in two first (:func:`uniform_keys`),
-    one draw per half. The strategy uses this to draw the uniforms of all its operators in one
-    random call (:func:`evotensor.gp.generate.batched_uniforms`) and runs them with
-    :func:`apply_with_uniforms`; calling the operator with the key gives the same result.
+    one draw per half. :func:`apply_with_uniforms` runs an operator on such draws; calling the
+    operator with the key gives the same result. (The strategy draws the uniforms of a whole
+    generation in one call and runs the fused passes :func:`structural_mutations` /
+    :func:`inplace_mutations`, of which the mutations are the one-kind cases.)
     """
     if name == "one_point_crossover":
-        return ((6, n),)
+        return ((2, n),)
     if name == "leaf_biased_crossover":
         return ((3, n),)
     if name in ("subtree_mutation", "insert_mutation"):
         if generator is None:
             raise ValueError(f"{name} needs its generator to know its uniform shapes")
-        return ((3 if name == "subtree_mutation" else 4, n), generator.uniform_shape(n))
-    if name in ("multi_point_mutation", "multi_constant_mutation"):
+        return ((2, n), generator.uniform_shape(n))
+    if name in ("hoist_mutation", "delete_mutation"):
+        return ((2, n),)
+    if name.removesuffix("_mutation") in INPLACE:
         if max_len is None:
             raise ValueError(f"{name} needs max_len to know its uniform shapes")
-        return ((n, max_len),)
-    if name in ("hoist_mutation", "delete_mutation", "single_point_mutation", "single_constant_mutation"):
-        return ((2, n),)
+        return ((n, max(max_len, 2)),)
     raise ValueError(f"unknown operator {name!r}; valid: {OPERATORS}")
 
 

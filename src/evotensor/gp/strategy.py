@@ -62,7 +62,8 @@ from evotensor.gp import operators as ops
 from evotensor.gp import selection as sel
 from evotensor.gp.encoding import Forest
 from evotensor.gp.evaluate import evaluate
-from evotensor.gp.generate import TreeGenerator, batched_uniforms
+from evotensor.gp.exchange import exchange
+from evotensor.gp.generate import TreeGenerator
 from evotensor.tree import Tree
 
 MUTATIONS = (
@@ -433,104 +434,131 @@ class GP:
         return sel.parsimony_fitness(state.fitness, length, c)
 
     # -- variation --------------------------------------------------------------------------------------
-    def _select(self, key: jax.Array, fitness: jax.Array, n: int, params: GPParams) -> jax.Array:
-        if self.selection == "truncation":
-            return sel.truncation(key, fitness, n, self.survival_rate)
-        if self.selection == "tournament":
-            return sel.tournament(key, fitness, n, self.tournament_size)
-        if self.selection == "rank":
-            return sel.rank_selection(key, fitness, n, params.rank_pressure)
-        return sel.roulette(key, fitness, n)
+    # One generation's variation draws all its random numbers in ONE random call (every call site
+    # compiles its own threefry loop, and on CPU XLA's compile time grows with the number of
+    # kernels), and runs the mutations as two fused passes (structural: one exchange for subtree,
+    # hoist, insert and delete; in place: one rewrite for the point / constant mutations) instead of
+    # one pipeline per operator. Children come in random order (parents are drawn i.i.d.), so the
+    # consecutive blocks of children the mutations take are random subsets.
 
-    def _offspring(self, key: jax.Array, state: GPState, params: GPParams):
-        P, E = self.population_size, self.n_elite
-        C = P - E
-        fs = self.function_set
-        keys = jax.random.split(key, 4)
-        forest, fitness = state.forest, state.fitness
-        take = lambda f, idx: jax.tree_util.tree_map(lambda a: a[idx], f)
-        if self.selection == "lexicase":
-            parents = state.parents  # drawn by tell, where the per-case errors were
-        else:
-            parents = self._select(keys[0], self.selection_fitness(state, params), 2 * C, params)
-        uniforms = self._uniforms(keys[1:])
-        recipients, donors = take(forest, parents[:C]), take(forest, parents[C:])
-        cross_name = self.crossover + "_crossover"
-        bias = params.internal_bias if self.crossover == "one_point" else params.leaf_bias
-        cross_u = uniforms[cross_name]
-        crossed, ok_c = ops.apply_with_uniforms(cross_name, cross_u, recipients, donors, fs, bias)
-        do_cross = uniforms["do_cross"][0] < params.crossover_rate
-        children = _where_tree(do_cross, crossed, recipients)
-        rej_c = jnp.sum(do_cross & ~ok_c)
+    def _mutation_blocks(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Children per kind of the structural pass (:data:`~evotensor.gp.operators.STRUCTURAL`
+        order) and of the in-place pass (:data:`~evotensor.gp.operators.INPLACE` order)."""
+        count = dict(zip(MUTATIONS, self.mutation_counts))
+        return tuple(count[k] for k in ops.STRUCTURAL), tuple(count[k] for k in ops.INPLACE)
 
-        # Children are in random order (parents were drawn i.i.d.), so consecutive slices of them
-        # are random subsets: mutation m rewrites the next mutation_counts[m] children.
-        rej_m = jnp.int32(0)
-        pieces = [take(forest, sel.elite_indices(fitness, E))] if E else []  # raw fitness (see top)
-        start = 0
-        for m, n_m in enumerate(self.mutation_counts):
-            if n_m == 0:
-                continue
-            part = jax.tree_util.tree_map(lambda a, s=start, n=n_m: a[s : s + n], children)
-            mutant, ok = self._mutate(MUTATIONS[m], uniforms[MUTATIONS[m]], part, params)
-            pieces.append(mutant)
-            if MUTATIONS[m] in ("subtree", "insert"):  # the ones that can grow past max_len
-                rej_m = rej_m + jnp.sum(~ok)
-            start += n_m
-        if start < C:
-            pieces.append(jax.tree_util.tree_map(lambda a: a[start:], children))
-        # one concatenation, not an update of the children per mutation (each a copy of them)
-        out = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=0), *pieces)
-        return out, rej_c.astype(jnp.int32), rej_m.astype(jnp.int32)
-
-    def _uniforms(self, keys: jax.Array) -> dict[str, tuple[jax.Array, ...]]:
-        """Every uniform of one ``_offspring``, by consumer, from ``keys = split(key, 4)[1:]``.
-
-        The crossover draws from ``keys[0]``, the crossover coin flips from ``keys[1]``, mutation
-        ``m`` from ``split(keys[2], 8)[m]`` (split again for subtree / insert mutation, see
-        :func:`evotensor.gp.operators.uniform_shapes`): the same numbers as calling the operators
-        with those keys, but drawn in a few batched random calls
-        (:func:`evotensor.gp.generate.batched_uniforms`) because each random call site compiles
-        its own threefry loop (they were half of the generation's variation compile time).
-        """
+    def _layout(self) -> list[tuple[str, tuple[int, ...], bool]]:
+        """``(name, shape, as_bits)`` of every draw of one generation's variation (static)."""
         C = self.population_size - self.n_elite
-        cross_name = self.crossover + "_crossover"
-        draws = [(cross_name, keys[0], ops.uniform_shapes(cross_name, C)[0]), ("do_cross", keys[1], (C,))]
-        mut_keys = jax.random.split(keys[2], len(MUTATIONS))
-        shapes = {}
-        for m, n_m in enumerate(self.mutation_counts):
-            if n_m:
-                gen = self.mutation_generator if MUTATIONS[m] == "subtree" else self.insert_generator
-                shapes[m] = ops.uniform_shapes(MUTATIONS[m] + "_mutation", n_m, self.max_len, gen)
-        split = [m for m in shapes if len(shapes[m]) == 2]
-        halves = jax.vmap(jax.random.split)(mut_keys[np.asarray(split)]) if split else None
-        for m, m_shapes in shapes.items():
-            if len(m_shapes) == 1:
-                draws.append((MUTATIONS[m], mut_keys[m], m_shapes[0]))
-            else:
-                for h, shape in enumerate(m_shapes):
-                    draws.append((MUTATIONS[m], halves[split.index(m), h], shape))
-        values = batched_uniforms([k for _, k, _ in draws], [s for _, _, s in draws])
-        out: dict[str, tuple[jax.Array, ...]] = {}
-        for (name, _, _), v in zip(draws, values):
-            out[name] = out.get(name, ()) + (v,)
+        out: list[tuple[str, tuple[int, ...], bool]] = []
+        if self.selection == "tournament":
+            out.append(("select", (2 * C, self.tournament_size), True))
+        elif self.selection == "truncation":
+            out.append(("select", (2 * C,), True))
+        elif self.selection in ("rank", "roulette"):
+            out.append(("select", (2 * C,), False))
+        out.append(("cross", ops.uniform_shapes(self.crossover + "_crossover", C)[0], False))
+        out.append(("do_cross", (C,), False))
+        st, ip = self._mutation_blocks()
+        if sum(st):
+            shapes = ops.structural_uniform_shapes(st, self.mutation_generator, self.insert_generator)
+            out += [(f"structural{i}", shape, False) for i, shape in enumerate(shapes)]
+        if sum(ip):
+            out.append(("inplace", (sum(ip), max(self.max_len, 2)), False))
         return out
 
-    def _mutate(self, name: str, uniforms: tuple[jax.Array, ...], forest: Forest, params: GPParams):
-        """Mutation ``name`` of ``forest`` from its pre-drawn uniforms (see :meth:`_uniforms`)."""
-        fs, nv = self.function_set, self.n_vars
-        sigma = params.const_sigma if self.const_perturb else None
-        args: tuple = {
-            "subtree": (self.mutation_generator,),
-            "hoist": (fs,),
-            "single_point": (fs, nv, self.const_range, self.const_prob),
-            "multi_point": (fs, nv, params.point_rate, self.const_range, self.const_prob),
-            "insert": (self.insert_generator,),
-            "delete": (fs,),
-            "single_constant": (self.const_range, sigma),
-            "multi_constant": (params.const_rate, self.const_range, sigma),
-        }[name]
-        return ops.apply_with_uniforms(name + "_mutation", uniforms, forest, *args)
+    def _draw(self, key: jax.Array) -> dict[str, jax.Array]:
+        """Every random number of one ``_offspring`` from ``key``, in one ``jax.random.bits`` call:
+        uniforms (exactly as ``jax.random.uniform`` makes them from bits) or, for the selections'
+        integers, the raw uint32 bits (see :func:`evotensor.gp.selection.uniform_ints`)."""
+        layout = self._layout()
+        sizes = [int(np.prod(shape)) for _, shape, _ in layout]
+        bits = jax.random.bits(key, (sum(sizes),), jnp.uint32)
+        out, start = {}, 0
+        for (name, shape, as_bits), size in zip(layout, sizes):
+            chunk = bits[start : start + size].reshape(shape)
+            out[name] = chunk if as_bits else bits_to_uniform(chunk)
+            start += size
+        return out
+
+    def _parents(self, u: dict[str, jax.Array], state: GPState, params: GPParams) -> jax.Array:
+        """Recipients then donors, int32 ``[2 * (pop - n_elite)]``, on the selection fitness."""
+        if self.selection == "lexicase":
+            return state.parents  # drawn by tell, where the per-case errors were
+        fitness = self.selection_fitness(state, params)
+        if self.selection == "tournament":
+            return sel.tournament_from_bits(u["select"], fitness)
+        if self.selection == "truncation":
+            return sel.truncation_from_bits(u["select"], fitness, self.survival_rate)
+        if self.selection == "rank":
+            return sel.inverse_cdf(u["select"], sel.rank_probabilities(fitness, params.rank_pressure))
+        return sel.inverse_cdf(u["select"], sel.roulette_probabilities(fitness))
+
+    def _crossover(self, u: dict[str, jax.Array], pair: Forest, params: GPParams):
+        """Children from ``pair`` (Forest ``[2C, L]``: recipients then donors): a crossover with
+        probability ``crossover_rate``, else the recipient (an invalid position makes the exchange
+        return it). ``(children [C, L], rejected crossovers [])``."""
+        C = self.population_size - self.n_elite
+        fs = self.function_set
+        if self.crossover == "one_point":
+            pq = ops.crossover_points(u["cross"], pair.opcode, pair.length, fs, params.internal_bias)
+        else:
+            pq = ops.leaf_biased_points(u["cross"], pair.opcode, pair.length, fs, params.leaf_bias)
+        do_cross = u["do_cross"] < params.crossover_rate
+        rec = jax.tree_util.tree_map(lambda a: a[:C], pair)
+        don = jax.tree_util.tree_map(lambda a: a[C:], pair)
+        children, ok = exchange(rec, jnp.where(do_cross, pq[:C], -1), don, pq[C:])
+        return children, jnp.sum(do_cross & ~ok).astype(jnp.int32)
+
+    def _mutations(self, u: dict[str, jax.Array], children: Forest, params: GPParams):
+        """``(pieces, rejected)``: the children after mutation as consecutive blocks (structural
+        pass, in-place pass, the unmutated rest) and the structural mutations rejected by the
+        length cap (subtree and insert mutation, the ones that can grow)."""
+        st, ip = self._mutation_blocks()
+        n_st, n_ip = sum(st), sum(ip)
+        block = lambda lo, hi: jax.tree_util.tree_map(lambda a: a[lo:hi], children)  # noqa: E731
+        pieces, rejected = [], jnp.int32(0)
+        if n_st:
+            draws = [u[f"structural{i}"] for i in range(1 + (st[0] > 0) + (st[2] > 0))]
+            out, ok = ops.structural_mutations(
+                draws, block(0, n_st), st, self.function_set, self.mutation_generator, self.insert_generator
+            )
+            grows = np.isin(np.repeat(np.arange(len(st)), st), (0, 2))  # subtree, insert rows
+            rejected = jnp.sum(~ok & jnp.asarray(grows)).astype(jnp.int32)
+            pieces.append(out)
+        if n_ip:
+            sigma = params.const_sigma if self.const_perturb else None
+            out, _ = ops.inplace_mutations(
+                u["inplace"],
+                block(n_st, n_st + n_ip),
+                ip,
+                self.function_set,
+                self.n_vars,
+                params.point_rate,
+                params.const_rate,
+                self.const_range,
+                self.const_prob,
+                sigma,
+            )
+            pieces.append(out)
+        C = self.population_size - self.n_elite
+        if n_st + n_ip < C:
+            pieces.append(block(n_st + n_ip, C))
+        return pieces, rejected
+
+    def _offspring(self, key: jax.Array, state: GPState, params: GPParams):
+        E = self.n_elite
+        u = self._draw(key)
+        forest = state.forest
+        take = lambda f, idx: jax.tree_util.tree_map(lambda a: a[idx], f)  # noqa: E731
+        pair = take(forest, self._parents(u, state, params))  # recipients, then donors
+        children, rej_c = self._crossover(u, pair, params)
+        pieces, rej_m = self._mutations(u, children, params)
+        if E:
+            pieces.insert(0, take(forest, sel.elite_indices(state.fitness, E)))  # raw fitness (see top)
+        # one concatenation, not an update of the children per mutation (each a copy of them)
+        out = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=0), *pieces)
+        return out, rej_c, rej_m
 
     def __repr__(self) -> str:
         c = self.parsimony_coefficient
@@ -547,6 +575,15 @@ class GP:
         return ForestDecoder(self.function_set, self.n_outputs)
 
 
+def bits_to_uniform(bits: jax.Array) -> jax.Array:
+    """float32 uniforms in ``[0, 1)`` from uint32 ``bits``, as ``jax.random.uniform`` makes them
+    (the top 23 bits as the mantissa of a float in ``[1, 2)``, minus 1): ``bits_to_uniform(
+    jax.random.bits(key, shape))`` equals ``jax.random.uniform(key, shape)``."""
+    one = jnp.asarray(np.float32(1.0).view(np.uint32))
+    floats = jax.lax.bitcast_convert_type((bits >> jnp.uint32(9)) | one, jnp.float32)
+    return jnp.maximum(floats - jnp.float32(1.0), jnp.float32(0.0))
+
+
 def _split_counts(total: int, weights: Sequence[float]) -> tuple[int, ...]:
     """Integer counts summing to ``total`` in proportion to ``weights`` (largest remainders)."""
     raw = np.asarray(weights) * total
@@ -554,11 +591,6 @@ def _split_counts(total: int, weights: Sequence[float]) -> tuple[int, ...]:
     for i in np.argsort(-(raw - counts), kind="stable")[: total - int(counts.sum())]:
         counts[i] += 1
     return tuple(int(c) for c in counts)
-
-
-def _where_tree(mask: jax.Array, a: Forest, b: Forest) -> Forest:
-    """Per-tree select: row ``j`` from ``a`` where ``mask[j]``, else from ``b``."""
-    return jax.tree_util.tree_map(lambda x, y: jnp.where(mask.reshape(-1, *([1] * (x.ndim - 1))), x, y), a, b)
 
 
 def mutation_probs(**weights: float) -> np.ndarray:
