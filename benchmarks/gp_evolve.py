@@ -264,6 +264,12 @@ def main() -> None:
     ap.add_argument("--competitor-python", default="/work/bench-venvs/gp/bin/python")
     ap.add_argument("--json", default=None, help="append one JSON line per run to this file")
     ap.add_argument(
+        "--compile-cache",
+        default=None,
+        metavar="DIR",
+        help="JAX's persistent compilation cache in DIR, as the CLI uses it (a second run reads it)",
+    )
+    ap.add_argument(
         "--compile-breakdown", action="store_true", help="only time the compilation of each piece (see above)"
     )
     ap.add_argument("--worker", choices=["gplearn", "deap"], help=argparse.SUPPRESS)
@@ -275,6 +281,12 @@ def main() -> None:
         fn = run_gplearn if args.worker == "gplearn" else run_deap
         print(json.dumps(fn(pop, gens, seed, args.data)))
         return
+
+    if args.compile_cache:
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", args.compile_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
     if args.compile_breakdown:
         for pop in args.pops:
