@@ -201,3 +201,49 @@ def test_without_the_extension_everything_falls_back_to_jax():
     env = dict(os.environ, EVOTENSOR_NO_NATIVE="1", JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "tan"])
+def test_trigonometry_keeps_relative_accuracy_near_zeros_and_poles(name):
+    """float32 arguments nearest to k*pi and (k - 1/2)*pi below 8192: sin/cos are tiny there (or tan
+    huge), so an inexact range reduction shows up as a large relative error."""
+    fs = FunctionSet(("sin", "cos", "tan"))
+    k = np.arange(-2600, 2601, dtype=np.float64)
+    x = np.concatenate([k * np.pi, (k - 0.5) * np.pi]).astype(np.float32)
+    x = np.concatenate([x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(-np.inf))])
+    got = np.asarray(evaluate(_one_function_forest(fs, name, 1), x[:, None], fs, backend="native"))[0, :, 0]
+    want = getattr(np, name)(x.astype(np.float64))
+    ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32))
+    assert ulps.max() <= 4, (x[np.argmax(ulps)], ulps.max())
+
+
+def test_nonfinite_data_and_protected_exp_keep_nan():
+    """Protected exp is exp(min(a, 80)): a nan argument stays nan, so the tree is the worst."""
+    fs = FunctionSet(("exp", "add"), protected=True)
+    opcode = np.array([[fs.opcode("exp"), 2, 0]], np.int32)
+    forest = ArrayForest(
+        opcode, np.zeros((1, 3), np.float32), np.array([[2, 1, 0]], np.int32), -np.ones((1, 3), np.int32)
+    )
+    X = np.array([[np.nan], [np.inf], [-np.inf], [100.0], [1.0]], np.float32)
+    out = np.asarray(evaluate(forest, X, fs, backend="native"))[0, :, 0]
+    ref = reference_eval(forest, X, fs, 1)[0, :, 0]
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_allclose(out[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=1e-6)
+    labels = np.array([0, 1, 0, 1, 1], np.float32)
+    for metric, worst in (("accuracy", -np.inf), ("cross_entropy", np.inf), ("mse", np.inf)):
+        y = labels if metric != "mse" else np.zeros(5, np.float32)
+        assert np.asarray(fitness(forest, X, y, fs, metric, backend="native"))[0] == worst, metric
+
+
+def test_bad_forest_shapes_and_labels_are_rejected_by_name():
+    fs = FunctionSet(("add",))
+    X = np.zeros((4, 1), np.float32)
+    empty = ArrayForest(*(np.zeros((3, 0), t) for t in (np.int32, np.float32, np.int32, np.int32)))
+    for backend in ("native", "jax"):
+        with pytest.raises(ValueError, match="max_len >= 1"):
+            evaluate(empty, X, fs, backend=backend)
+    forest = random_forest(0, fs, 2, 4, 1)
+    with pytest.raises(ValueError, match="class labels in 0..1"):
+        fitness(forest, X, np.array([0, 1, 2, 1], np.float32), fs, "cross_entropy")
+    with pytest.raises(ValueError, match="class labels in 0..2"):
+        fitness(forest, X, np.array([0, 1, 0.5, 1], np.float32), fs, "accuracy", n_outputs=3)

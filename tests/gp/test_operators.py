@@ -376,6 +376,10 @@ def test_fused_pass_arguments():
         ops.structural_uniform_shapes((1, 0, 0, 0))
     with pytest.raises(ValueError, match="sum to 2"):
         ops.structural_mutations([jnp.zeros((2, 2))], a, (0, 1, 0, 1), FS)
+    # a (2, 1) draw would broadcast one position to every row: rejected, as is a wrong count
+    for bad in ([jnp.zeros((2, 1))], [jnp.zeros((5, 6))], [jnp.zeros((2, 3)), jnp.zeros((2, 3))]):
+        with pytest.raises(ValueError, match="uniforms must have shapes"):
+            ops.structural_mutations(bad, a, (0, 2, 0, 1), FS)
     with pytest.raises(ValueError, match="summing to 3"):
         ops.inplace_mutations(jnp.zeros((3, L)), a, (1, 1, 0, 0), FS, N_VARS)
     with pytest.raises(ValueError, match="u must have shape"):

@@ -113,21 +113,24 @@ inline void sin_cos(float x, double& sin_x, double& cos_x) {
 // The float path, for chunks whose arguments are all below kTrigLimitF (most chunks): twice the
 // vector lanes of the double path and one polynomial per function. sin(x) = (-1)^k sin(r) with
 // x = k pi + r, cos(x) = (-1)^k sin(r) with x + pi/2 = k pi + r (r = x - (k - 1/2) pi, computed
-// from the half-integer k - 1/2 directly). pi is split into 11-, 11- and 24-bit parts, so
-// (k or k - 1/2) * part is exact for |k| < 2^12 and r is within ~2^-32 of the true value; the
-// Taylor polynomial of sin to r^13 on |r| <= pi/2 truncates at < 7e-10.
+// from the half-integer k - 1/2 directly). pi is split into 11-, 11-, 11- and 24-bit parts, so
+// (k or k - 1/2) * part is exact for the first three (|k| < 2^12), and when r is small (near a
+// zero of sin or cos, where relative accuracy matters) every subtraction is exact too; only the
+// last product rounds, ~2^-45 absolute. The Taylor polynomial of sin to r^13 on |r| <= pi/2
+// truncates at < 7e-10.
 constexpr float kTrigLimitF = 8192.0f;
 constexpr float kOneOverPiF = 0x1.45f306p-2f;
 constexpr float kPiAF = 0x1.92p+1f;
 constexpr float kPiBF = 0x1.fb4p-11f;
-constexpr float kPiCF = 0x1.4442d2p-23f;
+constexpr float kPiCF = 0x1.444p-23f;
+constexpr float kPiDF = 0x1.68c234p-38f;
 constexpr float kRoundMagicF = 0x1.8p23f;
 
 inline float round_near_f(float y) { return (y + kRoundMagicF) - kRoundMagicF; }
 
 // (-1)^k sin(x - m pi) for the multiple m of pi nearest to x (m = k) or to x + pi/2 (m = k - 1/2).
 inline float sin_shifted(float x, float m, float k) {
-  const float r = ((x - m * kPiAF) - m * kPiBF) - m * kPiCF;
+  const float r = (((x - m * kPiAF) - m * kPiBF) - m * kPiCF) - m * kPiDF;
   const float r2 = r * r;
   const float s = r + r * r2 * (-1.0f / 6 + r2 * (1.0f / 120 + r2 * (-1.0f / 5040 + r2 * (1.0f / 362880 +
                   r2 * (-1.0f / 39916800 + r2 * (1.0f / 6227020800.0f))))));
@@ -143,10 +146,12 @@ inline float cos_f(float x) {
   return sin_shifted(x, k - 0.5f, k);
 }
 
+// The range checks are counts, not max-reductions: GCC vectorizes an integer sum but not a float
+// max without -ffast-math, and a scalar max chain cost more than the polynomials.
 CLONES void trig(int fn, const float* __restrict a, float* __restrict o, int n) {
-  float largest = 0.0f;  // nan -> the max ignores it; caught by the final check below
-  for (int r = 0; r < n; ++r) largest = std::max(largest, std::fabs(a[r]));
-  if (largest < kTrigLimitF) {
+  int beyond_float = 0;  // |x| >= kTrigLimitF, inf or nan
+  for (int r = 0; r < n; ++r) beyond_float += !(std::fabs(a[r]) < kTrigLimitF);
+  if (beyond_float == 0) {
     if (fn == kSin) {
       for (int r = 0; r < n; ++r) o[r] = sin_f(a[r]);
     } else if (fn == kCos) {
@@ -154,7 +159,9 @@ CLONES void trig(int fn, const float* __restrict a, float* __restrict o, int n) 
     } else {
       for (int r = 0; r < n; ++r) o[r] = static_cast<float>(static_cast<double>(sin_f(a[r])) / cos_f(a[r]));
     }
-  } else if (fn == kSin) {
+    return;
+  }
+  if (fn == kSin) {
     for (int r = 0; r < n; ++r) {
       double s, c;
       sin_cos(a[r], s, c);
@@ -173,9 +180,9 @@ CLONES void trig(int fn, const float* __restrict a, float* __restrict o, int n) 
       o[r] = static_cast<float>(s / c);
     }
   }
-  float outside = 0.0f;  // a max, not a boolean or: keeps the check vectorizable
-  for (int r = 0; r < n; ++r) outside = std::max(outside, std::fabs(a[r]) < kTrigLimit ? 0.0f : 1.0f);
-  if (outside == 0.0f) return;
+  int beyond_double = 0;  // |x| >= kTrigLimit, inf or nan: the library functions
+  for (int r = 0; r < n; ++r) beyond_double += !(std::fabs(a[r]) < kTrigLimit);
+  if (beyond_double == 0) return;
   for (int r = 0; r < n; ++r) {
     if (std::fabs(a[r]) < kTrigLimit) continue;
     const double x = a[r];
@@ -223,7 +230,7 @@ CLONES void apply(int fn, bool prot, float* __restrict o, const float* a, const 
     case kCosh: map1(o, a, n, [](float x) { return std::cosh(x); }); break;
     case kTanh: map1(o, a, n, [](float x) { return std::tanh(x); }); break;
     case kExp:
-      if (prot) map1(o, a, n, [](float x) { return std::exp(x < kExpClip ? x : kExpClip); });
+      if (prot) map1(o, a, n, [](float x) { return std::exp(x > kExpClip ? kExpClip : x); });  // nan stays nan
       else map1(o, a, n, [](float x) { return std::exp(x); });
       break;
     case kLog:
@@ -373,7 +380,7 @@ void parallel_trees(ffi::ThreadPool& pool, int64_t pop, const Body& body) {
 ffi::Error check_forest(const Forest& f, ffi::AnyBuffer::Dimensions d_op, ffi::AnyBuffer::Dimensions d_val,
                         ffi::AnyBuffer::Dimensions d_size, ffi::AnyBuffer::Dimensions d_out,
                         ffi::AnyBuffer::Dimensions d_x) {
-  if (d_op.size() != 2) return ffi::Error::InvalidArgument("opcode must be [pop, max_len]");
+  if (d_op.size() != 2 || d_op[1] < 1) return ffi::Error::InvalidArgument("opcode must be [pop, max_len >= 1]");
   for (auto d : {d_val, d_size, d_out}) {
     if (d.size() != 2 || d[0] != d_op[0] || d[1] != d_op[1])
       return ffi::Error::InvalidArgument("value, size, output must have opcode's shape [pop, max_len]");

@@ -104,6 +104,8 @@ def _fields(forest: Any) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, bo
     single = len(shape) == 1
     if single:
         arrays = [a[None] for a in arrays]
+    if arrays[0].shape[0] < 1 or arrays[0].shape[1] < 1:
+        raise ValueError(f"forest must have at least one tree and max_len >= 1, got shape {shape}")
     opcode, value, size, output = arrays
     return (
         opcode.astype(jnp.int32),
@@ -146,6 +148,14 @@ def _check_y(y: Any, n_points: int, metric: str, n_outputs: int | None) -> tuple
                 f"metric {metric!r} needs integer class labels y [n_points], got shape {y.shape}"
             )
         n_out = 1 if n_outputs is None else _check_int(n_outputs, "n_outputs")
+        if not isinstance(y, jax.core.Tracer):  # traced labels cannot be checked here
+            labels = np.asarray(y)
+            n_classes = max(n_out, 2)
+            if not np.all((labels == np.round(labels)) & (labels >= 0) & (labels < n_classes)):
+                raise ValueError(
+                    f"y must hold integer class labels in 0..{n_classes - 1} for metric {metric!r} with "
+                    f"n_outputs={n_out}, got values {np.unique(labels)[:8]}"
+                )
         return y[None], n_out
     n_y = 1 if y.ndim == 1 else y.shape[1]
     if n_outputs is not None and _check_int(n_outputs, "n_outputs") != n_y:

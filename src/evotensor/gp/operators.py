@@ -240,6 +240,9 @@ def structural_mutations(
     """
     counts = tuple(int(c) for c in counts)
     shapes = structural_uniform_shapes(counts, subtree_generator, insert_generator)
+    got = tuple(tuple(np.shape(x)) for x in uniforms)
+    if got != tuple(shapes):
+        raise ValueError(f"uniforms must have shapes {tuple(shapes)} for counts {counts}, got {got}")
     if forest.opcode.shape[0] != shapes[0][1]:
         raise ValueError(f"forest has {forest.opcode.shape[0]} trees, counts {counts} sum to {shapes[0][1]}")
     u = uniforms[0]
