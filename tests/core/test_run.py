@@ -172,3 +172,14 @@ def test_policy_problem_needs_a_decoder():
 
     result = evotensor.run(SimpleES(8, num_dims=2), Policy(), 40, jax.random.key(0), decoder=Linear())
     assert result.best_fitness > -0.5  # learns phenotype ~ (1, 1)
+
+
+def test_default_chunk_divides_the_generations_when_it_can():
+    from evotensor.core.run import _default_chunk
+
+    assert _default_chunk(100) == 5 and _default_chunk(50) == 5 and _default_chunk(3000) == 150
+    assert _default_chunk(1) == 1 and _default_chunk(7) == 1 and _default_chunk(10**6) == 500
+    for g in [*range(1, 400), 9999, 10001, 12345, 10**6 + 1]:
+        c = _default_chunk(g)
+        assert 1 <= c <= 500 and (g % c == 0 or c == min(500, -(-g // 20)))
+        assert g // c <= max(40, g // 500)  # at most ~2x the intended number of progress updates

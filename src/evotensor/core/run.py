@@ -177,8 +177,13 @@ class Loop:
 
 
 def _default_chunk(generations: int) -> int:
-    # ~20 progress updates, at least 1 and at most 500 generations per compiled chunk
-    return int(min(500, max(1, math.ceil(generations / 20))))
+    """~20 progress updates, at least 1 and at most 500 generations per compiled chunk; preferably a
+    length that divides ``generations``, since a shorter last chunk is a second compilation."""
+    target = int(min(500, max(1, math.ceil(generations / 20))))
+    for length in range(target, min(2 * target, 500, generations) + 1):
+        if generations % length == 0:
+            return length
+    return target
 
 
 def _as_numpy(metrics: dict[str, jax.Array]) -> dict[str, np.ndarray]:
