@@ -10,7 +10,7 @@ Backends (``backend=``):
 * ``"native"``: the C++ evaluator of :mod:`evotensor.gp.native`, called through XLA's FFI (it
   traces under ``jit``, runs sequentially under ``vmap``). Each tree is interpreted once per chunk
   of 256 rows, so a node computes only its own function; trees run on XLA's CPU thread pool.
-  2-3x the JAX path per CPU-second (``benchmarks/results_gp_eval.md``). Built-in functions only.
+  2-4x the JAX path per CPU-second (``benchmarks/results_gp_eval.md``). Built-in functions only.
 * ``"jax"``: the plain-JAX path described below; runs anywhere, any function set.
 * ``"pallas"``: the GPU kernel (:mod:`evotensor.gp.pallas_kernel`), opt-in: its logic is tested in
   Pallas's interpreter and its CUDA/Triton lowering is checked on CPU, but it has not yet been run
