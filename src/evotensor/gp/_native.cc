@@ -449,7 +449,7 @@ ffi::Error forward_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi:
 
 // Adds the metric's per-row terms of rows [r0, r0 + n) to term (double) and counts rows with a
 // non-finite prediction in bad; evaluate.row_terms defines the terms.
-void add_row_terms(int metric, int n_outputs, const float* const* pred, const float* yt, int64_t n_points,
+CLONES void add_row_terms(int metric, int n_outputs, const float* const* pred, const float* yt, int64_t n_points,
                    int64_t r0, int n, double& term, int64_t& bad) {
   for (int r = 0; r < n; ++r) {
     bool finite = true;
@@ -457,14 +457,26 @@ void add_row_terms(int metric, int n_outputs, const float* const* pred, const fl
     bad += !finite;
   }
   if (metric == kMse || metric == kRmse || metric == kR2) {
+    // Eight independent partial sums, added in a fixed order: one running sum would be a chain of
+    // dependent double adds (GCC keeps it scalar without -ffast-math), which cost about as much
+    // as evaluating a small tree.
+    constexpr int kLanes = 8;
     for (int k = 0; k < n_outputs; ++k) {
       const float* y = yt + k * n_points + r0;
-      double acc = 0.0;
-      for (int r = 0; r < n; ++r) {
-        const double d = static_cast<double>(pred[k][r]) - y[r];
-        acc += d * d;
+      const float* p = pred[k];
+      double lane[kLanes] = {};
+      int r = 0;
+      for (; r + kLanes <= n; r += kLanes) {
+        for (int j = 0; j < kLanes; ++j) {
+          const double d = static_cast<double>(p[r + j]) - y[r + j];
+          lane[j] += d * d;
+        }
       }
-      term += acc;
+      for (; r < n; ++r) {
+        const double d = static_cast<double>(p[r]) - y[r];
+        lane[0] += d * d;
+      }
+      for (int j = 0; j < kLanes; ++j) term += lane[j];
     }
   } else if (metric == kAccuracy) {
     const float* label = yt + r0;
