@@ -27,6 +27,34 @@ def test_exact_sum_matches_float64_sum_on_both_axes(x):
         assert np.all(np.abs(np.asarray(_sum_axis(jnp.asarray(x), axis)) - ref) <= bound)
 
 
+def pairwise_tree_sum(v: np.ndarray) -> np.float32:
+    """The documented tree in float32, one level at a time: pad odd levels with 0, add halves."""
+    v = v.astype(np.float32)
+    while v.size > 1:
+        if v.size % 2:
+            v = np.append(v, np.float32(0))
+        v = v[: v.size // 2] + v[v.size // 2 :]
+    return v[0] if v.size else np.float32(0)
+
+
+SHAPES_3D = st.sampled_from([(3, 5, 7), (1, 4, 2), (6, 1, 9), (2, 0, 3)])
+
+
+# no partial sum may be subnormal: XLA:CPU flushes subnormals to 0, NumPy does not
+normal32 = st.floats(-1e3, 1e3, width=32).filter(lambda v: v == 0 or abs(v) > 1e-20)
+
+
+@given(SHAPES_3D.flatmap(lambda s: hnp.arrays(np.float32, s, elements=normal32)))
+def test_exact_sum_is_the_fixed_pairwise_tree_on_every_axis_bitwise(x):
+    for axis in (0, 1, 2, -1, -2):
+        ours = np.asarray(_sum_axis(jnp.asarray(x), axis))
+        moved = np.moveaxis(x, axis, -1)
+        rows = moved.reshape(int(np.prod(moved.shape[:-1])), moved.shape[-1])
+        ref = np.array([pairwise_tree_sum(v) for v in rows], np.float32)
+        assert ours.dtype == np.float32 and ours.shape == moved.shape[:-1]
+        assert np.array_equal(ours.reshape(-1), ref), axis
+
+
 def test_exact_products_match_float64_references():
     r = np.random.default_rng(0)
     a, b = r.standard_normal((5, 7)).astype(np.float32), r.standard_normal((7, 3)).astype(np.float32)

@@ -55,13 +55,18 @@ def exact_sum(x: jax.Array, axis: int = -1) -> jax.Array:
     ``x`` passes through :func:`rounded` first: the tree reads it twice (two slices), so a product
     such as ``v**2`` would otherwise be contracted into the first adds in one program only.
     """
-    x = jnp.moveaxis(rounded(x), axis, -1)
-    while x.shape[-1] > 1:
-        if x.shape[-1] % 2:
-            x = jnp.concatenate([x, jnp.zeros_like(x[..., :1])], axis=-1)
-        half = x.shape[-1] // 2
-        x = x[..., :half] + x[..., half:]
-    return x[..., 0]
+    x = rounded(x)
+    axis = axis % x.ndim
+    if x.shape[axis] == 0:  # an empty sum is 0, as for jnp.sum
+        return jnp.zeros(x.shape[:axis] + x.shape[axis + 1 :], x.dtype)
+    # halving along ``axis`` itself (no transpose first): contiguous slices when ``axis`` is leading
+    while x.shape[axis] > 1:
+        if x.shape[axis] % 2:
+            pad = jnp.zeros_like(jax.lax.slice_in_dim(x, 0, 1, axis=axis))
+            x = jnp.concatenate([x, pad], axis=axis)
+        half = x.shape[axis] // 2
+        x = jax.lax.slice_in_dim(x, 0, half, axis=axis) + jax.lax.slice_in_dim(x, half, 2 * half, axis=axis)
+    return jnp.squeeze(x, axis)
 
 
 def exact_vecmat(w: jax.Array, x: jax.Array) -> jax.Array:

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from evotensor.core import rng
 from evotensor.core.fitness_shaping import z_score
 from evotensor.core.numerics import exact_matmul, exact_matvec, exact_sum, exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
@@ -176,7 +177,7 @@ class ASEBO(GradientES):
         basis = state.basis
         sigma = self.sigma(state, params)
         d, h = self.num_dims, rows // 2
-        z = jax.random.normal(key, (h, d), jnp.float32)
+        z = rng.normal(key, (h, d), jnp.float32)
         zp = exact_matmul(exact_matmul(z, basis.T), basis)  # projection onto the active subspace
         # sqrt of alpha/d I + (1-alpha)/l P  =  sqrt(alpha/d) (I - P) + sqrt(alpha/d + (1-alpha)/l) P
         a_d = rounded(alpha / d)

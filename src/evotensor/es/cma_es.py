@@ -51,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from evotensor.core import rng
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import VectorStrategy
@@ -255,7 +256,7 @@ def initial_state(mean: jax.Array, sigma: jax.Array) -> CMAESState:
 
 def sample(key: jax.Array, state: CMAESState, population_size: int) -> jax.Array:
     """``x = mean + sigma * B diag(D) z``, ``z ~ N(0, I)``: ``[population_size, n]``."""
-    z = jax.random.normal(key, (population_size, state.mean.shape[0]), state.mean.dtype)
+    z = rng.normal(key, (population_size, state.mean.shape[0]), state.mean.dtype)
     # tie z to the state: under ``vmap`` over hyperparameters with one shared key, z would be
     # unbatched and XLA would lower the product below as a different (not bit-identical) matmul
     z = z + 0 * state.sigma
@@ -278,7 +279,8 @@ def decompose(C: jax.Array, B_old: jax.Array, D_old: jax.Array, max_condition: j
         ``(C [n, n], B [n, n], D [n])`` (each with the leading ``k`` for a stack).
     """
     C = (C + jnp.swapaxes(C, -1, -2)) / 2
-    ev, B = jnp.linalg.eigh(C)
+    # C is now exactly symmetric, so jnp.linalg.eigh's own symmetrization would be a no-op pass
+    ev, B = jnp.linalg.eigh(C, symmetrize_input=False)
     tiny = jnp.finfo(C.dtype).tiny
     ev_max = jnp.maximum(ev[..., -1], tiny)
     ev_min = ev[..., 0]

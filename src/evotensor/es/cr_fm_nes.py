@@ -29,6 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.fitness_shaping import ranks
 from evotensor.core.numerics import exact_matvec, exact_sum, exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
@@ -156,7 +157,7 @@ class CRFMNES(VectorStrategy):
             mean=mean,
             sigma=jnp.asarray(params.sigma_init, jnp.float32),
             D=jnp.ones(d, jnp.float32),
-            v=jax.random.normal(key, (d,), jnp.float32) / math.sqrt(d),
+            v=rng.normal(key, (d,), jnp.float32) / math.sqrt(d),
             p_sigma=zeros,
             p_c=zeros,
             generation=jnp.zeros((), jnp.int32),
@@ -165,7 +166,7 @@ class CRFMNES(VectorStrategy):
         )
 
     def _ask(self, key, state, params):
-        half = jax.random.normal(key, (self.population_size // 2, self.num_dims), jnp.float32)
+        half = rng.normal(key, (self.population_size // 2, self.num_dims), jnp.float32)
         z = jnp.concatenate([half, -half])
         norm_v2 = exact_sum(state.v**2)
         vbar = state.v * (1.0 / jnp.sqrt(norm_v2))  # explicit reciprocal: see _tell

@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space
 from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
@@ -88,17 +89,17 @@ def de_draws(key: jax.Array, population_size: int, num_dims: int) -> DEDraws:
         raise ValueError(f"population_size must be >= 4 for DE, got {population_size}")
     k1, k2, k3, ku, kj = jax.random.split(key, 5)
     i = jnp.arange(population_size, dtype=jnp.int32)
-    a = _skip(jax.random.randint(k1, (population_size,), 0, population_size - 1, jnp.int32), i[:, None])
+    a = _skip(rng.randint(k1, (population_size,), 0, population_size - 1, jnp.int32), i[:, None])
     b = _skip(
-        jax.random.randint(k2, (population_size,), 0, population_size - 2, jnp.int32), jnp.stack([i, a], 1)
+        rng.randint(k2, (population_size,), 0, population_size - 2, jnp.int32), jnp.stack([i, a], 1)
     )
     c = _skip(
-        jax.random.randint(k3, (population_size,), 0, population_size - 3, jnp.int32), jnp.stack([i, a, b], 1)
+        rng.randint(k3, (population_size,), 0, population_size - 3, jnp.int32), jnp.stack([i, a, b], 1)
     )
     return DEDraws(
         donors=jnp.stack([a, b, c], axis=1),
-        crossover_u=jax.random.uniform(ku, (population_size, num_dims), jnp.float32),
-        j_rand=jax.random.randint(kj, (population_size,), 0, num_dims, jnp.int32),
+        crossover_u=rng.uniform(ku, (population_size, num_dims), jnp.float32),
+        j_rand=rng.randint(kj, (population_size,), 0, num_dims, jnp.int32),
     )
 
 
@@ -177,7 +178,7 @@ class DE(InvalidAsInfStrategy):
         return float32_params(DEParams, self)
 
     def _init(self, key, params):
-        u = jax.random.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)
+        u = rng.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)
         return DEState(
             population=self.initial_mean() + params.init_range * u,
             fitness=jnp.full((self.population_size,), jnp.inf, jnp.float32),

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
 
 
@@ -59,7 +60,7 @@ class DiagonalGaussianStrategy(InvalidAsInfStrategy):
         )
 
     def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
+        z = rng.normal(key, (self.population_size, self.num_dims), jnp.float32)
         return state.mean + state.std * z, state
 
     def _tell(self, key, state, x, fitness, params):

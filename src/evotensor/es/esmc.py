@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from evotensor.core import rng
 from evotensor.core.numerics import exact_vecmat, rounded
 from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping, tell_by_statistics
 
@@ -123,7 +124,7 @@ class ESMC(GradientES):
 
     def _sample(self, key, state, params, rows):
         sigma = self.sigma(state, params)
-        z = jax.random.normal(key, ((rows - 1) // 2, self.num_dims), jnp.float32)
+        z = rng.normal(key, ((rows - 1) // 2, self.num_dims), jnp.float32)
         return jnp.concatenate([state.mean[None], state.mean + sigma * z, state.mean - sigma * z]), state
 
     def _member_weights(self, state, fitness, params):

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.es.base import (
     InvalidAsInfStrategy,
     check_fraction,
@@ -38,7 +39,7 @@ def truncation_parents(key: jax.Array, fitness: jax.Array, elite_ratio: jax.Arra
     """``[num]`` int32 indices drawn uniformly from the best ``num_elites`` entries of ``fitness [pop]``."""
     order = jnp.argsort(fitness, stable=True)
     k = num_elites(elite_ratio, fitness.shape[0])
-    u = jax.random.uniform(key, (num,), jnp.float32)
+    u = rng.uniform(key, (num,), jnp.float32)
     return order[jnp.minimum((u * k).astype(jnp.int32), k - 1)]
 
 
@@ -61,13 +62,13 @@ def initial_population(
     key: jax.Array, center: jax.Array, init_range: jax.Array, population_size: int
 ) -> jax.Array:
     """``[pop, dims]`` uniform in ``center ± init_range``."""
-    u = jax.random.uniform(key, (population_size, center.shape[0]), jnp.float32, -1.0, 1.0)
+    u = rng.uniform(key, (population_size, center.shape[0]), jnp.float32, -1.0, 1.0)
     return center + init_range * u
 
 
 def mutate(key: jax.Array, parents: jax.Array, std: jax.Array) -> jax.Array:
     """``parents [pop, dims] + std * N(0, I)``; ``std`` is ``[]`` or ``[pop, 1]`` (per child)."""
-    return parents + std * jax.random.normal(key, parents.shape, jnp.float32)
+    return parents + std * rng.normal(key, parents.shape, jnp.float32)
 
 
 class ElitistGA(InvalidAsInfStrategy):

@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_fraction, check_positive, check_std_bounds
 from evotensor.es.ga_base import ParentTrackingGA, truncation_parents
@@ -143,7 +144,7 @@ class GESMRGA(ParentTrackingGA):
             k_sel, jnp.arange(self.num_groups, dtype=jnp.float32), params.std_ratio, self.num_groups
         )
         std = ranked[picks].at[0].set(ranked[0])  # eq. 6: keep the best, resample the rest from the elite
-        meta = params.std_meta ** jax.random.uniform(k_meta, (self.num_groups,), jnp.float32, -1.0, 1.0)
+        meta = params.std_meta ** rng.uniform(k_meta, (self.num_groups,), jnp.float32, -1.0, 1.0)
         return jnp.clip(std * meta, params.std_min, params.std_max)  # eq. 7
 
     def _adapt(self, key, state, fitness, idx, params):

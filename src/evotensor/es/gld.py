@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
 
@@ -45,10 +46,10 @@ class GLDState:
 def sample_ball(key: jax.Array, shape: tuple[int, int], dtype=jnp.float32) -> jax.Array:
     """Points uniform in the unit ball: ``[n, d]`` (direction uniform on the sphere, radius ``U^(1/d)``)."""
     k_dir, k_rad = jax.random.split(key)
-    g = jax.random.normal(k_dir, shape, dtype)
+    g = rng.normal(k_dir, shape, dtype)
     norm = jnp.sqrt(g**2 @ jnp.ones((shape[1], 1), dtype))  # a matvec keeps vmapped runs bitwise equal
     direction = g / jnp.maximum(norm, jnp.finfo(dtype).tiny)
-    u = jax.random.uniform(k_rad, (shape[0], 1), dtype)
+    u = rng.uniform(k_rad, (shape[0], 1), dtype)
     return direction * u ** (1.0 / shape[1])
 
 

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_even
 from evotensor.es.gradient_es import (
@@ -75,8 +76,8 @@ def guided_noise(
     orthonormal ``U [dims, k]`` (:func:`guided_basis`)."""
     d, k = U.shape
     k1, k2 = jax.random.split(key)
-    z_full = jax.random.normal(k1, (num_pairs, d), jnp.float32)
-    z_sub = jax.random.normal(k2, (num_pairs, k), jnp.float32)
+    z_full = rng.normal(k1, (num_pairs, d), jnp.float32)
+    z_sub = rng.normal(k2, (num_pairs, k), jnp.float32)
     return sigma * (jnp.sqrt(alpha / d) * z_full + jnp.sqrt((1.0 - alpha) / k) * z_sub @ U.T)
 
 
@@ -152,7 +153,7 @@ class GuidedES(GradientES):
 
     def _init(self, key, params):
         # random unit directions until real surrogates arrive
-        surrogates = jax.random.normal(key, (self.subspace_dims, self.num_dims), jnp.float32)
+        surrogates = rng.normal(key, (self.subspace_dims, self.num_dims), jnp.float32)
         surrogates = jax.vmap(safe_normalize)(surrogates)
         return GuidedESState(**self._base_fields(), surrogates=surrogates)
 

@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
 
@@ -93,7 +94,7 @@ class HillClimbing(InvalidAsInfStrategy):
         )
 
     def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
+        z = rng.normal(key, (self.population_size, self.num_dims), jnp.float32)
         return state.best_solution + state.std * z, state
 
     def _tell(self, key, state, x, fitness, params):

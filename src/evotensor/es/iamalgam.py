@@ -45,6 +45,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space
 from evotensor.es.base import InvalidAsInfStrategy, check_fraction, check_positive, update_best
@@ -223,7 +224,7 @@ class IAMaLGaMFull(InvalidAsInfStrategy):
         )
 
     def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
+        z = rng.normal(key, (self.population_size, self.num_dims), jnp.float32)
         x = state.mean + self._sample(z, self._factor(state.cov, state.c_mult))
         moved = (jnp.arange(self.population_size) < self.num_ams)[:, None]
         return jnp.where(moved, x + params.delta_ams * state.c_mult * state.shift, x), state

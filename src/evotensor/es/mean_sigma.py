@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evotensor.core import rng
 from evotensor.core.numerics import exact_sum
 from evotensor.core.strategy import as_solution_space
 from evotensor.es.base import VectorStrategy, update_best
@@ -130,7 +131,7 @@ class MeanSigmaStrategy(VectorStrategy):
 
     def _sample_z(self, key: jax.Array, state: Any) -> jax.Array:
         """``[pop, n]`` standard normal draws in the state's dtype."""
-        z = jax.random.normal(key, (self.population_size, self.num_dims), state.mean.dtype)
+        z = rng.normal(key, (self.population_size, self.num_dims), state.mean.dtype)
         return z + 0 * state.sigma  # batched with the state under vmap (see cma_es.sample)
 
     def _ranked(self, state: Any, fitness: jax.Array, params: Any):

@@ -14,9 +14,9 @@ current generation is.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.es.persistent_es import OnlineES, OnlineESState
 
 __all__ = ["NoiseReuseES", "OnlineESState"]
@@ -40,7 +40,7 @@ class NoiseReuseES(OnlineES):
 
     def _sample(self, key, state, params, rows):
         sigma = self.sigma(state, params)
-        fresh = sigma * jax.random.normal(key, (rows // 2, self.num_dims), jnp.float32)
+        fresh = sigma * rng.normal(key, (rows // 2, self.num_dims), jnp.float32)
         eps = jnp.where(state.inner_step == 0, fresh, state.perturbation)
         x = jnp.concatenate([state.mean + eps, state.mean - eps])
         return x, state.replace(perturbation=eps)

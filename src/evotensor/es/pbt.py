@@ -29,6 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
 from evotensor.es.ga_base import initial_population, num_elites
@@ -135,14 +136,14 @@ class PBT(InvalidAsInfStrategy):
         rank = jnp.zeros(n, jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32))
         k = jnp.minimum(num_elites(params.truncation, n), n // 2)
         replaced = rank >= n - k
-        u = jax.random.uniform(k_donor, (n,), jnp.float32)
+        u = rng.uniform(k_donor, (n,), jnp.float32)
         donors = order[jnp.minimum((u * k).astype(jnp.int32), k - 1)]
         parents = jnp.where(replaced, donors, jnp.arange(n, dtype=jnp.int32))
         # explore: perturb each copied hyperparameter, or resample it from the initial box
-        up = jax.random.uniform(k_factor, (n, d), jnp.float32) < 0.5
+        up = rng.uniform(k_factor, (n, d), jnp.float32) < 0.5
         perturbed = x[parents] * jnp.where(up, params.perturb_high, params.perturb_low)
         fresh = initial_population(k_new, self.initial_mean(), params.init_range, n)
-        resample = jax.random.uniform(k_resample, (n, d), jnp.float32) < params.resample_probability
+        resample = rng.uniform(k_resample, (n, d), jnp.float32) < params.resample_probability
         explored = jnp.where(resample, fresh, perturbed)
         best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
         new = PBTState(

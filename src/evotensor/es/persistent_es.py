@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_even
 from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping, tell_by_statistics
@@ -153,7 +154,7 @@ class PersistentES(OnlineES):
 
     def _sample(self, key, state, params, rows):
         sigma = self.sigma(state, params)
-        eps = sigma * jax.random.normal(key, (rows // 2, self.num_dims), jnp.float32)
+        eps = sigma * rng.normal(key, (rows // 2, self.num_dims), jnp.float32)
         accum = jnp.where(state.inner_step == 0, 0.0, state.perturbation) + eps
         x = jnp.concatenate([state.mean + eps, state.mean - eps])
         return x, state.replace(perturbation=accum)

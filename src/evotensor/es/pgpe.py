@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from evotensor.core import rng
 from evotensor.core.fitness_shaping import centered_ranks
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import VectorStrategy, check_even
@@ -164,7 +165,7 @@ class PGPE(VectorStrategy):
     shard_state_fields: tuple[str, ...] = ()
 
     def _sample(self, key, state, params, rows):
-        z = jax.random.normal(key, (rows // 2, self.num_dims), jnp.float32)
+        z = rng.normal(key, (rows // 2, self.num_dims), jnp.float32)
         eps = state.sigma * z
         return jnp.concatenate([state.mean + eps, state.mean - eps]), state
 

@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space
 from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
@@ -141,7 +142,7 @@ class PSO(InvalidAsInfStrategy):
         return float32_params(PSOParams, self)
 
     def _init(self, key, params):
-        u = jax.random.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)
+        u = rng.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)
         x = self.initial_mean() + params.init_range * u
         return PSOState(
             positions=x,
@@ -162,7 +163,7 @@ class PSO(InvalidAsInfStrategy):
         pbest_f = jnp.where(improved, fitness, state.pbest_fitness)
         best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
         gbest = pbest[jnp.argmin(pbest_f)]
-        r1, r2 = jax.random.uniform(key, (2, self.population_size, self.num_dims), jnp.float32)
+        r1, r2 = rng.uniform(key, (2, self.population_size, self.num_dims), jnp.float32)
         positions, velocities = pso_update(
             x, state.velocities, pbest, gbest, r1, r2, params.inertia, params.cognitive, params.social
         )

@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
 
@@ -74,7 +75,7 @@ class RandomSearch(InvalidAsInfStrategy):
         )
 
     def _ask(self, key, state, params):
-        u = jax.random.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)
+        u = rng.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)
         return self.initial_mean() + params.radius * u, state
 
     def _tell(self, key, state, x, fitness, params):

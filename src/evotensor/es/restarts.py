@@ -35,6 +35,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space, check_population_size
 from evotensor.es.base import VectorStrategy
@@ -190,7 +191,7 @@ class RestartCMAES(VectorStrategy):
             mean = params.mean_init
         else:
             low, high = self.init_bounds
-            mean = jax.random.uniform(key, (self.num_dims,), dtype, low, high)
+            mean = rng.uniform(key, (self.num_dims,), dtype, low, high)
         return (
             initial_state(jnp.asarray(mean, dtype), jnp.asarray(sigma, dtype)),
             self.run_params(lam, params),
@@ -247,7 +248,7 @@ class RestartCMAES(VectorStrategy):
                 evals_small,
                 evals_large,
             )
-        u_lam, u_sigma = jax.random.uniform(key, (2,), params.sigma_init.dtype)
+        u_lam, u_sigma = rng.uniform(key, (2,), params.sigma_init.dtype)
         small = evals_small < jnp.maximum(1, evals_large)
         large_runs = state.large_runs + jnp.where(small, 0, 1)
         big = jnp.floor(lam0 * inc ** large_runs.astype(inc.dtype))

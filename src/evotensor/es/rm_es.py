@@ -28,6 +28,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.mean_sigma import MeanSigmaStrategy, as_float, positive_log_weights
@@ -127,8 +128,8 @@ class RmES(MeanSigmaStrategy):
         m = self.num_paths
         dtype = state.mean.dtype
         kz, kr = jax.random.split(key)
-        z = jax.random.normal(kz, (self.population_size, self.num_dims), dtype) + 0 * state.sigma
-        r = jax.random.normal(kr, (self.population_size, m), dtype) + 0 * state.sigma
+        z = rng.normal(kz, (self.population_size, self.num_dims), dtype) + 0 * state.sigma
+        r = rng.normal(kr, (self.population_size, m), dtype) + 0 * state.sigma
         a = jnp.sqrt(1 - params.c_cov)
         powers = a ** jnp.arange(m - 1, -1, -1, dtype=dtype)  # a^(m-j) for j = 1..m
         low_rank = r * powers @ state.P  # [pop, n]

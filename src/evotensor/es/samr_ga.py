@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_positive, check_std_bounds
 from evotensor.es.ga_base import ElitistGA, mutate, take_merged
@@ -103,7 +104,7 @@ class SAMRGA(ElitistGA):
     def _offspring(self, key, state, params, first):
         k_p, k_meta, k_eps = jax.random.split(key, 3)
         parents = self._parents(k_p, state, params)
-        meta = params.std_meta ** jax.random.uniform(k_meta, (self.population_size,), jnp.float32, -1.0, 1.0)
+        meta = params.std_meta ** rng.uniform(k_meta, (self.population_size,), jnp.float32, -1.0, 1.0)
         std = jnp.clip(state.std[parents] * meta, params.std_min, params.std_max)
         children = mutate(k_eps, state.population[parents], std[:, None])
         return children, state.replace(offspring_std=jnp.where(first, state.std, std))

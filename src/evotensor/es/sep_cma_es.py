@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evotensor.core import rng
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.gradient_es import best_row_update
@@ -140,7 +141,7 @@ class SepCMAES(MeanSigmaStrategy):
     shard_state_fields: tuple[str, ...] = ()
 
     def _sample(self, key, state, params, rows):
-        z = jax.random.normal(key, (rows, self.num_dims), state.mean.dtype)
+        z = rng.normal(key, (rows, self.num_dims), state.mean.dtype)
         z = z + 0 * state.sigma  # batched with the state under vmap (see cma_es.sample)
         return state.mean + state.sigma * (z * jnp.sqrt(state.c)), state
 

@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.numerics import exact_vecmat
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import VectorStrategy
@@ -119,7 +120,7 @@ class SimpleES(VectorStrategy):
     shard_state_fields: tuple[str, ...] = ()
 
     def _sample(self, key, state, params, rows):
-        z = jax.random.normal(key, (rows, self.num_dims), jnp.float32)
+        z = rng.normal(key, (rows, self.num_dims), jnp.float32)
         return state.mean + state.sigma * z, state
 
     def _member_weights(self, state, fitness, params):

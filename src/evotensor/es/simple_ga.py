@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_positive
 from evotensor.es.ga_base import ElitistGA, mutate
@@ -110,8 +111,8 @@ class SimpleGA(ElitistGA):
         n, d = self.population_size, self.num_dims
         a = state.population[self._parents(k_a, state, params)]
         b = state.population[self._parents(k_b, state, params)]
-        cross = jax.random.uniform(k_do, (n, 1), jnp.float32) < params.crossover_rate
-        genes_from_b = cross & (jax.random.uniform(k_mask, (n, d), jnp.float32) < 0.5)
+        cross = rng.uniform(k_do, (n, 1), jnp.float32) < params.crossover_rate
+        genes_from_b = cross & (rng.uniform(k_mask, (n, d), jnp.float32) < 0.5)
         return mutate(k_eps, jnp.where(genes_from_b, b, a), state.std), state
 
     def _adapt(self, key, state, fitness, idx, params):

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
 
@@ -123,13 +124,13 @@ class SimulatedAnnealing(InvalidAsInfStrategy):
         )
 
     def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
+        z = rng.normal(key, (self.population_size, self.num_dims), jnp.float32)
         return state.mean + state.std * z, state
 
     def _tell(self, key, state, x, fitness, params):
         i = jnp.argmin(fitness)
         accept = metropolis_accept(
-            jax.random.uniform(key, (), jnp.float32), fitness[i], state.fitness, state.temperature
+            rng.uniform(key, (), jnp.float32), fitness[i], state.fitness, state.temperature
         )
         mean = jnp.where(accept, x[i], state.mean)
         current = jnp.where(accept, fitness[i], state.fitness)

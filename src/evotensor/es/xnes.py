@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.fitness_shaping import ranks
 from evotensor.core.numerics import exact_matmul, exact_matvec, exact_sum, exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
@@ -163,7 +164,7 @@ class XNES(VectorStrategy):
         )
 
     def _ask(self, key, state, params):
-        z = jax.random.normal(key, (self.population_size, self.num_dims), jnp.float32)
+        z = rng.normal(key, (self.population_size, self.num_dims), jnp.float32)
         return state.mean + rounded(state.sigma * exact_matmul(z, state.B.T)), state
 
     def _tell(self, key, state, x, fitness, params):

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evotensor.core import rng
 from evotensor.gp.encoding import CONST, PAD, VAR, Forest
 
 METHODS = ("full", "grow", "half_and_half")
@@ -137,7 +138,7 @@ class TreeGenerator:
     def __call__(self, key: jax.Array, n: int) -> Forest:
         """Generate ``n`` random trees: Forest ``[n, max_len]`` (jit-able; ``n`` static)."""
         # one random call for everything (each call site costs compile time)
-        return self.from_uniforms(jax.random.uniform(key, self.uniform_shape(n)))
+        return self.from_uniforms(rng.uniform(key, self.uniform_shape(n)))
 
     def uniform_shape(self, n: int) -> tuple[int, int, int]:
         """Shape of the uniforms that generating ``n`` trees consumes: ``(max_len + 1, 2, n)``."""

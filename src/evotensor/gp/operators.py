@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evotensor.core import rng
 from evotensor.gp.encoding import CONST, PAD, VAR, Forest
 from evotensor.gp.exchange import exchange
 from evotensor.gp.generate import BELOW_ONE as _BELOW_ONE
@@ -73,7 +74,7 @@ def random_nodes(
     ``internal_bias=None``: uniform over the tree's nodes. Otherwise Koza's bias: with probability
     ``internal_bias`` a uniform function node (if the tree has any), else a uniform leaf.
     """
-    u = jax.random.uniform(key, (forest.opcode.shape[0],))
+    u = rng.uniform(key, (forest.opcode.shape[0],))
     return _random_nodes(u, forest.opcode, forest.size[..., 0], function_set, internal_bias)
 
 
@@ -659,7 +660,7 @@ def uniform_keys(key: jax.Array, n_draws: int) -> tuple[jax.Array, ...]:
 
 
 def _draw(key: jax.Array, shapes: tuple[tuple[int, ...], ...]) -> tuple[jax.Array, ...]:
-    return tuple(jax.random.uniform(k, s) for k, s in zip(uniform_keys(key, len(shapes)), shapes))
+    return tuple(rng.uniform(k, s) for k, s in zip(uniform_keys(key, len(shapes)), shapes))
 
 
 def apply_with_uniforms(name: str, uniforms: Sequence[jax.Array], *args: Any, **kwargs: Any):

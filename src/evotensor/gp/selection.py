@@ -28,6 +28,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.evaluation import worst_for_nonfinite
 
 
@@ -97,7 +98,7 @@ def tournament(key: jax.Array, fitness: jax.Array, n: int, size: int = 7) -> jax
     n = _check_n(n)
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"size (tournament size) must be a positive int, got {size!r}")
-    candidates = jax.random.randint(key, (n, size), 0, fitness.shape[0])
+    candidates = rng.randint(key, (n, size), 0, fitness.shape[0])
     return tournament_winners(fitness, candidates)
 
 
@@ -109,13 +110,13 @@ def truncation(key: jax.Array, fitness: jax.Array, n: int, survival_rate: float 
         raise ValueError(f"survival_rate must be in (0, 1], got {survival_rate!r}")
     k = max(1, math.ceil(survival_rate * fitness.shape[0]))
     order = jnp.argsort(fitness, stable=True)
-    return order[jax.random.randint(key, (n,), 0, k)].astype(jnp.int32)
+    return order[rng.randint(key, (n,), 0, k)].astype(jnp.int32)
 
 
 def sample_from_probs(key: jax.Array, probs: jax.Array, n: int) -> jax.Array:
     """``n`` indices drawn from ``probs [pop]`` (non-negative, any positive sum) by inverse CDF:
     draw ``i`` is the first index whose cumulative probability exceeds ``u_i * total``."""
-    return inverse_cdf(jax.random.uniform(key, (n,)), probs)
+    return inverse_cdf(rng.uniform(key, (n,)), probs)
 
 
 def inverse_cdf(u: jax.Array, probs: jax.Array) -> jax.Array:
@@ -471,8 +472,8 @@ def epsilon_lexicase(
         if not isinstance(eps, jax.core.Tracer) and not bool(jnp.all(eps >= 0)):
             raise ValueError("epsilon must be >= 0 (and not NaN) on every case")
     k_order, k_pick = jax.random.split(key)
-    orders = jnp.argsort(jax.random.uniform(k_order, (n, errors.shape[1])), axis=1)
-    u = jax.random.uniform(k_pick, (n,))
+    orders = jnp.argsort(rng.uniform(k_order, (n, errors.shape[1])), axis=1)
+    u = rng.uniform(k_pick, (n,))
     return lexicase_from_draws(errors, eps, orders, u)
 
 

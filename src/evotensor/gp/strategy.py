@@ -55,6 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evotensor.core import rng
 from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import check_population_size
@@ -473,7 +474,7 @@ class GP:
         integers, the raw uint32 bits (see :func:`evotensor.gp.selection.uniform_ints`)."""
         layout = self._layout()
         sizes = [int(np.prod(shape)) for _, shape, _ in layout]
-        bits = jax.random.bits(key, (sum(sizes),), jnp.uint32)
+        bits = rng.bits(key, (sum(sizes),), jnp.uint32)
         out, start = {}, 0
         for (name, shape, as_bits), size in zip(layout, sizes):
             chunk = bits[start : start + size].reshape(shape)

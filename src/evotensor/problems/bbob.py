@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from evotensor.core import rng
 from evotensor.core.evaluation import Evaluation
 from evotensor.core.pytree import pytree_dataclass
 
@@ -145,7 +146,7 @@ def _check_dims(num_dims: Any) -> int:
 # -- random ingredients ----------------------------------------------------------------------------
 def random_rotation(key: jax.Array, num_dims: int) -> jax.Array:
     """A Haar-distributed orthogonal matrix ``[D, D]`` (QR of a Gaussian matrix, signs fixed)."""
-    a = jax.random.normal(key, (num_dims, num_dims), jnp.float32)
+    a = rng.normal(key, (num_dims, num_dims), jnp.float32)
     q, r = jnp.linalg.qr(a)
     # Multiplying column j by sign(r_jj) makes the factorization unique, hence the law uniform.
     return q * jnp.where(jnp.diagonal(r) < 0, -1.0, 1.0)[None, :]
@@ -153,14 +154,14 @@ def random_rotation(key: jax.Array, num_dims: int) -> jax.Array:
 
 def _base_xopt(key: jax.Array, num_dims: int) -> jax.Array:
     """Uniform on [-4, 4] rounded to 1e-4, with 0 replaced by -1e-5 (as in the BBOB code)."""
-    u = jax.random.uniform(key, (num_dims,), jnp.float32)
+    u = rng.uniform(key, (num_dims,), jnp.float32)
     x = 8.0 * jnp.floor(1e4 * u) / 1e4 - 4.0
     return jnp.where(x == 0.0, -1e-5, x)
 
 
 def _sample_fopt(key: jax.Array) -> jax.Array:
     """``clip(round(100 * 100 N1 / N2) / 100, -1000, 1000)``: a rounded Cauchy variate."""
-    n1, n2 = jax.random.normal(key, (2,), jnp.float32)
+    n1, n2 = rng.normal(key, (2,), jnp.float32)
     n2 = jnp.where(jnp.abs(n2) < 1e-30, 1e-30, n2)
     return jnp.clip(jnp.round(100.0 * 100.0 * n1 / n2) / 100.0, -1000.0, 1000.0)
 
@@ -186,13 +187,13 @@ def _gallagher_peaks(fn_id: int, num_dims: int, key: jax.Array) -> dict[str, jax
     d = num_dims
     num_peaks, b, c, alpha_1 = _GALLAGHER[fn_id]
     k_y, k_alpha, k_perm = jax.random.split(key, 3)
-    y = b * jax.random.uniform(k_y, (num_peaks, d), jnp.float32) - c
+    y = b * rng.uniform(k_y, (num_peaks, d), jnp.float32) - c
     y = y.at[0].multiply(0.8)  # the global peak lies in a smaller box
     levels = jnp.asarray(1000.0 ** (2.0 * np.arange(num_peaks - 1) / (num_peaks - 2)), jnp.float32)
-    alpha = jnp.concatenate([jnp.full((1,), alpha_1, jnp.float32), jax.random.permutation(k_alpha, levels)])
+    alpha = jnp.concatenate([jnp.full((1,), alpha_1, jnp.float32), rng.permutation(k_alpha, levels)])
     # C_i = Lambda^{alpha_i} / alpha_i^{1/4} with the diagonal of Lambda randomly permuted per peak
     # (argsort of uniforms: one independent random permutation per row).
-    perm = jnp.argsort(jax.random.uniform(k_perm, (num_peaks, d)), axis=-1)
+    perm = jnp.argsort(rng.uniform(k_perm, (num_peaks, d)), axis=-1)
     exponent = 0.5 * perm.astype(jnp.float32) / (d - 1) - 0.25
     scale = alpha[:, None] ** exponent
     heights = 1.1 + 8.0 * jnp.arange(num_peaks - 1, dtype=jnp.float32) / (num_peaks - 2)
@@ -484,10 +485,10 @@ def noise_draws(key: jax.Array, noise: str, shape: tuple[int, ...]) -> tuple[jax
     model, _ = _check_noise(noise)
     k1, k2, k3 = jax.random.split(key, 3)
     if model == "gaussian":
-        return (jax.random.normal(k1, shape),)
+        return (rng.normal(k1, shape),)
     if model == "uniform":
-        return jax.random.uniform(k1, shape), jax.random.uniform(k2, shape)
-    return jax.random.uniform(k1, shape), jax.random.normal(k2, shape), jax.random.normal(k3, shape)
+        return rng.uniform(k1, shape), rng.uniform(k2, shape)
+    return rng.uniform(k1, shape), rng.normal(k2, shape), rng.normal(k3, shape)
 
 
 def noise_from_draws(ftrue: jax.Array, draws: tuple[jax.Array, ...], noise: str, num_dims: int) -> jax.Array:

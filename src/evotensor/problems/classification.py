@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evotensor.core import rng
 from evotensor.core.evaluation import Evaluation
 
 METRICS = ("accuracy", "neg_cross_entropy")
@@ -122,7 +123,7 @@ class DigitsClassification:
         """
         x, y = self.x_train, self.y_train
         if self.batch_size is not None:
-            idx = jax.random.choice(key, y.shape[0], (self.batch_size,), replace=False)
+            idx = rng.choice(key, y.shape[0], (self.batch_size,), replace=False)
             x, y = x[idx], y[idx]
         return self._score(phenotypes, apply, x, y)
 

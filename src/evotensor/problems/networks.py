@@ -28,6 +28,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
+
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "tanh": jnp.tanh,
     "relu": jax.nn.relu,
@@ -57,7 +59,7 @@ def _check_sizes(sizes: Sequence[int], arg: str, minimum: int) -> tuple[int, ...
 
 def _dense(key: jax.Array, fan_in: int, fan_out: int) -> dict[str, jax.Array]:
     # LeCun-normal weights keep pre-activations O(1) at the initial mean; biases start at 0.
-    w = jax.random.normal(key, (fan_in, fan_out), jnp.float32) / jnp.sqrt(float(fan_in))
+    w = rng.normal(key, (fan_in, fan_out), jnp.float32) / jnp.sqrt(float(fan_in))
     return {"w": w, "b": jnp.zeros((fan_out,), jnp.float32)}
 
 
@@ -121,7 +123,7 @@ def init_cnn(
     for k, c_out in zip(jax.random.split(k_conv, len(channels)), channels):
         fan_in = kernel_size * kernel_size * c_in
         shape = (kernel_size, kernel_size, c_in, c_out)
-        w = jax.random.normal(k, shape, jnp.float32) / jnp.sqrt(float(fan_in))
+        w = rng.normal(k, shape, jnp.float32) / jnp.sqrt(float(fan_in))
         conv.append({"w": w, "b": jnp.zeros((c_out,), jnp.float32)})
         height, width, c_in = height // 2, width // 2, c_out  # the 2x2 max-pool (floor)
         if height < 1 or width < 1:
