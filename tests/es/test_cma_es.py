@@ -32,6 +32,49 @@ def test_bad_arguments_raise_naming_the_argument():
         CMAES(num_dims=3, mean_init=np.zeros(4))
     with pytest.raises(ValueError, match="population_size"):
         CMAES(1, num_dims=3)
+    with pytest.raises(ValueError, match="step_size"):
+        CMAES(num_dims=3, step_size="msr")
+
+
+def test_step_size_auto_follows_pycma_tpa_dimension():
+    assert CMAES(num_dims=299).step_size == "csa"
+    assert CMAES(num_dims=300).step_size == "tpa"
+    assert CMAES(num_dims=300, preset="tutorial").step_size == "csa"  # purecma has no TPA
+    assert CMAES(num_dims=300, step_size="csa").step_size == "csa"
+    assert CMAES(num_dims=5, step_size="tpa").two_point
+    # TPA keeps the h_sigma path with the uncapped rate; CSA caps it at 1/2 (visible at small n)
+    big_pop = 200
+    assert CMAES(big_pop, num_dims=2, step_size="tpa").constants["c_sigma"] > 0.5
+    assert CMAES(big_pop, num_dims=2).constants["c_sigma"] == 0.5
+
+
+def test_tpa_line_samples_and_step_size_response():
+    """Rows 0/1 are mean +- sigma*y0 along the last mean shift after the first tell (not before);
+    the step size grows on a linear function (the forward line sample wins) and shrinks once the
+    backward one wins (a sphere around the mean)."""
+    n = 8
+    es = CMAES(num_dims=n, sigma_init=0.3, step_size="tpa")
+    params = es.default_params()
+    state = es.init(jax.random.key(0), params)
+    x, _ = es.ask(jax.random.key(1), state, params)
+    assert not np.allclose(np.asarray(x[0] - state.mean), -np.asarray(x[1] - state.mean))
+    linear = lambda x: jnp.sum(x, axis=-1)  # noqa: E731
+    for g in range(6):
+        x, state = es.ask(jax.random.key(10 + g), state, params)
+        if g:
+            d = np.asarray(state.mean_shift)
+            y0, y1 = np.asarray(x[0] - state.mean), np.asarray(x[1] - state.mean)
+            np.testing.assert_allclose(y1, -y0, rtol=1e-6, atol=1e-7)
+            assert np.dot(y0, d) / (np.linalg.norm(y0) * np.linalg.norm(d)) > 1 - 1e-5
+        state, _ = es.tell(jax.random.key(20 + g), state, x, linear(x), params)
+    assert float(state.tpa_s) > 0 and float(state.sigma) > 0.3
+    center = state.mean
+    s0, negative_s = float(state.sigma), False
+    for g in range(60):  # a sphere around the current mean: the mean shifts overshoot, sigma shrinks
+        x, state = es.ask(jax.random.key(100 + g), state, params)
+        state, _ = es.tell(jax.random.key(200 + g), state, x, jnp.sum((x - center) ** 2, axis=-1), params)
+        negative_s |= float(state.tpa_s) < 0
+    assert negative_s and float(state.sigma) < 0.1 * s0
 
 
 def test_large_dimension_warns_about_memory():
@@ -63,14 +106,21 @@ def test_solves_10d_sphere():
     assert float(sphere(state.mean)) < 1e-10
 
 
+def test_tpa_solves_10d_sphere():
+    es = CMAES(num_dims=10, sigma_init=1.0, mean_init=np.full(10, 3.0), step_size="tpa")
+    _, best = make_run(es, sphere, 300)(jax.random.key(0), es.default_params())
+    assert float(best[-1]) < 1e-12
+
+
 def test_tutorial_preset_solves_10d_sphere():
     es = CMAES(num_dims=10, sigma_init=1.0, mean_init=np.full(10, 3.0), preset="tutorial")
     _, best = make_run(es, sphere, 300)(jax.random.key(0), es.default_params())
     assert float(best[-1]) < 1e-12
 
 
-def test_3000_generations_past_convergence_stay_finite_float32():
-    es = CMAES(num_dims=30, sigma_init=1.0, mean_init=np.full(30, 3.0))
+@pytest.mark.parametrize("step_size", ["csa", "tpa"])
+def test_3000_generations_past_convergence_stay_finite_float32(step_size):
+    es = CMAES(num_dims=30, sigma_init=1.0, mean_init=np.full(30, 3.0), step_size=step_size)
     state, best = make_run(es, sphere, 3000)(jax.random.key(1), es.default_params())
     assert state.mean.dtype == jnp.float32
     for name, leaf in vars(state).items():
@@ -144,8 +194,10 @@ def test_pytree_solution_and_mean_solution():
 
 
 @pytest.mark.parametrize("n", [6, pytest.param(30, marks=pytest.mark.slow)])
-def test_vmap_over_seeds_and_sigma_init_is_bit_identical(n):
-    check_vmap_over_seeds_and_sigma_init(CMAES(num_dims=n, mean_init=np.full(n, 2.0)), generations=20)
+@pytest.mark.parametrize("step_size", ["csa", "tpa"])
+def test_vmap_over_seeds_and_sigma_init_is_bit_identical(n, step_size):
+    es = CMAES(num_dims=n, mean_init=np.full(n, 2.0), step_size=step_size)
+    check_vmap_over_seeds_and_sigma_init(es, generations=20)
 
 
 _traced_constants = {}

@@ -27,7 +27,7 @@ def x64():
 
 
 def pycma_es(n, lam, seed=1, x0=None, sigma0=0.5, **extra):
-    # pycma switches to two-point adaptation (TPA) for n >= 300; our CMAES always uses CSA
+    # CSA forced: pycma switches to two-point adaptation (TPA) for n >= 300 (tested further below)
     opts = {
         "popsize": lam,
         "CMA_mirrors": 0,
@@ -146,6 +146,77 @@ def test_lock_step_with_pycma(n, lam):
     if n == 100:  # lazy gap > 1 here: fewer decompositions than generations
         assert n_eigen < 50
     # the lazy schedule matches pycma's: same number of decompositions (pycma counts at ask)
+    es.ask()
+    assert n_eigen == es.sm.count_eigen
+
+
+# -- two-point step-size adaptation (pycma's default from n = 300 on) -------------------------------
+def pycma_tpa_es(n, lam, seed=1, x0=None, sigma0=0.5):
+    """pycma with its default ``AdaptSigma=True``, which is TPA from n >= 300."""
+    x0 = np.ones(n) * 0.5 if x0 is None else x0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opts = {"popsize": lam, "CMA_mirrors": 0, "verbose": -9, "seed": seed}
+        es = cma.CMAEvolutionStrategy(x0, sigma0, opts)
+    assert isinstance(es.adapt_sigma, cma.sigma_adaptation.CMAAdaptSigmaTPA)
+    return es
+
+
+@pytest.mark.parametrize("n,lam", [(300, default_lam(300)), (300, 64), (300, 400), (1000, 255)])
+def test_tpa_constants_equal_pycma(n, lam):
+    es = pycma_tpa_es(n, lam)
+    ours = CMAES(lam, num_dims=n)
+    assert ours.step_size == "tpa" and ours.two_point  # "auto" follows pycma's TPA_dimension
+    es.adapt_sigma.initialize_base(es)  # pycma sets the h_sigma path's rate lazily
+    c = ours.constants
+    assert c["tpa_damp"] == pytest.approx(es.adapt_sigma.sp.damp, rel=1e-12)
+    assert c["tpa_c"] == es.adapt_sigma.sp.c
+    assert c["c_sigma"] == pytest.approx(es.adapt_sigma.cs, rel=1e-12)
+    assert cma.sigma_adaptation.tpa_abs_z_with_offset is cma.sigma_adaptation.tpa_abs_z_with_offset0
+    assert es.adapt_sigma.sp.z_exponent == 0.5 and es.adapt_sigma.sp.dampdown_fac == 1
+
+
+_jit_update_tpa = jax.jit(cma_update, static_argnames=("squared_csa", "two_point"))
+
+
+@pytest.mark.parametrize("n,lam", [(300, 20), (300, 400)])
+def test_tpa_lock_step_with_pycma(n, lam):
+    """pycma's TPA samples and fitness into our update: mean, sigma, both paths and C agree for 25
+    generations; and our own line samples point along pycma's (mirrored pair along the mean shift)."""
+    from evotensor.es.cma_es import sample
+
+    es = pycma_tpa_es(n, lam, seed=5, x0=np.linspace(-1, 1, n))
+    f = rotated_ellipsoid(n)
+    ours = CMAES(lam, num_dims=n, sigma_init=0.5, mean_init=np.linspace(-1, 1, n))
+    params = ours.default_params()
+    state = ours.init(jax.random.key(0), params)
+    state = state.replace(C=jnp.asarray(es.sm.C), B=jnp.asarray(es.sm.B), D=jnp.asarray(es.sm.D))
+    sample_jit = jax.jit(sample, static_argnums=(2, 3))
+    n_eigen = 0
+    for g in range(25):
+        ours_x = np.asarray(sample_jit(jax.random.key(g), state, lam, True))
+        X = np.asarray(es.ask())
+        if g > 0:  # rows 0 and 1 are the mirrored line samples along the last mean shift
+            d0, d1 = X[0] - es.mean, X[1] - es.mean
+            o0, o1 = ours_x[0] - np.asarray(state.mean), ours_x[1] - np.asarray(state.mean)
+            assert np.dot(o0, d0) / (np.linalg.norm(o0) * np.linalg.norm(d0)) > 1 - 1e-9
+            np.testing.assert_allclose(o1, -o0, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(d1, -d0, rtol=1e-9, atol=1e-12)
+        F = f(X)
+        state, metrics = _jit_update_tpa(state, jnp.asarray(X), jnp.asarray(F), params, two_point=True)
+        es.tell(list(X), list(F))
+        n_eigen += int(metrics["eigen_updated"])
+        for name, ref, got in [
+            ("mean", es.mean, state.mean),
+            ("sigma", es.sigma, state.sigma),
+            ("p_sigma", es.adapt_sigma.ps, state.p_sigma),
+            ("p_c", es.pc, state.p_c),
+            ("C", es.sm.C, state.C),
+            ("tpa_s", es.adapt_sigma.s, state.tpa_s),
+        ]:
+            message = f"{name} at generation {g + 1}"
+            np.testing.assert_allclose(np.asarray(got), np.asarray(ref), 1e-9, 1e-12, err_msg=message)
+    assert float(es.adapt_sigma.s) != 0.0  # the step-size rule was exercised
     es.ask()
     assert n_eigen == es.sm.count_eigen
 

@@ -17,10 +17,15 @@ options without mirrored sampling:
   It stays lazy under ``vmap`` (seeds, hyperparameters, nested): a custom batching rule
   (:func:`lazy_eigen_update`) runs the batched ``eigh`` only in generations where some run is due.
 
-Step size: always cumulative step-size adaptation (CSA, the rule above). pycma switches its
-default to two-point adaptation (TPA, ``CMAAdaptSigmaTPA``, with mean-shift samples) from
-``n >= 300`` (``cma.evolution_strategy.TPA_dimension``); that variant is not implemented, so from
-300 dimensions on, this strategy equals pycma run with ``AdaptSigma=CMAAdaptSigmaCSA``.
+Step size (``step_size="auto"``, pycma's default): cumulative step-size adaptation (CSA, the rule
+above) below 300 dimensions and two-point adaptation (TPA, pycma's ``CMAAdaptSigmaTPA``) from
+``n >= 300`` (``cma.evolution_strategy.TPA_dimension``). With TPA, from the second generation on
+the first two candidates are ``mean +- sigma * y0``, ``y0`` the last mean shift rescaled to the
+Mahalanobis length of a fresh ``N(0, I)`` sample, and ``tell`` turns their fitness ranks into
+``z = (#{f < f_1} - #{f < f_0}) / (lambda - 1)``, ``s <- (1 - 0.3) s + 0.3 sign(z) |z|^0.5``,
+``sigma <- sigma exp(s / d_TPA)`` with ``d_TPA = 0.7 + 2 ln n + 2 ln max(1, lambda - n)``; the
+conjugate path is still kept, for ``h_sigma`` (with pycma's uncapped ``c_sigma``). ``"csa"`` or
+``"tpa"`` force either rule. The restart wrappers (IPOP/BIPOP) always use CSA.
 
 ``preset="tutorial"`` gives the textbook constants of pycma's ``purecma`` (positive weights only,
 ``c_sigma`` with +5, ``c_1`` without the ``min(1, lambda/6)`` factor, ``c_mu`` without the 0.25
@@ -58,6 +63,8 @@ from evotensor.es.base import VectorStrategy
 from evotensor.es.mean_sigma import check_sigma_init, float_dtype, population_size_or_default
 
 PRESETS = ("pycma", "tutorial")
+STEP_SIZE_RULES = ("auto", "csa", "tpa")
+TPA_DIMENSION = 300  # pycma's ``TPA_dimension``: "auto" uses TPA from this many dimensions on
 LARGE_DIMS = 2000  # above this, full C costs O(n^2) memory per run and O(n^3) per decomposition
 
 
@@ -78,7 +85,9 @@ def chi_n(num_dims: int, preset: str = "pycma") -> float:
     return n**0.5 * (1 - 1.0 / (4 * n) + 1.0 / (32 * n**2))
 
 
-def cma_constants(num_dims: int, lam: Any, size: int, preset: str = "pycma", xp: Any = np) -> dict[str, Any]:
+def cma_constants(
+    num_dims: int, lam: Any, size: int, preset: str = "pycma", xp: Any = np, two_point: bool = False
+) -> dict[str, Any]:
     """All derived CMA-ES constants for dimension ``num_dims`` and population size ``lam``.
 
     Written once for NumPy (exact float64 at construction) and ``jax.numpy`` (a *traced* ``lam``
@@ -90,10 +99,12 @@ def cma_constants(num_dims: int, lam: Any, size: int, preset: str = "pycma", xp:
         size: length of the returned weight vector (``>= lam``); ranks ``>= lam`` get weight 0.
         preset: ``"pycma"`` or ``"tutorial"``.
         xp: ``numpy`` or ``jax.numpy``.
+        two_point: the constants for TPA step-size adaptation (``c_sigma`` of the ``h_sigma`` path
+            then is pycma's uncapped ``(mu_eff+2)/(n+mu_eff+3)``).
 
     Returns:
         dict with ``weights [size]`` (rank-ordered, best first), ``mu_eff, c_sigma, d_sigma, c_c,
-        c_1, c_mu, lazy_gap`` (scalars).
+        c_1, c_mu, lazy_gap, tpa_damp, tpa_c`` (scalars).
     """
     n = float(num_dims)
     dtype = xp.float64 if xp is np else jnp.result_type(float)
@@ -116,7 +127,9 @@ def cma_constants(num_dims: int, lam: Any, size: int, preset: str = "pycma", xp:
         weights = w_pos
         lazy_gap = 0.5 / (c_1 + c_mu) / n
     else:
-        c_sigma = xp.minimum(0.5, (mu_eff + 2) / (n + mu_eff + 3))
+        c_sigma = (mu_eff + 2) / (n + mu_eff + 3)
+        if not two_point:  # pycma's CSA caps it; its TPA keeps the path with the plain value
+            c_sigma = xp.minimum(0.5, c_sigma)
         # pycma 4.x CSA damping, no mirrors: 0.5 + 1/2 + 2 max(0, d_in sqrt((mu_eff-1)/(n+1)) - 1) + c_sigma
         damp_in = max(1.0, 3.0 * (1 - 0.5 ** (n / 9.0)))
         d_sigma = 1.0 + 2 * xp.maximum(0.0, damp_in * xp.sqrt((mu_eff - 1) / (n + 1)) - 1) + c_sigma
@@ -131,6 +144,8 @@ def cma_constants(num_dims: int, lam: Any, size: int, preset: str = "pycma", xp:
         )
         weights = w_pos + neg_sum * w_neg
         lazy_gap = 1.0 / (c_1 + c_mu + 1e-23) / n / 10
+    # pycma's CMAAdaptSigmaTPA: damping 0.7 + 2 ln n + 2 ln max(1, lambda - n), averaging rate 0.3
+    tpa_damp = 0.7 + 2 * math.log(n) + 2 * xp.log(xp.maximum(1.0, lam_f - n))
     return dict(
         weights=weights,
         mu_eff=mu_eff,
@@ -140,6 +155,8 @@ def cma_constants(num_dims: int, lam: Any, size: int, preset: str = "pycma", xp:
         c_1=c_1,
         c_mu=c_mu,
         lazy_gap=lazy_gap,
+        tpa_damp=tpa_damp,
+        tpa_c=0.3,
     )
 
 
@@ -159,6 +176,7 @@ class CMAESParams:
         weights: ``[pop]`` rank-ordered recombination weights (best first; negative = active).
         mu_eff, c_mean, c_sigma, d_sigma, c_c, c_1, c_mu, chi_n: ``[]`` learning rates and constants.
         lazy_gap: ``[]`` generations between eigendecompositions (``<= 1``: every generation).
+        tpa_damp, tpa_c: ``[]`` damping and averaging rate of two-point step-size adaptation.
         sigma_min, sigma_max: ``[]`` bounds for ``sigma`` (numerical guard).
         max_condition: ``[]`` largest allowed condition number of ``C`` (numerical guard).
     """
@@ -175,6 +193,8 @@ class CMAESParams:
     c_mu: jax.Array
     chi_n: jax.Array
     lazy_gap: jax.Array
+    tpa_damp: jax.Array
+    tpa_c: jax.Array
     sigma_min: jax.Array
     sigma_max: jax.Array
     max_condition: jax.Array
@@ -194,6 +214,8 @@ class CMAESState:
         D: ``[n]`` square roots of the eigenvalues at the last decomposition (ascending).
         generation: ``[]`` int32, completed ``tell`` calls.
         last_eigen: ``[]`` int32, generation of the last decomposition.
+        mean_shift: ``[n]`` ``mean - previous mean`` of the last ``tell`` (TPA's sampling direction).
+        tpa_s: ``[]`` TPA's averaged rank difference (stays 0 under CSA).
         best_solution: ``[n]`` best candidate seen; ``best_fitness``: ``[]`` its (minimized) fitness.
     """
 
@@ -206,6 +228,8 @@ class CMAESState:
     D: jax.Array
     generation: jax.Array
     last_eigen: jax.Array
+    mean_shift: jax.Array
+    tpa_s: jax.Array
     best_solution: jax.Array
     best_fitness: jax.Array
 
@@ -220,7 +244,7 @@ def params_from_constants(
     """:class:`CMAESParams` with the learning rates of ``consts`` (:func:`cma_constants`' dict plus
     ``chi_n``; NumPy or traced) cast to ``dtype``, ``c_mean = 1``, and ``mean_init [n]``,
     ``sigma_init []`` and ``guards`` (``sigma_min``, ``sigma_max``, ``max_condition``) as given."""
-    rates = ("mu_eff", "c_sigma", "d_sigma", "c_c", "c_1", "c_mu", "chi_n", "lazy_gap")
+    rates = ("mu_eff", "c_sigma", "d_sigma", "c_c", "c_1", "c_mu", "chi_n", "lazy_gap", "tpa_damp", "tpa_c")
     return CMAESParams(
         mean_init=mean_init,
         sigma_init=sigma_init,
@@ -249,18 +273,34 @@ def initial_state(mean: jax.Array, sigma: jax.Array) -> CMAESState:
         D=jnp.ones(n, dtype),
         generation=jnp.zeros((), jnp.int32),
         last_eigen=jnp.zeros((), jnp.int32),
+        mean_shift=jnp.zeros(n, dtype),
+        tpa_s=jnp.zeros((), dtype),
         best_solution=mean,
         best_fitness=jnp.asarray(jnp.inf, dtype),
     )
 
 
-def sample(key: jax.Array, state: CMAESState, population_size: int) -> jax.Array:
-    """``x = mean + sigma * B diag(D) z``, ``z ~ N(0, I)``: ``[population_size, n]``."""
-    z = rng.normal(key, (population_size, state.mean.shape[0]), state.mean.dtype)
+def sample(key: jax.Array, state: CMAESState, population_size: int, two_point: bool = False) -> jax.Array:
+    """``x = mean + sigma * B diag(D) z``, ``z ~ N(0, I)``: ``[population_size, n]``.
+
+    With ``two_point`` (TPA) and after the first ``tell``, rows 0 and 1 are ``mean +- sigma * y0``
+    instead: ``y0`` is the last mean shift scaled to the Mahalanobis length ``|C^-1/2 y0|`` of a
+    fresh standard normal vector (pycma's ``_random_rescaling_factor_to_mahalanobis_size``; a zero
+    shift gives ``y0 = 0``). Rows 2.. are drawn as without it.
+    """
+    n = state.mean.shape[0]
+    z = rng.normal(key, (population_size, n), state.mean.dtype)
     # tie z to the state: under ``vmap`` over hyperparameters with one shared key, z would be
     # unbatched and XLA would lower the product below as a different (not bit-identical) matmul
     z = z + 0 * state.sigma
     y = (z * state.D) @ state.B.T
+    if two_point:
+        length = jnp.sqrt(exact_sum(rng.normal(jax.random.fold_in(key, 1), (n,), state.mean.dtype) ** 2))
+        dm = state.mean_shift
+        maha = jnp.sqrt(exact_sum((exact_sum(state.B * dm[:, None], axis=0) / state.D) ** 2))
+        y0 = dm * jnp.where(maha > 0, length / jnp.where(maha > 0, maha, 1), 0.0)
+        line = jnp.stack([y0, -y0])
+        y = y.at[:2].set(jnp.where(state.generation > 0, line, y[:2]))
     return state.mean + state.sigma * y
 
 
@@ -392,6 +432,7 @@ def cma_update(
     fitness: jax.Array,
     params: CMAESParams,
     squared_csa: bool = False,
+    two_point: bool = False,
 ) -> tuple[CMAESState, dict[str, jax.Array]]:
     """One CMA-ES update from a scored population.
 
@@ -402,6 +443,8 @@ def cma_update(
             candidates given ``+inf``, ranked last) do not influence the update.
         params: constants; ``params.weights`` has length ``pop``.
         squared_csa: use purecma's squared-length step-size rule (``preset="tutorial"``).
+        two_point: two-point step-size adaptation (TPA) from the fitness ranks of rows 0 and 1 (the
+            mean-shift line samples of :func:`sample`); otherwise CSA.
 
     Returns:
         ``(new state, metrics)``.
@@ -444,7 +487,14 @@ def cma_update(
     w_c = jnp.where(w < 0, w * n / (maha + 1e-9) ** 2, w)
     C = state.C * (1 - c_1a - c_mu * exact_sum(w)) + c_1 * jnp.outer(p_c, p_c) + c_mu * (ys.T * w_c) @ ys
 
-    if squared_csa:
+    tpa_s = state.tpa_s
+    if two_point:
+        # pycma CMAAdaptSigmaTPA.update2: rank difference of the two line samples, in [-1, 1]
+        lam = fitness.shape[0]
+        z = (jnp.sum(fitness < fitness[1]) - jnp.sum(fitness < fitness[0])).astype(dtype) / (lam - 1)
+        tpa_s = (1 - params.tpa_c) * state.tpa_s + params.tpa_c * jnp.sign(z) * jnp.sqrt(jnp.abs(z))
+        log_step = tpa_s * (1 / params.tpa_damp)
+    elif squared_csa:
         log_step = jnp.minimum(1.0, c_s * (1 / params.d_sigma) * (ps_sq / n - 1) / 2)
     else:
         # reciprocals again: these scalars are broadcast per run when params are vmapped
@@ -472,6 +522,8 @@ def cma_update(
         D=D,
         generation=generation,
         last_eigen=last_eigen,
+        mean_shift=mean - mold,
+        tpa_s=tpa_s,
         best_solution=jnp.where(better, x[best_idx], state.best_solution),
         best_fitness=jnp.where(better, fitness[best_idx].astype(dtype), state.best_fitness),
     )
@@ -497,6 +549,8 @@ class CMAES(VectorStrategy):
         sigma_init: initial step size (> 0).
         preset: ``"pycma"`` (default) or ``"tutorial"`` (purecma's textbook constants).
         mean_init: optional initial mean, ``[n]`` or a pytree like ``solution``.
+        step_size: ``"auto"`` (pycma's choice: CSA below 300 dimensions, TPA from 300 on; always
+            CSA for ``preset="tutorial"``, as purecma), ``"csa"`` or ``"tpa"``.
 
     Warns:
         UserWarning when ``n > 2000``: full CMA-ES keeps ``n x n`` matrices (see :class:`SepCMAES`,
@@ -515,11 +569,17 @@ class CMAES(VectorStrategy):
         sigma_init: float = 1.0,
         preset: str = "pycma",
         mean_init: Any = None,
+        step_size: str = "auto",
     ):
         super().__init__(population_size_or_default(population_size, solution, num_dims), solution, num_dims)
         n, population_size = self.num_dims, self.population_size
         if preset not in PRESETS:
             raise ValueError(f"preset must be one of {PRESETS}, got {preset!r}")
+        if step_size not in STEP_SIZE_RULES:
+            raise ValueError(f"step_size must be one of {STEP_SIZE_RULES}, got {step_size!r}")
+        if step_size == "auto":
+            step_size = "tpa" if preset == "pycma" and n >= TPA_DIMENSION else "csa"
+        self.step_size = step_size
         sigma_init = check_sigma_init(sigma_init)
         if n > LARGE_DIMS:
             warnings.warn(
@@ -531,7 +591,7 @@ class CMAES(VectorStrategy):
         self.preset = preset
         self.sigma_init = sigma_init
         self._mean_init = self._check_mean(mean_init)
-        consts = cma_constants(n, population_size, population_size, preset, np)
+        consts = cma_constants(n, population_size, population_size, preset, np, two_point=self.two_point)
         consts["chi_n"] = chi_n(n, preset)
         self.constants = consts  # exact float64 values (NumPy), for inspection and tests
 
@@ -563,17 +623,22 @@ class CMAES(VectorStrategy):
     def squared_csa(self) -> bool:
         return self.preset == "tutorial"
 
+    @property
+    def two_point(self) -> bool:
+        """Whether the step size follows two-point adaptation (TPA) rather than CSA."""
+        return self.step_size == "tpa"
+
     def _init(self, key, params):
         return initial_state(jnp.asarray(params.mean_init), params.sigma_init)
 
     def _ask(self, key, state, params):
-        return sample(key, state, self.population_size), state
+        return sample(key, state, self.population_size, self.two_point), state
 
     def _tell(self, key, state, x, fitness, params):
-        return cma_update(state, x, fitness, params, self.squared_csa)
+        return cma_update(state, x, fitness, params, self.squared_csa, self.two_point)
 
     def __repr__(self) -> str:
         return (
             f"CMAES(population_size={self.population_size}, num_dims={self.num_dims}, "
-            f"sigma_init={self.sigma_init}, preset={self.preset!r})"
+            f"sigma_init={self.sigma_init}, preset={self.preset!r}, step_size={self.step_size!r})"
         )

@@ -26,6 +26,9 @@ tolstagnation, tolconditioncov, tolflatfitness, tolfacupx) or after ``maxiter`` 
 Population sizes are capped at ``max_population_size`` (the campaign then continues at that size).
 With ``init_bounds=(low, high)`` every restart draws its mean uniformly in the box (pycma's
 ``x0`` as a callable), otherwise it restarts from ``mean_init``.
+
+Step size: always CSA. pycma would use two-point adaptation (TPA) from 300 dimensions on, as
+:class:`~evotensor.es.CMAES` does; with a dynamic population that is not implemented yet.
 """
 
 from __future__ import annotations
