@@ -62,28 +62,40 @@ def test_padding_candidates_never_influence_the_update():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_first_run_equals_plain_cmaes_update():
+@pytest.mark.parametrize("step_size", ["csa", "tpa"])
+def test_first_run_equals_plain_cmaes_update(step_size):
+    """Same samples (the first lambda rows, TPA's line samples included) and same updates; for TPA
+    the rank difference is taken over the real candidates only (lambda - 1, not max_pop - 1).
+    In float64: the two programs sum over different padded lengths, so they agree to rounding."""
     n = 6
-    es = IPOPCMAES(num_dims=n, max_population_size=40, sigma_init=0.5)
-    plain = CMAES(num_dims=n, sigma_init=0.5)
-    lam = plain.population_size
-    p, pp = es.default_params(), plain.default_params()
-    state, pstate = es.init(jax.random.key(0), p), plain.init(jax.random.key(0), pp)
-    tell, ptell = jax.jit(es.tell), jax.jit(plain.tell)
-    ask = jax.jit(es.ask)
-    for g in range(5):
-        x, _ = ask(jax.random.key(g), state, p)
-        f = sphere(x - 1.0)
-        state, _ = tell(jax.random.key(g), state, x, f, p)
-        pstate, _ = ptell(jax.random.key(g), pstate, x[:lam], f[:lam], pp)
-        for name in ("mean", "sigma", "p_sigma", "p_c", "C"):
-            np.testing.assert_allclose(getattr(state.cma, name), getattr(pstate, name), rtol=1e-5, atol=1e-7)
+    with jax.enable_x64(True):
+        es = IPOPCMAES(num_dims=n, max_population_size=40, sigma_init=0.5, step_size=step_size)
+        plain = CMAES(num_dims=n, sigma_init=0.5, step_size=step_size)
+        lam = plain.population_size
+        p, pp = es.default_params(), plain.default_params()
+        state, pstate = es.init(jax.random.key(0), p), plain.init(jax.random.key(0), pp)
+        tell, ptell = jax.jit(es.tell), jax.jit(plain.tell)
+        ask, pask = jax.jit(es.ask), jax.jit(plain.ask)
+        for g in range(8):
+            x, _ = ask(jax.random.key(g), state, p)
+            px, _ = pask(jax.random.key(g), pstate, pp)
+            np.testing.assert_allclose(x[:lam], px, rtol=1e-10, atol=1e-12)
+            f = sphere(x - 1.0)
+            state, _ = tell(jax.random.key(g), state, x, f, p)
+            pstate, _ = ptell(jax.random.key(g), pstate, x[:lam], f[:lam], pp)
+            for name in ("mean", "sigma", "p_sigma", "p_c", "C", "tpa_s"):
+                got, want = getattr(state.cma, name), getattr(pstate, name)
+                np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=name)
+        assert state.cma.mean.dtype == jnp.float64
+        assert (float(state.cma.tpa_s) != 0) == (step_size == "tpa")
 
 
-def test_ipop_solves_10d_sphere_and_bipop_too():
+@pytest.mark.parametrize("step_size", ["csa", "tpa"])
+def test_ipop_solves_10d_sphere_and_bipop_too(step_size):
     """Documented tolerance: best f < 1e-12 on the 10-d sphere within 400 generations."""
     for cls in (IPOPCMAES, BIPOPCMAES):
-        es = cls(num_dims=10, max_population_size=40, sigma_init=1.0, mean_init=np.full(10, 3.0))
+        kw = dict(max_population_size=40, sigma_init=1.0, mean_init=np.full(10, 3.0), step_size=step_size)
+        es = cls(num_dims=10, **kw)
         _, (best, *_rest) = make_run(es, sphere, 400)(jax.random.key(0), es.default_params())
         assert float(best[-1]) < 1e-12, cls.__name__
 
@@ -104,8 +116,10 @@ def test_bipop_budgets_population_and_sigma_of_small_runs():
     assert 0.02 - 1e-6 <= float(state.run_sigma) <= 2.0 + 1e-6
 
 
-def test_campaign_vmaps_over_seeds_bit_identically():
-    es = IPOPCMAES(num_dims=4, max_population_size=32, sigma_init=1.0, mean_init=np.full(4, 1.0))
+@pytest.mark.parametrize("step_size", ["csa", "tpa"])
+def test_campaign_vmaps_over_seeds_bit_identically(step_size):
+    kw = dict(max_population_size=32, sigma_init=1.0, mean_init=np.full(4, 1.0), step_size=step_size)
+    es = IPOPCMAES(num_dims=4, **kw)
     run = make_run(es, sphere, 250)
     params = es.default_params()
     keys = jax.random.split(jax.random.key(5), 3)
@@ -183,6 +197,13 @@ def test_bad_arguments():
         IPOPCMAES(num_dims=5, max_population_size=4)
     with pytest.raises(ValueError, match="init_bounds"):
         IPOPCMAES(num_dims=5, max_population_size=64, init_bounds=(1.0, -1.0))
+    with pytest.raises(ValueError, match="step_size"):
+        BIPOPCMAES(num_dims=5, max_population_size=64, step_size="tpa2")
+
+
+def test_step_size_auto_follows_pycma_tpa_dimension():
+    assert not IPOPCMAES(num_dims=299, max_population_size=64).two_point
+    assert BIPOPCMAES(num_dims=300, max_population_size=64).two_point
 
 
 @pytest.mark.slow

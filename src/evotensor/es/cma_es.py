@@ -25,7 +25,7 @@ Mahalanobis length of a fresh ``N(0, I)`` sample, and ``tell`` turns their fitne
 ``z = (#{f < f_1} - #{f < f_0}) / (lambda - 1)``, ``s <- (1 - 0.3) s + 0.3 sign(z) |z|^0.5``,
 ``sigma <- sigma exp(s / d_TPA)`` with ``d_TPA = 0.7 + 2 ln n + 2 ln max(1, lambda - n)``; the
 conjugate path is still kept, for ``h_sigma`` (with pycma's uncapped ``c_sigma``). ``"csa"`` or
-``"tpa"`` force either rule. The restart wrappers (IPOP/BIPOP) always use CSA.
+``"tpa"`` force either rule; the restart wrappers (IPOP/BIPOP) take the same argument.
 
 ``preset="tutorial"`` gives the textbook constants of pycma's ``purecma`` (positive weights only,
 ``c_sigma`` with +5, ``c_1`` without the ``min(1, lambda/6)`` factor, ``c_mu`` without the 0.25
@@ -158,6 +158,16 @@ def cma_constants(
         tpa_damp=tpa_damp,
         tpa_c=0.3,
     )
+
+
+def resolve_step_size(step_size: str, num_dims: int, preset: str = "pycma") -> str:
+    """``"csa"`` or ``"tpa"`` for the ``step_size`` argument (``"auto"``: pycma's choice, TPA from
+    ``TPA_DIMENSION`` dimensions on, never for ``preset="tutorial"``); ValueError names it."""
+    if step_size not in STEP_SIZE_RULES:
+        raise ValueError(f"step_size must be one of {STEP_SIZE_RULES}, got {step_size!r}")
+    if step_size == "auto":
+        return "tpa" if preset == "pycma" and num_dims >= TPA_DIMENSION else "csa"
+    return step_size
 
 
 # --------------------------------------------------------------------------------------------------
@@ -433,6 +443,7 @@ def cma_update(
     params: CMAESParams,
     squared_csa: bool = False,
     two_point: bool = False,
+    active_size: Any = None,
 ) -> tuple[CMAESState, dict[str, jax.Array]]:
     """One CMA-ES update from a scored population.
 
@@ -445,6 +456,8 @@ def cma_update(
         squared_csa: use purecma's squared-length step-size rule (``preset="tutorial"``).
         two_point: two-point step-size adaptation (TPA) from the fitness ranks of rows 0 and 1 (the
             mean-shift line samples of :func:`sample`); otherwise CSA.
+        active_size: ``[]`` number of real candidates when the rows beyond it are padding (given
+            ``+inf`` fitness; the restart wrappers' dynamic population); ``None``: all ``pop``.
 
     Returns:
         ``(new state, metrics)``.
@@ -490,7 +503,7 @@ def cma_update(
     tpa_s = state.tpa_s
     if two_point:
         # pycma CMAAdaptSigmaTPA.update2: rank difference of the two line samples, in [-1, 1]
-        lam = fitness.shape[0]
+        lam = fitness.shape[0] if active_size is None else jnp.asarray(active_size).astype(dtype)
         z = (jnp.sum(fitness < fitness[1]) - jnp.sum(fitness < fitness[0])).astype(dtype) / (lam - 1)
         tpa_s = (1 - params.tpa_c) * state.tpa_s + params.tpa_c * jnp.sign(z) * jnp.sqrt(jnp.abs(z))
         log_step = tpa_s * (1 / params.tpa_damp)
@@ -575,11 +588,7 @@ class CMAES(VectorStrategy):
         n, population_size = self.num_dims, self.population_size
         if preset not in PRESETS:
             raise ValueError(f"preset must be one of {PRESETS}, got {preset!r}")
-        if step_size not in STEP_SIZE_RULES:
-            raise ValueError(f"step_size must be one of {STEP_SIZE_RULES}, got {step_size!r}")
-        if step_size == "auto":
-            step_size = "tpa" if preset == "pycma" and n >= TPA_DIMENSION else "csa"
-        self.step_size = step_size
+        self.step_size = resolve_step_size(step_size, n, preset)
         sigma_init = check_sigma_init(sigma_init)
         if n > LARGE_DIMS:
             warnings.warn(

@@ -27,8 +27,10 @@ Population sizes are capped at ``max_population_size`` (the campaign then contin
 With ``init_bounds=(low, high)`` every restart draws its mean uniformly in the box (pycma's
 ``x0`` as a callable), otherwise it restarts from ``mean_init``.
 
-Step size: always CSA. pycma would use two-point adaptation (TPA) from 300 dimensions on, as
-:class:`~evotensor.es.CMAES` does; with a dynamic population that is not implemented yet.
+Step size: ``step_size`` as for :class:`~evotensor.es.CMAES` (``"auto"``: CSA below 300
+dimensions, two-point adaptation from 300 on, as pycma's restarts do). With TPA, a new run starts
+without line samples (its mean shift is 0), and the rank difference is taken over the real
+candidates (``z`` divided by ``lambda - 1`` of the current run).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from evotensor.es.cma_es import (
     cma_update,
     initial_state,
     params_from_constants,
+    resolve_step_size,
     sample,
 )
 from evotensor.es.mean_sigma import check_mean_init, check_sigma_init, default_population_size, float_dtype
@@ -124,6 +127,7 @@ class RestartCMAES(VectorStrategy):
         sigma_init: initial step size of every (large) run.
         mean_init: optional initial mean ``[n]``.
         init_bounds: optional ``(low, high)``: each restart draws its mean uniformly in this box.
+        step_size: ``"auto"`` (CSA below 300 dimensions, TPA from 300 on), ``"csa"`` or ``"tpa"``.
     """
 
     bipop: bool = False
@@ -139,6 +143,7 @@ class RestartCMAES(VectorStrategy):
         sigma_init: float = 1.0,
         mean_init: Any = None,
         init_bounds: tuple[float, float] | None = None,
+        step_size: str = "auto",
     ):
         n = as_solution_space(solution, num_dims).num_dims
         lam0 = default_population_size(n) if base_population_size is None else base_population_size
@@ -156,6 +161,8 @@ class RestartCMAES(VectorStrategy):
             init_bounds = (low, high)
         self.init_bounds = init_bounds
         self.termination = Termination(n, max_pop, lam0)
+        self.step_size = resolve_step_size(step_size, n)
+        self.two_point = self.step_size == "tpa"
         self._chi_n = chi_n(n)
 
     # -- params and per-run constants -------------------------------------------------------
@@ -172,7 +179,8 @@ class RestartCMAES(VectorStrategy):
 
     def run_params(self, population_size: jax.Array, params: RestartParams) -> CMAESParams:
         """pycma's constants for a (traced) ``lambda``, weights padded to ``max_population_size``."""
-        c = cma_constants(self.num_dims, population_size, self.max_population_size, "pycma", jnp)
+        lam, size = population_size, self.max_population_size
+        c = cma_constants(self.num_dims, lam, size, "pycma", jnp, two_point=self.two_point)
         guards = {k: getattr(params, k) for k in GUARDS}
         consts, dtype = {**c, "chi_n": self._chi_n}, params.sigma_init.dtype
         return params_from_constants(consts, dtype, params.mean_init, params.sigma_init, **guards)
@@ -228,7 +236,7 @@ class RestartCMAES(VectorStrategy):
         )
 
     def _ask(self, key, state, params):
-        x = sample(key, state.cma, self.max_population_size)
+        x = sample(key, state.cma, self.max_population_size, self.two_point)
         mask = self.active_mask(state)
         return jnp.where(mask[:, None], x, state.cma.mean), state
 
@@ -270,7 +278,7 @@ class RestartCMAES(VectorStrategy):
         mask = self.active_mask(state)
         f = jnp.where(mask, fitness.astype(dtype), jnp.inf)
         x = jnp.where(mask[:, None], x.astype(dtype), state.cma.mean)
-        cma, metrics = cma_update(state.cma, x, f, state.run_params)
+        cma, metrics = cma_update(state.cma, x, f, state.run_params, False, self.two_point, active_size=lam)
         term = self.termination.update(state.term, f, lam)
         stds, path, cond = cma_quantities(cma)
         flags = self.termination.check(term, f, stds, path, cond, state.run_sigma, params.termination, lam)
