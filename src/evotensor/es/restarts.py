@@ -351,7 +351,7 @@ class RestartCMAES(VectorStrategy):
         return (
             f"{type(self).__name__}(num_dims={self.num_dims}, "
             f"base_population_size={self.base_population_size}, "
-            f"max_population_size={self.max_population_size})"
+            f"max_population_size={self.max_population_size}, step_size={self.step_size!r})"
         )
 
 
