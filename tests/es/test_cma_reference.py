@@ -111,6 +111,17 @@ def rotated_ellipsoid(n, seed=3):
 _jit_update = jax.jit(cma_update, static_argnames="squared_csa")
 
 
+def assert_state_equals_pycma(state, es, g, **more):
+    """Mean, sigma, both paths and C of our state equal pycma's ``es`` (float64, rtol 1e-9); ``more``
+    maps further state fields to pycma's values."""
+    pairs = {"mean": es.mean, "sigma": es.sigma, "p_sigma": es.adapt_sigma.ps, "p_c": es.pc, "C": es.sm.C}
+    pairs.update(more)
+    for name, ref in pairs.items():
+        got = getattr(state, name)
+        message = f"{name} at generation {g + 1}"
+        np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-9, atol=1e-12, err_msg=message)
+
+
 @pytest.mark.parametrize("n,lam", [(3, 7), (10, 10), (10, 24), (100, 17)])
 def test_lock_step_with_pycma(n, lam):
     """Feed pycma's samples and fitness into our update; compare everything for 50 generations."""
@@ -128,20 +139,7 @@ def test_lock_step_with_pycma(n, lam):
         state, metrics = _jit_update(state, jnp.asarray(X), jnp.asarray(F), params)
         es.tell(list(X), list(F))
         n_eigen += int(metrics["eigen_updated"])
-        for name, ref, got in [
-            ("mean", es.mean, state.mean),
-            ("sigma", es.sigma, state.sigma),
-            ("p_sigma", es.adapt_sigma.ps, state.p_sigma),
-            ("p_c", es.pc, state.p_c),
-            ("C", es.sm.C, state.C),
-        ]:
-            np.testing.assert_allclose(
-                np.asarray(got),
-                np.asarray(ref),
-                rtol=1e-9,
-                atol=1e-12,
-                err_msg=f"{name} at generation {g + 1}",
-            )
+        assert_state_equals_pycma(state, es, g)
     assert state.generation == 50
     if n == 100:  # lazy gap > 1 here: fewer decompositions than generations
         assert n_eigen < 50
@@ -206,16 +204,7 @@ def test_tpa_lock_step_with_pycma(n, lam):
         state, metrics = _jit_update_tpa(state, jnp.asarray(X), jnp.asarray(F), params, two_point=True)
         es.tell(list(X), list(F))
         n_eigen += int(metrics["eigen_updated"])
-        for name, ref, got in [
-            ("mean", es.mean, state.mean),
-            ("sigma", es.sigma, state.sigma),
-            ("p_sigma", es.adapt_sigma.ps, state.p_sigma),
-            ("p_c", es.pc, state.p_c),
-            ("C", es.sm.C, state.C),
-            ("tpa_s", es.adapt_sigma.s, state.tpa_s),
-        ]:
-            message = f"{name} at generation {g + 1}"
-            np.testing.assert_allclose(np.asarray(got), np.asarray(ref), 1e-9, 1e-12, err_msg=message)
+        assert_state_equals_pycma(state, es, g, tpa_s=es.adapt_sigma.s)
     assert float(es.adapt_sigma.s) != 0.0  # the step-size rule was exercised
     es.ask()
     assert n_eigen == es.sm.count_eigen
