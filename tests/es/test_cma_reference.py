@@ -108,7 +108,17 @@ def rotated_ellipsoid(n, seed=3):
     return f
 
 
-_jit_update = jax.jit(cma_update, static_argnames="squared_csa")
+_jit_update = jax.jit(cma_update, static_argnames=("squared_csa", "two_point"))
+
+
+def state_from_pycma(es, n, lam):
+    """``(ours, params, state)``: our CMAES with ``es``'s start (mean linspace(-1, 1), sigma 0.5) and
+    pycma's initial C, B, D (pycma breaks ties of eigenvalues, so its C is slightly non-isotropic)."""
+    ours = CMAES(lam, num_dims=n, sigma_init=0.5, mean_init=np.linspace(-1, 1, n))
+    params = ours.default_params()
+    state = ours.init(jax.random.key(0), params)
+    state = state.replace(C=jnp.asarray(es.sm.C), B=jnp.asarray(es.sm.B), D=jnp.asarray(es.sm.D))
+    return ours, params, state
 
 
 def assert_state_equals_pycma(state, es, g, **more):
@@ -127,11 +137,7 @@ def test_lock_step_with_pycma(n, lam):
     """Feed pycma's samples and fitness into our update; compare everything for 50 generations."""
     es = pycma_es(n, lam, seed=7, x0=np.linspace(-1, 1, n))
     f = rotated_ellipsoid(n)
-    ours = CMAES(lam, num_dims=n, sigma_init=0.5, mean_init=np.linspace(-1, 1, n))
-    params = ours.default_params()
-    state = ours.init(jax.random.key(0), params)
-    # pycma starts from a slightly non-isotropic C (it breaks ties of eigenvalues); start from it too
-    state = state.replace(C=jnp.asarray(es.sm.C), B=jnp.asarray(es.sm.B), D=jnp.asarray(es.sm.D))
+    _, params, state = state_from_pycma(es, n, lam)
     n_eigen = 0
     for g in range(50):
         X = np.asarray(es.ask())
@@ -174,9 +180,6 @@ def test_tpa_constants_equal_pycma(n, lam):
     assert es.adapt_sigma.sp.z_exponent == 0.5 and es.adapt_sigma.sp.dampdown_fac == 1
 
 
-_jit_update_tpa = jax.jit(cma_update, static_argnames=("squared_csa", "two_point"))
-
-
 @pytest.mark.parametrize("n,lam", [(300, 20), (300, 400)])
 def test_tpa_lock_step_with_pycma(n, lam):
     """pycma's TPA samples and fitness into our update: mean, sigma, both paths and C agree for 25
@@ -185,10 +188,8 @@ def test_tpa_lock_step_with_pycma(n, lam):
 
     es = pycma_tpa_es(n, lam, seed=5, x0=np.linspace(-1, 1, n))
     f = rotated_ellipsoid(n)
-    ours = CMAES(lam, num_dims=n, sigma_init=0.5, mean_init=np.linspace(-1, 1, n))
-    params = ours.default_params()
-    state = ours.init(jax.random.key(0), params)
-    state = state.replace(C=jnp.asarray(es.sm.C), B=jnp.asarray(es.sm.B), D=jnp.asarray(es.sm.D))
+    ours, params, state = state_from_pycma(es, n, lam)
+    assert ours.two_point
     sample_jit = jax.jit(sample, static_argnums=(2, 3))
     n_eigen = 0
     for g in range(25):
@@ -201,7 +202,7 @@ def test_tpa_lock_step_with_pycma(n, lam):
             np.testing.assert_allclose(o1, -o0, rtol=1e-12, atol=1e-15)
             np.testing.assert_allclose(d1, -d0, rtol=1e-9, atol=1e-12)
         F = f(X)
-        state, metrics = _jit_update_tpa(state, jnp.asarray(X), jnp.asarray(F), params, two_point=True)
+        state, metrics = _jit_update(state, jnp.asarray(X), jnp.asarray(F), params, two_point=True)
         es.tell(list(X), list(F))
         n_eigen += int(metrics["eigen_updated"])
         assert_state_equals_pycma(state, es, g, tpa_s=es.adapt_sigma.s)
