@@ -36,8 +36,9 @@ def scenario() -> dict:
         state = shard_state(es, es.init(jax.random.key(0)), mesh)
         for gen in range(4):
             key = jax.random.fold_in(jax.random.key(1), gen)
-            x, state = ask(key, state)
-            state, metrics = tell(key, state, x, sphere(x))
+            # waited for one by one, as sharding_check.launch does (an XLA:CPU rendezvous hang)
+            x, state = jax.block_until_ready(ask(key, state))
+            state, metrics = jax.block_until_ready(tell(key, state, x, sphere(x)))
         # replicated results: every process holds a full copy on each of its devices
         out[name] = {
             "mean": np.asarray(state.mean.addressable_data(0)).tolist(),

@@ -113,6 +113,17 @@ CASES = {
 }
 
 
+def launch(program, *args):
+    """``program(*args)`` started only once every input exists, and waited for.
+
+    So no other program is in flight on any device while a sharded one runs its collectives. With
+    asynchronous CPU dispatch, a sharded program queued behind single-device work (the references
+    below run on device 0) once hung in XLA:CPU's all-gather rendezvous in CI (3 of 4 devices
+    arrived; the process aborted after 40 s).
+    """
+    return jax.block_until_ready(program(*jax.block_until_ready(args)))
+
+
 def close(a, b, what, rtol=2e-5, atol=2e-6):
     """Every leaf of pytree ``a`` within float32 tolerance of the same leaf of ``b``."""
     leaves_b = jax.tree_util.tree_leaves(b)
@@ -187,7 +198,7 @@ def check_strategy(name, mesh):
     state = shard_state(es, ref, mesh)
     for gen in range(4):
         key = jax.random.fold_in(jax.random.key(1), gen)
-        x, state = ask(key, state)
+        x, state = launch(ask, key, state)
         # (a) every device holds only its own rows, per-member state too
         shapes = [s.data.shape for s in x.addressable_shards]
         assert len(shapes) == N_DEV and set(shapes) == {(size // N_DEV, DIMS)}, shapes
@@ -211,7 +222,7 @@ def check_strategy(name, mesh):
             fitness = jax.device_put(fit, fitness.sharding)
         if gen == 0:
             check_hlo(ask, tell, key, state, x, fitness)
-        new, metrics = tell(key, state, x, fitness)
+        new, metrics = launch(tell, key, state, x, fitness)
         # (b) tell against the unsharded tell on the gathered population, in the strategy's order
         ref, ref_metrics = ref_tell(key, ref, jnp.asarray(x_ref[order]), jnp.asarray(fit[order]), params)
         close(ref, new, f"{name} state after tell (generation {gen})")
@@ -219,7 +230,7 @@ def check_strategy(name, mesh):
         if name == "OpenES":
             sgd = OpenES(POP, solution=START, optimizer=optax.sgd(0.1), sigma_init=0.05)
             _, sgd_tell = sharded(sgd, mesh)
-            sgd_state, _ = sgd_tell(key, sgd.init(jax.random.key(0)).replace(mean=state.mean), x, fit)
+            sgd_state, _ = launch(sgd_tell, key, sgd.init(jax.random.key(0)).replace(mean=state.mean), x, fit)
             want = numpy_open_es_mean(
                 np.asarray(state.mean, np.float64), x_ref[order], np.where(np.isnan(fit), np.inf, fit)[order],
                 0.05, 0.1,
@@ -233,8 +244,8 @@ def check_strategy(name, mesh):
     f0 = float(sphere(START))
     for gen in range(gens):
         key = jax.random.fold_in(jax.random.key(2), gen)
-        x, state = ask(key, state)
-        state, _ = tell(key, state, x, sphere_jit(x))
+        x, state = launch(ask, key, state)
+        state, _ = launch(tell, key, state, x, sphere_jit(x))
     final = float(sphere(state.mean))
     assert final < tol, f"{name}: sphere {f0:.3g} -> {final:.3g} after {gens} generations (want < {tol})"
     t2 = time.perf_counter()
@@ -256,11 +267,11 @@ def check_two_axis_mesh_and_pytree_template():
     ask, tell = sharded(es, mesh)
     key = jax.random.key(4)
     state = shard_state(es, es.init(key), mesh)
-    genotypes, state = ask(key, state)
+    genotypes, state = launch(ask, key, state)
     assert genotypes["w"].shape == (8, 3, 2) and genotypes["b"].shape == (8, 4)
     assert {s.data.shape for s in genotypes["w"].addressable_shards} == {(4, 3, 2)}
     fit = jnp.sum(genotypes["w"] ** 2, axis=(1, 2)) + jnp.sum(genotypes["b"] ** 2, axis=1)
-    new, _ = tell(key, state, genotypes, fit)
+    new, _ = launch(tell, key, state, genotypes, fit)
     host = jax.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a)), genotypes)
     ref, _ = jax.jit(es.tell)(key, es.init(key), host, jnp.asarray(np.asarray(fit)))
     close(ref, new, "2-axis mesh, pytree template")

@@ -3,7 +3,8 @@
 The multi-device checks run in subprocesses (XLA_FLAGS / jax.distributed must be set before jax
 initializes), all started at once: ``sharding_check.py`` on 4 host devices of one process, and
 ``multiprocess_check.py`` as 2 processes x 2 devices joined by ``jax.distributed`` (gloo). The
-in-process tests use a 1-device mesh.
+4-device check is rerun once, alone, if XLA:CPU aborts it in a collective rendezvous (see the
+fixture). The in-process tests use a 1-device mesh.
 """
 
 import json
@@ -11,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -48,28 +50,40 @@ def subprocess_runs():
     )
     env.pop("XLA_FLAGS", None)  # each script sets its own device count
     port = str(_free_port())
+    kw = dict(text=True, env=env)
+    single = [sys.executable, os.path.join(HERE, "sharding_check.py")]
     procs = {
-        "single": subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "sharding_check.py")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        ),
+        "single": subprocess.Popen(single, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw),
         **{
             f"process{i}": subprocess.Popen(
                 [sys.executable, os.path.join(HERE, "multiprocess_check.py"), str(i), port],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw,
             )
             for i in range(2)
         },
     }  # fmt: skip
-    out = {}
-    for name, p in procs.items():
-        try:
-            stdout, stderr = p.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            stdout, stderr = p.communicate()
-        out[name] = (p.returncode, stdout, stderr)
+    out = {name: _wait(p) for name, p in procs.items()}
+    code, _, stderr = out["single"]
+    if code < 0 and RENDEZVOUS_ABORT in stderr:
+        # XLA:CPU aborted a collective whose 4 emulated devices did not all arrive (seen once in CI,
+        # not reproduced in ~170 local runs of the strategy checks): one rerun, alone, which must pass in full
+        warnings.warn(
+            f"4-device check hit an XLA:CPU rendezvous abort; rerunning it:\n{stderr[-2000:]}", stacklevel=1
+        )
+        out["single"] = _wait(subprocess.Popen(single, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw))
     return out
+
+
+RENDEZVOUS_ABORT = "Termination timeout for"
+
+
+def _wait(p: subprocess.Popen) -> tuple[int, str, str]:
+    try:
+        stdout, stderr = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        stdout, stderr = p.communicate()
+    return p.returncode, stdout, stderr
 
 
 def _scenario(stdout: str) -> dict:
