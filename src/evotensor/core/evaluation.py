@@ -58,10 +58,13 @@ def worst_for_nonfinite(fitness: jax.Array) -> jax.Array:
     return jnp.where(finite, fitness, worst)
 
 
-def to_minimization(evaluation: Evaluation, maximize: bool) -> Evaluation:
-    """Evaluation as strategies see it: negated if ``maximize``, non-finite values made worst."""
+def to_minimization(evaluation: Evaluation, maximize: bool, keep_nonfinite: bool = False) -> Evaluation:
+    """Evaluation as strategies see it: negated if ``maximize``; non-finite values made worst unless
+    ``keep_nonfinite`` (for strategies that drop them themselves, e.g. a MAP-Elites archive)."""
     fitness = -evaluation.fitness if maximize else evaluation.fitness
-    return evaluation.replace(fitness=worst_for_nonfinite(fitness))  # type: ignore[attr-defined]
+    if not keep_nonfinite:
+        fitness = worst_for_nonfinite(fitness)
+    return evaluation.replace(fitness=fitness)  # type: ignore[attr-defined]
 
 
 def to_natural(fitness: jax.Array, maximize: bool) -> jax.Array:

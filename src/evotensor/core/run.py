@@ -116,6 +116,8 @@ class Loop:
         self.problem = problem
         self.decoder = decoder
         self.maximize = bool(getattr(problem, "maximize", False))
+        # a strategy that filters NaN/inf itself (a QD archive) sees them unchanged
+        self.keep_nonfinite = bool(getattr(strategy, "accepts_nonfinite", False))
 
     def evaluate(self, key: jax.Array, genotypes: Any) -> Evaluation:
         """Score genotypes in the problem's natural orientation."""
@@ -145,7 +147,7 @@ class Loop:
                 "run() tracks a single objective: fitness must be [pop], "
                 f"got shape {jnp.shape(natural.fitness)}"
             )
-        minimized = to_minimization(natural, self.maximize)
+        minimized = to_minimization(natural, self.maximize, self.keep_nonfinite)
         state, strategy_metrics = self.strategy.tell(tell_key, state, genotypes, minimized, params)
 
         finite = jnp.isfinite(natural.fitness)

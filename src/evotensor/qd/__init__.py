@@ -1,0 +1,43 @@
+"""Quality-diversity: MAP-Elites with static, preallocated archives and exact batch insertion.
+
+* :mod:`.archive` — :class:`GridArchive`, :class:`CVTArchive` (pytree state, ``add`` with pyribs'
+  batch semantics made deterministic, ``stats``: QD score, coverage, ...).
+* :mod:`.centroids` — grid centres, on-device k-means for CVT, chunked nearest-centroid search.
+* :mod:`.emitters` — Gaussian and Iso+LineDD variation; the CMA-ES emitter of CMA-ME and CMA-MAE
+  (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts).
+* :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop.
+"""
+
+from evotensor.qd.archive import (
+    IMPROVED,
+    NEW,
+    NOT_ADDED,
+    AddInfo,
+    Archive,
+    ArchiveState,
+    CVTArchive,
+    GridArchive,
+)
+from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_centroid
+from evotensor.qd.emitters import Emitter, EvolutionStrategyEmitter, GaussianEmitter, IsoLineEmitter
+from evotensor.qd.map_elites import MAPElites, MAPElitesState
+
+__all__ = [
+    "IMPROVED",
+    "NEW",
+    "NOT_ADDED",
+    "AddInfo",
+    "Archive",
+    "ArchiveState",
+    "CVTArchive",
+    "Emitter",
+    "EvolutionStrategyEmitter",
+    "GaussianEmitter",
+    "GridArchive",
+    "IsoLineEmitter",
+    "MAPElites",
+    "MAPElitesState",
+    "grid_centroids",
+    "kmeans_centroids",
+    "nearest_centroid",
+]

@@ -1,0 +1,436 @@
+"""MAP-Elites archives: fixed-capacity struct-of-arrays with exact, deterministic batch insertion.
+
+An archive object holds static configuration (cells, ranges, CMA-MAE settings); its contents are an
+:class:`ArchiveState` pytree of preallocated arrays, so ``add`` runs under ``jit``/``vmap``/``scan``
+with no Python-side mutation::
+
+    archive = GridArchive(solution_dim=10, dims=(32, 32), ranges=[(-1, 1), (-1, 1)])
+    state = archive.init()
+    state, info = archive.add(state, solutions, objective, measures)   # [B, 10], [B], [B, 2]
+    archive.stats(state)["coverage"]
+
+Orientation: ``objective`` is *maximized* (as in MAP-Elites, pyribs and QDax). Emptiness is an
+explicit ``occupied`` mask, never a sentinel value.
+
+Batch semantics (pyribs' ``add``, made deterministic on every backend):
+
+* A candidate may enter its cell iff its objective and measures are finite and
+  ``objective > threshold``; the threshold of an empty cell is ``threshold_min``, of an occupied cell
+  the elite's objective (MAP-Elites) or the CMA-MAE annealed threshold.
+* Among the candidates that may enter one cell, the highest objective wins; exact ties go to the
+  lowest batch position. Every field of the new elite is taken from that one candidate.
+* ``status`` (0 not added, 1 improved an occupied cell, 2 discovered a new cell) and ``value`` are
+  computed against the archive *before* the batch: two candidates discovering one cell both get 2.
+  ``value = objective - threshold`` where a newly discovered cell counts from 0 when
+  ``threshold_min = -inf`` (the CMA-ME improvement) and from ``threshold_min`` otherwise.
+* New threshold of a cell that received candidates: the winner's objective when
+  ``threshold_min = -inf``; otherwise the CMA-MAE batch rule of Fontaine & Nikolaidis (2023),
+  ``t <- (1 - a)^n t + (1 - (1 - a)^n) mean(f)`` over the ``n`` candidates that beat ``t``.
+* Non-finite objectives or measures are never added (status 0, value ``-inf``, index -1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.core import rng
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.qd.centroids import kmeans_centroids, nearest_centroid
+
+NOT_ADDED, IMPROVED, NEW = 0, 1, 2
+
+
+@pytree_dataclass
+class ArchiveState:
+    """Contents of an archive of ``C`` cells (``D`` measures, solutions of ``dims`` elements).
+
+    Attributes:
+        solutions: ``[C, dims]`` float32 elite solutions (zeros where empty).
+        objective: ``[C]`` float32 elite objectives, maximized (zeros where empty).
+        measures: ``[C, D]`` float32 elite measures (zeros where empty).
+        threshold: ``[C]`` float32 acceptance thresholds (``threshold_min`` where empty).
+        occupied: ``[C]`` bool.
+        fields: extra per-elite fields, ``{name: [C, *shape]}``.
+    """
+
+    solutions: jax.Array
+    objective: jax.Array
+    measures: jax.Array
+    threshold: jax.Array
+    occupied: jax.Array
+    fields: dict[str, jax.Array]
+
+
+@pytree_dataclass
+class AddInfo:
+    """What :meth:`Archive.add` reports per candidate (all ``[B]``, against the pre-batch archive).
+
+    Attributes:
+        status: int32, 0 not added, 1 improved an occupied cell, 2 discovered a new cell.
+        value: float32 ``objective - threshold`` (see the module docstring); ``-inf`` if invalid.
+        index: int32 cell of the candidate's measures; -1 if its measures are not finite.
+    """
+
+    status: jax.Array
+    value: jax.Array
+    index: jax.Array
+
+
+def _check_solution_dim(solution_dim: Any) -> int:
+    if isinstance(solution_dim, bool) or not isinstance(solution_dim, (int, np.integer)) or solution_dim < 1:
+        raise ValueError(f"solution_dim must be a positive int, got {solution_dim!r}")
+    return int(solution_dim)
+
+
+def _check_ranges(ranges: Any, measure_dim: int | None = None) -> tuple[tuple[float, float], ...]:
+    try:
+        out = tuple((float(lo), float(hi)) for lo, hi in ranges)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"ranges must be a sequence of (low, high) pairs, got {ranges!r}") from err
+    if not out:
+        raise ValueError("ranges must have at least one (low, high) pair")
+    for i, (lo, hi) in enumerate(out):
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"ranges[{i}] must be finite with low < high, got {(lo, hi)}")
+    if measure_dim is not None and len(out) != measure_dim:
+        raise ValueError(f"ranges has {len(out)} pairs but the archive has {measure_dim} measures")
+    return out
+
+
+def _check_cma_mae(learning_rate: Any, threshold_min: Any) -> tuple[float, float]:
+    """pyribs' rule: a finite ``threshold_min`` needs a ``learning_rate`` (CMA-MAE); ``-inf`` needs 1."""
+    threshold_min = float(threshold_min)
+    if math.isnan(threshold_min) or threshold_min == math.inf:
+        raise ValueError(f"threshold_min must be finite or -inf, got {threshold_min}")
+    if learning_rate is None:
+        if threshold_min != -math.inf:
+            raise ValueError(
+                "threshold_min was set without learning_rate: a finite threshold_min is CMA-MAE's "
+                "annealing threshold, not a filter; set learning_rate too (e.g. 0.01)"
+            )
+        return 1.0, threshold_min
+    learning_rate = float(learning_rate)
+    if not 0.0 <= learning_rate <= 1.0:
+        raise ValueError(f"learning_rate must be in [0, 1], got {learning_rate}")
+    if threshold_min == -math.inf and learning_rate != 1.0:
+        raise ValueError("learning_rate other than 1 needs a finite threshold_min (CMA-MAE)")
+    return learning_rate, threshold_min
+
+
+def _check_extra_fields(extra_fields: Any) -> dict[str, tuple[tuple[int, ...], Any]]:
+    reserved = {"solutions", "objective", "measures", "threshold", "occupied", "index"}
+    out = {}
+    for name, spec in dict(extra_fields or {}).items():
+        if not isinstance(name, str) or not name.isidentifier() or name in reserved:
+            raise ValueError(f"extra_fields name {name!r} must be an identifier not in {sorted(reserved)}")
+        try:
+            shape, dtype = spec
+            shape = tuple(int(s) for s in shape)
+            dtype = jnp.dtype(dtype)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"extra_fields[{name!r}] must be (shape, dtype), got {spec!r}") from err
+        out[name] = (shape, dtype)
+    return out
+
+
+class Archive:
+    """Common storage and insertion; subclasses define the cells (:meth:`index_of`).
+
+    Args (keyword-only, shared by every archive):
+        solution_dim: elements of a (flattened) solution.
+        learning_rate: CMA-MAE threshold learning rate (None: plain MAP-Elites, i.e. 1).
+        threshold_min: threshold of empty cells (-inf: plain MAP-Elites / CMA-ME).
+        qd_score_offset: subtracted from every objective in the QD score (pyribs' sign: pass the
+            lowest objective you expect, e.g. -300, so that each elite adds a non-negative amount).
+        extra_fields: ``{name: (shape, dtype)}`` stored next to each elite.
+    """
+
+    num_cells: int
+    measure_dim: int
+
+    def __init__(
+        self,
+        *,
+        solution_dim: int,
+        learning_rate: float | None = None,
+        threshold_min: float = -math.inf,
+        qd_score_offset: float = 0.0,
+        extra_fields: Mapping[str, tuple[Sequence[int], Any]] | None = None,
+    ):
+        self.solution_dim = _check_solution_dim(solution_dim)
+        self.learning_rate, self.threshold_min = _check_cma_mae(learning_rate, threshold_min)
+        self.qd_score_offset = float(qd_score_offset)
+        if not math.isfinite(self.qd_score_offset):
+            raise ValueError(f"qd_score_offset must be finite, got {qd_score_offset}")
+        self.extra_fields = _check_extra_fields(extra_fields)
+
+    # -- cells ---------------------------------------------------------------------------------
+    def index_of(self, measures: jax.Array) -> jax.Array:
+        """Cell of each measure vector: ``[B, D] -> [B]`` int32 (any in-range cell if not finite)."""
+        raise NotImplementedError
+
+    # -- storage -------------------------------------------------------------------------------
+    def init(self) -> ArchiveState:
+        """An empty archive."""
+        c = self.num_cells
+        return ArchiveState(
+            solutions=jnp.zeros((c, self.solution_dim), jnp.float32),
+            objective=jnp.zeros((c,), jnp.float32),
+            measures=jnp.zeros((c, self.measure_dim), jnp.float32),
+            threshold=jnp.full((c,), self.threshold_min, jnp.float32),
+            occupied=jnp.zeros((c,), bool),
+            fields={
+                name: jnp.zeros((c, *shape), dtype) for name, (shape, dtype) in self.extra_fields.items()
+            },
+        )
+
+    def _check_batch(self, solutions, objective, measures, fields):
+        solutions = jnp.asarray(solutions, jnp.float32)
+        objective = jnp.asarray(objective, jnp.float32)
+        measures = jnp.asarray(measures, jnp.float32)
+        if solutions.ndim != 2 or solutions.shape[1] != self.solution_dim:
+            raise ValueError(f"solutions must have shape [B, {self.solution_dim}], got {solutions.shape}")
+        batch = solutions.shape[0]
+        if objective.shape != (batch,):
+            raise ValueError(f"objective must have shape [{batch}], got {objective.shape}")
+        if measures.shape != (batch, self.measure_dim):
+            raise ValueError(f"measures must have shape [{batch}, {self.measure_dim}], got {measures.shape}")
+        fields = dict(fields or {})
+        if set(fields) != set(self.extra_fields):
+            raise ValueError(
+                f"fields must have exactly the keys {sorted(self.extra_fields)}, got {sorted(fields)}"
+            )
+        checked = {}
+        for name, (shape, dtype) in self.extra_fields.items():
+            value = jnp.asarray(fields[name], dtype)
+            if value.shape != (batch, *shape):
+                raise ValueError(f"fields[{name!r}] must have shape {(batch, *shape)}, got {value.shape}")
+            checked[name] = value
+        return solutions, objective, measures, checked
+
+    def add(
+        self,
+        state: ArchiveState,
+        solutions: jax.Array,
+        objective: jax.Array,
+        measures: jax.Array,
+        fields: Mapping[str, jax.Array] | None = None,
+    ) -> tuple[ArchiveState, AddInfo]:
+        """Insert a batch with the semantics of the module docstring.
+
+        Args:
+            state: the archive contents.
+            solutions: ``[B, solution_dim]``.
+            objective: ``[B]`` (maximized).
+            measures: ``[B, measure_dim]``.
+            fields: ``{name: [B, *shape]}`` for every declared extra field.
+
+        Returns:
+            ``(new_state, AddInfo)``. O(B log B + C) work; the elite arrays are updated by one
+            scatter of at most ``B`` rows each (in place when the state is donated).
+        """
+        solutions, objective, measures, fields = self._check_batch(solutions, objective, measures, fields)
+        batch, cells = objective.shape[0], self.num_cells
+        valid = jnp.isfinite(objective) & jnp.all(jnp.isfinite(measures), axis=1)
+        index = jnp.where(valid, self.index_of(measures), 0).astype(jnp.int32)
+        occupied = state.occupied[index]
+        threshold = jnp.where(occupied, state.threshold[index], self.threshold_min)
+        can = valid & (objective > threshold)
+        status = jnp.where(can, jnp.where(occupied, IMPROVED, NEW), NOT_ADDED).astype(jnp.int32)
+        new_cell_base = 0.0 if self.threshold_min == -math.inf else self.threshold_min
+        base = jnp.where(can & ~occupied, new_cell_base, threshold)
+        value = jnp.where(valid, objective - base, -jnp.inf)
+        info = AddInfo(status=status, value=value, index=jnp.where(valid, index, -1))
+
+        # winner per cell: highest objective, then lowest batch position; segment C collects the rest
+        segment = jnp.where(can, index, cells)
+        best = jax.ops.segment_max(jnp.where(can, objective, -jnp.inf), segment, num_segments=cells + 1)
+        position = jnp.arange(batch, dtype=jnp.int32)
+        at_best = can & (objective == best[segment])
+        first = jax.ops.segment_min(jnp.where(at_best, position, batch), segment, num_segments=cells + 1)
+        wins = can & (first[segment] == position)
+
+        if self.threshold_min == -math.inf:
+            new_threshold = objective
+        else:
+            count = jax.ops.segment_sum(can.astype(jnp.float32), segment, num_segments=cells + 1)[segment]
+            total = jax.ops.segment_sum(jnp.where(can, objective, 0.0), segment, num_segments=cells + 1)
+            ratio = jnp.power(jnp.float32(1.0 - self.learning_rate), count)
+            mean = total[segment] / jnp.maximum(count, 1.0)
+            new_threshold = ratio * threshold + mean * (1.0 - ratio)
+
+        # one row per winning cell; losers get distinct out-of-range targets, so indices are unique
+        target = jnp.where(wins, index, cells + position)
+
+        def put(old, new):
+            return old.at[target].set(new.astype(old.dtype), mode="drop", unique_indices=True)
+
+        state = ArchiveState(
+            solutions=put(state.solutions, solutions),
+            objective=put(state.objective, objective),
+            measures=put(state.measures, measures),
+            threshold=put(state.threshold, new_threshold),
+            occupied=put(state.occupied, jnp.ones((batch,), bool)),
+            fields={name: put(state.fields[name], value) for name, value in fields.items()},
+        )
+        return state, info
+
+    # -- queries -------------------------------------------------------------------------------
+    def retrieve(self, state: ArchiveState, measures: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """The elite of each measure vector's cell: ``[B, D] -> (occupied [B], {field: [B, ...]})``
+        with fields ``solutions, objective, measures, threshold, index`` and the extra fields."""
+        measures = jnp.asarray(measures, jnp.float32)
+        valid = jnp.all(jnp.isfinite(measures), axis=1)
+        index = jnp.where(valid, self.index_of(measures), 0).astype(jnp.int32)
+        data = {
+            "solutions": state.solutions[index],
+            "objective": state.objective[index],
+            "measures": state.measures[index],
+            "threshold": state.threshold[index],
+            "index": jnp.where(valid, index, -1),
+            **{name: value[index] for name, value in state.fields.items()},
+        }
+        return valid & state.occupied[index], data
+
+    def sample_elites(self, key: jax.Array, state: ArchiveState, n: int) -> jax.Array:
+        """``n`` cells drawn uniformly, with replacement, among the occupied ones: ``[n]`` int32.
+
+        An empty archive gives cell 0 everywhere; callers check ``state.occupied.any()``.
+        """
+        counts = jnp.cumsum(state.occupied.astype(jnp.int32))
+        k = rng.randint(key, (n,), 0, jnp.maximum(counts[-1], 1))
+        # the (k+1)-th occupied cell is the first whose running count exceeds k
+        cell = jnp.searchsorted(counts, k, side="right").astype(jnp.int32)
+        return jnp.minimum(cell, self.num_cells - 1)
+
+    def stats(self, state: ArchiveState) -> dict[str, jax.Array]:
+        """Scalar archive statistics (pyribs' definitions; QDax reports coverage in percent and adds
+        its offset instead):
+
+        ``num_elites``, ``coverage`` (fraction of cells), ``qd_score`` (sum over elites of
+        ``objective - qd_score_offset``), ``norm_qd_score`` (``qd_score / C``), ``obj_max`` and
+        ``obj_mean`` (NaN while empty).
+        """
+        occupied = state.occupied
+        n = occupied.sum()
+        qd = jnp.sum(jnp.where(occupied, state.objective - self.qd_score_offset, 0.0))
+        obj_max = jnp.max(jnp.where(occupied, state.objective, -jnp.inf))
+        obj_mean = jnp.sum(jnp.where(occupied, state.objective, 0.0)) / jnp.maximum(n, 1)
+        empty = n == 0
+        return {
+            "num_elites": n.astype(jnp.int32),
+            "coverage": n / self.num_cells,
+            "qd_score": qd,
+            "norm_qd_score": qd / self.num_cells,
+            "obj_max": jnp.where(empty, jnp.nan, obj_max),
+            "obj_mean": jnp.where(empty, jnp.nan, obj_mean),
+        }
+
+
+class GridArchive(Archive):
+    """The MAP-Elites grid (Mouret & Clune 2015): ``prod(dims)`` cells of a uniform grid over
+    ``ranges``. A measure vector's cell is pyribs' formula
+    ``clip(int((dims (m - low) + epsilon) / (high - low)), 0, dims - 1)`` per axis (in float32),
+    flattened in row-major order; measures outside ``ranges`` go to the border cells.
+
+    Args:
+        solution_dim: elements of a solution.
+        dims: cells per measure, e.g. ``(32, 32)``.
+        ranges: ``(low, high)`` per measure.
+        epsilon: guards against rounding just below a cell boundary.
+        learning_rate, threshold_min, qd_score_offset, extra_fields: see :class:`Archive`.
+    """
+
+    def __init__(
+        self,
+        *,
+        solution_dim: int,
+        dims: Sequence[int],
+        ranges: Sequence[tuple[float, float]],
+        epsilon: float = 1e-6,
+        **kwargs: Any,
+    ):
+        super().__init__(solution_dim=solution_dim, **kwargs)
+        dims = tuple(dims)
+        for i, d in enumerate(dims):
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
+                raise ValueError(f"dims[{i}] must be a positive int, got {d!r}")
+        if not dims:
+            raise ValueError("dims must have at least one entry")
+        self.dims = tuple(int(d) for d in dims)
+        self.ranges = _check_ranges(ranges, len(self.dims))
+        self.epsilon = float(epsilon)
+        self.measure_dim = len(self.dims)
+        self.num_cells = math.prod(self.dims)
+        if self.num_cells >= 2**31 - 1:
+            raise ValueError(f"dims {self.dims} give {self.num_cells} cells; at most 2**31 - 2 fit int32")
+
+    def grid_index_of(self, measures: jax.Array) -> jax.Array:
+        """Per-axis cell coordinates: ``[B, D] -> [B, D]`` int32."""
+        measures = jnp.asarray(measures, jnp.float32)
+        low = jnp.asarray([lo for lo, _ in self.ranges], jnp.float32)
+        size = jnp.asarray([hi - lo for lo, hi in self.ranges], jnp.float32)
+        dims = jnp.asarray(self.dims, jnp.float32)
+        scaled = (dims * (measures - low) + jnp.float32(self.epsilon)) / size
+        # clip before the cast: truncation of in-range values is the floor, and no int overflow
+        scaled = jnp.where(jnp.isnan(scaled), 0.0, scaled)
+        return jnp.clip(scaled, 0.0, dims - 1.0).astype(jnp.int32)
+
+    def index_of(self, measures: jax.Array) -> jax.Array:
+        grid = self.grid_index_of(measures)
+        strides = np.cumprod((1,) + self.dims[:0:-1])[::-1]  # row-major strides
+        return jnp.sum(grid * jnp.asarray(strides, jnp.int32), axis=1).astype(jnp.int32)
+
+
+class CVTArchive(Archive):
+    """CVT-MAP-Elites (Vassiliades et al. 2018): one cell per centroid of a centroidal Voronoi
+    tessellation of the measure space; a measure vector belongs to its nearest centroid.
+
+    Args:
+        solution_dim: elements of a solution.
+        centroids: ``[C, D]`` array of centroids, or a number of cells ``C`` to compute them with
+            :func:`~evotensor.qd.centroids.kmeans_centroids` from ``samples`` uniform points in
+            ``ranges`` (seeded by ``seed``).
+        ranges: ``(low, high)`` per measure (the box sampled for the centroids).
+        samples: points for k-means when ``centroids`` is a count (pyribs' default 100,000).
+        seed: k-means seed.
+        chunk_size: centroids per block of the nearest-centroid search (bounds memory).
+        learning_rate, threshold_min, qd_score_offset, extra_fields: see :class:`Archive`.
+    """
+
+    def __init__(
+        self,
+        *,
+        solution_dim: int,
+        centroids: int | jax.Array | np.ndarray,
+        ranges: Sequence[tuple[float, float]],
+        samples: int = 100_000,
+        seed: int = 0,
+        chunk_size: int = 4096,
+        **kwargs: Any,
+    ):
+        super().__init__(solution_dim=solution_dim, **kwargs)
+        self.ranges = _check_ranges(ranges)
+        if isinstance(centroids, (int, np.integer)) and not isinstance(centroids, bool):
+            centroids, _ = kmeans_centroids(
+                jax.random.key(seed), int(centroids), self.ranges, samples=samples
+            )
+        centroids = np.asarray(centroids, np.float32)
+        if centroids.ndim != 2 or centroids.shape[0] < 1 or centroids.shape[1] != len(self.ranges):
+            raise ValueError(f"centroids must have shape [C, {len(self.ranges)}], got {centroids.shape}")
+        if not np.all(np.isfinite(centroids)):
+            raise ValueError("centroids must be finite")
+        self.centroids = jnp.asarray(centroids)
+        self.chunk_size = int(chunk_size)
+        self.measure_dim = centroids.shape[1]
+        self.num_cells = centroids.shape[0]
+
+    def index_of(self, measures: jax.Array) -> jax.Array:
+        measures = jnp.asarray(measures, jnp.float32)
+        return nearest_centroid(measures, self.centroids, chunk_size=self.chunk_size).astype(jnp.int32)

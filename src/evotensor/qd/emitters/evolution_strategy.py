@@ -1,0 +1,387 @@
+"""The CMA-ES emitter of CMA-ME (Fontaine et al. 2020) and CMA-MAE (Fontaine & Nikolaidis 2023).
+
+One CMA-ES instance (the building blocks of :mod:`evotensor.es.cma_es`) samples each batch; the
+batch is ranked by how it fared in the archive, and CMA-ES moves towards the best-ranked part::
+
+    emitter = EvolutionStrategyEmitter(x0=jnp.zeros(10), sigma0=0.5)                  # CMA-ME
+    emitter = EvolutionStrategyEmitter(jnp.zeros(10), 0.5, ranker="imp", selection_rule="mu",
+                                       restart_rule="basic")                          # CMA-MAE
+    # (CMA-MAE also needs an archive with learning_rate and a finite threshold_min)
+
+Semantics follow pyribs' ``EvolutionStrategyEmitter`` with its ``cma_es`` optimizer (files under
+``ribs/emitters/``, line numbers of pyribs at commit ``cac4d9d``):
+
+* Rankers (``rankers.py``): ``"imp"`` by ``AddInfo.value`` (l. 159); ``"2imp"`` by ``status``
+  (2 new cell, 1 improved, 0 not added), then value (l. 189-203); ``"obj"`` by objective (l. 356);
+  ``"2obj"`` by status, then objective (l. 384-391); ``"rd"`` by the projection ``measures @ d``
+  (l. 248-250) and ``"2rd"`` by status, then that projection (l. 312-323). The direction is
+  ``d = N(0, I_D) * (high - low)`` of the archive's ``ranges``: drawn, not normalised, and the raw
+  measures (not centred) are projected (l. 258-262); it is drawn at ``init`` and at every restart
+  (``_evolution_strategy_emitter.py`` l. 143-144, 264). Every key is "higher is better".
+* Parents (``_evolution_strategy_emitter.py`` l. 245-256): ``selection_rule="filter"`` takes the
+  top ``k`` of the ranking, ``k`` the number of solutions with ``status > 0`` (for the two-stage
+  rankers these are exactly the added solutions); ``"mu"`` takes the top ``batch_size // 2``.
+* CMA-ES update (``opt/_cma_es.py`` l. 239-328): recomputed every generation for the ``k`` parents,
+  ``w_i = ln(k + 1/2) - ln i`` normalised to sum 1, ``mu_eff = 1 / sum w^2``,
+  ``c_c = (4 + mu_eff/n) / (n + 4 + 2 mu_eff/n)``, ``c_sigma = (mu_eff + 2) / (n + mu_eff + 5)``,
+  ``c_1 = 2 / ((n + 1.3)^2 + mu_eff)``, ``c_mu = min(1 - c_1, 2 (mu_eff - 2 + 1/mu_eff) /
+  ((n + 2)^2 + mu_eff))``, ``d_sigma = 1 + 2 max(0, sqrt((mu_eff - 1)/(n + 1)) - 1) + c_sigma``
+  and the squared-length step-size rule ``sigma *= exp(min(1, c_sigma/d_sigma (|p_sigma|^2/n - 1)/2))``
+  (these are :func:`cma_constants` with ``preset="tutorial"`` at ``lambda = 2k``, with pyribs'
+  ``d_sigma``, fed to :func:`cma_update` with ``squared_csa=True``). With ``k = 0`` there is no
+  update, but the generation counter (``h_sigma``'s ``2 g``, the lazy eigendecomposition) advances
+  (l. 278-281). The eigendecomposition is lazy with pyribs' gap, fixed at construction for
+  ``batch_size // 2`` parents: ``C`` is decomposed when more than ``0.5 / ((c_1 + c_mu) n)``
+  generations passed since the last decomposition (l. 130-139, 51-64).
+* Stopping (``opt/_cma_es.py`` ``check_stop``, l. 161-179), checked after every update: the
+  condition number of ``C`` at the decomposition that sampled the batch exceeds ``1e14``; the
+  largest axis ``sigma sqrt(max eig C)`` is below ``1e-11``; or the ranking values of the best and
+  the worst solution are within ``1e-12`` (Euclidean norm over (status, value) for two-stage
+  rankers). These are pyribs' own criteria, not pycma's, so :mod:`evotensor.es.termination` is
+  not used: its ``tolconditioncov`` is the same test (:func:`cma_quantities`' condition), but its
+  ``tolx`` (every coordinate std *and* ``sigma p_c`` below ``tolx``) and ``tolflatfitness`` (best
+  equal to the 75% quantile for more than one generation) are different rules.
+* Restarts (``_evolution_strategy_emitter.py`` l. 183-201, 259-265): ``"no_improvement"`` when no
+  solution of the batch was added; ``"basic"`` only on the stopping criteria; an int ``m`` when
+  the number of ``tell`` calls since ``init`` (pyribs' ``itrs``, *not* reset by restarts) is a
+  multiple of ``m``; always also on the stopping criteria. A restart resets CMA-ES (``C = I``,
+  paths 0, generation 0) around an elite drawn uniformly from the archive after the batch was
+  added, with ``sigma = sigma0``, and draws a new direction; ``state.restarts`` counts them.
+* Bounds (``opt/_cma_es.py`` l. 208-235): solutions outside ``[low, high]`` are resampled from the
+  same distribution.
+
+Deviations from pyribs, and why:
+
+* Ties of the ranking go to the lower batch position (a stable sort); pyribs reverses an ascending
+  argsort, which puts the *later* position first (and ``np.argsort``'s default is not stable).
+  NaN keys (an objective or measures that are NaN, for ``"obj"``/``"rd"``) rank last here; in
+  pyribs' reversed argsort they would rank first.
+* The rank-one term is the standard one of pycma's ``purecma`` (which pyribs says it adapts):
+  ``p_c`` accumulates the mean shift *divided by* ``sigma`` and enters ``C`` as ``c_1 p_c p_c^T``.
+  pyribs accumulates the undivided shift and multiplies the outer product by ``c_1`` twice
+  (``_cma_es.py`` l. 265-268, 313), which we do not reproduce.
+* Numerics of :func:`decompose`: ``C`` is symmetrised by averaging (pyribs takes the elementwise
+  max) and eigenvalues are lifted to a condition of at most ``1e16`` (pyribs takes ``abs``), so the
+  ``1e14`` stopping test still sees ill-conditioned matrices; ``sigma`` is kept in ``[1e-20, 1e20]``.
+* Bounds: at most 100 resampling rounds (pyribs' warning threshold; it loops forever), then the
+  rows still outside are clipped. Static shapes: every round draws a whole batch.
+* A restart with an empty archive starts from ``x0`` (pyribs would fail to sample an elite).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from evotensor.core import rng
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.core.strategy import check_population_size
+from evotensor.es.cma_es import (
+    GUARDS,
+    CMAESParams,
+    CMAESState,
+    chi_n,
+    cma_constants,
+    cma_update,
+    initial_state,
+    lazy_eigen_update,
+    params_from_constants,
+    sample,
+)
+from evotensor.es.mean_sigma import default_population_size, float_dtype
+from evotensor.qd.archive import AddInfo, Archive, ArchiveState
+from evotensor.qd.emitters.base import check_positive
+
+RANKERS = ("imp", "2imp", "obj", "2obj", "rd", "2rd")
+SELECTION_RULES = ("filter", "mu")
+RESTART_RULES = ("no_improvement", "basic")
+# pyribs' check_stop tolerances (ribs/emitters/opt/_cma_es.py l. 163-177)
+TOL_CONDITION = 1e14
+TOL_AREA = 1e-11
+TOL_FLAT = 1e-12
+MAX_CONDITION = 1e16  # eigenvalue-lifting guard, above TOL_CONDITION so the stop test still fires
+BOUNDS_RESAMPLES = 100  # pyribs' BOUNDS_SAMPLING_THRESHOLD
+
+
+@pytree_dataclass
+class EvolutionStrategyEmitterState:
+    """State of an :class:`EvolutionStrategyEmitter`.
+
+    Attributes:
+        cma: the CMA-ES state (``mean [n]``, ``sigma []``, ``C [n, n]``, ...).
+        direction: ``[measure_dim]`` measure-space direction of the ``"rd"``/``"2rd"`` rankers
+            (zeros for the other rankers).
+        iterations: ``[]`` int32, ``tell`` calls since ``init`` (not reset by restarts).
+        restarts: ``[]`` int32, restarts so far.
+    """
+
+    cma: CMAESState
+    direction: jax.Array
+    iterations: jax.Array
+    restarts: jax.Array
+
+
+def _check_bounds(bounds: Any, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array] | None:
+    if bounds is None:
+        return None
+    try:
+        low, high = bounds
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"bounds must be (low, high), got {bounds!r}") from err
+    low = np.broadcast_to(np.asarray(-np.inf if low is None else low, np.float32), shape)
+    high = np.broadcast_to(np.asarray(np.inf if high is None else high, np.float32), shape)
+    if np.any(np.isnan(low)) or np.any(np.isnan(high)) or np.any(low > high):
+        raise ValueError("bounds must satisfy low <= high everywhere (no NaN)")
+    return jnp.asarray(low), jnp.asarray(high)
+
+
+class EvolutionStrategyEmitter:
+    """CMA-ES driven by the archive (see the module docstring for every rule and its source).
+
+    Args:
+        x0: ``[dims]`` initial mean (and the restart point while the archive is empty).
+        sigma0: initial (and restart) step size, > 0.
+        ranker: ``"2imp"`` (default, CMA-ME's improvement emitter), ``"imp"`` (CMA-MAE), ``"obj"``,
+            ``"2obj"`` (optimizing emitter), ``"rd"``, ``"2rd"`` (random direction emitter).
+        selection_rule: ``"filter"`` (parents: as many top-ranked solutions as were added) or
+            ``"mu"`` (the top ``batch_size // 2``).
+        restart_rule: ``"no_improvement"`` (restart when nothing of the batch was added),
+            ``"basic"`` (only CMA-ES's stopping criteria) or an int ``m >= 1`` (also every ``m``-th
+            ``tell``); CMA-ES's stopping criteria restart under every rule.
+        batch_size: solutions per :meth:`ask` (``lambda``); ``None``: ``4 + floor(3 ln dims)``.
+        bounds: optional ``(low, high)``, each a scalar or ``[dims]`` (``None``/``inf``: unbounded);
+            out-of-bounds solutions are resampled.
+
+    Attributes:
+        batch_size, solution_dim, x0 ``[dims]``, sigma0, ranker, selection_rule, restart_rule,
+        bounds, lazy_gap (``C`` is decomposed once this many generations passed since the last
+        decomposition: the smallest integer above pyribs' gap).
+    """
+
+    def __init__(
+        self,
+        x0: Any,
+        sigma0: float,
+        *,
+        ranker: str = "2imp",
+        selection_rule: str = "filter",
+        restart_rule: str | int = "no_improvement",
+        batch_size: int | None = None,
+        bounds: tuple[Any, Any] | None = None,
+    ):
+        x0 = np.asarray(x0, np.float32)
+        if x0.ndim != 1 or x0.size == 0 or not np.all(np.isfinite(x0)):
+            raise ValueError(f"x0 must be a finite, non-empty 1-d array, got shape {x0.shape}")
+        self.x0 = jnp.asarray(x0)
+        self.solution_dim = n = x0.size
+        self.sigma0 = check_positive(sigma0, "sigma0")
+        if ranker not in RANKERS:
+            raise ValueError(f"ranker must be one of {RANKERS}, got {ranker!r}")
+        if selection_rule not in SELECTION_RULES:
+            raise ValueError(f"selection_rule must be one of {SELECTION_RULES}, got {selection_rule!r}")
+        if isinstance(restart_rule, (int, np.integer)) and not isinstance(restart_rule, bool):
+            if restart_rule < 1:
+                raise ValueError(f"an integer restart_rule must be >= 1, got {restart_rule}")
+            restart_rule = int(restart_rule)
+        elif restart_rule not in RESTART_RULES:
+            raise ValueError(f"restart_rule must be one of {RESTART_RULES} or an int, got {restart_rule!r}")
+        self.ranker = ranker
+        self.selection_rule = selection_rule
+        self.restart_rule = restart_rule
+        batch_size = default_population_size(n) if batch_size is None else batch_size
+        self.batch_size = check_population_size(batch_size, 2, "batch_size")
+        self.bounds = _check_bounds(bounds, x0.shape)
+        # pyribs fixes the lazy gap at construction from the constants of batch_size // 2 parents
+        # and decomposes when strictly more generations passed; cma_update tests ``>=``, so round up
+        mu = self.batch_size // 2
+        c = cma_constants(n, 2 * mu, 2 * mu, "tutorial", np)
+        self.lazy_gap = math.floor(0.5 / (c["c_1"] + c["c_mu"]) / n) + 1
+
+    # -- constants ---------------------------------------------------------------------------------
+    def cma_params(self, num_parents: Any, dtype: Any = None) -> CMAESParams:
+        """pyribs' CMA-ES constants for ``num_parents`` parents (an int or a traced ``[]`` int32 >= 1).
+
+        ``weights [batch_size]``: ``ln(k + 1/2) - ln i`` for ranks ``i <= k``, normalised, 0 beyond.
+        ``lazy_gap`` is infinite: :meth:`tell` runs the lazy decomposition itself (also when it
+        skips the update). ``mean_init = x0``, ``sigma_init = sigma0``.
+        """
+        dtype = float_dtype() if dtype is None else dtype
+        n = self.solution_dim
+        k = jnp.maximum(jnp.asarray(num_parents, jnp.int32), 1)
+        # the tutorial preset's positive weights at lambda = 2k are exactly ln(k + 1/2) - ln i, i <= k
+        c = cma_constants(n, 2 * k, self.batch_size, "tutorial", jnp)
+        c["d_sigma"] = 1 + 2 * jnp.maximum(0.0, jnp.sqrt((c["mu_eff"] - 1) / (n + 1)) - 1) + c["c_sigma"]
+        c["lazy_gap"] = jnp.inf
+        c["chi_n"] = chi_n(n, "tutorial")  # unused by the squared step-size rule
+        guards = {k_: jnp.asarray(v, dtype) for k_, v in GUARDS.items()}
+        guards["max_condition"] = jnp.asarray(MAX_CONDITION, dtype)
+        return params_from_constants(
+            c, dtype, self.x0.astype(dtype), jnp.asarray(self.sigma0, dtype), **guards
+        )
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _direction(self, key: jax.Array, archive: Archive) -> jax.Array:
+        """``[measure_dim]``: ``N(0, I) * (high - low)`` for the random-direction rankers, else 0."""
+        if self.ranker not in ("rd", "2rd"):
+            return jnp.zeros((archive.measure_dim,), jnp.float32)
+        ranges = getattr(archive, "ranges", None)
+        if ranges is None:
+            raise ValueError(f"ranker {self.ranker!r} needs an archive with measure ranges")
+        size = jnp.asarray([hi - lo for lo, hi in ranges], jnp.float32)
+        return rng.normal(key, (archive.measure_dim,), jnp.float32) * size
+
+    def _fresh(self, key: jax.Array, archive: Archive, mean: jax.Array, dtype: Any):
+        """A restarted CMA-ES at ``mean`` with ``sigma0``, and a new direction."""
+        cma = initial_state(mean.astype(dtype), jnp.asarray(self.sigma0, dtype))
+        return cma, self._direction(key, archive)
+
+    # -- protocol --------------------------------------------------------------------------------
+    def init(self, key: jax.Array, archive: Archive) -> EvolutionStrategyEmitterState:
+        """CMA-ES at ``x0`` with ``sigma0`` and ``C = I``; the ranking direction drawn from ``key``."""
+        if archive.solution_dim != self.solution_dim:
+            raise ValueError(
+                f"EvolutionStrategyEmitter: x0 has {self.solution_dim} elements but the archive "
+                f"stores solutions of {archive.solution_dim}"
+            )
+        cma, direction = self._fresh(key, archive, self.x0, float_dtype())
+        zero = jnp.zeros((), jnp.int32)
+        return EvolutionStrategyEmitterState(cma=cma, direction=direction, iterations=zero, restarts=zero)
+
+    def ask(
+        self,
+        key: jax.Array,
+        state: EvolutionStrategyEmitterState,
+        archive: Archive,
+        archive_state: ArchiveState,
+    ) -> tuple[jax.Array, EvolutionStrategyEmitterState]:
+        """``mean + sigma B diag(D) z``: ``-> ([batch_size, dims] float32, state)`` (state unchanged)."""
+        x = sample(key, state.cma, self.batch_size)
+        if self.bounds is None:
+            return x.astype(jnp.float32), state
+        low, high = (b.astype(x.dtype) for b in self.bounds)
+
+        def outside(x):
+            return jnp.any((x < low) | (x > high), axis=1)
+
+        def again(carry):
+            i, x = carry
+            return (i < BOUNDS_RESAMPLES) & jnp.any(outside(x))
+
+        def resample(carry):
+            i, x = carry
+            fresh = sample(jax.random.fold_in(key, i + 1), state.cma, self.batch_size)
+            return i + 1, jnp.where(outside(x)[:, None], fresh, x)
+
+        _, x = lax.while_loop(again, resample, (jnp.zeros((), jnp.int32), x))
+        return jnp.clip(x.astype(jnp.float32), self.bounds[0], self.bounds[1]), state
+
+    def rank(
+        self,
+        state: EvolutionStrategyEmitterState,
+        objective: jax.Array,
+        measures: jax.Array,
+        info: AddInfo,
+    ) -> tuple[jax.Array, jax.Array]:
+        """The ranker: ``-> (order [B] int32, values)``, best first.
+
+        ``values`` is what the ranker sorts by, in batch order: ``[B]`` for one-stage rankers,
+        ``[B, 2]`` (status, key) for two-stage ones. Descending keys; NaN keys rank last; ties go
+        to the lower batch position.
+        """
+        if self.ranker in ("imp", "2imp"):
+            primary = jnp.asarray(info.value, jnp.float32)
+        elif self.ranker in ("obj", "2obj"):
+            primary = jnp.asarray(objective, jnp.float32)
+        else:
+            primary = jnp.asarray(measures, jnp.float32) @ state.direction
+        key = jnp.where(jnp.isnan(primary), -jnp.inf, primary)
+        position = jnp.arange(key.shape[0], dtype=jnp.int32)
+        if self.ranker.startswith("2"):
+            status = jnp.asarray(info.status, jnp.int32)
+            order = lax.sort((-status, -key, position), num_keys=3)[-1]
+            values = jnp.stack([status.astype(jnp.float32), primary], axis=-1)
+        else:
+            order = lax.sort((-key, position), num_keys=2)[-1]
+            values = primary
+        return order, values
+
+    def tell(
+        self,
+        key: jax.Array,
+        state: EvolutionStrategyEmitterState,
+        archive: Archive,
+        archive_state: ArchiveState,
+        solutions: jax.Array,
+        objective: jax.Array,
+        measures: jax.Array,
+        info: AddInfo,
+    ) -> EvolutionStrategyEmitterState:
+        """Rank the batch, update CMA-ES with the selected parents, restart if a rule fires.
+
+        Args:
+            solutions: ``[B, dims]`` this emitter's batch; objective ``[B]``; measures ``[B, D]``;
+            info: the batch's :class:`AddInfo`; archive_state: the archive after the batch.
+        """
+        cma = state.cma
+        dtype = cma.mean.dtype
+        batch = self.batch_size
+        order, values = self.rank(state, objective, measures, info)
+        added = jnp.sum(info.status > 0).astype(jnp.int32)
+        parents = added if self.selection_rule == "filter" else jnp.asarray(batch // 2, jnp.int32)
+
+        # cma_update ranks by a minimized fitness: give each solution its rank position
+        position = jnp.zeros((batch,), dtype).at[order].set(jnp.arange(batch, dtype=dtype))
+        updated, _ = cma_update(cma, solutions, position, self.cma_params(parents, dtype), squared_csa=True)
+        generation = cma.generation + 1
+        # no parents: pyribs skips the update but its evaluation counter still advances
+        skipped = cma.replace(generation=generation)
+        new = jax.tree_util.tree_map(lambda u, s: jnp.where(parents > 0, u, s), updated, skipped)
+        C, B, D, last_eigen = lazy_eigen_update(
+            generation - cma.last_eigen >= self.lazy_gap,
+            new.C,
+            new.B,
+            new.D,
+            new.last_eigen,
+            generation,
+            jnp.asarray(MAX_CONDITION, dtype),
+        )
+        new = new.replace(C=C, B=B, D=D, last_eigen=last_eigen)
+
+        # pyribs' check_stop: the eigenvalues that sampled this batch (cma.D), sigma after the update
+        ranked = values[order]
+        spread = ranked[0] - ranked[-1]
+        spread = jnp.sqrt(jnp.sum(spread**2)) if spread.ndim else jnp.abs(spread)
+        stop = (
+            ((cma.D[-1] / cma.D[0]) ** 2 > TOL_CONDITION)
+            | (new.sigma * cma.D[-1] < TOL_AREA)
+            | (spread < TOL_FLAT)
+        )
+        iterations = state.iterations + 1
+        if isinstance(self.restart_rule, int):
+            stop = stop | (iterations % self.restart_rule == 0)
+        elif self.restart_rule == "no_improvement":
+            stop = stop | (added == 0)
+
+        elite_key, direction_key = jax.random.split(key)
+        cell = archive.sample_elites(elite_key, archive_state, 1)[0]
+        mean = jnp.where(archive_state.occupied.any(), archive_state.solutions[cell], self.x0)
+        fresh, direction = self._fresh(direction_key, archive, mean, dtype)
+        cma = jax.tree_util.tree_map(lambda r, c: jnp.where(stop, r, c), fresh, new)
+        return EvolutionStrategyEmitterState(
+            cma=cma,
+            direction=jnp.where(stop, direction, state.direction),
+            iterations=iterations,
+            restarts=state.restarts + stop.astype(jnp.int32),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"EvolutionStrategyEmitter(solution_dim={self.solution_dim}, sigma0={self.sigma0}, "
+            f"ranker={self.ranker!r}, selection_rule={self.selection_rule!r}, "
+            f"restart_rule={self.restart_rule!r}, batch_size={self.batch_size})"
+        )

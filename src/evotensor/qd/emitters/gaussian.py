@@ -1,0 +1,49 @@
+"""Gaussian mutation of archive elites (the original MAP-Elites variation; pyribs' GaussianEmitter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.core import rng
+from evotensor.qd.archive import Archive, ArchiveState
+from evotensor.qd.emitters.base import VariationEmitter
+
+
+class GaussianEmitter(VariationEmitter):
+    """``x = elite + sigma * N(0, I)``, each elite drawn uniformly from the archive.
+
+    While the archive is empty the parent is ``x0`` (or the batch is ``initial_solutions``).
+
+    Args:
+        sigma: step size, a scalar or ``[dims]`` (no default, as in pyribs).
+        x0: ``[dims]`` start point.
+        batch_size: solutions per ask (pyribs' default 64).
+        bounds: optional ``(low, high)`` box the solutions are clipped to.
+        initial_solutions: optional ``[batch_size, dims]`` first batch.
+
+    Example::
+
+        emitter = GaussianEmitter(sigma=0.1, x0=jnp.zeros(10), batch_size=32)
+    """
+
+    def __init__(self, sigma: Any, x0: Any, **kwargs: Any):
+        super().__init__(x0, **kwargs)
+        sigma = np.asarray(sigma, np.float32)
+        if sigma.ndim > 1 or (sigma.ndim == 1 and sigma.size != self.solution_dim):
+            raise ValueError(f"sigma must be a scalar or [{self.solution_dim}], got shape {sigma.shape}")
+        if not np.all(np.isfinite(sigma)) or np.any(sigma < 0):
+            raise ValueError("sigma must be finite and >= 0")
+        self.sigma = jnp.asarray(sigma)
+
+    def ask(
+        self, key: jax.Array, state: tuple[()], archive: Archive, archive_state: ArchiveState
+    ) -> tuple[jax.Array, tuple[()]]:
+        """``-> ([batch_size, dims], state)``."""
+        parent_key, noise_key = jax.random.split(key)
+        parents = self.parents(parent_key, archive, archive_state, self.batch_size)
+        noise = rng.normal(noise_key, parents.shape, jnp.float32)
+        return self.first_batch(archive_state, parents + self.sigma * noise), state

@@ -1,0 +1,187 @@
+"""MAP-Elites (Mouret & Clune 2015) as an evotensor strategy: an archive plus emitters.
+
+One generation: every emitter proposes its batch from the archive (``ask``), the concatenated
+population is scored, the whole population is added to the archive at once with exact batch
+semantics, and each emitter learns from its own slice of the batch (``tell``)::
+
+    me = MAPElites(GridArchive(solution_dim=8, dims=(32, 32), ranges=[(0, 1), (0, 1)]),
+                   [IsoLineEmitter(x0=jnp.full(8, 0.5), batch_size=128)])
+    result = evotensor.run(me, Arm(num_joints=8), generations=500, key=jax.random.key(0))
+
+Orientation: strategies minimize, so ``tell`` stores ``objective = -evaluation.fitness`` (the run
+loop negates a maximized problem's fitness, so the archive holds the natural QD fitness of a
+``maximize = True`` problem). Non-finite fitness or descriptors are never stored
+(``accepts_nonfinite``: the run loop hands them over unchanged instead of replacing them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from evotensor.core.evaluation import Evaluation
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.core.strategy import SolutionSpace, as_solution_space
+from evotensor.qd.archive import AddInfo, Archive, ArchiveState
+
+
+@pytree_dataclass
+class MAPElitesState:
+    """``archive`` (the search archive), ``result`` (the reported archive, or None when they are the
+    same), ``emitters`` (a tuple of emitter states) and ``generation []``."""
+
+    archive: ArchiveState
+    result: ArchiveState | None
+    emitters: tuple[Any, ...]
+    generation: jax.Array
+
+
+class MAPElites:
+    """MAP-Elites with any archive and any list of emitters.
+
+    Args:
+        archive: the search archive (e.g. :class:`~evotensor.qd.GridArchive`).
+        emitters: one or more emitters; the population is their batches concatenated in order.
+        result_archive: optional second archive that also receives every batch and is the one
+            reported (pyribs' Scheduler ``result_archive``: with CMA-MAE the search archive's
+            thresholds anneal, so its elites are not the best found; this one keeps them).
+        solution: optional solution template pytree (``archive.solution_dim`` elements); without it
+            genotypes are flat ``[pop, solution_dim]`` vectors.
+
+    Attributes:
+        population_size: sum of the emitters' batch sizes.
+        accepts_nonfinite: True (the run loop passes NaN/inf fitness through; the archive drops it).
+    """
+
+    accepts_nonfinite = True
+
+    def __init__(
+        self,
+        archive: Archive,
+        emitters: Sequence[Any],
+        *,
+        result_archive: Archive | None = None,
+        solution: Any = None,
+    ):
+        if not isinstance(archive, Archive):
+            raise TypeError(f"archive must be an evotensor.qd Archive, got {type(archive).__name__}")
+        emitters = tuple(emitters) if isinstance(emitters, (list, tuple)) else (emitters,)
+        if not emitters:
+            raise ValueError("emitters must hold at least one emitter")
+        for i, emitter in enumerate(emitters):
+            for method in ("init", "ask", "tell"):
+                if not callable(getattr(emitter, method, None)):
+                    raise TypeError(f"emitters[{i}] ({type(emitter).__name__}) has no {method}() method")
+        if result_archive is not None:
+            if not isinstance(result_archive, Archive):
+                raise TypeError(f"result_archive must be an Archive, got {type(result_archive).__name__}")
+            if (result_archive.solution_dim, result_archive.measure_dim) != (
+                archive.solution_dim,
+                archive.measure_dim,
+            ):
+                raise ValueError("result_archive must have the archive's solution_dim and measure_dim")
+        self.archive = archive
+        self.result_archive = result_archive
+        self.emitters = emitters
+        self.space: SolutionSpace = (
+            as_solution_space(solution=solution)
+            if solution is not None
+            else as_solution_space(num_dims=archive.solution_dim)
+        )
+        if self.space.num_dims != archive.solution_dim:
+            raise ValueError(
+                f"solution has {self.space.num_dims} elements but the archive stores {archive.solution_dim}"
+            )
+        self.batch_sizes = tuple(int(e.batch_size) for e in emitters)
+        self.population_size = sum(self.batch_sizes)
+
+    def default_params(self) -> None:
+        """MAP-Elites has no dynamic hyperparameters (emitters hold theirs)."""
+        return None
+
+    def init(self, key: jax.Array, params: Any = None) -> MAPElitesState:
+        keys = jax.random.split(key, len(self.emitters))
+        return MAPElitesState(
+            archive=self.archive.init(),
+            result=None if self.result_archive is None else self.result_archive.init(),
+            emitters=tuple(e.init(k, self.archive) for e, k in zip(self.emitters, keys, strict=True)),
+            generation=jnp.zeros((), jnp.int32),
+        )
+
+    def ask(self, key: jax.Array, state: MAPElitesState, params: Any = None) -> tuple[Any, MAPElitesState]:
+        """``-> (genotypes [pop, ...], state)``."""
+        keys = jax.random.split(key, len(self.emitters))
+        batches, emitter_states = [], []
+        for emitter, k, s in zip(self.emitters, keys, state.emitters, strict=True):
+            x, s = emitter.ask(k, s, self.archive, state.archive)
+            batches.append(x)
+            emitter_states.append(s)
+        x = jnp.concatenate(batches, axis=0)
+        return self.space.unravel_population(x), state.replace(emitters=tuple(emitter_states))
+
+    def _fields(self, archive: Archive, evaluation: Evaluation) -> dict[str, jax.Array] | None:
+        if not archive.extra_fields:
+            return None
+        info = evaluation.info
+        missing = [n for n in archive.extra_fields if info is None or n not in info]
+        if missing:
+            raise ValueError(f"the archive's extra fields {missing} must be in evaluation.info")
+        return {name: info[name] for name in archive.extra_fields}
+
+    def tell(
+        self,
+        key: jax.Array,
+        state: MAPElitesState,
+        genotypes: Any,
+        evaluation: Evaluation,
+        params: Any = None,
+    ) -> tuple[MAPElitesState, dict[str, jax.Array]]:
+        """Add the population to the archive(s), then let each emitter learn from its slice.
+
+        ``evaluation.fitness [pop]`` is minimized (negated into the archive's objective);
+        ``evaluation.descriptor [pop, measure_dim]`` is required.
+        """
+        x = self.space.ravel_population(genotypes)
+        if evaluation.descriptor is None:
+            raise ValueError("MAP-Elites needs evaluation.descriptor [pop, measure_dim] from the problem")
+        objective = -jnp.asarray(evaluation.fitness, jnp.float32)
+        measures = jnp.asarray(evaluation.descriptor, jnp.float32)
+        archive_state, info = self.archive.add(
+            state.archive, x, objective, measures, self._fields(self.archive, evaluation)
+        )
+        result = state.result
+        if self.result_archive is not None:
+            result, _ = self.result_archive.add(
+                result, x, objective, measures, self._fields(self.result_archive, evaluation)
+            )
+        keys = jax.random.split(key, len(self.emitters))
+        emitter_states, start = [], 0
+        for emitter, k, s, size in zip(self.emitters, keys, state.emitters, self.batch_sizes, strict=True):
+            part = slice(start, start + size)
+            sliced = AddInfo(status=info.status[part], value=info.value[part], index=info.index[part])
+            emitter_states.append(
+                emitter.tell(
+                    k, s, self.archive, archive_state, x[part], objective[part], measures[part], sliced
+                )
+            )
+            start += size
+        reported = self.archive if self.result_archive is None else self.result_archive
+        metrics = reported.stats(archive_state if result is None else result)
+        metrics["added"] = jnp.sum(info.status > 0).astype(jnp.int32)
+        metrics["new_cells"] = jnp.sum(info.status == 2).astype(jnp.int32)
+        state = MAPElitesState(
+            archive=archive_state,
+            result=result,
+            emitters=tuple(emitter_states),
+            generation=state.generation + 1,
+        )
+        return state, metrics
+
+    def reported_archive(self, state: MAPElitesState) -> tuple[Archive, ArchiveState]:
+        """The archive to report and its state (the result archive if there is one)."""
+        if self.result_archive is None:
+            return self.archive, state.archive
+        return self.result_archive, state.result
