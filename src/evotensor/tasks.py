@@ -24,6 +24,7 @@ _TASK_MODULES = (
     "evotensor.problems.classic_tasks",
     "evotensor.problems.es_tasks",
     "evotensor.gp.tasks",
+    "evotensor.qd.tasks",
 )
 
 

@@ -1,0 +1,78 @@
+"""The QD tasks (evotensor.qd.tasks) and archive pictures (evotensor.qd.plots)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import evotensor
+from evotensor.qd import CVTArchive, GridArchive
+from evotensor.qd.plots import archive_heatmap, archive_image, plot_qd_history
+from evotensor.tasks import get_task
+
+
+def test_qd_arm_task_runs_reports_and_resumes_bit_identically(tmp_path):
+    task = get_task("qd-arm").build({"joints": 6, "cells": 16, "pop": 64, "generations": 12})
+    assert task.problem.num_dims == 6 and task.strategy.archive.num_cells == 256
+    full = evotensor.run(task.strategy, task.problem, 12, jax.random.key(0), chunk_size=4, progress=False)
+    first = evotensor.run(
+        task.strategy, task.problem, 8, jax.random.key(0), run_dir=tmp_path, chunk_size=4, progress=False
+    )
+    assert first.history["coverage"][-1] > 0
+    resumed = evotensor.run(
+        task.strategy,
+        task.problem,
+        12,
+        jax.random.key(0),
+        run_dir=tmp_path,
+        chunk_size=4,
+        resume=True,
+        progress=False,
+    )
+    for a, b in zip(
+        jax.tree_util.tree_leaves(resumed.state), jax.tree_util.tree_leaves(full.state), strict=True
+    ):
+        np.testing.assert_array_equal(a, b)
+    text = task.report(resumed, tmp_path)
+    stats = task.strategy.archive.stats(resumed.state.archive)
+    assert f"{int(stats['num_elites'])} of 256 cells" in text
+    assert (tmp_path / "archive.png").stat().st_size > 0 and (tmp_path / "qd.png").stat().st_size > 0
+
+
+def test_qd_cma_mae_task_reports_the_result_archive():
+    task = get_task("qd-cma-mae").build({"dims": 6, "cells": 10, "emitters": 2, "pop": 8})
+    assert task.strategy.population_size == 16 and task.strategy.archive.learning_rate == 0.01
+    result = evotensor.run(task.strategy, task.problem, 30, jax.random.key(1), progress=False)
+    archive, state = task.strategy.reported_archive(result.state)
+    assert archive is task.strategy.result_archive
+    assert float(result.history["qd_score"][-1]) == pytest.approx(float(archive.stats(state)["qd_score"]))
+    assert "coverage" in task.report(result, None)
+    with pytest.raises(ValueError, match="option cells"):
+        get_task("qd-cma-mae").build({"cells": "1,2,3"})
+
+
+def test_grid_image_is_the_objective_per_cell():
+    archive = GridArchive(solution_dim=1, dims=(4, 3), ranges=[(0, 4), (0, 3)])
+    measures = np.array([[0.5, 0.5], [3.5, 2.5], [1.5, 0.5]], np.float32)
+    state, _ = archive.add(archive.init(), np.zeros((3, 1)), np.array([1.0, 2.0, 3.0]), measures)
+    image, extent = archive_image(archive, state)
+    assert image.shape == (3, 4) and extent == (0, 4, 0, 3)  # rows: measure 1 (origin lower)
+    assert image[0, 0] == 1.0 and image[2, 3] == 2.0 and image[0, 1] == 3.0
+    assert np.isnan(image).sum() == 12 - 3
+
+
+def test_cvt_image_pixels_follow_the_archive_cells(tmp_path):
+    archive = CVTArchive(
+        solution_dim=1, centroids=np.array([[0.25, 0.5], [0.75, 0.5]]), ranges=[(0, 1), (0, 1)]
+    )
+    state, _ = archive.add(archive.init(), np.zeros((1, 1)), np.array([5.0]), np.array([[0.1, 0.1]]))
+    image, _ = archive_image(archive, state, resolution=10)
+    assert np.all(image[:, :5] == 5.0) and np.all(np.isnan(image[:, 5:]))  # left half is cell 0
+    archive_heatmap(archive, state, tmp_path / "cvt.png", title="cvt")
+    assert (tmp_path / "cvt.png").stat().st_size > 0
+    plot_qd_history({"coverage": np.linspace(0, 1, 5), "qd_score": np.arange(5.0)}, tmp_path / "h.png")
+    assert (tmp_path / "h.png").stat().st_size > 0
+    three = GridArchive(solution_dim=1, dims=(2, 2, 2), ranges=[(0, 1)] * 3)
+    with pytest.raises(ValueError, match="needs 2 measures"):
+        archive_image(three, three.init())
+    assert jnp.all(archive.index_of(jnp.array([[0.49, 0.0], [0.51, 1.0]])) == jnp.array([0, 1]))
