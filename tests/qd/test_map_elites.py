@@ -198,3 +198,38 @@ def test_emitter_argument_errors():
         IsoLineEmitter(np.zeros(2), bounds=(1.0, 0.0))
     with pytest.raises(TypeError, match="batch_size"):
         IsoLineEmitter(np.zeros(2), batch_size=2.5)
+
+
+@dataclasses.dataclass(frozen=True)
+class BowlWithInfo(Bowl):
+    """Bowl plus a per-individual extra (the squared norm) in ``info``."""
+
+    def evaluate(self, key, x):
+        return Evaluation(
+            fitness=-jnp.sum(x**2, axis=1), descriptor=x[:, :2], info={"norm2": jnp.sum(x**2, axis=1)}
+        )
+
+
+def test_extra_fields_come_from_evaluation_info():
+    archive = GridArchive(
+        solution_dim=4, dims=(6, 6), ranges=[(-1, 1), (-1, 1)], extra_fields={"norm2": ((), jnp.float32)}
+    )
+    me = MAPElites(archive, [GaussianEmitter(0.3, np.zeros(4), batch_size=32)])
+    state = evotensor.run(me, BowlWithInfo(), 10, jax.random.key(0), progress=False).state.archive
+    occupied = np.asarray(state.occupied)
+    assert occupied.sum() > 3
+    np.testing.assert_allclose(
+        state.fields["norm2"][occupied], -np.asarray(state.objective)[occupied], rtol=1e-6
+    )
+    with pytest.raises(ValueError, match="norm2"):
+        evotensor.run(me, Bowl(), 2, jax.random.key(0), progress=False)
+
+
+def test_run_many_equals_separate_runs():
+    me, keys = make(), jax.random.split(jax.random.key(5), 2)
+    many = evotensor.run_many(me, Bowl(), 6, keys)
+    for i in range(2):
+        one = evotensor.run(me, Bowl(), 6, keys[i], progress=False)
+        np.testing.assert_array_equal(many.state.archive.occupied[i], one.state.archive.occupied)
+        np.testing.assert_allclose(many.state.archive.objective[i], one.state.archive.objective, rtol=1e-6)
+        np.testing.assert_allclose(many.history["qd_score"][i], one.history["qd_score"], rtol=1e-6)
