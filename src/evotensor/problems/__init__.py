@@ -1,4 +1,4 @@
-"""Problems: classic functions, BBOB, regression, classification, control and QD benchmarks.
+"""Problems: classic functions, BBOB, regression, classification, control, QD and QD-RL benchmarks.
 
 Submodules are imported lazily so that ``import evotensor.problems`` does not pull in optional
 dependencies (gymnax, brax) until a control problem is used.
@@ -22,7 +22,17 @@ from evotensor.problems.classic import (
     sphere,
 )
 
-_SUBMODULES = ("bbob", "bbob_noisy", "classic", "classification", "control", "networks", "qd", "regression")
+_SUBMODULES = (
+    "bbob",
+    "bbob_noisy",
+    "classic",
+    "classification",
+    "control",
+    "networks",
+    "qd",
+    "qd_control",
+    "regression",
+)
 
 __all__ = [
     "Ackley",
