@@ -8,8 +8,14 @@
   archive learning rate 0.01, threshold_min 0, emitters with the improvement ranker, mu selection
   and basic restarts, plus a plain result archive that keeps the best elites.
 
-Both report coverage, QD score and the best objective, and write ``archive.png`` (the elites) and
-``qd.png`` (coverage and QD score per generation) into the run directory.
+* ``qd-brax`` — QD-RL: MAP-Elites with Iso+LineDD (QDax's brax example values, iso 0.005 /
+  line 0.05) over the parameters of a ``64-64`` tanh MLP policy on a QDax brax task (default
+  ``walker2d_uni``: feet-contact descriptors; see :mod:`evotensor.problems.qd_control`). A grid for
+  one or two descriptors, a CVT archive (``cvt_cells`` centroids) for more. Needs brax; slow on a
+  CPU, meant for a GPU.
+
+All report coverage, QD score and the best objective, and write ``qd.png`` (coverage and QD score
+per generation) and, for two descriptors, ``archive.png`` (the elites) into the run directory.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from evotensor.qd.archive import GridArchive
+from evotensor.qd.archive import CVTArchive, GridArchive
 from evotensor.qd.emitters import EvolutionStrategyEmitter, IsoLineEmitter
 from evotensor.qd.map_elites import MAPElites
 from evotensor.qd.plots import archive_heatmap, plot_qd_history
@@ -57,10 +63,14 @@ def _report(strategy: MAPElites, labels: tuple[str, str]):
             f"mean {stats['obj_mean']:.4g}",
         ]
         if run_dir is not None:
-            heatmap, curves = Path(run_dir) / "archive.png", Path(run_dir) / "qd.png"
-            archive_heatmap(archive, state, heatmap, labels=labels, title="elites")
+            curves = Path(run_dir) / "qd.png"
             plot_qd_history(result.history, curves)
-            lines.append(f"plots: {heatmap}, {curves}")
+            plots = [str(curves)]
+            if archive.measure_dim == 2:
+                heatmap = Path(run_dir) / "archive.png"
+                archive_heatmap(archive, state, heatmap, labels=labels, title="elites")
+                plots.insert(0, str(heatmap))
+            lines.append(f"plots: {', '.join(plots)}")
         return "\n".join(lines)
 
     return report
@@ -126,4 +136,58 @@ def _build_cma_mae(cfg: dict[str, Any]) -> Task:
         problem=problem,
         generations=cfg["generations"] or 1000,
         report=_report(strategy, ("measure 0", "measure 1")),
+    )
+
+
+@register_task(
+    "qd-brax",
+    "QD-RL: MAP-Elites (Iso+LineDD) evolving MLP policies on a QDax brax task (default walker2d_uni)",
+    defaults={
+        "env": "walker2d_uni",
+        "hidden": "64,64",
+        "episode_length": 250,
+        "cells": 32,
+        "cvt_cells": 1024,
+        "iso_sigma": 0.005,
+        "line_sigma": 0.05,
+        "backend": None,
+    },
+)
+def _build_brax(cfg: dict[str, Any]) -> Task:
+    import jax
+    from jax.flatten_util import ravel_pytree
+
+    from evotensor.problems.es_tasks import _hidden
+    from evotensor.problems.networks import ParamsDecoder, init_mlp, mlp_apply
+    from evotensor.problems.qd_control import BraxQDProblem
+
+    problem = BraxQDProblem(
+        cfg["env"], episode_length=_positive_int(cfg, "episode_length"), backend=cfg["backend"]
+    )
+    params = init_mlp(
+        jax.random.key(cfg["seed"]), (problem.observation_size, *_hidden(cfg), problem.output_size)
+    )
+    x0, _ = ravel_pytree(params)
+    ranges = problem.descriptor_ranges
+    common = dict(solution_dim=x0.size, ranges=ranges, qd_score_offset=problem.qd_score_offset)
+    if problem.num_descriptors <= 2:
+        archive = GridArchive(dims=(_positive_int(cfg, "cells"),) * problem.num_descriptors, **common)
+    else:
+        archive = CVTArchive(
+            centroids=_positive_int(cfg, "cvt_cells"), samples=50_000, seed=cfg["seed"], **common
+        )
+    emitter = IsoLineEmitter(
+        x0=np.asarray(x0),
+        iso_sigma=float(cfg["iso_sigma"]),
+        line_sigma=float(cfg["line_sigma"]),
+        batch_size=cfg["pop"] or 256,
+    )
+    strategy = MAPElites(archive, [emitter], solution=params)
+    labels = ("descriptor 0", "descriptor 1")
+    return Task(
+        strategy=strategy,
+        problem=problem,
+        decoder=ParamsDecoder(mlp_apply),
+        generations=cfg["generations"] or 200,
+        report=_report(strategy, labels),
     )
