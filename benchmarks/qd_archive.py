@@ -19,8 +19,10 @@ the load average before and after.
   the timing).
 * QDax: ``jax.jit(lambda r, ...: r.add(genotypes, descriptors, fitnesses))`` on a
   ``MapElitesRepertoire`` whose centroids are the grid's cell centres
-  (``compute_euclidean_centroids``); the same two variants. Its cell lookup is a brute-force
-  nearest centroid, O(B * C * D) (a [B, C] distance matrix).
+  (``compute_euclidean_centroids``); the same two variants, except where ``B * C > 5e7`` (only
+  the non-donated one: there donation is noise beside the lookup). Its cell lookup is a brute-force
+  nearest centroid, O(B * C * D) (a [B, C] distance matrix: 3.3 GB at C = 10^5, B = 8192; the
+  pre-fill is added in slices of 4096).
 * pyribs: ``GridArchive.add`` / ``CVTArchive.add`` (NumPy) with ``dtype`` float64 (its default)
   and float32; each repeat adds into a ``copy.deepcopy`` of the pre-filled archive (outside the
   timing). CVT: its default nearest-neighbour search (``scipy_kd_tree``) and ``brute_force``.

@@ -160,28 +160,46 @@ def test_empty_batch_and_batch_larger_than_archive():
         assert state.objective[c] == objective[cells == c].max()
 
 
-def test_grid_index_matches_float64_formula_away_from_boundaries():
-    dims, ranges = (7, 5, 3), [(-1.0, 2.0), (0.0, 1.0), (-5.0, -4.0)]
+def float64_cells(measures, dims, ranges, epsilon=1e-6):
+    """pyribs' grid formula in float64, flattened row-major (the definition, written out)."""
+    low, high = np.array(ranges, np.float64).T
+    scaled = (np.array(dims) * (np.asarray(measures, np.float64) - low) + epsilon) / (high - low)
+    cells = np.clip(np.floor(scaled), 0, np.array(dims) - 1).astype(int)
+    return np.ravel_multi_index(cells.T, dims)
+
+
+@pytest.mark.parametrize(
+    "dims, ranges",
+    [
+        ((7, 5, 3), [(-1.0, 2.0), (0.0, 1.0), (-5.0, -4.0)]),
+        ((10, 7), [(0, 1), (0, 3)]),
+        ((316, 1), [(-0.3, 0.9), (0, 1)]),
+    ],
+)
+def test_grid_index_equals_the_float64_formula_exactly_even_on_boundaries(dims, ranges):
     archive = GridArchive(solution_dim=1, dims=dims, ranges=ranges)
     rng = np.random.default_rng(1)
     low, high = np.array(ranges).T
-    m = rng.uniform(low - 0.5, high + 0.5, size=(4000, 3))
-    q = np.array(dims) * (m - low) / (high - low)
-    m = m[np.all(np.abs(q - np.round(q)) > 1e-3, axis=1)]  # not within rounding of a boundary
-    expected = np.ravel_multi_index(
-        np.clip(np.floor(np.array(dims) * (m - low) / (high - low)), 0, np.array(dims) - 1).astype(int).T,
-        dims,
-    )
-    np.testing.assert_array_equal(archive.index_of(jnp.asarray(m, jnp.float32)), expected)
-    # -0.6 on 5 cells of [-1, 1] is the boundary of cell 1 but computes to 0.99999994 in float32:
-    # the epsilon puts it in cell 1, as pyribs does; out-of-range values go to the border cells
+    points = [rng.uniform(low - 0.5, high + 0.5, size=(3000, len(dims))).astype(np.float32)]
+    # every cell boundary, and the float32 neighbours on either side of it, on every axis
+    for axis, n in enumerate(dims):
+        edges = (low[axis] + (high[axis] - low[axis]) * np.arange(n + 1) / n).astype(np.float32)
+        near = np.concatenate([edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf)])
+        block = np.tile(((low + high) / 2).astype(np.float32), (near.size, 1))
+        block[:, axis] = near
+        points.append(block)
+    m = np.concatenate(points)
+    expected = float64_cells(m, dims, ranges)
+    np.testing.assert_array_equal(archive.index_of(jnp.asarray(m)), expected)
+    np.testing.assert_array_equal(jax.jit(archive.index_of)(jnp.asarray(m)), expected)  # jit agrees
+    # -0.6 on 5 cells of [-1, 1] computes to 0.99999994 in float32: the formula (float64, with
+    # epsilon) puts it in cell 1, as pyribs does; out-of-range and infinite values go to the borders
     fifths = GridArchive(solution_dim=1, dims=(5,), ranges=[(-1, 1)])
     assert np.float32(5) * (np.float32(-0.6) + np.float32(1)) / np.float32(2) < 1
-    np.testing.assert_array_equal(
-        fifths.index_of(jnp.asarray([[-0.6], [-1.0], [1.0], [-3.0], [np.inf]])), [1, 0, 4, 0, 4]
-    )
+    got = fifths.index_of(jnp.asarray([[-0.6], [-1.0], [1.0], [-3.0], [np.inf], [-np.inf]]))
+    np.testing.assert_array_equal(got, [1, 0, 4, 0, 4, 0])
     # the cell centres of grid_centroids map back to their own cells
-    np.testing.assert_array_equal(archive.index_of(grid_centroids(dims, ranges)), np.arange(7 * 5 * 3))
+    np.testing.assert_array_equal(archive.index_of(grid_centroids(dims, ranges)), np.arange(np.prod(dims)))
 
 
 def test_cvt_archive_uses_nearest_centroid():

@@ -79,9 +79,13 @@ def test_cvt_image_pixels_follow_the_archive_cells(tmp_path):
 
 
 def test_qd_brax_task_runs_a_short_hopper_search(tmp_path):
-    task = get_task("qd-brax").build({"env": "hopper_uni", "episode_length": 5, "hidden": "4", "pop": 8, "cells": 8})
+    task = get_task("qd-brax").build(
+        {"env": "hopper_uni", "episode_length": 5, "hidden": "4", "pop": 8, "cells": 8}
+    )
     assert task.strategy.archive.num_cells == 8 and task.strategy.archive.measure_dim == 1
-    result = evotensor.run(task.strategy, task.problem, 2, jax.random.key(0), decoder=task.decoder, progress=False)
+    result = evotensor.run(
+        task.strategy, task.problem, 2, jax.random.key(0), decoder=task.decoder, progress=False
+    )
     assert result.history["num_elites"][-1] >= 1
     assert "coverage" in task.report(result, tmp_path) and (tmp_path / "qd.png").exists()
     with pytest.raises(ValueError, match="task"):

@@ -336,8 +336,10 @@ class Archive:
 class GridArchive(Archive):
     """The MAP-Elites grid (Mouret & Clune 2015): ``prod(dims)`` cells of a uniform grid over
     ``ranges``. A measure vector's cell is pyribs' formula
-    ``clip(int((dims (m - low) + epsilon) / (high - low)), 0, dims - 1)`` per axis (in float32),
-    flattened in row-major order; measures outside ``ranges`` go to the border cells.
+    ``clip(int((dims (m - low) + epsilon) / (high - low)), 0, dims - 1)`` per axis, evaluated
+    exactly in float64 on the float32 measure (through per-axis float32 cell boundaries computed
+    once on the host, so the device only compares), flattened in row-major order; measures outside
+    ``ranges`` go to the border cells.
 
     Args:
         solution_dim: elements of a solution.
@@ -366,21 +368,58 @@ class GridArchive(Archive):
         self.dims = tuple(int(d) for d in dims)
         self.ranges = _check_ranges(ranges, len(self.dims))
         self.epsilon = float(epsilon)
+        if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
+            raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
         self.measure_dim = len(self.dims)
         self.num_cells = math.prod(self.dims)
         if self.num_cells >= 2**31 - 1:
             raise ValueError(f"dims {self.dims} give {self.num_cells} cells; at most 2**31 - 2 fit int32")
+        self.thresholds = tuple(self._thresholds(d) for d in range(self.measure_dim))
+
+    def cell_formula(self, axis: int, measures: np.ndarray) -> np.ndarray:
+        """pyribs' cell of ``measures`` along ``axis``, in float64 NumPy (the definition):
+        ``clip(floor((dims (m - low) + epsilon) / (high - low)), 0, dims - 1)``."""
+        low, high = self.ranges[axis]
+        n = self.dims[axis]
+        scaled = (n * (np.asarray(measures, np.float64) - low) + self.epsilon) / (high - low)
+        return np.clip(np.floor(scaled), 0, n - 1).astype(np.int64)
+
+    def _thresholds(self, axis: int) -> np.ndarray:
+        """``[dims - 1]`` float32: entry ``k - 1`` is the smallest float32 that :meth:`cell_formula`
+        puts in a cell ``>= k``. The formula is monotone in ``m``, so a float32 measure's cell is the
+        number of thresholds ``<= m``: exactly pyribs' float64 cell, under ``jit`` or not (computing
+        the formula in float32 on the device lands one cell off near boundaries, and XLA rewrites
+        the division differently with and without ``jit``)."""
+        low, high = self.ranges[axis]
+        n = self.dims[axis]
+        k = np.arange(1, n, dtype=np.float64)
+        t = (low + (k * (high - low) - self.epsilon) / n).astype(np.float32)
+        # the float64 solution rounded to float32 is within a few ulps: walk to the exact one
+        for _ in range(64):
+            low_enough = self.cell_formula(axis, t) >= k
+            down = np.nextafter(t, np.float32(-np.inf))
+            lower_works = self.cell_formula(axis, down) >= k
+            if np.all(low_enough & ~lower_works):
+                return t
+            t = np.where(~low_enough, np.nextafter(t, np.float32(np.inf)), np.where(lower_works, down, t))
+        raise RuntimeError(f"could not place the cell boundaries of axis {axis}")  # pragma: no cover
 
     def grid_index_of(self, measures: jax.Array) -> jax.Array:
-        """Per-axis cell coordinates: ``[B, D] -> [B, D]`` int32."""
+        """Per-axis cell coordinates: ``[B, D] -> [B, D]`` int32 (see :meth:`cell_formula`)."""
         measures = jnp.asarray(measures, jnp.float32)
-        low = jnp.asarray([lo for lo, _ in self.ranges], jnp.float32)
-        size = jnp.asarray([hi - lo for lo, hi in self.ranges], jnp.float32)
-        dims = jnp.asarray(self.dims, jnp.float32)
-        scaled = (dims * (measures - low) + jnp.float32(self.epsilon)) / size
-        # clip before the cast: truncation of in-range values is the floor, and no int overflow
-        scaled = jnp.where(jnp.isnan(scaled), 0.0, scaled)
-        return jnp.clip(scaled, 0.0, dims - 1.0).astype(jnp.int32)
+        columns = [
+            # a few compares per boundary beat a binary search's gathers until the axis is long
+            jnp.searchsorted(
+                jnp.asarray(t),
+                measures[:, d],
+                side="right",
+                method="compare_all" if t.size <= 256 else "scan",
+            )
+            if t.size
+            else jnp.zeros(measures.shape[:1], jnp.int32)
+            for d, t in enumerate(self.thresholds)
+        ]
+        return jnp.stack(columns, axis=1).astype(jnp.int32)
 
     def index_of(self, measures: jax.Array) -> jax.Array:
         grid = self.grid_index_of(measures)
@@ -412,7 +451,7 @@ class CVTArchive(Archive):
         ranges: Sequence[tuple[float, float]],
         samples: int = 100_000,
         seed: int = 0,
-        chunk_size: int = 4096,
+        chunk_size: int = 1024,
         **kwargs: Any,
     ):
         super().__init__(solution_dim=solution_dim, **kwargs)
