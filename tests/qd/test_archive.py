@@ -174,6 +174,7 @@ def float64_cells(measures, dims, ranges, epsilon=1e-6):
         ((7, 5, 3), [(-1.0, 2.0), (0.0, 1.0), (-5.0, -4.0)]),
         ((10, 7), [(0, 1), (0, 3)]),
         ((316, 1), [(-0.3, 0.9), (0, 1)]),
+        ((1000, 10), [(1e6 + 0.3, 1e6 + 1.3), (-0.3, 0.9)]),  # low not a float32: binary search
     ],
 )
 def test_grid_index_equals_the_float64_formula_exactly_even_on_boundaries(dims, ranges):
@@ -198,8 +199,11 @@ def test_grid_index_equals_the_float64_formula_exactly_even_on_boundaries(dims, 
     assert np.float32(5) * (np.float32(-0.6) + np.float32(1)) / np.float32(2) < 1
     got = fifths.index_of(jnp.asarray([[-0.6], [-1.0], [1.0], [-3.0], [np.inf], [-np.inf]]))
     np.testing.assert_array_equal(got, [1, 0, 4, 0, 4, 0])
-    # the cell centres of grid_centroids map back to their own cells
-    np.testing.assert_array_equal(archive.index_of(grid_centroids(dims, ranges)), np.arange(np.prod(dims)))
+    # the cell centres of grid_centroids map back to their own cells (where float32 can tell them apart)
+    if np.all(np.abs(low) < 1e3):
+        np.testing.assert_array_equal(
+            archive.index_of(grid_centroids(dims, ranges)), np.arange(np.prod(dims))
+        )
 
 
 def test_cvt_archive_uses_nearest_centroid():

@@ -44,6 +44,8 @@ from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.centroids import kmeans_centroids, nearest_centroid
 
 NOT_ADDED, IMPROVED, NEW = 0, 1, 2
+# up to this many cells per axis a float32 estimate of a grid cell is off by at most one cell
+_GUESS_MAX_CELLS = 2**16
 
 
 @pytree_dataclass
@@ -404,21 +406,31 @@ class GridArchive(Archive):
             t = np.where(~low_enough, np.nextafter(t, np.float32(np.inf)), np.where(lower_works, down, t))
         raise RuntimeError(f"could not place the cell boundaries of axis {axis}")  # pragma: no cover
 
+    def _guess_is_safe(self, axis: int) -> bool:
+        """Whether ``floor(float32(n / (high - low)) * (m - float32(low)))`` is within one cell of
+        the exact cell for every float32 ``m``: its error, in cells, is the rounding of ``low`` to
+        float32 times ``n / (high - low)`` plus a few float32 roundings of values up to ``n``."""
+        low, high = self.ranges[axis]
+        n = self.dims[axis]
+        error = abs(float(np.float32(low)) - low) * n / (high - low) + 8 * n * 2.0**-24
+        return n <= _GUESS_MAX_CELLS and error < 0.5
+
     def grid_index_of(self, measures: jax.Array) -> jax.Array:
         """Per-axis cell coordinates: ``[B, D] -> [B, D]`` int32 (see :meth:`cell_formula`)."""
         measures = jnp.asarray(measures, jnp.float32)
-        columns = [
-            # a few compares per boundary beat a binary search's gathers until the axis is long
-            jnp.searchsorted(
-                jnp.asarray(t),
-                measures[:, d],
-                side="right",
-                method="compare_all" if t.size <= 256 else "scan",
-            )
-            if t.size
-            else jnp.zeros(measures.shape[:1], jnp.int32)
-            for d, t in enumerate(self.thresholds)
-        ]
+        columns = []
+        for d, (n, (low, high), t) in enumerate(zip(self.dims, self.ranges, self.thresholds, strict=True)):
+            m = measures[:, d]
+            if not self._guess_is_safe(d):  # a float32 guess could be more than a cell off
+                columns.append(jnp.searchsorted(jnp.asarray(t), m, side="right", method="scan"))
+                continue
+            # lower edge of each cell (-inf for the first), then +inf: edges[k] <= m < edges[k + 1]
+            edges = jnp.asarray(np.concatenate([[-np.inf], t, [np.inf]]).astype(np.float32))
+            # a float32 guess is within one cell of the exact one; two compares settle it
+            guess = jnp.floor(jnp.float32(n / (high - low)) * (m - jnp.float32(low)))
+            guess = jnp.clip(jnp.where(jnp.isnan(guess), 0.0, guess), 0.0, n - 1.0).astype(jnp.int32)
+            cell = guess + (m >= edges[guess + 1]).astype(jnp.int32) - (m < edges[guess]).astype(jnp.int32)
+            columns.append(jnp.clip(cell, 0, n - 1))
         return jnp.stack(columns, axis=1).astype(jnp.int32)
 
     def index_of(self, measures: jax.Array) -> jax.Array:
