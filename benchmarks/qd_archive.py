@@ -516,8 +516,9 @@ def pyribs_index_main(args):
     out = {}
     for name in saved.files:
         dims = tuple(int(d) for d in name.split("x"))
-        archive = GridArchive(solution_dim=1, dims=dims, ranges=CHECK_RANGES, dtype=np.float32)
-        out[name] = archive.index_of(saved[name])
+        # pyribs' default dtype (float64): its float32 archive rounds ``m - low`` in float32 first
+        archive = GridArchive(solution_dim=1, dims=dims, ranges=CHECK_RANGES)
+        out[name] = archive.index_of(saved[name].astype(np.float64))
     np.savez(args.out, **out)
 
 
