@@ -246,8 +246,8 @@ class NoisyArm(Arm):
 
 
 @dataclasses.dataclass(frozen=True)
-class _UnitBoxFunction:
-    """Shared part of QDax's ``sphere`` / ``rastrigin`` tasks on ``[0, 1]^n``."""
+class _TwoDescriptorFunction:
+    """Shared part of QDax's standard-function tasks: ``num_dims >= 2``, two descriptors."""
 
     num_dims: int = 100
     maximize: bool = dataclasses.field(default=True, init=False)
@@ -259,6 +259,11 @@ class _UnitBoxFunction:
     @property
     def num_descriptors(self) -> int:
         return 2
+
+
+@dataclasses.dataclass(frozen=True)
+class _UnitBoxFunction(_TwoDescriptorFunction):
+    """Shared part of QDax's ``sphere`` / ``rastrigin`` tasks on ``[0, 1]^n``."""
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -326,7 +331,7 @@ class QDRastrigin(_UnitBoxFunction):
 
 
 @dataclasses.dataclass(frozen=True)
-class RastriginProj:
+class RastriginProj(_TwoDescriptorFunction):
     """QDax's ``rastrigin_proj`` task (Rastrigin with a folded, projected descriptor space).
 
     With ``z = x - 2.048`` (QDax: ``x + minval * 0.4``, ``minval = -5.12``) and the clip rule
@@ -351,17 +356,6 @@ class RastriginProj:
         fitness_range: ``(-num_dims * max_{z in [-7.168, 3.072]} (10 + z^2 - 10 cos 2 pi z), 0)``
             inside the bounds (about ``-62.5 num_dims``).
     """
-
-    num_dims: int = 100
-    maximize: bool = dataclasses.field(default=True, init=False)
-    kind: str = dataclasses.field(default="function", init=False)
-
-    def __post_init__(self):
-        object.__setattr__(self, "num_dims", _check_int("num_dims", self.num_dims, 2))
-
-    @property
-    def num_descriptors(self) -> int:
-        return 2
 
     @property
     def bounds(self) -> tuple[float, float]:
