@@ -110,6 +110,9 @@ def test_pytree_solution_template_and_checks():
     assert x["a"].shape == (32, 2) and x["b"].shape == (32, 1, 2)
     with pytest.raises(ValueError, match="descriptor"):
         me.tell(jax.random.key(0), me.init(jax.random.key(0)), x, Evaluation(fitness=jnp.zeros(32)))
+    wrong = Evaluation(fitness=jnp.zeros(32), descriptor=jnp.zeros((32, 3)))
+    with pytest.raises(ValueError, match=r"evaluation.descriptor \[32, 2\].*got \[32\] and \[32, 3\]"):
+        me.tell(jax.random.key(0), me.init(jax.random.key(0)), x, wrong)
     with pytest.raises(ValueError, match="solution has 3 elements"):
         make(solution=jnp.zeros(3))
     with pytest.raises(ValueError, match="emitters"):

@@ -175,7 +175,7 @@ class Archive:
     # -- cells ---------------------------------------------------------------------------------
     def index_of(self, measures: jax.Array) -> jax.Array:
         """Cell of each measure vector: ``[B, D] -> [B]`` int32 (any in-range cell if not finite)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define index_of (see GridArchive, CVTArchive)")
 
     # -- storage -------------------------------------------------------------------------------
     def init(self) -> ArchiveState:

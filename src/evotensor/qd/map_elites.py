@@ -103,6 +103,7 @@ class MAPElites:
         return None
 
     def init(self, key: jax.Array, params: Any = None) -> MAPElitesState:
+        """Empty archive(s) and each emitter's initial state (``params`` unused)."""
         keys = jax.random.split(key, len(self.emitters))
         return MAPElitesState(
             archive=self.archive.init(),
@@ -149,6 +150,12 @@ class MAPElites:
             raise ValueError("MAP-Elites needs evaluation.descriptor [pop, measure_dim] from the problem")
         objective = -jnp.asarray(evaluation.fitness, jnp.float32)
         measures = jnp.asarray(evaluation.descriptor, jnp.float32)
+        expected = (self.population_size, self.archive.measure_dim)
+        if measures.shape != expected or objective.shape != expected[:1]:
+            raise ValueError(
+                f"evaluation.fitness must be {list(expected[:1])} and evaluation.descriptor {list(expected)} "
+                f"(population, archive measures), got {list(objective.shape)} and {list(measures.shape)}"
+            )
         archive_state, info = self.archive.add(
             state.archive, x, objective, measures, self._fields(self.archive, evaluation)
         )

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from evotensor.problems.es_tasks import _hidden, _positive_int
 from evotensor.qd.archive import CVTArchive, GridArchive
 from evotensor.qd.emitters import EvolutionStrategyEmitter, IsoLineEmitter
 from evotensor.qd.map_elites import MAPElites
@@ -42,13 +43,6 @@ def _grid(value: Any) -> tuple[int, ...]:
     value = tuple(value)
     if len(value) != 2 or not all(isinstance(v, int) and v > 0 for v in value):
         raise ValueError(f"option cells must be a positive int or two (e.g. 64 or '64,48'), got {value!r}")
-    return value
-
-
-def _positive_int(cfg: dict[str, Any], name: str) -> int:
-    value = cfg[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"option {name} must be a positive int, got {value!r}")
     return value
 
 
@@ -157,7 +151,6 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
     import jax
     from jax.flatten_util import ravel_pytree
 
-    from evotensor.problems.es_tasks import _hidden
     from evotensor.problems.networks import ParamsDecoder, init_mlp, mlp_apply
     from evotensor.problems.qd_control import BraxQDProblem
 
