@@ -144,3 +144,16 @@ def assert_matches_reference(fast, forest, X, fs, n_outputs=1, min_fraction=0.9)
     assert fast.shape == ref.shape
     assert_same_values(fast[ok], ref[ok])
     return ref
+
+
+def decision_is_stable(pred: np.ndarray, metric: str) -> np.ndarray:
+    """Per tree: no row sits within float32 noise of an accuracy decision boundary."""
+    if metric != "accuracy":
+        return np.ones(pred.shape[0], bool)
+    with np.errstate(all="ignore"):
+        if pred.shape[-1] == 1:
+            margin = np.abs(pred[..., 0])
+        else:
+            top2 = np.sort(pred, axis=-1)[..., -2:]
+            margin = top2[..., 1] - top2[..., 0]
+        return ~np.any(np.isfinite(margin) & (margin <= 1e-3 * (1 + np.abs(pred).max(axis=-1))), axis=1)

@@ -8,6 +8,7 @@ from tests.gp.eval_helpers import (
     ArrayForest,
     assert_matches_reference,
     assert_same_values,
+    decision_is_stable,
     random_data,
     random_forest,
     tree_to_arrays,
@@ -26,6 +27,14 @@ MIXED = FunctionSet(MIXED_NAMES)
 PROTECTED = FunctionSet(MIXED_NAMES, protected=True)
 SETS = {"arith": ARITH, "full": FULL, "protected": PROTECTED}
 POP, MAX_LEN, N_POINTS, N_VARS = 11, 24, 37, 3  # fixed shapes: one compilation per configuration
+
+
+def on_cpu():
+    """Run the JAX path on the CPU device, also on a GPU machine: it is the CPU path (``auto`` never
+    picks it on a GPU), and XLA:GPU's float32 arithmetic differs from the NumPy reference on a few
+    singular elements (on an H200: 9 of 11,988 NaN where the reference is finite), which the
+    reference comparisons here do not allow for. The GPU kernel has its own reference tests."""
+    return jax.default_device(jax.devices("cpu")[0])
 
 
 def numpy_metric(pred, y, metric):
@@ -123,6 +132,11 @@ def _targets(metric, seed, n_outputs):
     ],
 )
 def test_fused_fitness_equals_metric_of_evaluate(metric, n_outputs, protected):
+    with on_cpu():
+        _fused_fitness_equals_metric_of_evaluate(metric, n_outputs, protected)
+
+
+def _fused_fitness_equals_metric_of_evaluate(metric, n_outputs, protected):
     fs = PROTECTED if protected else MIXED
     for seed in range(3):
         forest = random_forest(seed, fs, POP, MAX_LEN, N_VARS, n_outputs)
@@ -138,8 +152,10 @@ def test_fused_fitness_equals_metric_of_evaluate(metric, n_outputs, protected):
         ref_p = reference_eval(forest, X * np.float32(1 + 5e-7), fs, n_outputs)
         stable = well_conditioned(ref, ref_p).all(axis=(1, 2))  # trees whose predictions are not chaotic
         assert stable.mean() >= 0.6
+        compared = stable & decision_is_stable(ref, metric)  # accuracy: no row on the boundary
+        assert compared.any()
         expected = numpy_metric(ref, y, metric).astype(np.float32)
-        assert_same_values(fused[stable], expected[stable], rtol=1e-3, atol=1e-4)
+        assert_same_values(fused[compared], expected[compared], rtol=1e-3, atol=1e-4)
 
 
 def test_fitness_never_materializes_pop_by_points():
@@ -315,11 +331,12 @@ def test_costly_values_in_row_chunks_equal_reference(row_block):
     # than the block has trees (here 8 trees; 1024 // 152 = 6-row chunks, the last one padded)
     forest = random_forest(11, MIXED, 40, MAX_LEN, N_VARS)
     X = random_data(12, 300, N_VARS)
-    out = evaluate(forest, X, MIXED, backend="jax", tree_block=8, row_block=row_block)
-    assert_matches_reference(out, forest, X, MIXED)
-    y = X[:, 0] - X[:, 1]
-    fused = fitness(forest, X, y, MIXED, backend="jax", tree_block=8, row_block=row_block)
-    assert_same_values(fused, metric_from_predictions(out, y), rtol=1e-4, atol=1e-5)
+    with on_cpu():
+        out = evaluate(forest, X, MIXED, backend="jax", tree_block=8, row_block=row_block)
+        assert_matches_reference(out, forest, X, MIXED)
+        y = X[:, 0] - X[:, 1]
+        fused = fitness(forest, X, y, MIXED, backend="jax", tree_block=8, row_block=row_block)
+        assert_same_values(fused, metric_from_predictions(out, y), rtol=1e-4, atol=1e-5)
 
 
 def test_custom_costly_function_in_a_mixed_block_equals_reference():
@@ -343,13 +360,16 @@ def test_blocks_reuse_the_value_buffer_without_leaking_values():
         assert_same_values(together[t], alone, rtol=1e-6, atol=1e-6)
 
 
-def test_auto_backend_never_picks_the_unvalidated_gpu_kernel():
+def test_auto_backend_is_the_kernel_on_a_gpu_and_native_or_jax_on_a_cpu():
     from evotensor.gp import native
     from evotensor.gp.evaluate import _choose_backend
 
     custom = FunctionSet(("add", "sq"), custom={"sq": (1, lambda a: a * a)})
-    assert _choose_backend("auto", custom) == "jax"  # custom functions: only the JAX path has them
-    assert _choose_backend("auto", SR) == ("native" if native.AVAILABLE else "jax")
+    if jax.default_backend() == "gpu":  # the JAX path is written for CPU caches: never picked here
+        assert _choose_backend("auto", custom) == _choose_backend("auto", SR) == "pallas"
+    else:
+        assert _choose_backend("auto", custom) == "jax"  # custom functions: the native path lacks them
+        assert _choose_backend("auto", SR) == ("native" if native.AVAILABLE else "jax")
     for b in ("jax", "native", "pallas"):
         assert _choose_backend(b, SR) == b
     with pytest.raises(ValueError, match="backend"):

@@ -1,5 +1,6 @@
-"""The Pallas kernel on CPU: its logic through Pallas's interpreter (tiny forests: it is slow), and
-its GPU lowering (Triton) through ``jax.export`` for ``platforms=["cuda"]``."""
+"""The Pallas kernel: on a CPU its logic through Pallas's interpreter (tiny forests: it is slow) and
+its GPU lowering (Triton) through ``jax.export`` for ``platforms=["cuda"]``; on a GPU the same tests
+compile and run the kernel (``interpret=None``: interpreted only off a GPU)."""
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +15,7 @@ from tests.gp.eval_helpers import (
     random_data,
     random_forest,
     random_tree,
+    decision_is_stable,
     tree_to_arrays,
     well_conditioned,
 )
@@ -22,6 +24,7 @@ from evotensor.gp.evaluate import METRICS, evaluate, fitness
 from evotensor.gp.functions import BUILTIN_NAMES, VAR, FunctionSet
 from evotensor.gp.pallas_kernel import (
     DATA_PARALLEL_MIN_POINTS,
+    SMALL_STACK,
     _blocks,
     _pick_scheme,
     _prepare,
@@ -41,7 +44,7 @@ def test_kernel_equals_reference(scheme, n_outputs):
     X = random_data(5, N_POINTS, N_VARS)
     tree_block = 4 if scheme == "hybrid" else 1  # 6 trees -> a padded second block
     out = evaluate_pallas(
-        forest, X, FS, n_outputs, scheme=scheme, tree_block=tree_block, row_block=8, interpret=True
+        forest, X, FS, n_outputs, scheme=scheme, tree_block=tree_block, row_block=8, interpret=None
     )
     assert out.shape == (POP, N_POINTS, n_outputs)
     assert_matches_reference(out, forest, X, FS, n_outputs)
@@ -55,7 +58,7 @@ def test_kernel_fitness_equals_jax_fitness_and_is_reproducible(scheme, metric, n
     X = random_data(6, N_POINTS, N_VARS)
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, N_POINTS).astype(np.float32) if metric == "accuracy" else rng.normal(size=N_POINTS)
-    kw = dict(scheme=scheme, tree_block=4 if scheme == "hybrid" else 1, row_block=8, interpret=True)
+    kw = dict(scheme=scheme, tree_block=4 if scheme == "hybrid" else 1, row_block=8, interpret=None)
     fast = np.asarray(fitness_pallas(forest, X, y, FS, n_outputs, metric, **kw))
     expected = np.asarray(fitness(forest, X, y, FS, metric, n_outputs=n_outputs, backend="jax"))
     np.testing.assert_allclose(fast, expected, rtol=1e-4, atol=1e-6)
@@ -84,9 +87,50 @@ def test_small_stack_gives_nan_only_for_trees_that_need_more():
     forest = ArrayForest(*(np.stack(c) for c in zip(*(tree_to_arrays(t, FS, 8) for t in (comb, flat)))))
     np.testing.assert_array_equal(stack_peak(forest.opcode, forest.size, FS), [4, 2])
     X = random_data(8, 5, N_VARS)
-    out = np.asarray(evaluate_pallas(forest, X, FS, max_stack=2, tree_block=2, row_block=8, interpret=True))
+    out = np.asarray(evaluate_pallas(forest, X, FS, max_stack=2, tree_block=2, row_block=8, interpret=None))
     assert np.isnan(out[0]).all()
     np.testing.assert_allclose(out[1, :, 0], 2 * (X[:, 0] + X[:, 1]), rtol=1e-6)
+
+
+def _comb(depth, fs, left=True):
+    """A comb of ``add`` nodes over alternating variables: a left comb needs ``depth + 1`` stack
+    slots in reverse prefix order, a right comb 2."""
+    tree = ("var", -1, 0)
+    for k in range(depth):
+        leaf = ("var", -1, (k + 1) % 2)
+        tree = ("add", -1, (tree, leaf) if left else (leaf, tree))
+    return tree
+
+
+def test_trees_beyond_the_small_stack_run_in_the_second_launch():
+    # max_len 40: the worst case (20) exceeds SMALL_STACK, so the default runs two stack tiers; the
+    # deep left combs (peaks 12 and 19) must come out of the second launch, exactly
+    fs = FunctionSet(("add", "mul", "sin"))
+    trees = [_comb(11, fs), _comb(11, fs, left=False), _comb(18, fs), ("sin", -1, (("var", -1, 1),))]
+    trees += [_comb(3, fs), _comb(5, fs, left=False)]
+    forest = ArrayForest(*(np.stack(c) for c in zip(*(tree_to_arrays(t, fs, 40) for t in trees))))
+    peaks = np.asarray(stack_peak(forest.opcode, forest.size, fs))
+    assert peaks.max() > SMALL_STACK >= np.sort(peaks)[-3]  # both tiers are used
+    X = random_data(9, 12, 2)
+    out = evaluate_pallas(forest, X, fs, tree_block=4, row_block=8, interpret=None)
+    assert_matches_reference(out, forest, X, fs)
+    y = X[:, 0] * 3.0
+    fit = fitness_pallas(forest, X, y, fs, tree_block=4, row_block=8, interpret=None)
+    np.testing.assert_allclose(fit, fitness(forest, X, y, fs, backend="jax"), rtol=1e-5)
+
+
+def test_division_is_correctly_rounded():
+    # the kernel's float32 division must equal XLA's correctly rounded one bit for bit, also far
+    # from 1 in magnitude (an approximate division, such as PTX's div.full.f32, would differ)
+    fs = FunctionSet(("div", "inv"))
+    trees = [("div", -1, (("var", -1, 0), ("var", -1, 1))), ("inv", -1, (("var", -1, 1),))]
+    forest = ArrayForest(*(np.stack(c) for c in zip(*(tree_to_arrays(t, fs, 4) for t in trees))))
+    rng = np.random.default_rng(5)
+    X = (rng.standard_normal((256, 2)) * 10.0 ** rng.uniform(-30, 30, (256, 2))).astype(np.float32)
+    out = np.asarray(evaluate_pallas(forest, X, fs, tree_block=2, row_block=64, interpret=None))
+    Xj = jnp.asarray(X)
+    np.testing.assert_array_equal(out[0, :, 0], np.asarray(Xj[:, 0] / Xj[:, 1]))
+    np.testing.assert_array_equal(out[1, :, 0], np.asarray(1.0 / Xj[:, 1]))
 
 
 @given(st.integers(0, 10**6), st.integers(1, 3))
@@ -212,7 +256,7 @@ FUNCTION_SETS = {"raw": ALL_RAW, "protected": ALL_PROTECTED}
 
 
 def _hyp_kw(scheme):
-    return dict(scheme=scheme, tree_block=4 if scheme == "hybrid" else 1, row_block=8, interpret=True)
+    return dict(scheme=scheme, tree_block=4 if scheme == "hybrid" else 1, row_block=8, interpret=None)
 
 
 def _slow(*args):
@@ -292,19 +336,6 @@ def _reference_metric(pred: np.ndarray, y: np.ndarray, metric: str) -> np.ndarra
     return np.where(bad, worst, value)
 
 
-def _decision_is_stable(pred: np.ndarray, metric: str) -> np.ndarray:
-    """Per tree: no row sits within float32 noise of an accuracy decision boundary."""
-    if metric != "accuracy":
-        return np.ones(pred.shape[0], bool)
-    with np.errstate(all="ignore"):
-        if pred.shape[-1] == 1:
-            margin = np.abs(pred[..., 0])
-        else:
-            top2 = np.sort(pred, axis=-1)[..., -2:]
-            margin = top2[..., 1] - top2[..., 0]
-        return ~np.any(np.isfinite(margin) & (margin <= 1e-3 * (1 + np.abs(pred).max(axis=-1))), axis=1)
-
-
 @pytest.mark.parametrize(
     "fs_name, scheme, n_outputs, metrics",
     [
@@ -334,7 +365,7 @@ def test_kernel_fitness_equals_reference_for_every_metric(fs_name, scheme, n_out
     sign = np.where(np.arange(X.size).reshape(X.shape) % 2 == 0, 1.0, -1.0).astype(np.float32)
     ref_p = reference_eval(forest, X * (np.float32(1) + np.float32(5e-7) * sign), fs, n_outputs)
     for metric in metrics:
-        stable = well_conditioned(ref, ref_p).all(axis=(1, 2)) & _decision_is_stable(ref, metric)
+        stable = well_conditioned(ref, ref_p).all(axis=(1, 2)) & decision_is_stable(ref, metric)
         assert stable.any()
         fast = np.asarray(fitness_pallas(forest, X, y, fs, n_outputs, metric, **_hyp_kw(scheme)))
         assert fast.shape == (H_POP,)
@@ -359,6 +390,6 @@ def test_out_of_range_variables_are_clamped_as_on_the_jax_path():
 
 def test_blocks_are_powers_of_two():
     assert _blocks("hybrid", 20, 100, 6, 100) == (4, 64)  # requested sizes rounded down
-    assert _blocks("hybrid", 20, 5, None, None) == (8, 8)  # capped at the next power of two of n_points
+    assert _blocks("hybrid", 20, 5, None, None) == (4, 8)  # capped at the next power of two of n_points
     assert _blocks("hybrid", 3, 5000, None, None) == (4, 128)
     assert _blocks("data_parallel", 3, 5000, None, 3000) == (1, 2048)

@@ -12,11 +12,12 @@ Backends (``backend=``):
   of 256 rows, so a node computes only its own function; trees run on XLA's CPU thread pool.
   2-4x the JAX path per CPU-second (``benchmarks/results_gp_eval.md``). Built-in functions only.
 * ``"jax"``: the plain-JAX path described below; runs anywhere, any function set.
-* ``"pallas"``: the GPU kernel (:mod:`evotensor.gp.pallas_kernel`), opt-in: its logic is tested in
-  Pallas's interpreter and its CUDA/Triton lowering is checked on CPU, but it has not yet been run
-  on a GPU.
-* ``"auto"`` (default): ``"native"`` when JAX's default backend is the CPU, the extension is built
-  and the function set has only built-in functions; ``"jax"`` otherwise (GPUs included).
+* ``"pallas"``: the GPU kernel (:mod:`evotensor.gp.pallas_kernel`), Triton-compiled on a GPU; on
+  a CPU it runs in Pallas's interpreter (slow: for tests).
+* ``"auto"`` (default): ``"pallas"`` when JAX's default backend is a GPU; on a CPU ``"native"`` when
+  the extension is built and the function set has only built-in functions, else ``"jax"``. The
+  JAX path is written for CPU caches and is never picked on a GPU (it runs there, slowly, when
+  asked for by name).
 
 How the JAX path works (and why):
 
@@ -183,9 +184,8 @@ def _choose_backend(backend: str, fs: FunctionSet) -> str:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend != "auto":
         return backend
-    # "auto": the native kernel where it runs (CPU, built, built-in functions only). It never picks
-    # the Pallas kernel: that one has only been checked in Pallas's interpreter and by lowering it
-    # for CUDA/Triton on CPU (tests/gp/test_pallas_kernel.py), not yet run on a real GPU.
+    if jax.default_backend() == "gpu":
+        return "pallas"
     if jax.default_backend() == "cpu" and native.supported(fs):
         return "native"
     return "jax"

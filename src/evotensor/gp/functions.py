@@ -89,7 +89,8 @@ def _p_pow(xp, a, b):
 
 
 def _p_exp(xp, a):
-    return xp.exp(xp.minimum(a, _EXP_CLIP))
+    # a select rather than minimum(a, 80): Triton's float min returns the non-NaN operand
+    return xp.exp(xp.where(a > _EXP_CLIP, _EXP_CLIP, a))
 
 
 # ---- fast sin / cos / tan for the CPU evaluator -----------------------------------------------------
@@ -190,6 +191,18 @@ class _Builtin:
     cheap: bool = True  # a few vector instructions per element (see Function.cheap)
 
 
+# max / min propagate NaN explicitly: XLA's and NumPy's do, but the Pallas kernel's (Triton's
+# minnumf / maxnumf) return the non-NaN operand.
+
+
+def _max(xp, a, b):
+    return xp.where(xp.isnan(a) | xp.isnan(b), a + b, xp.maximum(a, b))
+
+
+def _min(xp, a, b):
+    return xp.where(xp.isnan(a) | xp.isnan(b), a + b, xp.minimum(a, b))
+
+
 def _lt(xp, a, b):
     return xp.where(a < b, 1.0, 0.0)
 
@@ -204,8 +217,8 @@ _BUILTINS: dict[str, _Builtin] = {
     "mul": _Builtin(2, "*", True, lambda xp, a, b: a * b),
     "div": _Builtin(2, "/", True, lambda xp, a, b: a / b, _p_div),
     "pow": _Builtin(2, "**", True, lambda xp, a, b: xp.power(a, b), _p_pow, cheap=False),
-    "max": _Builtin(2, "max", False, lambda xp, a, b: xp.maximum(a, b)),
-    "min": _Builtin(2, "min", False, lambda xp, a, b: xp.minimum(a, b)),
+    "max": _Builtin(2, "max", False, _max),
+    "min": _Builtin(2, "min", False, _min),
     "lt": _Builtin(2, "<", True, _lt),
     "gt": _Builtin(2, ">", True, _gt),
     "sin": _Builtin(1, "sin", False, lambda xp, a: xp.sin(a), fast=_fast_sin, cheap=False),

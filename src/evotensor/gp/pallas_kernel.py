@@ -1,41 +1,52 @@
-"""Pallas kernel for forest evaluation: EvoGP's hybrid and data-parallel schemes.
+"""Pallas kernel for forest evaluation on a GPU (Triton), after EvoGP's hybrid and data-parallel
+schemes.
 
-One kernel body, two launch shapes (EvoGP, arXiv 2501.17168, Sec. IV-C):
+One kernel body, launched over a grid ``(tree blocks, row blocks)`` (EvoGP, arXiv 2501.17168,
+Sec. IV-C): each program evaluates its block of ``tree_block`` trees one after the other on its
+``row_block`` rows.
 
-* **hybrid** — grid ``(tree blocks, row blocks)``; each program loads its block of
-  ``tree_block`` trees once and evaluates them one after the other on its ``row_block`` rows, so
-  many trees and many rows run in one launch (best for small and medium data).
-* **data-parallel** — grid ``(trees, row blocks)`` with one tree per program and large row blocks:
-  every tree is spread across all rows (best for very large data).
+* **hybrid**: several trees x a medium row block per program (small and medium data);
+* **data-parallel**: one tree per program, large row blocks (very large data).
 
 ``scheme="auto"`` picks data-parallel when ``n_points >= DATA_PARALLEL_MIN_POINTS``.
 
-Inside a program a tree is run in reverse prefix order on a **bounded value stack** of
-``max_stack`` slots, each a vector of ``row_block`` rows (one-hot addressed, so the stack lives
-in registers). The opcode is uniform across the program's rows, so a ``lax.switch`` on it runs
-exactly one function per node (no divergence). The default ``max_stack`` is the worst case for
-``max_len`` and the set's largest arity, ``((A - 1) * max_len + 1) // A``; with a smaller value,
-trees that need more stack get NaN predictions (so the worst fitness) instead of wrong values.
+**How a tree runs.** Nodes are visited in reverse prefix order on a value stack. The opcode is
+uniform across the program's rows, so the per-node work branches on it without divergence (a
+``lax.switch`` on the arity class, then on the function). The stack lives in registers: Triton
+cannot index registers dynamically, so a read or write of slot ``sp`` is a chain of selects over
+the slots, each under a *scalar* condition (one instruction per slot and row). The top of the
+stack is cached in its own register (as in a stack machine's TOS register): a unary function
+touches no slot, a binary one reads one slot, a leaf writes one, so a node costs about one
+select chain instead of three.
 
-Fitness uses a deterministic two-stage reduction, no atomics: each program writes one partial
-sum per tree for its row block (stage 1), and a fixed-order sum over row blocks finishes (stage 2),
-so results are bit-reproducible.
+**Two stack tiers.** The cost of a select chain grows with the number of slots, but the height a
+tree needs (:func:`stack_peak`) is usually far below the worst case for ``max_len``
+(``((A - 1) * max_len + 1) // A``). So the forest runs in two launches: every tree whose peak
+fits :data:`SMALL_STACK` in the first, the others in a second with the worst-case stack (a tree
+skipped by a launch costs one scalar test there). With ``max_stack`` given, one launch with that
+stack runs, and trees that need more get NaN predictions (so the worst fitness), never wrong values.
 
-On a GPU the kernel is lowered by **Triton** (``compiler_params`` are Triton's, so jax does not
-pick Mosaic GPU, which rejects these small blocks). The body is written in what Pallas's Triton
-lowering accepts: every array has a power-of-two size (``max_len``, ``n_vars``, the stack and the
-output axis are padded up automatically; ``tree_block`` and ``row_block`` are rounded down to powers
-of two), no ``slice`` primitive (one-hot reads and reshapes), no ``reduce_or``, and ``lax.switch``
-branches return only the node's value (the arity comes from a select chain outside the switch).
-The CPU tests export every entry point for ``platforms=["cuda"]`` (``jax.export``), which runs this
-lowering; that does not compile the Triton IR to PTX nor run it. The kernel has not yet run on a
-GPU: on its first GPU run, check it against the JAX path (the tests in
-``tests/gp/test_pallas_kernel.py`` with ``interpret=False``).
+**Division.** Pallas lowers a float32 division to Triton's ``arith.divf``, which compiles to the
+correctly rounded ``div.rn.f32`` (equal to XLA's bit for bit on 2^20 random pairs spanning
+1e-30..1e30 on an H200; ``tests/gp/test_pallas_kernel.py`` checks it on every GPU run).
+Transcendental functions are libdevice's (``__nv_sinf``, ...), whose results may differ from XLA's
+by an ulp or so; ill-conditioned trees amplify such differences (see
+``benchmarks/results_gpu.md``: the kernel is as close to float64 as the float32 reference is).
+
+Fitness uses a deterministic two-stage reduction, no atomics: each program writes one partial sum
+per tree for its row block (stage 1), and a fixed-order sum over row blocks finishes (stage 2), so
+results are bit-reproducible.
+
+The body is written in what Pallas's Triton lowering accepts: every array has a power-of-two size
+(``max_len``, ``n_vars`` and the output axis are padded up; ``tree_block`` and ``row_block`` are
+rounded down to powers of two), no ``slice`` primitive (block loads and reshapes), no
+``reduce_or``, and ``lax.switch`` branches return only arrays computed inside them. The CPU tests
+run the kernel in Pallas's interpreter (``interpret=True``, slow) and export every entry point for
+``platforms=["cuda"]`` (``jax.export``); on a GPU the same tests run the compiled kernel.
 
 Semantics are exactly those of :mod:`evotensor.gp.evaluate` (functions from
 :class:`~evotensor.gp.functions.FunctionSet`, Modi outputs as in :mod:`evotensor.gp.reference`,
-metrics from :func:`evotensor.gp.evaluate.row_terms`). Off GPU the kernel runs in Pallas's
-interpreter (``interpret=True``, slow; used by the CPU tests of the kernel's logic).
+metrics from :func:`evotensor.gp.evaluate.row_terms`).
 """
 
 from __future__ import annotations
@@ -59,12 +70,13 @@ from evotensor.gp.evaluate import (
     finalize_metric,
     total_sum_of_squares,
 )
-from evotensor.gp.functions import CONST, PAD, VAR, FunctionSet
+from evotensor.gp.functions import CONST, VAR, FunctionSet
 
 SCHEMES = ("auto", "hybrid", "data_parallel")
 DATA_PARALLEL_MIN_POINTS = 1 << 15
-HYBRID_BLOCKS = (8, 128)  # (trees, rows) per program
+HYBRID_BLOCKS = (4, 128)  # (trees, rows) per program
 DATA_PARALLEL_ROWS = 1024
+SMALL_STACK = 8  # stack height of the first launch (covers nearly every evolved tree)
 
 
 def default_max_stack(max_len: int, max_arity: int) -> int:
@@ -101,11 +113,22 @@ def _pick_scheme(scheme: str, n_points: int) -> str:
     return scheme
 
 
+# ---- the kernel body ---------------------------------------------------------------------------------
+
+
+def _kernel_functions(fs: FunctionSet) -> dict[int, list]:
+    """``{arity: [(opcode, fn), ...]}``: the set's functions grouped by arity."""
+    groups: dict[int, list] = {}
+    for f in fs.functions:
+        groups.setdefault(f.arity, []).append((f.opcode, f.fn))
+    return groups
+
+
 def _arity_of(fs: FunctionSet, op: jax.Array) -> jax.Array:
     """Arity of opcode ``op`` (scalar int32) as a chain of scalar selects.
 
-    Kept outside the ``lax.switch``: Triton cannot yield the branch-local literals a switch would
-    return, and a kernel cannot close over a constant table array.
+    Kept outside ``lax.switch``: Triton cannot yield branch-local literals, and a kernel cannot close
+    over a constant table array.
     """
     arity = jnp.int32(0)
     for f in fs.functions:
@@ -113,73 +136,95 @@ def _arity_of(fs: FunctionSet, op: jax.Array) -> jax.Array:
     return arity
 
 
-def _tree_value(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t):
+def _position_in(op: jax.Array, opcodes: list[int]) -> jax.Array:
+    """Index of scalar ``op`` in ``opcodes`` (0 if absent), a chain of scalar selects."""
+    index = jnp.int32(0)
+    for j, code in enumerate(opcodes):
+        index = jnp.where(op == code, jnp.int32(j), index)
+    return index
+
+
+def _read(slots: tuple, idx: jax.Array) -> jax.Array:
+    """Slot ``idx`` (a scalar) of the register stack: one select per slot."""
+    value = slots[0]
+    for k in range(1, len(slots)):
+        value = jnp.where(idx == k, slots[k], value)
+    return value
+
+
+def _write(slots: tuple, idx: jax.Array, value: jax.Array) -> tuple:
+    return tuple(jnp.where(idx == k, value, s) for k, s in enumerate(slots))
+
+
+def _tree_value(fs, groups, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t):
     """Run tree ``t`` of the program's block on the program's rows -> ``[_next_pow2(n_outputs), rows]``.
 
-    Written for Triton as well as the interpreter: no ``slice`` primitive (one-hot reads and
-    reshapes instead), no literals yielded from ``lax.switch`` branches, power-of-two arrays only
-    (the output axis is padded; Modi indices in the padding land there and are dropped by the caller,
-    as the reference ignores indices ``>= n_outputs``).
+    The stack holds ``sp`` values: the top in ``top``, the others in ``slots[0 .. sp - 2]``
+    (``max_stack - 1`` slots). Modi indices in the padded output axis land there and are dropped by
+    the caller, as the reference ignores indices ``>= n_outputs``.
     """
     rows = x_ref.shape[1]
-    slots = lax.broadcasted_iota(jnp.int32, (max_stack, rows), 0)
-    out_ids = lax.broadcasted_iota(jnp.int32, (_next_pow2(n_outputs), rows), 0)
+    n_pad = _next_pow2(n_outputs)
+    out_ids = lax.broadcasted_iota(jnp.int32, (n_pad, rows), 0)
     length = len_ref[t]
+    classes = [0] + sorted(groups)  # the arity classes present; 0: leaves
 
-    def read(stack, idx):  # one-hot read of slot idx (0 if out of range)
-        return jnp.sum(jnp.where(slots == idx, stack, 0.0), axis=0)
+    def leaf(op, val, top, slots, sp):
+        x = x_ref[pl.ds(val.astype(jnp.int32), 1), :].reshape((rows,)).astype(jnp.float32)
+        node = jnp.where(op == VAR, x, jnp.where(op == CONST, val, 0.0))
+        slots = _write(slots, sp - 1, top)  # the old top moves into the slots
+        return node, node, slots
 
-    def branches():
-        def leaf_const(val, a, b, c):
-            return jnp.full((rows,), val, jnp.float32)
+    def function_class(arity):
+        opcodes = [code for code, _ in groups[arity]]
+        fns = [fn for _, fn in groups[arity]]
 
-        def leaf_var(val, a, b, c):
-            # a (1, rows) block load of the variable's row, reshaped (not sliced) to (rows,)
-            return x_ref[pl.ds(val.astype(jnp.int32), 1), :].reshape((rows,)).astype(jnp.float32)
+        def call(fn, *args):
+            return jnp.broadcast_to(fn(*args), (rows,)).astype(jnp.float32)
 
-        def pad(val, a, b, c):
-            return jnp.zeros((rows,), jnp.float32)
+        def branch(op, val, top, slots, sp):
+            # children: the first is the top (evaluated last), the next ones below it
+            args = (top,) + tuple(_read(slots, sp - 1 - k) for k in range(1, arity))
+            if len(fns) == 1:
+                node = call(fns[0], *args)
+            else:
+                node = lax.switch(
+                    _position_in(op, opcodes), [functools.partial(call, fn) for fn in fns], *args
+                )
+            return node, args[-1], slots  # Modi: a function passes its rightmost child up
 
-        table = {PAD: pad, CONST: leaf_const, VAR: leaf_var}
-        for f in fs.functions:
+        return branch
 
-            def apply(val, a, b, c, f=f):
-                return jnp.broadcast_to(f.fn(*(a, b, c)[: f.arity]), (rows,)).astype(jnp.float32)
-
-            table[f.opcode] = apply
-        return [table[o] for o in range(fs.n_opcodes)]
-
-    branch_list = branches()
+    branches = [leaf] + [function_class(a) for a in classes[1:]]
 
     def step(k, carry):
-        stack, sp, outs = carry
+        top, slots, sp, outs = carry
         i = length - 1 - k
         op = jnp.clip(op_ref[t, i], 0, fs.n_opcodes - 1)
         val = val_ref[t, i]
-        a, b, c = read(stack, sp - 1), read(stack, sp - 2), read(stack, sp - 3)
-        node = lax.switch(op, branch_list, val, a, b, c)
         arity = _arity_of(fs, op)
-        passed = node
+        node, right, slots = lax.switch(_position_in(arity, classes), branches, op, val, top, slots, sp)
+        top = node
         if n_outputs > 1:
             modi = out_ref[t, i]
             outs = outs + jnp.where(out_ids == modi, node[None, :], 0.0)
-            right = jnp.where(arity == 1, a, jnp.where(arity == 2, b, c))
-            passed = jnp.where((modi >= 0) & (arity > 0), right, node)
-        sp = sp - arity + 1
-        stack = jnp.where(slots == sp - 1, passed[None, :], stack)
-        return stack, sp, outs
+            top = jnp.where((modi >= 0) & (arity > 0), right, node)
+        return top, slots, sp + 1 - arity, outs
 
-    stack = jnp.zeros((max_stack, rows), jnp.float32)
+    zero = jnp.zeros((rows,), jnp.float32)
+    slots = (zero,) * max(1, max_stack - 1)
     outs = jnp.zeros(out_ids.shape, jnp.float32)
-    stack, _, outs = lax.fori_loop(0, length, step, (stack, jnp.int32(0), outs))
-    return read(stack, 0)[None, :] if n_outputs == 1 else outs
+    top, _, _, outs = lax.fori_loop(0, length, step, (zero, slots, jnp.int32(0), outs))
+    return top[None, :] if n_outputs == 1 else outs
 
 
-def _predict_kernel(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, ok_ref, x_ref, pred_ref):
+def _predict_kernel(
+    fs, groups, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, ok_ref, x_ref, pred_ref
+):
     tree_block = op_ref.shape[0]
 
     def body(t, carry):
-        value = _tree_value(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t)
+        value = _tree_value(fs, groups, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t)
         value = jnp.where(ok_ref[t] > 0, value, jnp.nan)  # stack would overflow: NaN, never wrong values
         pred_ref[:, pl.ds(t, 1), :] = value[:, None, :]
         return carry
@@ -221,6 +266,7 @@ def _row_terms(pred: jax.Array, y: jax.Array, metric: str, n_out: int) -> tuple[
 
 def _fitness_kernel(
     fs,
+    groups,
     n_outputs,
     max_stack,
     metric,
@@ -239,19 +285,29 @@ def _fitness_kernel(
     valid = valid_ref[0] > 0
     lanes = lax.broadcasted_iota(jnp.int32, (1, tree_block), 1)
 
-    def body(t, carry):
-        terms, bads = carry
-        value = _tree_value(fs, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t)
+    def sums(t):
+        value = _tree_value(fs, groups, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t)
         value = jnp.where(ok_ref[t] > 0, value, jnp.nan)
         term, bad = _row_terms(value, y_ref[...], metric, n_outputs)
-        term_sum = jnp.sum(jnp.where(valid, term, 0.0))
-        bad_sum = jnp.sum(jnp.where(valid, bad, 0.0))
+        return jnp.sum(jnp.where(valid, term, 0.0)), jnp.sum(jnp.where(valid, bad, 0.0))
+
+    def _skipped(t):
+        zero = len_ref[t].astype(jnp.float32)  # 0 here; Triton cannot yield a literal from a branch
+        return zero, zero
+
+    def body(t, carry):
+        terms, bads = carry
+        # a tree this launch skips (length 0) costs one scalar test
+        term_sum, bad_sum = lax.cond(len_ref[t] > 0, sums, _skipped, t)
         return jnp.where(lanes == t, term_sum, terms), jnp.where(lanes == t, bad_sum, bads)
 
     zero = jnp.zeros((1, tree_block), jnp.float32)
     terms, bads = lax.fori_loop(0, tree_block, body, (zero, zero))
     term_ref[...] = terms
     bad_ref[...] = bads
+
+
+# ---- launch geometry and inputs -----------------------------------------------------------------------
 
 
 def _blocks(scheme: str, pop: int, n_points: int, tree_block, row_block) -> tuple[int, int]:
@@ -269,8 +325,21 @@ def _blocks(scheme: str, pop: int, n_points: int, tree_block, row_block) -> tupl
     return tb, rb
 
 
+def _stack_tiers(max_stack, max_len: int, fs: FunctionSet) -> tuple[int, ...]:
+    """The stack height of each launch: ``(max_stack,)`` if given, else the small tier and the worst
+    case (one launch when the worst case is small)."""
+    if max_stack is not None:
+        return (_check_int(max_stack, "max_stack"),)
+    worst = default_max_stack(max_len, fs.max_arity)
+    return (worst,) if worst <= SMALL_STACK else (SMALL_STACK, worst)
+
+
 def _prepare(forest: Any, X: jax.Array, fs: FunctionSet, scheme: str, tree_block, row_block, max_stack):
-    """Pad trees and rows to whole blocks; returns everything the launches need."""
+    """Pad trees and rows to whole blocks; returns everything the launches need.
+
+    ``launches`` holds one ``(stack, lengths, ok)`` per stack tier: the tree lengths that launch
+    runs (0 for the trees it skips), and whether each tree fits there (NaN predictions otherwise).
+    """
     if isinstance(forest, tuple):
         opcode, value, size, output = forest
         single = False
@@ -279,19 +348,16 @@ def _prepare(forest: Any, X: jax.Array, fs: FunctionSet, scheme: str, tree_block
     pop, max_len = opcode.shape
     n_points, n_vars = X.shape
     tb, rb = _blocks(_pick_scheme(scheme, n_points), pop, n_points, tree_block, row_block)
-    stack = (
-        default_max_stack(max_len, fs.max_arity) if max_stack is None else _check_int(max_stack, "max_stack")
-    )
+    tiers = _stack_tiers(max_stack, max_len, fs)
     n_tb, n_rb = -(-pop // tb), -(-n_points // rb)
     pad_t, pad_r = n_tb * tb - pop, n_rb * rb - n_points
     lengths = size[:, 0]
     # out-of-range variable indices are clamped as on the JAX path (and a GPU load never leaves X)
     var_index = jnp.clip(value.astype(jnp.int32), 0, n_vars - 1).astype(jnp.float32)
     value = jnp.where(opcode == VAR, var_index, value)
-    ok = (stack_peak(opcode, size, fs) <= stack).astype(jnp.int32)
-    # Triton wants power-of-two block dimensions: round the stack, the node axis (PAD columns are
-    # never visited) and the variable axis (zero rows are never read) up.
-    stack = _next_pow2(stack)
+    peak = stack_peak(opcode, size, fs)
+    # Triton wants power-of-two block dimensions: round the node axis (PAD columns are never
+    # visited) and the variable axis (zero rows are never read) up.
     pad_l, pad_v = _next_pow2(max_len) - max_len, _next_pow2(n_vars) - n_vars
 
     def pad_trees(a, fill=0):
@@ -299,17 +365,25 @@ def _prepare(forest: Any, X: jax.Array, fs: FunctionSet, scheme: str, tree_block
             a = jnp.concatenate([a, jnp.full((a.shape[0], pad_l), fill, a.dtype)], axis=1)
         return jnp.concatenate([a, jnp.full((pad_t,) + a.shape[1:], fill, a.dtype)]) if pad_t else a
 
-    trees = (pad_trees(opcode), pad_trees(value), pad_trees(output, -1), pad_trees(lengths), pad_trees(ok))
-    Xp = jnp.pad(X, ((0, pad_r), (0, pad_v)))
-    XT = Xp.T
+    launches, done = [], jnp.zeros(pop, bool)
+    for stack in tiers:
+        fits = peak <= stack
+        last = stack == tiers[-1]
+        run_here = fits & ~done if not last else ~done  # the last tier also runs the misfits (as NaN)
+        launches.append(
+            (stack, pad_trees(jnp.where(run_here, lengths, 0)), pad_trees(fits.astype(jnp.int32)), run_here)
+        )
+        done = done | run_here
+    trees = (pad_trees(opcode), pad_trees(value), pad_trees(output, -1))
+    XT = jnp.pad(X, ((0, pad_r), (0, pad_v))).T
     return dict(
         trees=trees,
+        launches=launches,
         XT=XT,
         tb=tb,
         rb=rb,
         n_tb=n_tb,
         n_rb=n_rb,
-        stack=stack,
         pop=pop,
         n_points=n_points,
         pad_r=pad_r,
@@ -323,13 +397,22 @@ def _tree_specs(tb: int, max_len: int):
     return [two_d, two_d, two_d, one_d, one_d]
 
 
+def _compiler_params(num_warps, row_block=None):
+    # Triton's parameters, so jax does not pick Mosaic GPU (which rejects these small blocks). Two
+    # warps for blocks of <= 128 rows (one row per thread) measured best on an H200, else four.
+    if num_warps is None and row_block is not None:
+        num_warps = 2 if row_block <= 128 else 4
+    return plgpu.CompilerParams(num_warps=num_warps)
+
+
 @functools.partial(
-    jax.jit, static_argnames=("fs", "n_outputs", "tb", "rb", "n_tb", "n_rb", "stack", "interpret")
+    jax.jit,
+    static_argnames=("fs", "n_outputs", "tb", "rb", "n_tb", "n_rb", "stack", "interpret", "num_warps"),
 )
-def _predict_call(trees, XT, fs, n_outputs, tb, rb, n_tb, n_rb, stack, interpret):
+def _predict_call(trees, lengths, ok, XT, fs, n_outputs, tb, rb, n_tb, n_rb, stack, interpret, num_warps):
     max_len = trees[0].shape[1]
     n_vars = XT.shape[0]
-    kernel = functools.partial(_predict_kernel, fs, n_outputs, stack)
+    kernel = functools.partial(_predict_kernel, fs, _kernel_functions(fs), n_outputs, stack)
     n_pad = _next_pow2(n_outputs)  # Triton: power-of-two blocks; the padded outputs are dropped
     pred = pl.pallas_call(
         kernel,
@@ -338,18 +421,22 @@ def _predict_call(trees, XT, fs, n_outputs, tb, rb, n_tb, n_rb, stack, interpret
         out_specs=pl.BlockSpec((n_pad, tb, rb), lambda i, j: (0, i, j)),
         out_shape=jax.ShapeDtypeStruct((n_pad, n_tb * tb, n_rb * rb), jnp.float32),
         interpret=interpret,
-        compiler_params=plgpu.CompilerParams(),
-    )(*trees, XT)
+        compiler_params=_compiler_params(num_warps, rb),
+    )(*trees, lengths, ok, XT)
     return pred[:n_outputs]
 
 
 @functools.partial(
-    jax.jit, static_argnames=("fs", "n_outputs", "metric", "tb", "rb", "n_tb", "n_rb", "stack", "interpret")
+    jax.jit,
+    static_argnames=("fs", "n_outputs", "metric", "tb", "rb", "n_tb", "n_rb", "stack", "interpret", "num_warps"),
 )
-def _fitness_call(trees, XT, yT, valid, fs, n_outputs, metric, tb, rb, n_tb, n_rb, stack, interpret):
+def _fitness_call(
+    trees, lengths, ok, XT, yT, valid, fs, n_outputs, metric, tb, rb, n_tb, n_rb, stack, interpret, num_warps
+):
     max_len = trees[0].shape[1]
     n_vars, n_y = XT.shape[0], yT.shape[0]
-    kernel = functools.partial(_fitness_kernel, fs, n_outputs, stack, metric)
+    groups = _kernel_functions(fs)
+    kernel = functools.partial(_fitness_kernel, fs, groups, n_outputs, stack, metric)
     partial_spec = pl.BlockSpec((1, tb), lambda i, j: (j, i))
     partial_shape = jax.ShapeDtypeStruct((n_rb, n_tb * tb), jnp.float32)
     terms, bads = pl.pallas_call(
@@ -364,14 +451,26 @@ def _fitness_call(trees, XT, yT, valid, fs, n_outputs, metric, tb, rb, n_tb, n_r
         out_specs=[partial_spec, partial_spec],
         out_shape=[partial_shape, partial_shape],
         interpret=interpret,
-        compiler_params=plgpu.CompilerParams(),
-    )(*trees, XT, yT, valid)
+        compiler_params=_compiler_params(num_warps, rb),
+    )(*trees, lengths, ok, XT, yT, valid)
     # stage 2: a fixed-order sum over row blocks (deterministic, no atomics)
     return jnp.sum(terms, axis=0), jnp.sum(bads, axis=0)
 
 
 def _interpret(interpret: bool | None) -> bool:
     return jax.default_backend() != "gpu" if interpret is None else bool(interpret)
+
+
+def _check_warps(num_warps):
+    if num_warps is None:
+        return None
+    n = _check_int(num_warps, "num_warps")
+    if n & (n - 1):
+        raise ValueError(f"num_warps must be a power of two, got {num_warps!r}")
+    return n
+
+
+# ---- public entry points ------------------------------------------------------------------------------
 
 
 def evaluate_pallas(
@@ -384,6 +483,7 @@ def evaluate_pallas(
     tree_block: int | None = None,
     row_block: int | None = None,
     max_stack: int | None = None,
+    num_warps: int | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
     """Forward of a forest with the Pallas kernel.
@@ -394,10 +494,11 @@ def evaluate_pallas(
         X: ``[n_points, n_vars]``.
         function_set, n_outputs: as in :func:`evotensor.gp.evaluate`.
         scheme: ``"auto" | "hybrid" | "data_parallel"`` (see the module docstring).
-        tree_block, row_block: largest trees and rows per program (defaults: hybrid 8 x 128,
+        tree_block, row_block: largest trees and rows per program (defaults: hybrid 4 x 128,
             data-parallel 1 x 1024), rounded down to powers of two.
-        max_stack: stack slots (default: the worst case for ``max_len``); trees that need more
-            get NaN predictions.
+        max_stack: stack height (default: two tiers, see the module docstring); trees that need
+            more get NaN predictions.
+        num_warps: Triton warps per program (default: 2 for row blocks of <= 128 rows, else 4).
         interpret: run in Pallas's interpreter (default: True unless the backend is a GPU).
 
     Returns:
@@ -406,21 +507,28 @@ def evaluate_pallas(
     fs = _check_function_set(function_set)
     n_outputs = _check_int(n_outputs, "n_outputs")
     X = _check_X(X)
+    num_warps = _check_warps(num_warps)
     p = _prepare(forest, X, fs, scheme, tree_block, row_block, max_stack)
-    pred = _predict_call(
-        p["trees"],
-        p["XT"],
-        fs,
-        n_outputs,
-        p["tb"],
-        p["rb"],
-        p["n_tb"],
-        p["n_rb"],
-        p["stack"],
-        _interpret(interpret),
-    )
-    out = pred.transpose(1, 2, 0)[: p["pop"], : p["n_points"]]
-    return out[0] if p["single"] else out
+    pred = None
+    for stack, lengths, ok, run_here in p["launches"]:
+        part = _predict_call(
+            p["trees"],
+            lengths,
+            ok,
+            p["XT"],
+            fs,
+            n_outputs,
+            p["tb"],
+            p["rb"],
+            p["n_tb"],
+            p["n_rb"],
+            stack,
+            _interpret(interpret),
+            num_warps,
+        )
+        part = part.transpose(1, 2, 0)[: p["pop"], : p["n_points"]]
+        pred = part if pred is None else jnp.where(run_here[:, None, None], part, pred)
+    return pred[0] if p["single"] else pred
 
 
 def fitness_pallas(
@@ -435,14 +543,15 @@ def fitness_pallas(
     tree_block: int | None = None,
     row_block: int | None = None,
     max_stack: int | None = None,
+    num_warps: int | None = None,
     interpret: bool | None = None,
     y_is_transposed: bool = False,
 ) -> jax.Array:
     """Fused fitness with the Pallas kernel (two-stage deterministic reduction).
 
     Args:
-        forest, X, function_set, scheme, tree_block, row_block, max_stack, interpret: as in
-            :func:`evaluate_pallas`.
+        forest, X, function_set, scheme, tree_block, row_block, max_stack, num_warps, interpret: as
+            in :func:`evaluate_pallas`.
         y: targets as in :func:`evotensor.gp.fitness` (``y_is_transposed``: already ``[n_y, n_points]``,
             as :func:`evotensor.gp.fitness` passes them).
         n_outputs: as in :func:`evotensor.gp.fitness`.
@@ -453,6 +562,7 @@ def fitness_pallas(
     """
     fs = _check_function_set(function_set)
     X = _check_X(X)
+    num_warps = _check_warps(num_warps)
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     if y_is_transposed:
@@ -470,22 +580,28 @@ def fitness_pallas(
     valid = (jnp.arange(p["n_rb"] * p["rb"]) < p["n_points"]).astype(jnp.float32)[None]
     # mse, rmse and r2 share their row terms (they differ in finalize_metric): one compiled kernel
     kernel_metric = "mse" if metric in ("mse", "rmse", "r2") else metric
-    term_sum, bad_sum = _fitness_call(
-        p["trees"],
-        p["XT"],
-        yP,
-        valid,
-        fs,
-        n_out,
-        kernel_metric,
-        p["tb"],
-        p["rb"],
-        p["n_tb"],
-        p["n_rb"],
-        p["stack"],
-        _interpret(interpret),
-    )
-    fit = finalize_metric(
-        term_sum[: p["pop"]], bad_sum[: p["pop"]], metric, p["n_points"], n_out, total_sum_of_squares(yT)
-    )
+    term_sum = bad_sum = None
+    for stack, lengths, ok, run_here in p["launches"]:
+        terms, bads = _fitness_call(
+            p["trees"],
+            lengths,
+            ok,
+            p["XT"],
+            yP,
+            valid,
+            fs,
+            n_out,
+            kernel_metric,
+            p["tb"],
+            p["rb"],
+            p["n_tb"],
+            p["n_rb"],
+            stack,
+            _interpret(interpret),
+            num_warps,
+        )
+        terms, bads = terms[: p["pop"]], bads[: p["pop"]]
+        term_sum = terms if term_sum is None else jnp.where(run_here, terms, term_sum)
+        bad_sum = bads if bad_sum is None else jnp.where(run_here, bads, bad_sum)
+    fit = finalize_metric(term_sum, bad_sum, metric, p["n_points"], n_out, total_sum_of_squares(yT))
     return fit[0] if p["single"] else fit
