@@ -32,6 +32,10 @@ Usage::
 
     .venv/bin/python benchmarks/es_openes.py                  # both, prints a markdown table
     .venv/bin/python benchmarks/es_openes.py --impl evotensor --generations 5
+    .venv/bin/python benchmarks/es_openes.py --impl evotensor --regenerate-noise   # tell redraws the noise
+
+``build_evotensor`` and ``build_evosax`` take the sizes as arguments (``benchmarks/gpu_check_es.py``
+reuses them).
 """
 
 from __future__ import annotations
@@ -56,14 +60,16 @@ PYTHONS = {"evosax": EVOSAX_PYTHON, "evotorch": EVOTORCH_PYTHON, "evox": EVOX_PY
 TORCH_IMPLS = ("evotorch", "evox")
 
 
-def build_evotensor():
+def build_evotensor(dims: int = DIMS, pop: int = POP, regenerate_noise: bool = False):
     import jax
     import jax.numpy as jnp
     import optax
 
     from evotensor.es import OpenES
 
-    es = OpenES(POP, num_dims=DIMS, optimizer=optax.adam(1e-3), sigma_init=0.02)
+    es = OpenES(
+        pop, num_dims=dims, optimizer=optax.adam(1e-3), sigma_init=0.02, regenerate_noise=regenerate_noise
+    )
     params = es.default_params()
 
     def generation(state, key):
@@ -77,7 +83,7 @@ def build_evotensor():
     return generation, state
 
 
-def build_evosax():
+def build_evosax(dims: int = DIMS, pop: int = POP):
     import jax
     import jax.numpy as jnp
     import optax
@@ -85,8 +91,8 @@ def build_evosax():
     from evosax.core.fitness_shaping import centered_rank_fitness_shaping_fn
 
     es = Open_ES(
-        POP,
-        jnp.zeros(DIMS),
+        pop,
+        jnp.zeros(dims),
         use_antithetic_sampling=True,
         optimizer=optax.adam(1e-3),
         std_schedule=optax.constant_schedule(0.02),
@@ -101,7 +107,7 @@ def build_evosax():
         state, metrics = es.tell(k2, x, fitness, state, params)
         return state, metrics["best_fitness"]
 
-    state = es.init(jax.random.key(0), jnp.zeros(DIMS), params)
+    state = es.init(jax.random.key(0), jnp.zeros(dims), params)
     return generation, state
 
 
@@ -213,12 +219,15 @@ def measure_torch(impl: str, generations: int) -> dict:
     )
 
 
-def measure(impl: str, generations: int) -> dict:
+def measure(impl: str, generations: int, regenerate_noise: bool = False) -> dict:
     if impl in TORCH_IMPLS:
         return measure_torch(impl, generations)
     import jax
 
-    generation, state = (build_evotensor if impl == "evotensor" else build_evosax)()
+    if impl == "evotensor":
+        generation, state = build_evotensor(regenerate_noise=regenerate_noise)
+    else:
+        generation, state = build_evosax()
     step = jax.jit(generation, donate_argnums=0)
     key = jax.random.key(1)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -255,6 +264,7 @@ def measure(impl: str, generations: int) -> dict:
         max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
         generations=generations,
         best_fitness=float(best),
+        **({"regenerate_noise": True} if regenerate_noise else {}),
     )
 
 
@@ -278,9 +288,12 @@ def main() -> None:
     ap.add_argument("--only", default="evotensor,evosax,evotorch,evox", help="without --impl: which to run")
     ap.add_argument("--generations", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=1, help="alternate the implementations this many times")
+    ap.add_argument(
+        "--regenerate-noise", action="store_true", help="evotensor: OpenES(regenerate_noise=True)"
+    )
     args = ap.parse_args()
     if args.impl:
-        print(json.dumps(measure(args.impl, args.generations)))
+        print(json.dumps(measure(args.impl, args.generations, args.regenerate_noise)))
         return
     rows = []
     impls = [(impl, PYTHONS.get(impl, sys.executable)) for impl in args.only.split(",")]

@@ -199,14 +199,18 @@ def test_mirrored_pair_sum_is_bitwise_pair_sum_and_matches_float64():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_jitted_generation_holds_about_one_population():
+@pytest.mark.parametrize("regenerate_noise", [False, True], ids=["rows", "regenerated"])
+def test_jitted_generation_holds_about_one_population(regenerate_noise):
     """XLA's buffer assignment for ask -> sphere -> tell: the population plus a few noise blocks of
     ``NOISE_CHUNK_BYTES`` (before, it also held the noise and two half-population copies: ~2.5
-    populations plus the blocks; at d=100,000, pop=1024 1027 MB, now 458 MB)."""
+    populations plus the blocks; at d=100,000, pop=1024 1027 MB, now 458 MB). The same with the
+    noise drawn again in the tell: the population is alive for the evaluation either way."""
     from evotensor.es.open_es import NOISE_CHUNK_BYTES
 
     pop, d = 1024, 20_000  # noise drawn in 4 blocks of 104 rows and a partial one
-    es = OpenES(pop, num_dims=d, optimizer=optax.adam(1e-3), sigma_init=0.02)
+    es = OpenES(
+        pop, num_dims=d, optimizer=optax.adam(1e-3), sigma_init=0.02, regenerate_noise=regenerate_noise
+    )
 
     def generation(state, key):
         x, state = es.ask(key, state)
@@ -227,10 +231,113 @@ def test_grad_through_mirrored_pair_sum_matches_its_bilinear_derivative():
 
     w = jax.random.normal(jax.random.key(0), (8,))
     x = jax.random.normal(jax.random.key(1), (8, 5))
-    loss = lambda f: lambda w, x: jnp.sum(f(w, x) ** 2)  # noqa: E731
+    loss = lambda f: lambda w, x: jnp.sum(f(w, x) ** 2)
     got = jax.grad(loss(mirrored_pair_sum), argnums=(0, 1))(w, x)
     want = jax.grad(loss(pair_sum), argnums=(0, 1))(w, x)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     batched = jax.vmap(jax.grad(loss(mirrored_pair_sum)))(jnp.stack([w, -w]), jnp.stack([x, x]))
     np.testing.assert_allclose(batched[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+# -- regenerate_noise=True: tell draws the noise again from the key that ask used -------------------
+
+
+@pytest.mark.parametrize("transform", [False, True], ids=["noise", "rows"])
+@pytest.mark.parametrize("rows", [12, 14, 4])  # several blocks and a partial last block; one block
+def test_noise_weighted_sum_is_the_weighted_sum_of_the_drawn_noise(rows, transform):
+    """Block by block, from the keys of ``chunked_normal``: ``coeffs @ rows_of(chunked_normal(...))``."""
+    from evotensor.es.open_es import chunked_normal, noise_weighted_sum
+
+    d, chunk = 5, 3 * 4 * 5  # 3 rows per noise block
+    key = jax.random.key(3)
+    coeffs = jax.random.normal(jax.random.key(4), (rows,))
+    mean = jnp.linspace(-1.0, 1.0, d)
+    rows_of = (lambda z: (mean + 0.3 * z) - (mean - 0.3 * z)) if transform else None
+
+    @jax.jit
+    def both(key, coeffs):
+        z = chunked_normal(key, rows, d, chunk)
+        want = coeffs @ (z if rows_of is None else rows_of(z))
+        return noise_weighted_sum(key, coeffs, d, rows_of, chunk), want
+
+    got, want = both(key, coeffs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("antithetic", [True, False], ids=["mirrored", "plain"])
+@pytest.mark.parametrize("d", [7, 100_000])  # one draw; noise blocks of 20 rows with a partial one
+def test_regenerated_noise_gives_the_population_tell_update(antithetic, d):
+    """Same sample, ``noise_key`` = ask's key, and the update of the default tell (from the rows) within
+    float32 summation order, over 3 generations (SGD: Adam would magnify the rounding differences of
+    its near-zero gradient entries)."""
+    pop = 64 if d > 100 else 16
+    make = lambda regen: OpenES(
+        pop, num_dims=d, sigma_init=0.3, antithetic=antithetic, regenerate_noise=regen,
+        optimizer=optax.sgd(0.05),
+    )  # fmt: skip
+    rows, noise = make(False), make(True)
+
+    @jax.jit
+    def run(key):
+        s_rows, s_noise = rows.init(key), noise.init(key)
+        for g in range(3):
+            k_ask, k_tell = jax.random.split(jax.random.fold_in(key, g))
+            x, s_rows = rows.ask(k_ask, s_rows)
+            x_noise, s_noise = noise.ask(k_ask, s_noise)
+            f = jnp.sum((x - 1.0) ** 2, axis=1).at[g].set(jnp.nan)
+            s_rows, m_rows = rows.tell(k_tell, s_rows, x, f)
+            s_noise, m_noise = noise.tell(k_tell, s_noise, x_noise, f)
+        return x, x_noise, k_ask, s_rows, s_noise, m_rows, m_noise
+
+    x, x_noise, k_ask, s_rows, s_noise, m_rows, m_noise = run(jax.random.key(0))
+    np.testing.assert_allclose(np.asarray(x_noise), np.asarray(x), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(jax.random.key_data(s_noise.noise_key), jax.random.key_data(k_ask))
+    np.testing.assert_allclose(np.asarray(s_noise.mean), np.asarray(s_rows.mean), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(np.asarray(s_rows.mean), 0.0)
+    np.testing.assert_allclose(float(m_noise["grad_norm"]), float(m_rows["grad_norm"]), rtol=1e-5)
+    np.testing.assert_allclose(float(m_noise["best_fitness"]), float(m_rows["best_fitness"]), rtol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def regenerating_setup():
+    es = OpenES(40, fdg.X0, optimizer=optax.adam(fdg.decay(0.1)), sigma_init=0.3, regenerate_noise=True)
+    return es, make_runner(es, nonfinite=True)
+
+
+def test_regenerated_noise_solves_10d_sphere_and_vmap_equals_separate_runs(regenerating_setup):
+    es, run = regenerating_setup
+    fdg.check_solves_sphere_despite_nonfinite(es, generations=1000, tol=1e-6, run=run)
+    fdg.check_vmap_over_seeds_and_params(es, generations=25, run=run, sigma_init=[0.1, 0.3, 0.05])
+
+
+def test_regenerated_noise_float32_long_run_stays_finite():
+    """sigma down to ~1e-27: the rebuilt perturbations are rounded as the rows were (``sigma z`` below the
+    mean's resolution gives 0, not the ~1/sigma of ``2 sigma z / 2 sigma``), so Adam's moments stay finite."""
+    shrink = lambda v: optax.exponential_decay(v, 1, 0.98)
+    es = OpenES(
+        32,
+        jnp.full(30, 1.0),
+        optimizer=optax.adam(shrink(0.05)),
+        sigma_schedule=shrink(0.3),
+        regenerate_noise=True,
+    )
+    fdg.check_float32_long_run_stays_finite(es, generations=3000, tol=1e-3)
+
+
+def test_regenerated_noise_sharded_tell_uses_the_rows():
+    """``sharded`` draws and reduces rows per device whatever the mode: on a 1-device mesh both modes
+    give the same update (the same computation in two programs: bitwise on CPU)."""
+    from evotensor.es.sharding import sharded
+
+    mesh = jax.make_mesh((1,), ("pop",))
+    out = []
+    for regen in (False, True):
+        es = OpenES(8, num_dims=3, optimizer=optax.sgd(0.1), sigma_init=0.3, regenerate_noise=regen)
+        ask, tell = sharded(es, mesh)
+        state = es.init(jax.random.key(0))
+        x, state = ask(jax.random.key(1), state)
+        state, _ = tell(jax.random.key(2), state, x, jnp.sum(x**2, axis=1))
+        out.append(np.asarray(state.mean))
+    np.testing.assert_allclose(out[0], out[1], rtol=1e-6, atol=1e-7)
+    assert not np.allclose(out[0], 0.0)

@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.lax import Precision
 
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_fraction, check_positive
@@ -106,9 +107,10 @@ class CEM(DiagonalGaussianStrategy):
     def _refit(self, state, x, fitness, params):
         w = elite_weights(fitness, params.elite_ratio)
         # weighted sums as matvecs: XLA keeps a dot's summation order under vmap, whereas a
-        # `sum(axis=0)` reduction may be vectorized differently and break bitwise vmap equality
-        elite_mean = w @ x
-        elite_var = w @ (x - elite_mean) ** 2
+        # `sum(axis=0)` reduction may be vectorized differently and break bitwise vmap equality;
+        # HIGHEST: exact float32 on GPUs (TF32 would round x itself to ~3 digits)
+        elite_mean = jnp.matmul(w, x, precision=Precision.HIGHEST)
+        elite_var = jnp.matmul(w, (x - elite_mean) ** 2, precision=Precision.HIGHEST)
         mean = (1.0 - params.mean_smoothing) * state.mean + params.mean_smoothing * elite_mean
         std = (1.0 - params.std_smoothing) * state.std + params.std_smoothing * jnp.sqrt(
             elite_var + params.extra_noise**2

@@ -55,6 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from jax.lax import Precision
 
 from evotensor.core import rng
 from evotensor.core.numerics import exact_sum
@@ -303,7 +304,8 @@ def sample(key: jax.Array, state: CMAESState, population_size: int, two_point: b
     # tie z to the state: under ``vmap`` over hyperparameters with one shared key, z would be
     # unbatched and XLA would lower the product below as a different (not bit-identical) matmul
     z = z + 0 * state.sigma
-    y = (z * state.D) @ state.B.T
+    # HIGHEST (here and below): exact float32 on GPUs, whose default float32 matmul precision is TF32
+    y = jnp.matmul(z * state.D, state.B.T, precision=Precision.HIGHEST)
     if two_point:
         length = jnp.sqrt(exact_sum(rng.normal(jax.random.fold_in(key, 1), (n,), state.mean.dtype) ** 2))
         dm = state.mean_shift
@@ -345,7 +347,10 @@ def decompose(C: jax.Array, B_old: jax.Array, D_old: jax.Array, max_condition: j
 
     # the O(n^3) rebuild only runs when needed (for a stack: when some run of it needs it)
     def _rebuilt():
-        return jnp.where(ok[..., None], C, (B_old * D_old[..., None, :] ** 2) @ jnp.swapaxes(B_old, -1, -2))
+        rebuilt = jnp.matmul(
+            B_old * D_old[..., None, :] ** 2, jnp.swapaxes(B_old, -1, -2), precision=Precision.HIGHEST
+        )
+        return jnp.where(ok[..., None], C, rebuilt)
 
     C = jax.lax.cond(jnp.all(ok), lambda: C, _rebuilt)
     return C, B, D
@@ -496,9 +501,10 @@ def cma_update(
     c_1a = c_1 * (1 - (1 - h**2) * c_c * (2 - c_c))
 
     # active vectors are rescaled to Mahalanobis length sqrt(n) (keeps C positive definite)
-    maha = jnp.sqrt(exact_sum(((ys @ state.B) / state.D) ** 2, axis=1))
+    maha = jnp.sqrt(exact_sum((jnp.matmul(ys, state.B, precision=Precision.HIGHEST) / state.D) ** 2, axis=1))
     w_c = jnp.where(w < 0, w * n / (maha + 1e-9) ** 2, w)
-    C = state.C * (1 - c_1a - c_mu * exact_sum(w)) + c_1 * jnp.outer(p_c, p_c) + c_mu * (ys.T * w_c) @ ys
+    rank_mu = jnp.matmul(c_mu * (ys.T * w_c), ys, precision=Precision.HIGHEST)
+    C = state.C * (1 - c_1a - c_mu * exact_sum(w)) + c_1 * jnp.outer(p_c, p_c) + rank_mu
 
     tpa_s = state.tpa_s
     if two_point:

@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.lax import Precision
 
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_positive
@@ -104,6 +105,8 @@ class DiscoveredES(DiagonalGaussianStrategy):
         order = jnp.argsort(fitness, stable=True)
         w = des_weights(self.population_size, params.temperature)
         step = x[order] - state.mean
-        mean = state.mean + params.lr_mean * (w @ step)
-        std = (1.0 - params.lr_std) * state.std + params.lr_std * jnp.sqrt(w @ step**2)
+        # HIGHEST: exact float32 on GPUs, whose default float32 matmul precision is TF32
+        mean = state.mean + params.lr_mean * jnp.matmul(w, step, precision=Precision.HIGHEST)
+        var = jnp.matmul(w, step**2, precision=Precision.HIGHEST)
+        std = (1.0 - params.lr_std) * state.std + params.lr_std * jnp.sqrt(var)
         return mean, std

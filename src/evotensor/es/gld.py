@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.lax import Precision
 
 from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
@@ -47,7 +48,9 @@ def sample_ball(key: jax.Array, shape: tuple[int, int], dtype=jnp.float32) -> ja
     """Points uniform in the unit ball: ``[n, d]`` (direction uniform on the sphere, radius ``U^(1/d)``)."""
     k_dir, k_rad = jax.random.split(key)
     g = rng.normal(k_dir, shape, dtype)
-    norm = jnp.sqrt(g**2 @ jnp.ones((shape[1], 1), dtype))  # a matvec keeps vmapped runs bitwise equal
+    # a matvec keeps vmapped runs bitwise equal (XLA:CPU); HIGHEST: exact float32 on GPUs, whose
+    # default float32 matmul precision is TF32
+    norm = jnp.sqrt(jnp.matmul(g**2, jnp.ones((shape[1], 1), dtype), precision=Precision.HIGHEST))
     direction = g / jnp.maximum(norm, jnp.finfo(dtype).tiny)
     u = rng.uniform(k_rad, (shape[0], 1), dtype)
     return direction * u ** (1.0 / shape[1])

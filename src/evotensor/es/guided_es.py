@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from jax.lax import Precision
 
 from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
@@ -78,7 +79,9 @@ def guided_noise(
     k1, k2 = jax.random.split(key)
     z_full = rng.normal(k1, (num_pairs, d), jnp.float32)
     z_sub = rng.normal(k2, (num_pairs, k), jnp.float32)
-    return sigma * (jnp.sqrt(alpha / d) * z_full + jnp.sqrt((1.0 - alpha) / k) * z_sub @ U.T)
+    # HIGHEST: exact float32 on GPUs, whose default float32 matmul precision is TF32
+    z_guided = jnp.matmul(jnp.sqrt((1.0 - alpha) / k) * z_sub, U.T, precision=Precision.HIGHEST)
+    return sigma * (jnp.sqrt(alpha / d) * z_full + z_guided)
 
 
 def guided_perturbations(

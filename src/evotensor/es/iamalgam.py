@@ -44,6 +44,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.lax import Precision
 
 from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
@@ -201,13 +202,14 @@ class IAMaLGaMFull(InvalidAsInfStrategy):
         return jnp.where(jnp.all(jnp.isfinite(chol)), chol, diag)
 
     def _sample(self, z, factor):
-        return z @ factor.T
+        # HIGHEST (here and below): exact float32 on GPUs, whose default matmul precision is TF32
+        return jnp.matmul(z, factor.T, precision=Precision.HIGHEST)
 
     def _whiten(self, v, factor):
         return jax.scipy.linalg.solve_triangular(factor, v, lower=True)
 
     def _estimate(self, centered):
-        return centered.T @ centered / self.num_selected
+        return jnp.matmul(centered.T, centered, precision=Precision.HIGHEST) / self.num_selected
 
     # -- protocol ------------------------------------------------------------------------------
     def _init(self, key, params):
@@ -241,7 +243,8 @@ class IAMaLGaMFull(InvalidAsInfStrategy):
         improving = (chosen > 0) & (pool_f[chosen] < state.best_fitness)
         count = improving.sum()
         improved = count > 0
-        x_imp = (improving.astype(jnp.float32) @ selected) / jnp.maximum(count, 1)
+        improving_sum = jnp.matmul(improving.astype(jnp.float32), selected, precision=Precision.HIGHEST)
+        x_imp = improving_sum / jnp.maximum(count, 1)
         factor = self._factor(state.cov, state.c_mult)
         sdr = jnp.max(jnp.abs(self._whiten(x_imp - state.mean, factor)))
         sdr = jnp.where(improved & jnp.isfinite(sdr), sdr, 0.0)
@@ -250,7 +253,8 @@ class IAMaLGaMFull(InvalidAsInfStrategy):
         nis = jnp.where(first, state.nis, nis)
         # estimation
         # sums over samples are written as matvecs so vmapped runs match single runs bitwise
-        mean = jnp.where(c_mult < 1.0, selected[0], (jnp.ones(k, jnp.float32) @ selected) / k)
+        selected_sum = jnp.matmul(jnp.ones(k, jnp.float32), selected, precision=Precision.HIGHEST)
+        mean = jnp.where(c_mult < 1.0, selected[0], selected_sum / k)
         eta_sigma = jnp.where(first, 1.0, params.eta_sigma)
         eta_shift = jnp.where(first, 1.0, params.eta_shift)
         cov = (1.0 - eta_sigma) * state.cov + eta_sigma * self._estimate(selected - mean)
@@ -292,4 +296,5 @@ class IAMaLGaMUnivariate(IAMaLGaMFull):
         return v / factor
 
     def _estimate(self, centered):
-        return (jnp.ones(self.num_selected, jnp.float32) @ centered**2) / self.num_selected
+        ones = jnp.ones(self.num_selected, jnp.float32)
+        return jnp.matmul(ones, centered**2, precision=Precision.HIGHEST) / self.num_selected

@@ -26,6 +26,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.lax import Precision
 
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
@@ -115,7 +116,8 @@ class MAES(MeanSigmaStrategy):
 
     def _ask(self, key, state, params):
         z = self._sample_z(key, state)
-        d = z @ state.M.T
+        # HIGHEST throughout: exact float32 on GPUs (default there: TF32, too coarse for M's updates)
+        d = jnp.matmul(z, state.M.T, precision=Precision.HIGHEST)
         return state.mean + state.sigma * d, state.replace(z=z)
 
     def _tell(self, key, state, x, fitness, params):
@@ -127,8 +129,9 @@ class MAES(MeanSigmaStrategy):
         c_s = params.c_sigma
         s = cumulate(state.s, c_s, params.mu_eff, z_w)
         eye = jnp.eye(n, dtype=dtype)
-        zz_w = (zs.T * w) @ zs
+        zz_w = jnp.matmul(zs.T * w, zs, precision=Precision.HIGHEST)
         update = eye + params.c_1 / 2 * (jnp.outer(s, s) - eye) + params.c_w / 2 * (zz_w - eye)
         log_step = c_s / params.d_sigma * (jnp.sqrt(exact_sum(s**2)) / params.chi_n - 1)
         sigma = step_sigma(state.sigma, log_step, params)
-        return self._advance(state, x, fitness, mean=mean, sigma=sigma, s=s, M=state.M @ update)
+        M = jnp.matmul(state.M, update, precision=Precision.HIGHEST)
+        return self._advance(state, x, fitness, mean=mean, sigma=sigma, s=s, M=M)

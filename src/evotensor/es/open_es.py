@@ -23,9 +23,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from jax.lax import Precision
 
 from evotensor.core import rng
 from evotensor.core.fitness_shaping import centered_ranks
+from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.base import check_even
 from evotensor.es.gradient_es import FitnessShaping, GradientES, pair_sum, tell_by_statistics
 
@@ -102,11 +104,48 @@ def sampled_population(
     return x
 
 
+def noise_weighted_sum(
+    key: jax.Array,
+    coeffs: jax.Array,
+    num_dims: int,
+    rows_of: Callable[[jax.Array], jax.Array] | None = None,
+    chunk_bytes: int = NOISE_CHUNK_BYTES,
+) -> jax.Array:
+    """``sum_i coeffs_i r_i``, ``[dims]``, over the rows ``r = rows_of(z)`` of ``z = chunked_normal(key,
+    rows, dims)`` (default ``r = z``), ``coeffs [rows]``, without ever holding ``z``: the noise is drawn
+    again, block by block, from the same keys, and ``rows_of`` (elementwise, ``[b, dims] -> [b, dims]``)
+    is applied to each block.
+
+    The same numbers as :func:`chunked_normal` (block ``b`` from ``fold_in(key, b)``; the padding rows
+    of a partial last block get coefficient 0 and add exact zeros); a small draw is one
+    matrix-vector product. The tell of ``OpenES(regenerate_noise=True)``: it never reads the population.
+    """
+    rows = coeffs.shape[0]
+    rows_of = (lambda z: z) if rows_of is None else rows_of
+    coeffs = coeffs.astype(jnp.float32)
+    per_block = max(1, chunk_bytes // (4 * num_dims))
+    if per_block >= rows:
+        z = rng.normal(key, (rows, num_dims), jnp.float32)
+        return jnp.matmul(coeffs, rows_of(z), precision=Precision.HIGHEST)
+    blocks = -(-rows // per_block)
+    c = jnp.pad(coeffs, (0, blocks * per_block - rows)).reshape(blocks, per_block)
+
+    def body(i, acc):  # chunked_normal's block i
+        z = rng.normal(jax.random.fold_in(key, i), (per_block, num_dims), jnp.float32)
+        return acc + jnp.matmul(c[i], rows_of(z), precision=Precision.HIGHEST)
+
+    return jax.lax.fori_loop(0, blocks, body, jnp.zeros((num_dims,), jnp.float32))
+
+
 @jax.custom_batching.custom_vmap
 def _mirrored_pair_sum_batchable(weights: jax.Array, x: jax.Array) -> jax.Array:
     h = x.shape[0] // 2
     c = weights[:h] - weights[h:]
-    halves = jnp.einsum("ph,phd->pd", jnp.stack([c, -c]), x.reshape(2, h, x.shape[1]))
+    # HIGHEST: exact float32 on GPUs (their default float32 matmul precision is TF32, whose rounding
+    # of the uncentred rows, ~|mean| 2^-11, would swamp the differences between mirrored rows)
+    halves = jnp.einsum(
+        "ph,phd->pd", jnp.stack([c, -c]), x.reshape(2, h, x.shape[1]), precision=Precision.HIGHEST
+    )
     return halves[0] + halves[1]
 
 
@@ -152,7 +191,7 @@ def open_es_sum(x: jax.Array, weights: jax.Array, mean: jax.Array, antithetic: b
     """
     if antithetic:
         return mirrored_pair_sum(weights, x)
-    return weights @ (x - mean)
+    return jnp.matmul(weights, x - mean, precision=Precision.HIGHEST)
 
 
 def open_es_scale(population_size: int, sigma: jax.Array, antithetic: bool) -> jax.Array:
@@ -193,11 +232,25 @@ class OpenES(GradientES):
         fitness_shaping: ``fitness [pop] -> weights [pop]`` (lower = better); default centered
             ranks in ``[-0.5, 0.5]`` (Salimans et al.).
         antithetic: mirrored sampling ``mean +/- sigma*eps`` (default True, Salimans et al.).
+        regenerate_noise: where ``tell`` takes the noise from. False (default): from the population
+            it is given, ``eps_i = (x_i - mean) / sigma`` (pairs: ``(x_i - x_{i+h}) / (2 sigma)``),
+            one read of ``x``. True: ``ask`` keeps its key in the state (``noise_key``; nothing of
+            size ``pop x dims``) and ``tell`` draws the same ``eps`` again from it, block by block
+            (:func:`noise_weighted_sum`), reading ``x`` only for the best-so-far row. Then ``tell``
+            must get the state returned by ``ask`` and the population unchanged (a clipped or
+            repaired population would be credited with the unclipped noise). It trades one read of
+            the population for a second draw of the noise: on the 2-core CPU ~25% more time per
+            generation at d=100,000, pop=1024 (0.69 -> 0.87 s), with the same XLA peak (the
+            population is alive for the evaluation either way; ``benchmarks/results_es_openes.md``).
+            Same noise, each row's perturbation rounded as the row was: the update differs from the
+            default's only in float32 rounding order (the sum; a multiply-add XLA may fuse in one
+            program only). :func:`evotensor.es.sharding.sharded` always uses the rows.
 
     Noise for large populations is drawn in ~8 MiB row blocks (:func:`chunked_normal`) written straight
     into the population (:func:`sampled_population`), and the tell reads the population once without
     copying its halves (:func:`mirrored_pair_sum`), which keeps XLA's temporaries small;
-    :mod:`evotensor.es.sharding` splits the population over devices.
+    :mod:`evotensor.es.sharding` splits the population over devices. No noise is kept between
+    ``ask`` and ``tell`` in either mode.
 
     Example::
 
@@ -220,6 +273,7 @@ class OpenES(GradientES):
         sigma_schedule: Callable[[jax.Array], jax.Array] | None = None,
         fitness_shaping: FitnessShaping = centered_ranks,
         antithetic: bool = True,
+        regenerate_noise: bool = False,
     ):
         super().__init__(
             population_size,
@@ -233,6 +287,7 @@ class OpenES(GradientES):
         self.antithetic = bool(antithetic)
         if self.antithetic:
             check_even(population_size, "antithetic sampling")
+        self.regenerate_noise = bool(regenerate_noise)
 
     # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
     shard_state_fields: tuple[str, ...] = ()
@@ -256,8 +311,53 @@ class OpenES(GradientES):
         grad = stats / open_es_scale(self.population_size, sigma, self.antithetic)
         return self._apply_gradient_row(state, grad, best_row, fitness, sigma)
 
+    # -- ask / tell -----------------------------------------------------------------------------
+    def _init(self, key, params):
+        if not self.regenerate_noise:
+            return super()._init(key, params)
+        # a placeholder until the first ask; an own buffer, as callers may donate the state
+        return OpenESNoiseKeyState(**self._base_fields(), noise_key=jnp.array(key, copy=True))
+
     def _ask(self, key, state, params):
-        return self._sample(key, state, params, self.population_size)
+        x, state = self._sample(key, state, params, self.population_size)
+        if self.regenerate_noise:
+            state = state.replace(noise_key=jnp.array(key, copy=True))
+        return x, state
 
     def _tell(self, key, state, x, fitness, params):
-        return tell_by_statistics(self, key, state, x, fitness, params)
+        if not self.regenerate_noise:
+            return tell_by_statistics(self, key, state, x, fitness, params)
+        weights = self._weights(fitness)
+        sigma, mean = self.sigma(state, params), state.mean
+        # open_es_sum with each row's perturbation rebuilt from its noise, rounded as ask rounded the
+        # row: (x_i - x_{i+h}) = (mean + sigma z_i) - (mean - sigma z_i), or x_i - mean. Once sigma z
+        # is below mean's float32 resolution the rows, and so these differences, are the mean's; the
+        # gradient then stays 0 as from the rows (2 sigma z_i / (2 sigma) would be ~1/sigma noise).
+        if self.antithetic:
+            h = self.population_size // 2
+            coeffs = weights[:h] - weights[h:]
+            rows_of = lambda z: (mean + sigma * z) - (mean - sigma * z)
+        else:
+            coeffs = weights
+            rows_of = lambda z: (mean + sigma * z) - mean
+        stats = noise_weighted_sum(state.noise_key, coeffs, self.num_dims, rows_of)
+        return self._update_from_statistics(key, state, params, stats, None, fitness, x[jnp.argmin(fitness)])
+
+
+@pytree_dataclass
+class OpenESNoiseKeyState:
+    """State of ``OpenES(regenerate_noise=True)``: :class:`~evotensor.es.gradient_es.GradientESState`'s
+    fields and the key of the last ``ask``.
+
+    Attributes:
+        mean, opt_state, generation, best_solution, best_fitness: as in ``GradientESState``.
+        noise_key: the key the last ``ask`` drew its noise from (``init``'s key before the first ask),
+            the only thing ``tell`` needs to draw that noise again.
+    """
+
+    mean: jax.Array
+    opt_state: Any
+    generation: jax.Array
+    best_solution: jax.Array
+    best_fitness: jax.Array
+    noise_key: jax.Array

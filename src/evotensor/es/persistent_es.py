@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from jax.lax import Precision
 
 from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
@@ -52,7 +53,8 @@ class OnlineESState:
 def paired_sum(weights: jax.Array, directions: jax.Array) -> jax.Array:
     """``sum_i directions_i * (w+_i - w-_i)`` ``[dims]``: weights ``[2N]``, directions ``[N, dims]``."""
     n = directions.shape[0]
-    return (weights[:n] - weights[n:]) @ directions
+    # HIGHEST: exact float32 on GPUs, whose default float32 matmul precision is TF32
+    return jnp.matmul(weights[:n] - weights[n:], directions, precision=Precision.HIGHEST)
 
 
 def paired_gradient(weights: jax.Array, directions: jax.Array, sigma: jax.Array) -> jax.Array:

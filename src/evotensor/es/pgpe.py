@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from jax.lax import Precision
 
 from evotensor.core import rng
 from evotensor.core.fitness_shaping import centered_ranks
@@ -79,10 +80,11 @@ def pgpe_sums(
     h = x.shape[0] // 2
     eps = (x[:h] - x[h:]) / 2.0  # [h, dims]
     w_plus, w_minus = weights[:h], weights[h:]
-    sum_mean = ((w_plus - w_minus) / 2.0) @ eps
+    # HIGHEST: exact float32 on GPUs, whose default float32 matmul precision is TF32
+    sum_mean = jnp.matmul((w_plus - w_minus) / 2.0, eps, precision=Precision.HIGHEST)
     safe_sigma = jnp.maximum(sigma, jnp.finfo(jnp.float32).tiny)
     s = (eps**2 - sigma**2) / safe_sigma  # [h, dims]
-    sum_sigma = ((w_plus + w_minus) / 2.0 - baseline) @ s
+    sum_sigma = jnp.matmul((w_plus + w_minus) / 2.0 - baseline, s, precision=Precision.HIGHEST)
     return sum_mean, sum_sigma
 
 

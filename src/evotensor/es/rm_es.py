@@ -27,6 +27,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax.lax import Precision
 
 from evotensor.core import rng
 from evotensor.core.numerics import exact_sum
@@ -132,7 +133,8 @@ class RmES(MeanSigmaStrategy):
         r = rng.normal(kr, (self.population_size, m), dtype) + 0 * state.sigma
         a = jnp.sqrt(1 - params.c_cov)
         powers = a ** jnp.arange(m - 1, -1, -1, dtype=dtype)  # a^(m-j) for j = 1..m
-        low_rank = r * powers @ state.P  # [pop, n]
+        # [pop, n]; HIGHEST: exact float32 on GPUs, whose default float32 matmul precision is TF32
+        low_rank = jnp.matmul(r * powers, state.P, precision=Precision.HIGHEST)
         y = a**m * z + jnp.sqrt(params.c_cov) * low_rank
         return state.mean + state.sigma * y, state
 

@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from jax.lax import Precision
 
 from evotensor.core import rng
 from evotensor.core.evaluation import Evaluation
@@ -217,7 +218,8 @@ def _specialize(
         return base.replace(x_opt=0.75 * x_opt)
     if fn_id in (9, 19):
         # z = c R x + 1/2 has its optimum at z = 1, i.e. x = R^T 1 / (2c).
-        return base.replace(x_opt=base.R.T @ jnp.full((d,), 0.5 / _rosenbrock_scale(d), jnp.float32))
+        half_over_c = jnp.full((d,), 0.5 / _rosenbrock_scale(d), jnp.float32)
+        return base.replace(x_opt=jnp.matmul(base.R.T, half_over_c, precision=Precision.HIGHEST))
     if fn_id == 20:
         return base.replace(x_opt=_SCHWEFEL_XOPT * sign)
     if fn_id == 24:
@@ -283,8 +285,8 @@ def f_pen(x: jax.Array) -> jax.Array:
 
 
 def _rot(x: jax.Array, m: jax.Array) -> jax.Array:
-    """``m @ x`` for every row of ``x [pop, D]``."""
-    return x @ m.T
+    """``m @ x`` for every row of ``x [pop, D]`` (exact float32 products: GPUs default to TF32)."""
+    return jnp.matmul(x, m.T, precision=Precision.HIGHEST)
 
 
 def _rastrigin_core(z: jax.Array) -> jax.Array:

@@ -298,7 +298,9 @@ class EvolutionStrategyEmitter:
         elif self.ranker in ("obj", "2obj"):
             primary = jnp.asarray(objective, jnp.float32)
         else:
-            primary = jnp.asarray(measures, jnp.float32) @ state.direction
+            # HIGHEST: exact float32 on GPUs (default there: TF32), so ranks match the CPU's
+            m = jnp.asarray(measures, jnp.float32)
+            primary = jnp.matmul(m, state.direction, precision=lax.Precision.HIGHEST)
         key = jnp.where(jnp.isnan(primary), -jnp.inf, primary)
         position = jnp.arange(key.shape[0], dtype=jnp.int32)
         if self.ranker.startswith("2"):
