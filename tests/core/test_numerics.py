@@ -9,7 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from evotensor.core.numerics import exact_matmul, exact_matvec, exact_sum, exact_vecmat, rounded
+from evotensor.core.numerics import (
+    deterministic_segment_sum,
+    exact_matmul,
+    exact_matvec,
+    exact_sum,
+    exact_vecmat,
+    rounded,
+    sorted_segment_sum,
+)
 
 finite32 = st.floats(-1e3, 1e3, width=32)
 
@@ -103,3 +111,37 @@ def test_vmapped_products_equal_separate_ones_bitwise(name):
     batched = jax.jit(jax.vmap(g))(a, b)
     for i in range(3):
         np.testing.assert_array_equal(np.asarray(jax.jit(g)(a[i], b[i])), np.asarray(batched[i]))
+
+
+_sorted_segment_sum = jax.jit(sorted_segment_sum, static_argnums=2)
+
+
+@given(
+    st.integers(0, 40).flatmap(
+        lambda n: st.tuples(
+            hnp.arrays(np.float32, (n, 2), elements=finite32),
+            hnp.arrays(np.int32, (n,), elements=st.integers(-1, 6)),  # -1 and 6: outside 0..5, dropped
+        )
+    )
+)
+def test_sorted_segment_sum_equals_float64_segment_sums(args):
+    values, segments = args
+    got = np.asarray(_sorted_segment_sum(jnp.asarray(values), jnp.asarray(segments), 6))
+    assert got.shape == (6, 2)
+    for k in range(6):
+        rows = values[segments == k].astype(np.float64)
+        bound = 1e-6 * np.abs(rows).sum(axis=0) + 1e-30
+        assert np.all(np.abs(got[k] - rows.sum(axis=0)) <= bound)  # 0 for an empty segment
+
+
+def test_deterministic_segment_sum_is_scatter_add_on_cpu_and_repeatable():
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(5000, 3)).astype(np.float32)
+    segments = rng.integers(0, 70, 5000).astype(np.int32)
+    f = jax.jit(deterministic_segment_sum, static_argnums=2)
+    first = np.asarray(f(values, segments, 70))
+    np.testing.assert_array_equal(first, np.asarray(f(values, segments, 70)))  # also on a GPU
+    if jax.default_backend() == "cpu":  # CPU results keep segment_sum's bits
+        np.testing.assert_array_equal(first, np.asarray(jax.ops.segment_sum(values, segments, num_segments=70)))
+    else:
+        np.testing.assert_array_equal(first, np.asarray(_sorted_segment_sum(values, segments, 70)))

@@ -82,3 +82,61 @@ def exact_matvec(m: jax.Array, v: jax.Array) -> jax.Array:
 def exact_matmul(a: jax.Array, b: jax.Array) -> jax.Array:
     """``a [m, k] @ b [k, n] -> [m, n]`` with :func:`exact_sum`; memory ``m * k * n``."""
     return exact_sum(a[:, :, None] * b[None, :, :], axis=1)
+
+
+def sorted_segment_sum(values: jax.Array, segments: jax.Array, num_segments: int) -> jax.Array:
+    """Segment sums in a fixed order on every device: a stable sort by segment, then a segmented
+    ``associative_scan`` (pairwise within a segment, no cancellation between segments), whose last
+    element per segment is written with unique indices (no atomics).
+
+    Args:
+        values: ``[n, ...]`` float array.
+        segments: ``int [n]`` segment of each row; rows outside ``0..num_segments - 1`` are dropped.
+        num_segments: number of segments (static).
+
+    Returns:
+        ``[num_segments, ...]`` sums (0 for empty segments).
+    """
+    n = segments.shape[0]
+    out = jnp.zeros((num_segments,) + values.shape[1:], values.dtype)
+    if n == 0:
+        return out
+    order = jnp.argsort(segments, stable=True)
+    seg = segments[order]
+    vals = values[order]
+    start = jnp.concatenate([jnp.ones((1,), bool), seg[1:] != seg[:-1]])
+    last = jnp.concatenate([seg[1:] != seg[:-1], jnp.ones((1,), bool)])
+
+    def combine(a, b):
+        (fa, va), (fb, vb) = a, b
+        fb_ = fb.reshape(fb.shape + (1,) * (vb.ndim - fb.ndim))
+        return fa | fb, jnp.where(fb_, vb, va + vb)
+
+    _, sums = jax.lax.associative_scan(combine, (start, vals))
+    in_range = (seg >= 0) & (seg < num_segments)
+    target = jnp.where(last & in_range, seg, num_segments + jnp.arange(n, dtype=seg.dtype))  # unique
+    return out.at[target].set(sums, mode="drop", unique_indices=True)
+
+
+def deterministic_segment_sum(values: jax.Array, segments: jax.Array, num_segments: int) -> jax.Array:
+    """``jax.ops.segment_sum`` whose rounding is the same on every run of the same program.
+
+    On a GPU, XLA lowers ``segment_sum`` to a scatter-add with atomics, which add in whatever order
+    the threads arrive, so two runs of one program can differ in the last bits; there this is
+    :func:`sorted_segment_sum`. On a CPU it is ``jax.ops.segment_sum`` (deterministic there), so CPU
+    results keep their bits.
+
+    Args:
+        values: ``[n, ...]`` float array.
+        segments: ``int [n]`` segment of each row, in ``0..num_segments - 1``.
+        num_segments: number of segments (static).
+
+    Returns:
+        ``[num_segments, ...]`` sums (0 for empty segments).
+    """
+    return jax.lax.platform_dependent(
+        values,
+        segments,
+        cpu=lambda v, s: jax.ops.segment_sum(v, s, num_segments=num_segments),
+        default=lambda v, s: sorted_segment_sum(v, s, num_segments),
+    )

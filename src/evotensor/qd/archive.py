@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core import rng
+from evotensor.core.numerics import deterministic_segment_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.centroids import kmeans_centroids, nearest_centroid
 
@@ -262,7 +263,8 @@ class Archive:
             new_threshold = objective
         else:
             count = jax.ops.segment_sum(can.astype(jnp.float32), segment, num_segments=cells + 1)[segment]
-            total = jax.ops.segment_sum(jnp.where(can, objective, 0.0), segment, num_segments=cells + 1)
+            # fixed summation order on a GPU too (its scatter-add is atomic)
+            total = deterministic_segment_sum(jnp.where(can, objective, 0.0), segment, cells + 1)
             ratio = jnp.power(jnp.float32(1.0 - self.learning_rate), count)
             mean = total[segment] / jnp.maximum(count, 1.0)
             new_threshold = ratio * threshold + mean * (1.0 - ratio)

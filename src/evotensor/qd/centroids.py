@@ -26,7 +26,7 @@ import numpy as np
 from jax import lax
 
 from evotensor.core import rng
-from evotensor.core.numerics import exact_sum
+from evotensor.core.numerics import deterministic_segment_sum, exact_sum
 
 _UNIT_ROUNDOFF = 2.0**-24  # float32
 
@@ -208,8 +208,9 @@ def _lloyd(samples: jax.Array, init: jax.Array, iterations: jax.Array, tol: jax.
 
     def cluster_stats(centroids):
         labels = assign(centroids)
-        sums = jax.ops.segment_sum(samples, labels, num_segments=k)
-        counts = jax.ops.segment_sum(jnp.ones(n, jnp.float32), labels, num_segments=k)
+        # fixed summation order on a GPU too (its scatter-add is atomic), so a build is repeatable
+        sums = deterministic_segment_sum(samples, labels, k)
+        counts = jax.ops.segment_sum(jnp.ones(n, jnp.float32), labels, num_segments=k)  # exact integers
         return sums, counts
 
     def step(state):
