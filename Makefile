@@ -9,7 +9,7 @@ TASK   ?= sr-pagie
 ARGS   ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow bench lint clean
+.PHONY: run test test-slow gpu-check lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ test: $(VENV)/.installed-test
 # The slow tier runs long computations, where XLA's full optimizations pay for their compile time.
 test-slow: $(VENV)/.installed-test
 	EVOTENSOR_TEST_DEFAULT_XLA=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m slow $(PYTEST_ARGS)
+
+# The one-command GPU check (benchmarks/gpu_check.py): GPU tests with compiled kernels, then every
+# family's benchmarks; writes gpu_check.json and gpu_check.md to $$OUT or runs/gpu_check. It runs with
+# the venv's Python (install it with the cuda extra: pip install -e ".[test,cuda]"), or with
+# GPU_PYTHON=python3 on a machine whose own Python has JAX with CUDA.
+GPU_PYTHON ?= $(BIN)/python
+gpu-check:
+	PYTHONPATH=$(CURDIR)/src:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) benchmarks/gpu_check.py $(ARGS)
 
 lint: $(VENV)/.installed-test
 	$(BIN)/python -m pip install --quiet -c constraints.txt ruff

@@ -1,0 +1,126 @@
+"""QD section of the one-command GPU check (``benchmarks/gpu_check.py``): MAP-Elites throughput over
+batch sizes.
+
+Case ``map-elites arm 100x100``: the ``qd-arm`` task's search (``evotensor.qd.tasks``: Iso+LineDD
+with iso_sigma 0.01, line_sigma 0.2 from the arm stretched straight, genotypes clipped to [0, 1]) on
+the 100-joint planar arm (``evotensor.problems.qd.Arm``), with a 100 x 100 grid over the end
+position as in ``benchmarks/qd_map_elites.py``; QD score offset -1 (each elite adds 0.5..1).
+
+For each batch size (mode ``"gpu"``: 256, 1024, ..., 262144; ``"cpu"``: 64, 256), one generation is
+``evotensor.core.run.Loop.step`` (ask, evaluate, tell, best-so-far: exactly a generation of
+``evotensor.run``), jitted with the run state donated:
+
+* ``compile_s``: ``lower(...).compile()`` of that generation, timed on its own;
+* ``ms_per_gen``: the median over the generations after the first ``WARMUP`` of one call plus
+  ``jax.block_until_ready`` (so it includes one dispatch and one host sync per generation, which
+  ``evotensor.run``'s compiled chunks of generations avoid);
+* ``evals_per_s``: ``batch / ms_per_gen``;
+* ``coverage`` and ``qd_score`` (pyribs' definitions, ``GridArchive.stats``) after ``generations``
+  generations from ``jax.random.key(0)``. Bigger batches evaluate more per generation, so quality
+  grows with the batch at a fixed generation count.
+
+In ``"gpu"`` mode the sweep stops at the first batch size whose evaluations/s are below
+``PLATEAU_GAIN`` x the best so far (the throughput has plateaued), or once ``BUDGET_S`` seconds of
+timed generations have passed. Needs only the project's own packages.
+
+    .venv/bin/python benchmarks/gpu_check_qd.py cpu      # or gpu; prints one JSON row per line
+    # from Python: sys.path.insert(0, "benchmarks"); import gpu_check_qd; rows = gpu_check_qd.run("cpu")
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+import jax
+import numpy as np
+
+from evotensor.core.run import Loop
+from evotensor.problems.qd import Arm
+from evotensor.qd import GridArchive, IsoLineEmitter, MAPElites
+
+CASE = "map-elites arm 100x100"
+JOINTS, CELLS = 100, (100, 100)
+ISO_SIGMA, LINE_SIGMA = 0.01, 0.2  # the qd-arm task's (pyribs' defaults)
+QD_OFFSET = -1.0
+WARMUP = 2  # generations left out of the median (first calls, allocator warm-up)
+PLATEAU_GAIN = 1.1
+SIZES = {
+    "gpu": dict(batches=(256, 1024, 4096, 16384, 65536, 262144), generations=100, budget_s=40.0),
+    "cpu": dict(batches=(64, 256), generations=8, budget_s=30.0),
+}
+
+
+def measure(batch: int, generations: int, seed: int = 0) -> dict:
+    """One row: compile time, steady ms per generation, evaluations/s and quality after
+    ``generations`` generations of MAP-Elites with ``batch`` candidates per generation."""
+    problem = Arm(num_joints=JOINTS)
+    archive = GridArchive(
+        solution_dim=problem.num_dims, dims=CELLS, ranges=problem.descriptor_ranges, qd_score_offset=QD_OFFSET
+    )
+    emitter = IsoLineEmitter(
+        x0=np.full(problem.num_dims, 0.5, np.float32),
+        iso_sigma=ISO_SIGMA,
+        line_sigma=LINE_SIGMA,
+        batch_size=batch,
+        bounds=problem.bounds,
+    )
+    loop = Loop(MAPElites(archive, [emitter]), problem)
+    params = loop.strategy.default_params()
+    carry, loop_key = loop.init(jax.random.key(seed), params)
+    carry = jax.block_until_ready(carry)
+
+    t0 = time.perf_counter()
+    step = jax.jit(loop.step, donate_argnums=0).lower(carry, loop_key, params).compile()
+    compile_s = time.perf_counter() - t0
+
+    times = []
+    for _ in range(generations):
+        t0 = time.perf_counter()
+        carry, _ = step(carry, loop_key, params)
+        jax.block_until_ready(carry)
+        times.append(time.perf_counter() - t0)
+    ms_per_gen = 1e3 * statistics.median(times[WARMUP:] if len(times) > WARMUP else times)
+    stats = archive.stats(carry.strategy_state.archive)
+    return {
+        "family": "qd",
+        "case": CASE,
+        "batch": batch,
+        "generations": generations,
+        "compile_s": round(compile_s, 3),
+        "ms_per_gen": round(ms_per_gen, 4),
+        "evals_per_s": round(batch / (ms_per_gen / 1e3)),
+        "coverage": round(float(stats["coverage"]), 4),
+        "qd_score": round(float(stats["qd_score"]), 2),
+        "timed_s": round(sum(times), 2),
+        "backend": jax.default_backend(),
+    }
+
+
+def run(mode: str) -> list[dict]:
+    """The QD rows for ``mode`` (``"gpu"``: real sizes; ``"cpu"``: tiny sizes, a few seconds)."""
+    if mode not in SIZES:
+        raise ValueError(f"mode must be 'gpu' or 'cpu', got {mode!r}")
+    cfg = SIZES[mode]
+    rows: list[dict] = []
+    best = 0.0
+    spent = 0.0
+    for batch in cfg["batches"]:
+        row = measure(batch, cfg["generations"])
+        rows.append(row)
+        spent += row["timed_s"]
+        if mode == "gpu" and rows[:-1] and row["evals_per_s"] < PLATEAU_GAIN * best:
+            row["note"] = f"plateau: < {PLATEAU_GAIN} x the best evaluations/s so far; sweep stopped"
+            break
+        best = max(best, row["evals_per_s"])
+        if spent > cfg["budget_s"]:
+            row["note"] = f"time budget ({cfg['budget_s']} s of timed generations) spent; sweep stopped"
+            break
+    return rows
+
+
+if __name__ == "__main__":
+    for r in run(sys.argv[1] if len(sys.argv) > 1 else ("gpu" if jax.default_backend() == "gpu" else "cpu")):
+        print(json.dumps(r), flush=True)

@@ -1,0 +1,53 @@
+"""The one-command GPU check in its tiny CPU mode, so that the script cannot rot between GPU runs."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), ROOT])}
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/gpu_check.py", "--mode", "cpu", "--sections", "tests,gp,es,qd", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert report["meta"]["mode"] == "cpu" and report["meta"]["backend"] == "cpu"
+    rows = report["rows"]
+    errors = [r for r in rows if "error" in r]
+    assert not errors, errors
+    by_section = {}
+    for r in rows:
+        by_section.setdefault(r.get("section"), []).append(r)
+    assert "tests" not in by_section  # the test files run in the default suite on a CPU
+    assert {r["family"] for r in rows} == {"gp", "es", "qd"}
+
+    # the kernel divides exactly like XLA
+    assert by_section["gp-division"][0]["differ"] == 0
+    # against float64, the kernel is no worse than the float32 reference interpreter (up to noise)
+    acc = {r["path"]: r for r in by_section["gp-accuracy"]}
+    assert {"pallas", "jax", "reference_f32", "pallas vs jax"} <= set(acc)
+    assert acc["pallas"]["pred_beyond_1e-4"] <= 2 * acc["reference_f32"]["pred_beyond_1e-4"] + 5
+    assert acc["pallas"]["finiteness_differs"] == acc["reference_f32"]["finiteness_differs"]
+    for r in by_section["gp-fitness"] + by_section["gp-sweep"]:
+        assert r["gpops"] > 0 and r["compile_s"] >= 0 and r["ms"] > 0
+    runs = [r for r in by_section["sr-pagie"] if r["what"].startswith("evotensor.run")]
+    assert len(runs) == 1 and all(np.isfinite(r["best_mse"]) and r["compile_s"] >= 0 for r in runs)
+
+    es_rows = [r for r in rows if r["family"] == "es"]
+    assert es_rows and all(r["ms_per_gen"] > 0 and np.isfinite(r["best_fitness"]) for r in es_rows)
+    qd_rows = [r for r in rows if r["family"] == "qd"]
+    assert qd_rows and all(r["evals_per_s"] > 0 and 0 < r["coverage"] <= 1 for r in qd_rows)
+
+    table = (tmp_path / "gpu_check.md").read_text()
+    assert "## gp-fitness" in table and "## gp-accuracy" in table
