@@ -11,7 +11,9 @@ Cases (mode ``"gpu"``: the issue's sizes; ``"cpu"``: tiny sizes that run in seco
   (``OpenES(regenerate_noise=True)``: tell draws the noise again from ask's key).
 * ``cma-es d=100 pop=256`` (cpu: d=10, pop=16): Rastrigin, mean 3, sigma 2, float32, the settings
   of ``benchmarks/es_cma.py``; a whole run of ``generations`` is one jitted ``lax.scan``. Once as a
-  single run, once as ``x16 seeds`` (cpu: 2) under ``vmap``.
+  single run, once as ``x16 seeds`` (cpu: 2) under ``vmap``. evosax runs twice: with JAX's default
+  matmul precision (TF32 on a GPU) and as ``evosax-highest`` with float32 matmuls at HIGHEST, which
+  is what evotensor's CMA-ES uses (the like-for-like row).
 
 Every case runs its implementations alternately, run by run (A B A B ..., ``rounds`` rounds), after
 one compile each; ``ms_per_gen`` is the median over the rounds of (run time / generations), a run
@@ -34,6 +36,7 @@ evosax rows appear when ``import evosax`` works (on the GPU machine: ``pip insta
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -239,7 +242,9 @@ def _cma_run_fn(impl: str, d: int, pop: int, gens: int):
 def cma_es(mode: str) -> list[dict]:
     cfg = SIZES[mode]
     d, pop, gens, seeds = cfg["cma_dims"], cfg["cma_pop"], cfg["cma_gens"], cfg["seeds"]
-    impls = ["evotensor"] + (["evosax"] if have_evosax() else [])
+    # evosax-highest: evosax with float32 matmuls at HIGHEST precision, as evotensor's CMA-ES runs them
+    # (JAX's default on a GPU is TF32): the like-for-like comparison
+    impls = ["evotensor"] + (["evosax", "evosax-highest"] if have_evosax() else [])
     rows = []
     for batched in (False, True):
         case = f"cma-es d={d} pop={pop}" + (f" x{seeds} seeds (vmap)" if batched else "")
@@ -248,11 +253,15 @@ def cma_es(mode: str) -> list[dict]:
         runners, info = {}, {}
         for impl in impls:
             try:
-                fn = _cma_run_fn(impl, d, pop, gens)
+                fn = _cma_run_fn(impl.removesuffix("-highest"), d, pop, gens)
                 fn = jax.jit(jax.vmap(fn) if batched else fn)
+                highest = impl.endswith("-highest")
                 t0 = time.perf_counter()
-                compiled = fn.lower(arg).compile()
+                with jax.default_matmul_precision("highest") if highest else contextlib.nullcontext():
+                    lowered = fn.lower(arg)
+                compiled = lowered.compile()
                 compile_s = time.perf_counter() - t0
+                allocations = largest_allocations(lowered) if batched and mode == "gpu" else None
                 box = {"best": jax.block_until_ready(compiled(arg))}  # warm-up
             except Exception as e:
                 rows.append(dict(family="es", case=case, impl=impl, error=f"{type(e).__name__}: {e}"[:500]))
@@ -262,9 +271,9 @@ def cma_es(mode: str) -> list[dict]:
                 box["best"] = jax.block_until_ready(compiled(arg))
 
             runners[impl] = run
-            info[impl] = (compile_s, compiled, box)
+            info[impl] = (compile_s, compiled, box, allocations)
         times = _alternate(runners, cfg["rounds"])
-        for impl, (compile_s, compiled, box) in info.items():
+        for impl, (compile_s, compiled, box, allocations) in info.items():
             per_gen = [1e3 * t / gens for t in times[impl]]
             last = np.asarray(box["best"])[..., -1]  # the last generation's best (per seed)
             rows.append(
@@ -278,6 +287,7 @@ def cma_es(mode: str) -> list[dict]:
                     peak_mb=None if peak_mb(compiled) is None else round(peak_mb(compiled), 3),
                     floor_ms=None,
                     best_fitness=float(np.median(last)),
+                    largest_allocations=allocations,
                     rounds=cfg["rounds"],
                     gens_per_run=gens,
                     backend=jax.default_backend(),

@@ -178,6 +178,14 @@ def test_sampled_population_is_the_written_out_draw(mirrored, rows):
     got, want = both(key, mean, scale)
     assert got.shape == (rows, d)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+    # the GPU's form (every block at once) draws the same numbers as the CPU's loop
+    for vec in (False, True):
+        np.testing.assert_array_equal(
+            np.asarray(chunked_normal(key, rows, d, chunk, vectorized=vec)), np.asarray(chunked_normal(key, rows, d, chunk))
+        )
+    at_once = sampled_population(key, mean, scale, rows, mirrored, chunk, vectorized=True)
+    looped = sampled_population(key, mean, scale, rows, mirrored, chunk, vectorized=False)
+    np.testing.assert_allclose(np.asarray(at_once), np.asarray(looped), rtol=1e-6, atol=1e-6)
     if mirrored:
         h = rows // 2  # antithetic: pairs average to the mean
         np.testing.assert_allclose(

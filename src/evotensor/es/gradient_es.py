@@ -206,7 +206,12 @@ class GradientES(VectorStrategy):
         grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
         updates, opt_state = self.optimizer.update(grad, state.opt_state, state.mean)
         mean = optax.apply_updates(state.mean, updates)
+        # the optimizer's state too: a finite but huge gradient (~1/sigma as sigma -> 0; where a GPU
+        # keeps float32 denormals that a CPU flushes) overflows Adam's second moment to inf
         finite = jnp.all(jnp.isfinite(mean))
+        for leaf in jax.tree_util.tree_leaves(opt_state):
+            if jnp.issubdtype(leaf.dtype, jnp.inexact):
+                finite = finite & jnp.all(jnp.isfinite(leaf))
         mean = jnp.where(finite, mean, state.mean)
         opt_state = jax.tree_util.tree_map(
             lambda new, old: jnp.where(finite, new, old), opt_state, state.opt_state
