@@ -110,6 +110,8 @@ def main(argv=None) -> int:
 
     mode = args.mode or ("gpu" if jax.default_backend() == "gpu" else "cpu")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    # a copied working tree may carry an older .git: changed files then show the commit is not the code
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True)
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": str(jax.devices()[0].device_kind),
@@ -118,6 +120,7 @@ def main(argv=None) -> int:
         "backend": jax.default_backend(),
         "mode": mode,
         "commit": commit.stdout.strip() or "?",
+        "changed_tracked_files": len(dirty.stdout.splitlines()),
     }
     rows: list[dict] = []
     for name in [s for s in args.sections.split(",") if s]:

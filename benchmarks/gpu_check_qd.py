@@ -6,7 +6,7 @@ with iso_sigma 0.01, line_sigma 0.2 from the arm stretched straight, genotypes c
 the 100-joint planar arm (``evotensor.problems.qd.Arm``), with a 100 x 100 grid over the end
 position as in ``benchmarks/qd_map_elites.py``; QD score offset -1 (each elite adds 0.5..1).
 
-For each batch size (mode ``"gpu"``: 256, 1024, ..., 262144; ``"cpu"``: 64, 256), one generation is
+For each batch size (mode ``"gpu"``: 256, 1024, ..., 4194304; ``"cpu"``: 64, 256), one generation is
 ``evotensor.core.run.Loop.step`` (ask, evaluate, tell, best-so-far: exactly a generation of
 ``evotensor.run``), jitted with the run state donated:
 
@@ -48,7 +48,7 @@ QD_OFFSET = -1.0
 WARMUP = 2  # generations left out of the median (first calls, allocator warm-up)
 PLATEAU_GAIN = 1.1
 SIZES = {
-    "gpu": dict(batches=(256, 1024, 4096, 16384, 65536, 262144), generations=100, budget_s=40.0),
+    "gpu": dict(batches=(256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304), generations=100, budget_s=40.0),
     "cpu": dict(batches=(64, 256), generations=8, budget_s=30.0),
 }
 

@@ -212,7 +212,8 @@ def test_jitted_generation_holds_about_one_population(regenerate_noise):
     """XLA's buffer assignment for ask -> sphere -> tell: the population plus a few noise blocks of
     ``NOISE_CHUNK_BYTES`` (before, it also held the noise and two half-population copies: ~2.5
     populations plus the blocks; at d=100,000, pop=1024 1027 MB, now 458 MB). The same with the
-    noise drawn again in the tell: the population is alive for the evaluation either way."""
+    noise drawn again in the tell. (On a GPU, XLA fuses the draw into the evaluation and the tell and
+    keeps only half the noise: 0.6 populations on an H200, 2026-11-26; so no lower bound.)"""
     from evotensor.es.open_es import NOISE_CHUNK_BYTES
 
     pop, d = 1024, 20_000  # noise drawn in 4 blocks of 104 rows and a partial one
@@ -229,7 +230,7 @@ def test_jitted_generation_holds_about_one_population(regenerate_noise):
     compiled = jax.jit(generation, donate_argnums=0).lower(state, jax.random.key(1)).compile()
     population_bytes = pop * d * 4
     temp = compiled.memory_analysis().temp_size_in_bytes
-    assert population_bytes <= temp < population_bytes + 8 * NOISE_CHUNK_BYTES, temp / population_bytes
+    assert temp < population_bytes + 8 * NOISE_CHUNK_BYTES, temp / population_bytes
 
 
 def test_grad_through_mirrored_pair_sum_matches_its_bilinear_derivative():
