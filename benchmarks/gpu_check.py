@@ -85,7 +85,9 @@ def _section(name: str, mode: str) -> list[dict]:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = [f"# GPU check — {meta['date']}, {meta['device']}", ""]
-    lines.append(f"jax {meta['jax']}, backend {meta['backend']}, mode {meta['mode']}, commit {meta['commit']}")
+    lines.append(
+        f"jax {meta['jax']}, backend {meta['backend']}, mode {meta['mode']}, commit {meta['commit']}"
+    )
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(str(r.get("section", r.get("family", "?"))), []).append(r)
@@ -98,7 +100,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--mode", choices=("gpu", "cpu"), default=None, help="default: gpu if JAX sees one")
     parser.add_argument("--sections", default="tests,gp,es,qd")
     parser.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "runs", "gpu_check"))
@@ -111,9 +115,11 @@ def main(argv=None) -> int:
     mode = args.mode or ("gpu" if jax.default_backend() == "gpu" else "cpu")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     # a copied working tree may carry an older .git: changed files then show the commit is not the code
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+    )
     meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "device": str(jax.devices()[0].device_kind),
         "host": platform.node(),
         "jax": jax.__version__,
@@ -126,7 +132,11 @@ def main(argv=None) -> int:
     for name in [s for s in args.sections.split(",") if s]:
         t0 = time.perf_counter()
         try:
-            rows += run_tests(mode, args.workers, args.test_files.split(","), args.out) if name == "tests" else _section(name, mode)
+            rows += (
+                run_tests(mode, args.workers, args.test_files.split(","), args.out)
+                if name == "tests"
+                else _section(name, mode)
+            )
         except Exception as e:  # one broken section must not hide the others
             rows.append({"section": name, "error": f"{type(e).__name__}: {e}"[:2000]})
         print(f"[gpu_check] {name}: {time.perf_counter() - t0:.1f} s", flush=True)

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from gp_eval import SETS, random_trees  # noqa: E402
 
 from evotensor.gp import FunctionSet  # noqa: E402
-from evotensor.gp.evaluate import evaluate, fitness  # noqa: E402
+from evotensor.gp.evaluate import evaluate  # noqa: E402
 from evotensor.gp.functions import CONST, VAR  # noqa: E402
 
 
@@ -125,13 +125,13 @@ def accuracy(mode):
         with np.errstate(all="ignore"):
             mse64 = np.mean((ref64 - y[None]) ** 2, axis=1)
         paths = {
-            "pallas": lambda: evaluate(forest, X, fs, backend="pallas"),
-            "jax": lambda: evaluate(forest, X, fs, backend="jax"),
+            "pallas": lambda X=X: evaluate(forest, X, fs, backend="pallas"),
+            "jax": lambda X=X: evaluate(forest, X, fs, backend="jax"),
         }
         if n * n_trees <= 1_000_000:
             from evotensor.gp.reference import reference_eval
 
-            paths["reference_f32"] = lambda: reference_eval(forest, X, fs, 1)
+            paths["reference_f32"] = lambda X=X: reference_eval(forest, X, fs, 1)
         preds = {}
         for name, fn in paths.items():
             preds[name] = np.asarray(fn())[..., 0]
@@ -184,7 +184,14 @@ def division(mode):
         )(a, b)
     )
     same = (got.view(np.int32) == xla.view(np.int32)) | (np.isnan(got) & np.isnan(xla))
-    rows = [{"section": "gp-division", "what": "Pallas a / b vs XLA, bitwise", "n": n, "differ": int((~same).sum())}]
+    rows = [
+        {
+            "section": "gp-division",
+            "what": "Pallas a / b vs XLA, bitwise",
+            "n": n,
+            "differ": int((~same).sum()),
+        }
+    ]
     # float32 denormals: kept or flushed to zero by XLA and by the kernel (x * 1 for x = 1e-40)
     tiny = jnp.full((1024,), 1e-40, jnp.float32)
     one = jnp.ones((1024,), jnp.float32)
@@ -205,7 +212,14 @@ def division(mode):
             compiler_params=pallas_kernel._compiler_params(None),
         )(tiny, one)[0]
     )
-    rows.append({"section": "gp-division", "what": "1e-40 * 1 (denormal kept?)", "xla": xla_tiny, "kernel": kernel_tiny})
+    rows.append(
+        {
+            "section": "gp-division",
+            "what": "1e-40 * 1 (denormal kept?)",
+            "xla": xla_tiny,
+            "kernel": kernel_tiny,
+        }
+    )
     return rows
 
 
@@ -213,7 +227,15 @@ def throughput(mode):
     names = SETS["sr"]
     fs = FunctionSet(names)
     if mode == "gpu":
-        grid = [(1000, 676), (5000, 676), (1000, 4096), (5000, 4096), (1000, 32768), (5000, 32768), (5000, 262144)]
+        grid = [
+            (1000, 676),
+            (5000, 676),
+            (1000, 4096),
+            (5000, 4096),
+            (1000, 32768),
+            (5000, 32768),
+            (5000, 262144),
+        ]
         sweep_cases = [(5000, 676), (5000, 32768)]
         sweep = [(tb, rb, w) for tb in (1, 4, 16) for rb in (128, 512) for w in (None,)]
         repeats = 5
@@ -247,7 +269,9 @@ def throughput(mode):
         for tb, rb, w in sweep:
             scheme = "data_parallel" if tb == 1 else "hybrid"
             kw = dict(scheme=scheme, tree_block=tb, row_block=rb, num_warps=w)
-            rows.append({"section": "gp-sweep", "config": f"tb{tb} rb{rb} w{w or 'auto'}", **one(pop, n, **kw)})
+            rows.append(
+                {"section": "gp-sweep", "config": f"tb{tb} rb{rb} w{w or 'auto'}", **one(pop, n, **kw)}
+            )
     return rows
 
 
@@ -318,7 +342,14 @@ def sr_pagie(mode):
         ("tell", lambda: tell(k, state, forest, ev, params)),
     ):
         c, r = _compile_and_time(fn, 10)
-        rows.append({"section": "sr-pagie", "what": f"{name} alone", "compile_s": round(c, 3), "ms": round(1e3 * r, 3)})
+        rows.append(
+            {
+                "section": "sr-pagie",
+                "what": f"{name} alone",
+                "compile_s": round(c, 3),
+                "ms": round(1e3 * r, 3),
+            }
+        )
     # where a compiled chunk spends its time on the device
     if mode == "gpu":
         with tempfile.TemporaryDirectory() as d:

@@ -48,7 +48,9 @@ QD_OFFSET = -1.0
 WARMUP = 2  # generations left out of the median (first calls, allocator warm-up)
 PLATEAU_GAIN = 1.1
 SIZES = {
-    "gpu": dict(batches=(256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304), generations=100, budget_s=40.0),
+    "gpu": dict(
+        batches=(256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304), generations=100, budget_s=40.0
+    ),
     "cpu": dict(batches=(64, 256), generations=8, budget_s=30.0),
 }
 

@@ -13,7 +13,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), ROOT])}
     proc = subprocess.run(
-        [sys.executable, "benchmarks/gpu_check.py", "--mode", "cpu", "--sections", "tests,gp,es,qd", "--out", str(tmp_path)],
+        [
+            sys.executable,
+            "benchmarks/gpu_check.py",
+            "--mode",
+            "cpu",
+            "--sections",
+            "tests,gp,es,qd",
+            "--out",
+            str(tmp_path),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -142,6 +142,8 @@ def test_deterministic_segment_sum_is_scatter_add_on_cpu_and_repeatable():
     first = np.asarray(f(values, segments, 70))
     np.testing.assert_array_equal(first, np.asarray(f(values, segments, 70)))  # also on a GPU
     if jax.default_backend() == "cpu":  # CPU results keep segment_sum's bits
-        np.testing.assert_array_equal(first, np.asarray(jax.ops.segment_sum(values, segments, num_segments=70)))
+        np.testing.assert_array_equal(
+            first, np.asarray(jax.ops.segment_sum(values, segments, num_segments=70))
+        )
     else:
         np.testing.assert_array_equal(first, np.asarray(_sorted_segment_sum(values, segments, 70)))

@@ -181,7 +181,8 @@ def test_sampled_population_is_the_written_out_draw(mirrored, rows):
     # the GPU's form (every block at once) draws the same numbers as the CPU's loop
     for vec in (False, True):
         np.testing.assert_array_equal(
-            np.asarray(chunked_normal(key, rows, d, chunk, vectorized=vec)), np.asarray(chunked_normal(key, rows, d, chunk))
+            np.asarray(chunked_normal(key, rows, d, chunk, vectorized=vec)),
+            np.asarray(chunked_normal(key, rows, d, chunk)),
         )
     at_once = sampled_population(key, mean, scale, rows, mirrored, chunk, vectorized=True)
     looped = sampled_population(key, mean, scale, rows, mirrored, chunk, vectorized=False)

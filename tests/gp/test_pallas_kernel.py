@@ -12,10 +12,10 @@ from tests.gp.eval_helpers import (
     ArrayForest,
     assert_matches_reference,
     assert_same_values,
+    decision_is_stable,
     random_data,
     random_forest,
     random_tree,
-    decision_is_stable,
     tree_to_arrays,
     well_conditioned,
 )

@@ -90,12 +90,8 @@ def de_draws(key: jax.Array, population_size: int, num_dims: int) -> DEDraws:
     k1, k2, k3, ku, kj = jax.random.split(key, 5)
     i = jnp.arange(population_size, dtype=jnp.int32)
     a = _skip(rng.randint(k1, (population_size,), 0, population_size - 1, jnp.int32), i[:, None])
-    b = _skip(
-        rng.randint(k2, (population_size,), 0, population_size - 2, jnp.int32), jnp.stack([i, a], 1)
-    )
-    c = _skip(
-        rng.randint(k3, (population_size,), 0, population_size - 3, jnp.int32), jnp.stack([i, a, b], 1)
-    )
+    b = _skip(rng.randint(k2, (population_size,), 0, population_size - 2, jnp.int32), jnp.stack([i, a], 1))
+    c = _skip(rng.randint(k3, (population_size,), 0, population_size - 3, jnp.int32), jnp.stack([i, a, b], 1))
     return DEDraws(
         donors=jnp.stack([a, b, c], axis=1),
         crossover_u=rng.uniform(ku, (population_size, num_dims), jnp.float32),

@@ -380,10 +380,7 @@ def _prepare(forest: Any, X: jax.Array, fs: FunctionSet, scheme: str, tree_block
         trees=trees,
         launches=launches,
         XT=XT,
-        tb=tb,
-        rb=rb,
-        n_tb=n_tb,
-        n_rb=n_rb,
+        grid=(tb, rb, n_tb, n_rb),
         pop=pop,
         n_points=n_points,
         pad_r=pad_r,
@@ -405,11 +402,10 @@ def _compiler_params(num_warps, row_block=None):
     return plgpu.CompilerParams(num_warps=num_warps)
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("fs", "n_outputs", "tb", "rb", "n_tb", "n_rb", "stack", "interpret", "num_warps"),
-)
-def _predict_call(trees, lengths, ok, XT, fs, n_outputs, tb, rb, n_tb, n_rb, stack, interpret, num_warps):
+@functools.partial(jax.jit, static_argnames=("fs", "n_outputs", "grid", "stack", "interpret", "num_warps"))
+def _predict_call(trees, lengths, ok, XT, fs, n_outputs, grid, stack, interpret, num_warps):
+    """One launch of the predict kernel; ``grid = (tree_block, row_block, n_tree_blocks, n_row_blocks)``."""
+    tb, rb, n_tb, n_rb = grid
     max_len = trees[0].shape[1]
     n_vars = XT.shape[0]
     kernel = functools.partial(_predict_kernel, fs, _kernel_functions(fs), n_outputs, stack)
@@ -427,12 +423,13 @@ def _predict_call(trees, lengths, ok, XT, fs, n_outputs, tb, rb, n_tb, n_rb, sta
 
 
 @functools.partial(
-    jax.jit,
-    static_argnames=("fs", "n_outputs", "metric", "tb", "rb", "n_tb", "n_rb", "stack", "interpret", "num_warps"),
+    jax.jit, static_argnames=("fs", "n_outputs", "metric", "grid", "stack", "interpret", "num_warps")
 )
 def _fitness_call(
-    trees, lengths, ok, XT, yT, valid, fs, n_outputs, metric, tb, rb, n_tb, n_rb, stack, interpret, num_warps
+    trees, lengths, ok, XT, yT, valid, fs, n_outputs, metric, grid, stack, interpret, num_warps
 ):
+    """One launch of the fitness kernel (stage 1) and the fixed-order sum over row blocks (stage 2)."""
+    tb, rb, n_tb, n_rb = grid
     max_len = trees[0].shape[1]
     n_vars, n_y = XT.shape[0], yT.shape[0]
     groups = _kernel_functions(fs)
@@ -518,10 +515,7 @@ def evaluate_pallas(
             p["XT"],
             fs,
             n_outputs,
-            p["tb"],
-            p["rb"],
-            p["n_tb"],
-            p["n_rb"],
+            p["grid"],
             stack,
             _interpret(interpret),
             num_warps,
@@ -577,7 +571,8 @@ def fitness_pallas(
     pad_r = p["pad_r"]
     # rows padded to whole blocks; regression targets also to a power-of-two output axis (Triton)
     yP = jnp.pad(yT, ((0, _next_pow2(yT.shape[0]) - yT.shape[0]), (0, pad_r)))
-    valid = (jnp.arange(p["n_rb"] * p["rb"]) < p["n_points"]).astype(jnp.float32)[None]
+    _, rb, _, n_rb = p["grid"]
+    valid = (jnp.arange(n_rb * rb) < p["n_points"]).astype(jnp.float32)[None]
     # mse, rmse and r2 share their row terms (they differ in finalize_metric): one compiled kernel
     kernel_metric = "mse" if metric in ("mse", "rmse", "r2") else metric
     term_sum = bad_sum = None
@@ -592,10 +587,7 @@ def fitness_pallas(
             fs,
             n_out,
             kernel_metric,
-            p["tb"],
-            p["rb"],
-            p["n_tb"],
-            p["n_rb"],
+            p["grid"],
             stack,
             _interpret(interpret),
             num_warps,

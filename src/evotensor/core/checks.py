@@ -1,0 +1,88 @@
+"""The library's one set of argument checks: each names the argument and the value it got.
+
+Constructors call these at construction time, so bad input fails there with a clear message
+instead of deep inside a compiled program. A failed check raises :class:`ArgumentError`, which is
+both a ``ValueError`` and a ``TypeError`` (a wrong type and a wrong value are reported alike, and
+code that catches either keeps working).
+
+Example::
+
+    from evotensor.core.checks import check_int, check_positive
+
+    pop = check_int(population_size, "population_size", minimum=2)
+    sigma = check_positive(sigma_init, "sigma_init")
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ArgumentError", "check_choice", "check_fraction", "check_int", "check_positive", "check_ranges"]
+
+
+class ArgumentError(ValueError, TypeError):
+    """A bad argument; the message names it and shows the value."""
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        if not (isinstance(value, np.ndarray) and value.ndim == 0 and np.issubdtype(value.dtype, np.number)):
+            raise ArgumentError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def check_int(value: Any, name: str, minimum: int | None = 1, maximum: int | None = None) -> int:
+    """``value`` as an ``int`` in ``[minimum, maximum]`` (``None``: unbounded); bools are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ArgumentError(f"{name} must be an int, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ArgumentError(f"{name} must be an int >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ArgumentError(f"{name} must be an int <= {maximum}, got {value!r}")
+    return int(value)
+
+
+def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:
+    """``value`` as a finite ``float`` ``> 0`` (``>= 0`` with ``allow_zero``); NaN and inf are refused."""
+    x = _number(value, name)
+    if not (math.isfinite(x) and (x >= 0.0 if allow_zero else x > 0.0)):
+        raise ArgumentError(f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return x
+
+
+def check_fraction(value: Any, name: str, allow_zero: bool = False) -> float:
+    """``value`` as a ``float`` in ``(0, 1]`` (``[0, 1]`` with ``allow_zero``)."""
+    x = _number(value, name)
+    if not ((0.0 <= x if allow_zero else 0.0 < x) and x <= 1.0):
+        raise ArgumentError(f"{name} must be in {'[0, 1]' if allow_zero else '(0, 1]'}, got {value!r}")
+    return x
+
+
+def check_choice(value: Any, name: str, choices: Sequence[Any]) -> Any:
+    """``value`` if it is one of ``choices``."""
+    if value not in tuple(choices):
+        raise ArgumentError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_ranges(ranges: Any, name: str = "ranges", count: int | None = None) -> tuple[tuple[float, float], ...]:
+    """``ranges`` as a non-empty tuple of finite ``(low, high)`` float pairs with ``low < high``
+    (exactly ``count`` of them if given)."""
+    if isinstance(ranges, (str, bytes)) or not hasattr(ranges, "__len__") or len(ranges) < 1:
+        raise ArgumentError(f"{name} must be a non-empty sequence of (low, high) pairs, got {ranges!r}")
+    out = []
+    for i, pair in enumerate(ranges):
+        values = tuple(pair) if hasattr(pair, "__len__") and not isinstance(pair, (str, bytes)) else ()
+        if len(values) != 2:
+            raise ArgumentError(f"{name}[{i}] must be a (low, high) pair of numbers, got {pair!r}")
+        low, high = (_number(v, f"{name}[{i}]") for v in values)
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ArgumentError(f"{name}[{i}] must be finite with low < high, got {pair!r}")
+        out.append((low, high))
+    if count is not None and len(out) != count:
+        raise ArgumentError(f"{name} must have {count} (low, high) pairs, got {len(out)}")
+    return tuple(out)
