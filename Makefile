@@ -9,7 +9,7 @@ TASK   ?= sr-pagie
 ARGS   ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test test-slow gpu-check lint clean
+.PHONY: run test test-slow gpu-check bench-venvs lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ test-slow: $(VENV)/.installed-test
 GPU_PYTHON ?= $(BIN)/python
 gpu-check:
 	PYTHONPATH=$(CURDIR)/src:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) benchmarks/gpu_check.py $(ARGS)
+
+# The anchors' own virtual environments for the side-by-side benchmarks (benchmarks/bench_venvs.py),
+# under $$EVOTENSOR_BENCH_VENVS or .bench/venvs; VENVS="es qd" creates only those groups.
+VENVS ?=
+bench-venvs: | $(BIN)/python
+	$(BIN)/python benchmarks/bench_venvs.py $(VENVS)
 
 lint: $(VENV)/.installed-test
 	$(BIN)/python -m pip install --quiet -c constraints.txt ruff

@@ -17,11 +17,11 @@ what the lazy update saves, batched over seeds too.
 Competitors live in separate venvs and the driver runs each with that venv's interpreter, one after
 the other:
 
-* evosax: /work/bench-venvs/es (`pip install evosax jax`);
-* EvoTorch: /work/bench-venvs/evotorch (`pip install evotorch` over a CPU torch wheel). EvoTorch
+* evosax: the `es` venv of `benchmarks/bench_venvs.py` (`make bench-venvs`);
+* EvoTorch: the `evotorch` venv (`evotorch` over a CPU torch wheel). EvoTorch
   runs eagerly (no compile) and has no batching over seeds, so its "16 seeds" row runs 16 runs one
   after the other; its warm-up is the first generation;
-* EvoX 1.x (PyTorch): /work/bench-venvs/evox (`pip install evox` over a CPU torch wheel). One
+* EvoX 1.x (PyTorch): the `evox` venv (`evox` over a CPU torch wheel). One
   generation is `use_state(StdWorkflow.step)` under `evox.core.compile` (torch.compile); 16 seeds
   are `evox.core.vmap(..., randomness="different")` over stacked workflow states, compiled.
 
@@ -40,6 +40,8 @@ import argparse
 import json
 import os
 
+from bench_venvs import venv_python
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy/jaxlib load OpenBLAS; see above
 import platform
 import subprocess
@@ -48,9 +50,9 @@ import tempfile
 import time
 
 DIMS, POP, GENS, SEEDS = 100, 256, 300, 16
-EVOSAX_PYTHON = "/work/bench-venvs/es/bin/python"
-EVOTORCH_PYTHON = "/work/bench-venvs/evotorch/bin/python"
-EVOX_PYTHON = "/work/bench-venvs/evox/bin/python"
+EVOSAX_PYTHON = venv_python("es")
+EVOTORCH_PYTHON = venv_python("evotorch")
+EVOX_PYTHON = venv_python("evox")
 COMPETITORS = (("evosax", EVOSAX_PYTHON), ("evotorch", EVOTORCH_PYTHON), ("evox", EVOX_PYTHON))
 
 

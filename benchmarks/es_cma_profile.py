@@ -4,9 +4,9 @@ Workload (issue 4): CMA-ES d=100, population 256 (``--pop``), Rastrigin, float32
 ``--seeds`` runs vmapped. Only the jitted generation step (ask, evaluate, tell) is timed, not a
 whole ``lax.scan``. The shared 2-core machine
 makes single timings swing by several x, so the driver keeps one worker process per library alive
-(evotensor in this venv, evosax in ``/work/bench-venvs/es``), both compiled and warm, and runs MANY
-short rounds alternately (A B, B A, ...). Each round is ``--steps`` calls of the step and is timed
-in process CPU time (and wall time); the figure reported is the median over rounds of the paired
+(evotensor in this venv, evosax in the ``es`` venv of ``bench_venvs.py``), both compiled and warm,
+and runs MANY short rounds alternately (A B, B A, ...). Each round is ``--steps`` calls of the step
+and is timed in process CPU time (and wall time); the figure reported is the median over rounds of the paired
 ratio evotensor / evosax, with the 25-75 % range, so that load changes between rounds cancel.
 
     .venv/bin/python benchmarks/es_cma_profile.py --blas-threads 1   # paired rounds + HLO stats
@@ -41,8 +41,10 @@ import subprocess
 import sys
 import time
 
+from bench_venvs import venv_python
+
 DIMS, POP, GENS = 100, 256, 300
-EVOSAX_PYTHON = "/work/bench-venvs/es/bin/python"
+EVOSAX_PYTHON = venv_python("es")
 
 
 def rastrigin(jnp, x):

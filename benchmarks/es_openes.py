@@ -2,11 +2,11 @@
 
 Each implementation runs in its own process (so peak RSS is comparable), one after the other:
 evotensor with the project venv, each competitor with its own benchmark venv (never installed into
-the project): evosax ``/work/bench-venvs/es``, EvoTorch ``/work/bench-venvs/evotorch``, EvoX
-``/work/bench-venvs/evox`` (both over a CPU-only torch wheel). One generation = ask + sphere
-evaluation ``sum((x-1)^2)`` + tell; the state is carried between calls. Same configuration for all:
-antithetic (mirrored) sampling, centered-rank shaping, Adam(1e-3), constant sigma 0.02, float32,
-mean starting at 0.
+the project): evosax, EvoTorch and EvoX in the ``es``, ``evotorch`` and ``evox`` venvs of
+``bench_venvs.py`` (``make bench-venvs``; the torch ones over a CPU-only torch wheel). One
+generation = ask + sphere evaluation ``sum((x-1)^2)`` + tell; the state is carried between calls.
+Same configuration for all: antithetic (mirrored) sampling, centered-rank shaping, Adam(1e-3),
+constant sigma 0.02, float32, mean starting at 0.
 
 * evotensor / evosax: the generation is jitted as one function, state donated.
 * EvoTorch 0.6 has no OpenAI-ES class; its ``PGPE`` with ``symmetric=True``,
@@ -51,11 +51,13 @@ import sys
 import tempfile
 import time
 
+from bench_venvs import venv_python
+
 DIMS = 100_000
 POP = 1024
-EVOSAX_PYTHON = "/work/bench-venvs/es/bin/python"
-EVOTORCH_PYTHON = "/work/bench-venvs/evotorch/bin/python"
-EVOX_PYTHON = "/work/bench-venvs/evox/bin/python"
+EVOSAX_PYTHON = venv_python("es")
+EVOTORCH_PYTHON = venv_python("evotorch")
+EVOX_PYTHON = venv_python("evox")
 PYTHONS = {"evosax": EVOSAX_PYTHON, "evotorch": EVOTORCH_PYTHON, "evox": EVOX_PYTHON}
 TORCH_IMPLS = ("evotorch", "evox")
 

@@ -22,7 +22,7 @@ Both wall time and process CPU time are reported (best of the repeats): on a sha
 CPU time is the steadier figure (for multi-threaded runs it sums the threads).
 
 The competitors run in a separate venv (``--competitor-python``, default
-``/work/bench-venvs/gp/bin/python``, with ``pip install gplearn pyoperon deap``); this script calls
+the ``gp`` venv of ``bench_venvs.py``, ``make bench-venvs VENVS=gp``); this script calls
 itself there with ``--worker``. Usage::
 
     .venv/bin/python benchmarks/gp_eval.py                 # everything
@@ -42,6 +42,7 @@ import tempfile
 import time
 
 import numpy as np
+from bench_venvs import venv_python
 
 SETS = {"sr": ("add", "sub", "mul", "div", "sin", "cos", "tan"), "arith": ("add", "sub", "mul", "div")}
 ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "sin": 1, "cos": 1, "tan": 1}
@@ -302,7 +303,7 @@ def main():
     ap.add_argument("--sets", default="sr,arith")
     ap.add_argument("--data", default="pagie1,random4096")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--competitor-python", default="/work/bench-venvs/gp/bin/python")
+    ap.add_argument("--competitor-python", default=venv_python("gp"))
     ap.add_argument("--no-competitors", action="store_true")
     ap.add_argument("--backends", default="native,jax", help="evotensor's CPU paths to time")
     ap.add_argument(

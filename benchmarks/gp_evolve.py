@@ -13,7 +13,7 @@ then the compiled run). The EvoGP paper's Table VI (pop 5000, 100 generations) g
 * gplearn 0.4 (``SymbolicRegressor``, one process): the same population, generations, function
   set, constant range and init depths; metric ``mse``; its own defaults otherwise (tournament 20,
   parsimony 0.001, protected division). It runs in a separate venv (``--competitor-python``, default
-  ``/work/bench-venvs/gp/bin/python``); this script calls itself there with ``--worker``.
+  the ``gp`` venv of ``bench_venvs.py``); this script calls itself there with ``--worker``.
   ``--gplearn-generations`` runs it for fewer generations (its per-generation time is reported).
 * DEAP 1.4 (same venv, ``pip install deap``), its symbolic-regression example's setup:
   ``eaSimple`` with crossover 0.5 / mutation 0.1, tournament 7, ``cxOnePoint``, ``mutUniform``
@@ -46,6 +46,7 @@ import subprocess
 import time
 
 import numpy as np
+from bench_venvs import venv_python
 
 FUNCTIONS = ("add", "sub", "mul", "div", "sin", "cos", "tan")
 
@@ -261,7 +262,7 @@ def main() -> None:
     ap.add_argument("--gplearn-generations", type=int, default=None, help="default: --generations")
     ap.add_argument("--competitors", nargs="*", choices=["gplearn", "deap"], default=["gplearn", "deap"])
     ap.add_argument("--no-competitors", action="store_true")
-    ap.add_argument("--competitor-python", default="/work/bench-venvs/gp/bin/python")
+    ap.add_argument("--competitor-python", default=venv_python("gp"))
     ap.add_argument("--json", default=None, help="append one JSON line per run to this file")
     ap.add_argument(
         "--compile-cache",

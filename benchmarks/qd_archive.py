@@ -42,7 +42,7 @@ after every batch: ``status``, ``value``, the cell index, the occupied cells and
 objective, solution, measures and threshold, bit for bit. Once with plain MAP-Elites thresholds and
 once with CMA-MAE ones (``learning_rate=0.1, threshold_min=-1``).
 
-pyribs and QDax live in /work/bench-venvs/qd (``pip install ribs qdax jax==0.10.2 jaxlib==0.10.2``);
+pyribs and QDax live in the ``qd`` venv of ``bench_venvs.py`` (``make bench-venvs VENVS=qd``);
 the driver runs each in its own interpreter, one after the other. OpenBLAS is pinned to one thread
 as in es_cma.py (nothing here calls LAPACK; it keeps the processes comparable).
 """
@@ -52,6 +52,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+
+from bench_venvs import venv_python
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads; see es_cma.py
 import copy
@@ -64,7 +66,7 @@ import time
 
 import numpy as np
 
-QD_PYTHON = "/work/bench-venvs/qd/bin/python"
+QD_PYTHON = venv_python("qd")
 SOLUTION_DIM = 10
 LOW, HIGH = -1.0, 1.0
 GRIDS = ((32, 32), (100, 100), (316, 316))

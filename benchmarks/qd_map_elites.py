@@ -40,7 +40,7 @@ Timing: seconds per generation in the steady state, wall and process CPU time.
 
 QDax's cell lookup is a brute-force nearest centroid over all 10^4 cells for every candidate,
 ~0.2 s per generation here, so by default it runs one seed (``--qdax-seeds`` for more); the others
-run three. pyribs and QDax live in /work/bench-venvs/qd (see qd_archive.py).
+run three. pyribs and QDax live in the ``qd`` venv of ``bench_venvs.py``.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+
+from bench_venvs import venv_python
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads; see es_cma.py
 import functools
@@ -58,7 +60,7 @@ import time
 
 import numpy as np
 
-QD_PYTHON = "/work/bench-venvs/qd/bin/python"
+QD_PYTHON = venv_python("qd")
 JOINTS, DIMS, BATCH, GENS = 100, (100, 100), 1024, 1000
 ISO_SIGMA, LINE_SIGMA = 0.005, 0.05
 QD_OFFSET = -1.0  # pyribs' sign: subtracted from every objective

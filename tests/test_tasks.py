@@ -36,3 +36,54 @@ def test_duplicate_registration_is_refused():
         @register_task("test-duplicate", "again")
         def build_again(cfg):
             raise AssertionError("never built")
+
+
+def test_registry_discovers_each_familys_tasks_module():
+    from evotensor.tasks import all_tasks, task_modules
+
+    assert task_modules() == ("evotensor.es.tasks", "evotensor.gp.tasks", "evotensor.qd.tasks")
+    families = {name.split("-")[0] for name in all_tasks()}
+    assert {"es", "sr", "qd"} <= families  # (other tests may register tasks of their own)
+
+
+def test_moved_task_modules_still_answer_with_a_deprecation_warning():
+    import importlib
+
+    from evotensor.es import tasks as es_tasks
+
+    for old in ("evotensor.problems.es_tasks", "evotensor.problems.classic_tasks"):
+        module = importlib.import_module(old)
+        with pytest.warns(DeprecationWarning, match="moved to evotensor.es.tasks"):
+            assert module.build_classic is es_tasks.build_classic
+        with pytest.raises(AttributeError):
+            module.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "helper, value, ok",
+    [
+        ("positive_int_option", 3, 3),
+        ("positive_int_option", 0, None),
+        ("positive_int_option", True, None),
+        ("positive_int_option", 2.0, None),
+        ("positive_float_option", 0.5, 0.5),
+        ("positive_float_option", 2, 2.0),
+        ("positive_float_option", float("inf"), None),
+        ("positive_float_option", -1.0, None),
+        ("hidden_sizes_option", "32,16", (32, 16)),
+        ("hidden_sizes_option", 8, (8,)),
+        ("hidden_sizes_option", [4, 4], (4, 4)),
+        ("hidden_sizes_option", "a,b", None),
+        ("hidden_sizes_option", [4, 0], None),
+    ],
+)
+def test_option_helpers_accept_good_values_and_name_the_option_otherwise(helper, value, ok):
+    import evotensor.tasks as tasks
+
+    fn = getattr(tasks, helper)
+    name = "hidden" if helper == "hidden_sizes_option" else "width"
+    if ok is None:
+        with pytest.raises(ValueError, match=f"option {name} must be"):
+            fn({name: value}, name)
+    else:
+        assert fn({name: value}, name) == ok

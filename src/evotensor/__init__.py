@@ -1,7 +1,8 @@
 """evotensor: evolutionary computation as fixed-shape tensors on JAX.
 
-Families live in subpackages (``evotensor.es``, ``evotensor.gp``, ``evotensor.tree``,
-``evotensor.problems``), imported lazily; the run loop is ``evotensor.run`` / ``evotensor.run_many``.
+Families live in subpackages (``evotensor.es``, ``evotensor.gp``, ``evotensor.qd``,
+``evotensor.tree``, ``evotensor.problems``), imported lazily on first attribute access; the run
+loop is ``evotensor.run`` / ``evotensor.run_many``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from evotensor.core.run import RunManyResult, RunResult, generation_keys, run, r
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("core", "es", "gp", "io", "problems", "tree", "tasks")
+_SUBPACKAGES = ("core", "es", "gp", "io", "problems", "qd", "tree", "tasks")
 
 __all__ = ["Evaluation", "RunManyResult", "RunResult", "generation_keys", "run", "run_many", *_SUBPACKAGES]
 

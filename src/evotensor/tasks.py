@@ -2,8 +2,12 @@
 
 A *task* is a named, reproducible experiment: a builder that turns a plain configuration dict into
 a strategy, a problem and (optionally) a decoder. Families register their tasks with
-:func:`register_task`; modules listed in ``_TASK_MODULES`` are imported on first use so the
-registry is complete without importing every family up front.
+:func:`register_task` in a module named ``tasks`` of their package (``evotensor/es/tasks.py``,
+``evotensor/gp/tasks.py``, ...); the registry discovers and imports those modules on first use, so
+it is complete without importing every family up front and a new family needs no list to edit.
+
+Builders read their options with the public helpers :func:`positive_int_option`,
+:func:`positive_float_option` and :func:`hidden_sizes_option`, whose errors name the option.
 
 Example::
 
@@ -16,16 +20,22 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
+import pkgutil
 from collections.abc import Callable
 from typing import Any
 
-# Modules whose import registers tasks (kept as strings: importing a family is deferred).
-_TASK_MODULES = (
-    "evotensor.problems.classic_tasks",
-    "evotensor.problems.es_tasks",
-    "evotensor.gp.tasks",
-    "evotensor.qd.tasks",
-)
+
+def task_modules() -> tuple[str, ...]:
+    """The modules whose import registers tasks: ``evotensor.<package>.tasks`` for every
+    subpackage of ``evotensor`` that has one (found on disk, not imported here)."""
+    import evotensor
+
+    found = []
+    for info in pkgutil.iter_modules(evotensor.__path__):
+        if info.ispkg and importlib.util.find_spec(f"evotensor.{info.name}.tasks") is not None:
+            found.append(f"evotensor.{info.name}.tasks")
+    return tuple(sorted(found))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +82,42 @@ class TaskSpec:
 _REGISTRY: dict[str, TaskSpec] = {}
 _loaded = False
 
+# ---- option helpers for task builders (errors name the option) ------------------------------------
+
+
+def positive_int_option(cfg: dict[str, Any], name: str) -> int:
+    """``cfg[name]`` as an int ``>= 1``; ``ValueError`` naming the option otherwise."""
+    value = cfg[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"option {name} must be a positive int, got {value!r}")
+    return value
+
+
+def positive_float_option(cfg: dict[str, Any], name: str) -> float:
+    """``cfg[name]`` as a finite float ``> 0``; ``ValueError`` naming the option otherwise."""
+    value = cfg[name]
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < float(value) < float("inf")
+    if not ok:
+        raise ValueError(f"option {name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def hidden_sizes_option(cfg: dict[str, Any], name: str = "hidden") -> tuple[int, ...]:
+    """Hidden layer sizes from ``cfg[name]``: an int, a sequence of ints or a string like ``"32,32"``."""
+    hidden = cfg[name]
+    if isinstance(hidden, int):
+        hidden = (hidden,)
+    if isinstance(hidden, str):
+        try:
+            hidden = tuple(int(h) for h in hidden.split(",") if h.strip())
+        except ValueError:
+            hidden = (hidden,)
+    hidden = tuple(hidden)
+    if not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden):
+        raise ValueError(f"option {name} must be positive ints (e.g. 32 or '32,32'), got {cfg[name]!r}")
+    return hidden
+
+
 # Options every task understands (the CLI flags); builders receive them in the config dict.
 COMMON_DEFAULTS: dict[str, Any] = {"pop": None, "generations": None, "seed": 0}
 
@@ -96,7 +142,7 @@ def _load() -> None:
     global _loaded
     if _loaded:
         return
-    for module in _TASK_MODULES:
+    for module in task_modules():
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:

@@ -21,7 +21,8 @@ from evotensor.core.checks import (
 @given(st.integers(-(10**6), 10**6), st.integers(-5, 5))
 def test_check_int_accepts_exactly_the_ints_at_or_above_the_minimum(value, minimum):
     if value >= minimum:
-        assert check_int(value, "n", minimum) == value and type(check_int(np.int64(value), "n", minimum)) is int
+        assert check_int(value, "n", minimum) == value
+        assert type(check_int(np.int64(value), "n", minimum)) is int
     else:
         with pytest.raises(ArgumentError, match="n must be an int >= "):
             check_int(value, "n", minimum)

@@ -69,7 +69,9 @@ def check_choice(value: Any, name: str, choices: Sequence[Any]) -> Any:
     return value
 
 
-def check_ranges(ranges: Any, name: str = "ranges", count: int | None = None) -> tuple[tuple[float, float], ...]:
+def check_ranges(
+    ranges: Any, name: str = "ranges", count: int | None = None
+) -> tuple[tuple[float, float], ...]:
     """``ranges`` as a non-empty tuple of finite ``(low, high)`` float pairs with ``low < high``
     (exactly ``count`` of them if given)."""
     if isinstance(ranges, (str, bytes)) or not hasattr(ranges, "__len__") or len(ranges) < 1:

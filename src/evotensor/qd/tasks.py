@@ -25,12 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from evotensor.problems.es_tasks import _hidden, _positive_int
 from evotensor.qd.archive import CVTArchive, GridArchive
 from evotensor.qd.emitters import EvolutionStrategyEmitter, IsoLineEmitter
 from evotensor.qd.map_elites import MAPElites
 from evotensor.qd.plots import archive_heatmap, plot_qd_history
-from evotensor.tasks import Task, register_task
+from evotensor.tasks import Task, hidden_sizes_option, positive_int_option, register_task
 
 
 def _grid(value: Any) -> tuple[int, ...]:
@@ -78,7 +77,7 @@ def _report(strategy: MAPElites, labels: tuple[str, str]):
 def _build_arm(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.qd import Arm
 
-    problem = Arm(num_joints=_positive_int(cfg, "joints"))
+    problem = Arm(num_joints=positive_int_option(cfg, "joints"))
     archive = GridArchive(
         solution_dim=problem.num_dims,
         dims=_grid(cfg["cells"]),
@@ -109,7 +108,7 @@ def _build_arm(cfg: dict[str, Any]) -> Task:
 def _build_cma_mae(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.qd import LinearProjection
 
-    problem = LinearProjection(num_dims=_positive_int(cfg, "dims"), function="sphere")
+    problem = LinearProjection(num_dims=positive_int_option(cfg, "dims"), function="sphere")
     grid = dict(solution_dim=problem.num_dims, dims=_grid(cfg["cells"]), ranges=problem.descriptor_ranges)
     search = GridArchive(**grid, learning_rate=float(cfg["learning_rate"]), threshold_min=0.0)
     result_archive = GridArchive(**grid)
@@ -122,7 +121,7 @@ def _build_cma_mae(cfg: dict[str, Any]) -> Task:
             restart_rule="basic",
             batch_size=cfg["pop"] or 36,
         )
-        for _ in range(_positive_int(cfg, "emitters"))
+        for _ in range(positive_int_option(cfg, "emitters"))
     ]
     strategy = MAPElites(search, emitters, result_archive=result_archive)
     return Task(
@@ -155,19 +154,20 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.qd_control import BraxQDProblem
 
     problem = BraxQDProblem(
-        cfg["env"], episode_length=_positive_int(cfg, "episode_length"), backend=cfg["backend"]
+        cfg["env"], episode_length=positive_int_option(cfg, "episode_length"), backend=cfg["backend"]
     )
     params = init_mlp(
-        jax.random.key(cfg["seed"]), (problem.observation_size, *_hidden(cfg), problem.output_size)
+        jax.random.key(cfg["seed"]),
+        (problem.observation_size, *hidden_sizes_option(cfg), problem.output_size),
     )
     x0, _ = ravel_pytree(params)
     ranges = problem.descriptor_ranges
     common = dict(solution_dim=x0.size, ranges=ranges, qd_score_offset=problem.qd_score_offset)
     if problem.num_descriptors <= 2:
-        archive = GridArchive(dims=(_positive_int(cfg, "cells"),) * problem.num_descriptors, **common)
+        archive = GridArchive(dims=(positive_int_option(cfg, "cells"),) * problem.num_descriptors, **common)
     else:
         archive = CVTArchive(
-            centroids=_positive_int(cfg, "cvt_cells"), samples=50_000, seed=cfg["seed"], **common
+            centroids=positive_int_option(cfg, "cvt_cells"), samples=50_000, seed=cfg["seed"], **common
         )
     emitter = IsoLineEmitter(
         x0=np.asarray(x0),
