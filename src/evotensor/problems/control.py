@@ -37,18 +37,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core.checks import check_int
 from evotensor.core.evaluation import Evaluation
 
 Apply = Callable[[Any, jax.Array], jax.Array]
 
 
-def _positive_int(value: Any, arg: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{arg} must be a positive int, got {value!r}")
-    return value
-
-
-def _population_size(phenotypes: Any) -> int:
+def population_size_of(phenotypes: Any) -> int:
+    """The common leading (population) axis of a batch of phenotypes (a pytree of arrays)."""
     leaves = jax.tree_util.tree_leaves(phenotypes)
     if not leaves:
         raise ValueError("phenotypes has no array leaves")
@@ -84,7 +80,7 @@ Episode = Callable[[Any, jax.Array], tuple[jax.Array, jax.Array]]
 
 def _batched_evaluate(key: jax.Array, phenotypes: Any, episode: Episode, num_episodes: int) -> Evaluation:
     """vmap(population) ∘ vmap(episodes) of ``episode(phenotype, key) -> (return, length)``."""
-    pop = _population_size(phenotypes)
+    pop = population_size_of(phenotypes)
     keys = jax.random.split(key, pop * num_episodes).reshape((pop, num_episodes))
     per_episode = jax.vmap(episode, in_axes=(None, 0))
     returns, lengths = jax.vmap(per_episode)(phenotypes, keys)  # [pop, episodes]
@@ -151,9 +147,9 @@ class GymnaxProblem:
         self.env_name = env_name
         self.env, default_params = gymnax.make(env_name)
         self.env_params = default_params if env_params is None else env_params
-        self.num_episodes = _positive_int(num_episodes, "num_episodes")
+        self.num_episodes = check_int(num_episodes, "num_episodes")
         default_steps = int(self.env_params.max_steps_in_episode)
-        self.max_steps = default_steps if max_steps is None else _positive_int(max_steps, "max_steps")
+        self.max_steps = default_steps if max_steps is None else check_int(max_steps, "max_steps")
         self.flatten_observation = bool(flatten_observation)
         self.observation_shape = tuple(self.env.observation_space(self.env_params).shape)
         self.observation_size = int(math.prod(self.observation_shape))
@@ -239,8 +235,8 @@ class BraxProblem:
         if known is not None and env_name not in known:
             raise ValueError(f"unknown brax env_name {env_name!r}; known: {', '.join(known)}")
         self.env_name = env_name
-        self.episode_length = _positive_int(episode_length, "episode_length")
-        self.num_episodes = _positive_int(num_episodes, "num_episodes")
+        self.episode_length = check_int(episode_length, "episode_length")
+        self.num_episodes = check_int(num_episodes, "num_episodes")
         if backend is not None:
             env_kwargs["backend"] = backend
         # auto_reset=False: the done-mask handles the end of an episode; resetting mid-scan would

@@ -84,8 +84,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evotensor.core.checks import check_int
 from evotensor.core.evaluation import Evaluation
-from evotensor.problems.control import Apply, _population_size, _positive_int
+from evotensor.problems.control import Apply, population_size_of
 
 FEET_CONTACT = "feet_contact"
 FINAL_XY = "final_xy"
@@ -193,8 +194,8 @@ class BraxQDProblem:
     ):
         if not isinstance(task, str) or task not in TASKS:
             raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
-        self.episode_length = _positive_int(episode_length, "episode_length")
-        self.num_episodes = _positive_int(num_episodes, "num_episodes")
+        self.episode_length = check_int(episode_length, "episode_length")
+        self.num_episodes = check_int(num_episodes, "num_episodes")
         if backend is None:
             backend = "spring"
         if backend not in _BACKENDS:
@@ -294,7 +295,7 @@ class BraxQDProblem:
         ``info``: ``return_std [pop]`` (across episodes) and ``episode_length [pop]`` (mean steps).
         The reset keys are :class:`BraxProblem`'s: ``split(key, pop * num_episodes)``.
         """
-        pop = _population_size(phenotypes)
+        pop = population_size_of(phenotypes)
         keys = jax.random.split(key, pop * self.num_episodes).reshape((pop, self.num_episodes))
         per_episode = jax.vmap(lambda p, k: self.episode(p, apply, k), in_axes=(None, 0))
         returns, lengths, descriptors = jax.vmap(per_episode)(phenotypes, keys)
