@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import evotensor.tree as tt
 from evotensor.tree import Tree
-from evotensor.tree import indexing as ix
+from evotensor.tree import _core as ix
 
 
 def _tree():

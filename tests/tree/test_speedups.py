@@ -565,7 +565,7 @@ def _plain_jax_trees(n):
 
 
 def test_the_compiled_join_and_split_paths_are_taken(monkeypatch):
-    from evotensor.tree import structure
+    from evotensor.tree import joining as structure
 
     trees = _plain_jax_trees(3)
     expected_stack = structure._join_reference(trees, "stack", 0, "stack")
@@ -586,7 +586,7 @@ def test_the_compiled_join_and_split_paths_are_taken(monkeypatch):
 
 def test_join_columns_and_plain_leaves_against_a_python_column_walk():
     from evotensor.tree import _speedups as sp
-    from evotensor.tree import structure
+    from evotensor.tree import joining as structure
 
     def columns(nodes):  # the obvious reference: leaf columns in depth-first sorted-key order
         out = []

@@ -330,7 +330,7 @@ def test_path_detection_matches_inspect_signature():
     import functools
     import inspect
 
-    from evotensor.tree.structure import _takes_path, _takes_path_fresh
+    from evotensor.tree.functional import _takes_path, _takes_path_fresh
 
     def reference(fn):
         try:
@@ -424,7 +424,7 @@ def test_path_detection_cache_is_per_function_object():
     import gc
     import weakref
 
-    from evotensor.tree.structure import _TAKES_PATH, _takes_path
+    from evotensor.tree.functional import _TAKES_PATH, _takes_path
 
     t = Tree(a=1, x={"c": 2})
     # many short-lived functions, alternately with and without a path parameter: ids get reused,
@@ -587,7 +587,7 @@ def test_jax_join_split_roundtrip_on_random_structures(d, n):
 @pytest.mark.parametrize("limit", [1, 100])
 def test_jax_large_leaves_get_their_own_call_with_equal_results(monkeypatch, limit):
     # with a tiny byte limit some or all leaves take the one-call-per-large-leaf path
-    from evotensor.tree import structure
+    from evotensor.tree import joining as structure
 
     assert structure._calls([5, 200, 7, 300]) == [[0, 1, 2, 3]]
     monkeypatch.setattr(structure, "_OWN_CALL_BYTES", limit)

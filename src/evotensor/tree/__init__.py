@@ -8,8 +8,10 @@
 * proxy modules :mod:`evotensor.tree.jnp`, :mod:`evotensor.tree.np`, ``evotensor.tree.torch``
   (when PyTorch is installed): every library function, tree-aware.
 * structure: :func:`map`, :func:`filter`, :func:`mask`, :func:`reduce`, :func:`flatten`,
-  :func:`unflatten`, :func:`union`, :func:`subside`, :func:`rise`, :func:`stack`,
-  :func:`concatenate`, :func:`split`, :func:`index`, :func:`equal`.
+  :func:`unflatten`, :func:`equal` (:mod:`~evotensor.tree.functional`); :func:`union`,
+  :func:`subside`, :func:`rise` (:mod:`~evotensor.tree.restructuring`); :func:`stack`,
+  :func:`concatenate`, :func:`split` (:mod:`~evotensor.tree.joining`); :func:`index`
+  (:mod:`~evotensor.tree.indexing`).
 * constraints: :func:`dtype`, :func:`ndim`, :func:`shape_prefix`, :func:`device`,
   :func:`predicate`, :func:`node_predicate` (attach with ``t.with_constraints(...)``).
 * I/O: :func:`save`, :func:`load` (npz), :func:`to_dot`, :func:`draw`; pickle works too.
@@ -30,23 +32,11 @@ from evotensor.tree.constraints import (
     predicate,
     shape_prefix,
 )
+from evotensor.tree.functional import equal, filter, flatten, map, mask, reduce, unflatten
+from evotensor.tree.indexing import index
 from evotensor.tree.io import draw, load, save, to_dot
-from evotensor.tree.structure import (
-    concatenate,
-    equal,
-    filter,
-    flatten,
-    index,
-    map,
-    mask,
-    reduce,
-    rise,
-    split,
-    stack,
-    subside,
-    unflatten,
-    union,
-)
+from evotensor.tree.joining import concatenate, split, stack
+from evotensor.tree.restructuring import rise, subside, union
 from evotensor.tree.tree import SPEEDUPS, Tree, raw
 from evotensor.tree.treelize import (
     MISSING,
@@ -98,9 +88,10 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # `evotensor.tree.torch` is imported on first use, so importing evotensor never imports torch
-    if name == "torch":
+    # imported on first use: `evotensor.tree.torch`, so that importing evotensor never imports torch,
+    # and the deprecated `evotensor.tree.structure` (its names warn; they live in the modules above)
+    if name in ("torch", "structure"):
         import importlib
 
-        return importlib.import_module("evotensor.tree.torch")
+        return importlib.import_module(f"evotensor.tree.{name}")
     raise AttributeError(f"module 'evotensor.tree' has no attribute {name!r}")

@@ -1,9 +1,9 @@
 /* evotensor.tree._speedups: the optional compiled core of evotensor.tree.Tree.
  *
- * Plain CPython C API. Everything here is a fast path for a case that tree.py's pure-Python code
+ * Plain CPython C API. Everything here is a fast path for a case that _core.py's pure-Python code
  * also handles; whenever a case is not the plain one, the C code calls the Python function that
- * tree.py registered with configure(), so semantics (errors, constraint checks, dict conversion,
- * sorted insertion) live in one place. tree.py stays the reference: EVOTENSOR_NO_SPEEDUPS=1 runs it.
+ * _core.py registered with configure(), so semantics (errors, constraint checks, dict conversion,
+ * sorted insertion) live in one place. _core.py stays the reference: EVOTENSOR_NO_SPEEDUPS=1 runs it.
  *
  * Contents:
  *   TreeBase       base type of Tree: owns the node's __dict__, the `_cons` slot and the weakref
@@ -12,7 +12,7 @@
  *   Unflattener    per-class pytree unflatten callable: (keys, children) -> a new node.
  *   flatten_paths(tree_type, d)  evotensor.tree.flatten's walk: {path tuple: leaf}.
  *   join_columns / plain_leaves / build / build_pieces  the walks of stack, concatenate and split
- *                  (plain case only; None sends structure.py to its Python walk).
+ *                  (plain case only; None sends joining.py to its Python walk).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,12 +21,12 @@
 
 typedef struct {
     PyObject_HEAD
-    PyObject *dict;        /* the children, in sorted key order (tree.py keeps them sorted) */
+    PyObject *dict;        /* the children, in sorted key order (_core.py keeps them sorted) */
     PyObject *cons;        /* attached constraints (a tuple); NULL reads as () via Tree.__getattr__ */
     PyObject *weakreflist;
 } TreeBaseObject;
 
-/* Python slow paths and types registered by tree.py (configure()). */
+/* Python slow paths and types registered by _core.py (configure()). */
 static PyObject *setattr_slow;  /* (node, name, value) */
 static PyObject *delattr_slow;  /* (node, name) */
 static PyObject *getitem_slow;  /* (node, key) */
@@ -40,7 +40,7 @@ static int
 not_configured(void)
 {
     PyErr_SetString(PyExc_RuntimeError,
-                    "evotensor.tree._speedups is not configured (evotensor.tree.tree does that at import)");
+                    "evotensor.tree._speedups is not configured (evotensor.tree._core does that at import)");
     return -1;
 }
 
@@ -86,7 +86,7 @@ cons_empty(PyObject *cons)
     return cons == NULL || (PyTuple_CheckExact(cons) && PyTuple_GET_SIZE(cons) == 0);
 }
 
-/* `issubclass(type(value), (dict, raw))`: values a set must convert (tree.py's _DICT_OR_RAW). */
+/* `issubclass(type(value), (dict, raw))`: values a set must convert (_core.py's _DICT_OR_RAW). */
 static inline int
 dict_or_raw(PyObject *value)
 {
@@ -143,7 +143,7 @@ tb_dealloc(TreeBaseObject *self)
 /* t.name = value. Hot path (what Tree.__setattr__ inlines in pure Python): replace an existing
  * child of an unconstrained node with a value that needs no conversion, the name not being a Tree
  * attribute. Everything else -- new keys (sorted insertion), constraints, dict/raw values,
- * reserved names and their error -- is tree.py's _setattr. Deletion is tree.py's _delattr. */
+ * reserved names and their error -- is _core.py's _setattr. Deletion is _core.py's _delattr. */
 static int
 tb_setattro(PyObject *self, PyObject *name, PyObject *value)
 {
@@ -166,7 +166,7 @@ tb_setattro(PyObject *self, PyObject *name, PyObject *value)
 }
 
 /* t[key]: a str key present in the node; everything else (misses and their error, str
- * subclasses, leaf indexing) is tree.py's _getitem. */
+ * subclasses, leaf indexing) is _core.py's _getitem. */
 static PyObject *
 tb_subscript(PyObject *self, PyObject *key)
 {
@@ -182,7 +182,7 @@ tb_subscript(PyObject *self, PyObject *key)
 }
 
 /* t[key] = value / del t[key]: the same hot path as tb_setattro (item sets may use reserved
- * names, so no reserved check); everything else is tree.py's _setitem / _delitem. */
+ * names, so no reserved check); everything else is _core.py's _setitem / _delitem. */
 static int
 tb_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
 {
@@ -441,7 +441,7 @@ path_plus(PyObject *path, PyObject *k)
     return out;
 }
 
-/* structure.py's _flatten: every leaf under d goes to out[path + (k,)]; a non-empty subtree is
+/* functional.py's _flatten: every leaf under d goes to out[path + (k,)]; a non-empty subtree is
  * walked, an empty one is a value. isinstance() is the real one (it may run Python code through
  * a leaf's __class__), so the dict may change under us: keep k and v alive and stop as Python's
  * dict iteration would. */
@@ -520,9 +520,9 @@ sp_flatten_paths(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* ---- stack / concatenate / split: column walks and rebuilds ---------------------------------- */
 
-/* The fast paths of structure.py's stack/concatenate/split, for the plain case only: every node a
+/* The fast paths of joining.py's stack/concatenate/split, for the plain case only: every node a
  * TreeBase instance of tree_type without constraints, key sequences equal across the joined trees.
- * Anything else returns None and structure.py runs its Python walk, which derives constraints and
+ * Anything else returns None and joining.py runs its Python walk, which derives constraints and
  * raises the errors naming paths. No Python code runs during these walks (exact-str key
  * comparisons, set lookups of type objects), but allocations may trigger a GC whose finalizers
  * could; so every object is held by a new reference and dict sizes are re-checked. */
@@ -659,7 +659,7 @@ done:
     return rc;
 }
 
-/* Bytes of an array-like x: prod(x.shape) * x.dtype.itemsize (structure.py's _nbytes). */
+/* Bytes of an array-like x: prod(x.shape) * x.dtype.itemsize (joining.py's _nbytes). */
 static int
 array_nbytes(PyObject *x, Py_ssize_t *nbytes)
 {
@@ -960,7 +960,7 @@ static PyMethodDef sp_methods[] = {
 static struct PyModuleDef sp_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "evotensor.tree._speedups",
-    .m_doc = "Optional compiled core of evotensor.tree.Tree (see tree.py; EVOTENSOR_NO_SPEEDUPS=1 disables it).",
+    .m_doc = "Optional compiled core of evotensor.tree.Tree (see _core.py; EVOTENSOR_NO_SPEEDUPS=1 disables it).",
     .m_size = -1,
     .m_methods = sp_methods,
 };
@@ -969,7 +969,7 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     /* object's own tp_new (not NULL, which would make a static type non-instantiable), so that
-     * object.__new__(Tree), which tree.py uses to make nodes, passes its safety check */
+     * object.__new__(Tree), which _core.py uses to make nodes, passes its safety check */
     TreeBase_Type.tp_new = PyBaseObject_Type.tp_new;
     if (PyType_Ready(&TreeBase_Type) < 0 || PyType_Ready(&Unflattener_Type) < 0)
         return NULL;

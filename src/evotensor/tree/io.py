@@ -2,7 +2,9 @@
 
 * ``repr(t)``: tree art with sorted children, each array leaf as ``Type(shape, dtype)`` (array
   contents are never printed, so printing is cheap), other leaves by a one-line ``repr``; a
-  subtree reached twice is printed once, then referred to by its first path.
+  subtree reached twice is printed once, then referred to by its first path. Its code,
+  :func:`tree_repr` (which ``Tree.__repr__`` calls), is in the private module
+  :mod:`evotensor.tree._core`; this module re-exports it.
 * :func:`save` / :func:`load`: one ``.npz`` file whose entries are the leaf paths joined by ``/``
   (``np.load(f)["x/c"]`` works), plus a JSON manifest that restores the leaf kinds (JAX, NumPy,
   PyTorch, Python scalars) and empty subtrees. Other leaves (strings, None, objects) are pickled
@@ -21,60 +23,9 @@ from typing import Any
 import numpy as np
 
 from evotensor.tree import constraints as _c
-from evotensor.tree.tree import Tree, from_dict
+from evotensor.tree._core import Tree, _leaf_text, from_dict, tree_repr
 
 __all__ = ["draw", "load", "save", "to_dot", "tree_repr"]
-
-
-def _leaf_text(v: Any, width: int = 70) -> str:
-    shape = getattr(v, "shape", None)
-    dt = getattr(v, "dtype", None)
-    if shape is not None and dt is not None and not isinstance(shape, Tree):
-        try:
-            shape_t = tuple(int(s) for s in shape)
-        except TypeError:
-            shape_t = shape
-        tname = "Array" if type(v).__name__ == "ArrayImpl" else type(v).__name__
-        return f"{tname}(shape={shape_t}, dtype={_c.dtype_name(dt)})"
-    text = repr(v).splitlines()
-    line = text[0] if text else ""
-    if len(text) > 1 or len(line) > width:
-        line = line[: width - 3] + "..."
-    return line
-
-
-def tree_repr(t: Tree) -> str:
-    """Tree art: ``<Tree keys=[...]>`` then one line per child, sorted, shared nodes printed once."""
-    lines: list[str] = []
-    seen: dict[int, tuple[str, ...]] = {}
-
-    def header(node: Tree) -> str:
-        cons = node.constraints
-        extra = f" constraints={list(cons)}" if cons else ""
-        return f"<{type(node).__name__} keys={list(node.keys())}{extra}>"
-
-    def walk(node: Tree, prefix: str, path: tuple[str, ...]) -> None:
-        items = list(node.__dict__.items())
-        for i, (k, v) in enumerate(items):
-            last = i == len(items) - 1
-            branch = "└── " if last else "├── "
-            child_prefix = prefix + ("    " if last else "│   ")
-            key = k if k.isidentifier() else repr(k)
-            if isinstance(v, Tree):
-                if id(v) in seen:
-                    first = _c.format_path(seen[id(v)])
-                    lines.append(f"{prefix}{branch}{key}: <{type(v).__name__}> (same node as {first})")
-                    continue
-                seen[id(v)] = (*path, k)
-                lines.append(f"{prefix}{branch}{key}: {header(v)}")
-                walk(v, child_prefix, (*path, k))
-            else:
-                lines.append(f"{prefix}{branch}{key}: {_leaf_text(v)}")
-
-    seen[id(t)] = ()
-    lines.append(header(t))
-    walk(t, "", ())
-    return "\n".join(lines)
 
 
 # ---- save / load ----------------------------------------------------------------------------

@@ -27,7 +27,10 @@ without ``missing`` give a ``RuntimeWarning``. Children are always built in sort
 Also here: the method form (``self`` is the leaf; ``self_copy=True`` writes the result back into
 ``self`` and returns it, as ``+=`` does), the class-method form, :func:`treelize_class` (a Tree
 class whose methods are a leaf class's methods), and the proxy machinery behind
-``evotensor.tree.jnp``, ``.np`` and ``.torch``.
+``evotensor.tree.jnp``, ``.np`` and ``.torch``. The walk itself (:func:`apply_tree`, which
+applies the rules above) is in the private module :mod:`evotensor.tree._core`, as ``Tree``'s own
+methods (``t(...)``, ``t[idx] = v``) run it too; this module re-exports ``apply_tree``,
+``MISSING`` and ``MODES``.
 """
 
 from __future__ import annotations
@@ -40,8 +43,17 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from evotensor.tree import constraints as _c
-from evotensor.tree.tree import Tree, _set_cons, annotate, set_child
+from evotensor.tree import restructuring
+from evotensor.tree._core import (
+    MISSING,
+    MODES,  # noqa: F401 - re-exported
+    Tree,
+    _check_config,
+    _walk,
+    apply_tree,
+    leafwise_getattr,
+    set_child,
+)
 
 __all__ = [
     "MISSING",
@@ -51,171 +63,6 @@ __all__ = [
     "treelize_classmethod",
     "treelize_method",
 ]
-
-MODES = ("strict", "inner", "outer", "left")
-_new = object.__new__
-
-
-class _NotSet:
-    """Sentinel: ``missing`` not given (absent keys are errors)."""
-
-    _instance: _NotSet | None = None
-
-    def __new__(cls) -> _NotSet:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-    def __reduce__(self) -> str:
-        return "MISSING"
-
-
-MISSING = _NotSet()
-
-
-def _arg_label(pos: int | None, name: str | None) -> str:
-    return f"argument {pos}" if name is None else f"argument {name!r}"
-
-
-def _child(tree: Tree, key: str, missing: Any, path: tuple[str, ...], label: str) -> Any:
-    d = tree.__dict__
-    if key in d:
-        return d[key]
-    if missing is MISSING:
-        raise KeyError(
-            f"key {key!r} is missing from {label} at {_c.format_path(path)} and no `missing` was given"
-        )
-    return missing() if callable(missing) else missing
-
-
-def _keyset(trees: list[Tree], labels: list[str], mode: str, path: tuple[str, ...]) -> list[str]:
-    first = tuple(trees[0].__dict__)
-    if len(trees) == 1:
-        return list(first)
-    if mode == "left":
-        return list(first)
-    if mode == "strict":
-        for t, label in zip(trees[1:], labels[1:]):
-            other = tuple(t.__dict__)
-            if other != first:
-                a, b = set(first), set(other)
-                diff = sorted(a ^ b)[0]
-                where = labels[0] if diff in a else label
-                lacking = label if diff in a else labels[0]
-                raise KeyError(
-                    f"strict mode: key sets differ at {_c.format_path(path)}: key {diff!r} is in "
-                    f"{where} but not in {lacking} (keys {sorted(a)} vs {sorted(b)}); pass "
-                    "mode='inner'/'outer'/'left' to allow mismatches"
-                )
-        return list(first)
-    sets = [set(t.__dict__) for t in trees]
-    keys = set.intersection(*sets) if mode == "inner" else set.union(*sets)
-    return sorted(keys)
-
-
-def _walk(
-    fn: Callable,
-    args: tuple,
-    kwargs: dict,
-    mode: str,
-    missing: Any,
-    inherit: bool,
-    cls: type | None,
-    path: tuple[str, ...],
-) -> Any:
-    tpos = [i for i, a in enumerate(args) if isinstance(a, Tree)]
-    tkw = sorted(k for k, v in kwargs.items() if isinstance(v, Tree)) if kwargs else []
-    if not tpos and not tkw:
-        if not path:
-            return fn(*args, **kwargs)
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:
-            annotate(exc, path, args[0] if args else None)
-            raise
-    if not inherit and (len(tpos) < len(args) or len(tkw) < len(kwargs)):
-        bad = (
-            [_arg_label(i, None) for i in range(len(args)) if i not in tpos]
-            + [_arg_label(None, k) for k in kwargs if k not in tkw]
-        )[0]
-        raise TypeError(
-            f"inherit=False: {bad} is not a tree at {_c.format_path(path)} (a non-tree value or a "
-            "leaf facing a subtree); pass inherit=True to broadcast it"
-        )
-    trees = [args[i] for i in tpos] + [kwargs[k] for k in tkw]
-    if cls is None:
-        cls = type(trees[0])
-    if len(trees) == 1 and not tkw:
-        return _walk_single(fn, list(args), kwargs, tpos[0], cls, path)
-    labels = [_arg_label(i, None) for i in tpos] + [_arg_label(None, k) for k in tkw]
-    keys = _keyset(trees, labels, mode, path)
-    out = _new(cls)
-    _set_cons(out, ())
-    d = out.__dict__
-    a = list(args)
-    kw = dict(kwargs)
-    for key in keys:
-        for i in tpos:
-            a[i] = _child(args[i], key, missing, path, _arg_label(i, None))
-        for k in tkw:
-            kw[k] = _child(kwargs[k], key, missing, path, _arg_label(None, k))
-        d[key] = _walk(fn, tuple(a), kw, mode, missing, inherit, cls, (*path, key))
-    return out
-
-
-def _walk_single(fn: Callable, args: list, kwargs: dict, i: int, cls: type, path: tuple[str, ...]) -> Tree:
-    """Fast path: one positional tree argument, everything else broadcast."""
-    node = args[i]
-    out = _new(cls)
-    _set_cons(out, ())
-    d = out.__dict__
-    for k, v in node.__dict__.items():
-        args[i] = v
-        if isinstance(v, Tree):
-            d[k] = _walk_single(fn, list(args), kwargs, i, cls, (*path, k))
-        else:
-            try:
-                d[k] = fn(*args, **kwargs)
-            except Exception as exc:
-                annotate(exc, (*path, k), v)
-                raise
-    args[i] = node
-    return out
-
-
-def apply_tree(
-    fn: Callable,
-    args: tuple,
-    kwargs: dict,
-    mode: str = "strict",
-    missing: Any = MISSING,
-    inherit: bool = True,
-    return_type: type | None = None,
-) -> Any:
-    """Apply ``fn`` leaf by leaf over the tree arguments (the engine behind :func:`treelize`)."""
-    return _walk(fn, args, kwargs, mode, missing, inherit, return_type, ())
-
-
-def _check_config(mode: str, missing: Any, inherit: bool, stacklevel: int = 3) -> None:
-    if mode not in MODES:
-        raise ValueError(f"treelize: mode must be one of {MODES}, got {mode!r}")
-    if not isinstance(inherit, bool):
-        raise TypeError(f"treelize: inherit must be a bool, got {inherit!r}")
-    if mode == "strict" and missing is not MISSING:
-        warnings.warn(
-            "treelize: `missing` is ignored in strict mode (key sets must match); use mode='outer' or 'left'",
-            RuntimeWarning,
-            stacklevel=stacklevel,
-        )
-    if mode == "outer" and missing is MISSING:
-        warnings.warn(
-            "treelize: mode='outer' without `missing`: any key absent from an argument will raise",
-            RuntimeWarning,
-            stacklevel=stacklevel,
-        )
 
 
 def _has_tree(args: tuple, kwargs: dict) -> bool:
@@ -237,8 +84,7 @@ def _has_tree_in_sequence(args: tuple, kwargs: dict) -> bool:
 
 
 def _subside_args(args: tuple, kwargs: dict, options: dict) -> tuple[tuple, dict]:
-    from evotensor.tree.structure import subside
-
+    subside = restructuring.subside
     args = tuple(subside(a, **options) if isinstance(a, list | tuple | dict) else a for a in args)
     kwargs = {
         k: subside(v, **options) if isinstance(v, list | tuple | dict) else v for k, v in kwargs.items()
@@ -263,9 +109,7 @@ def _dispatch(
         return fn(*args, **kwargs)
     out = _walk(fn, args, kwargs, mode, missing, inherit, return_type, ())
     if rise is not None and rise is not False:
-        from evotensor.tree.structure import rise as _rise
-
-        out = _rise(out, None if rise is True else rise)
+        out = restructuring.rise(out, None if rise is True else rise)
     return out
 
 
@@ -454,8 +298,6 @@ def treelize_class(
 
     def leaf_attr(attr: str) -> Callable:
         def get(self: Tree) -> Tree:
-            from evotensor.tree.tree import leafwise_getattr
-
             return leafwise_getattr(self, attr)
 
         return property(get, doc=f"Tree of each leaf's ``{attr}``.")
@@ -554,14 +396,14 @@ def _install_operators(cls: type) -> None:
 
     # divmod gives a (quotient tree, remainder tree) pair, like divmod on numbers
     def divmod_(self: Tree, other: Any) -> Any:
-        from evotensor.tree.structure import rise
-
-        return rise(_walk(divmod, (self, other), {}, "strict", MISSING, True, None, ()), (None, None))
+        return restructuring.rise(
+            _walk(divmod, (self, other), {}, "strict", MISSING, True, None, ()), (None, None)
+        )
 
     def rdivmod_(self: Tree, other: Any) -> Any:
-        from evotensor.tree.structure import rise
-
-        return rise(_walk(divmod, (other, self), {}, "strict", MISSING, True, type(self), ()), (None, None))
+        return restructuring.rise(
+            _walk(divmod, (other, self), {}, "strict", MISSING, True, type(self), ()), (None, None)
+        )
 
     cls.__divmod__, cls.__rdivmod__ = divmod_, rdivmod_
 
