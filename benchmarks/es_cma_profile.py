@@ -254,7 +254,7 @@ def pieces(reps: int = 60, warm_gens: int = 20) -> dict:
 
     from evotensor.core.numerics import exact_sum
     from evotensor.es import CMAES
-    from evotensor.es import cma_es as m
+    from evotensor.es.core import cma as m
 
     es = CMAES(POP, num_dims=DIMS, sigma_init=2.0, mean_init=[3.0] * DIMS)
     params = es.default_params()

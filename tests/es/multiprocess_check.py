@@ -21,7 +21,7 @@ def scenario() -> dict:
     import optax
 
     from evotensor.es import OpenES, PersistentES
-    from evotensor.es.sharding import shard_state, sharded
+    from evotensor.es.core.sharding import shard_state, sharded
 
     mesh = jax.make_mesh((4,), ("pop",))
     start = jnp.linspace(-1.0, 1.0, 10)

@@ -46,7 +46,7 @@ from evotensor.es import (  # noqa: E402
     SepCMAES,
     SimpleES,
 )
-from evotensor.es.sharding import (  # noqa: E402
+from evotensor.es.core.sharding import (  # noqa: E402
     population_layout,
     population_order,
     shard_population,

@@ -1,4 +1,4 @@
-"""Tests for :mod:`evotensor.es.base` (the ``VectorStrategy.tell`` wrapper every strategy shares).
+"""Tests for :mod:`evotensor.es.core.base` (the ``VectorStrategy.tell`` wrapper every strategy shares).
 
 * A generation without one finite fitness leaves the search state unchanged (only the schedule
   counters advance), for distribution strategies (CMA-ES, CEM, Discovered ES), a gradient ES
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from evotensor.es import CEM, CMAES, PSO, DiscoveredES, IAMaLGaMUnivariate, OpenES, SimulatedAnnealing
-from evotensor.es.base import keep_state_if_all_invalid, state_float_dtype
+from evotensor.es.core.base import keep_state_if_all_invalid, state_float_dtype
 
 DIMS = 4
 STRATEGIES = {
@@ -148,7 +148,7 @@ def test_float32_state_still_gets_float32_fitness_under_x64():
 
 def test_float32_params_reads_each_field_from_the_strategy_and_names_a_missing_one():
     from evotensor.es import MR15GA
-    from evotensor.es.base import float32_params
+    from evotensor.es.core.base import float32_params
     from evotensor.es.pso import PSOParams
 
     pso = PSO(8, num_dims=3, inertia=0.5)
@@ -169,7 +169,7 @@ def test_float32_params_reads_each_field_from_the_strategy_and_names_a_missing_o
 
 
 def test_check_std_bounds():
-    from evotensor.es.base import check_std_bounds
+    from evotensor.es.core.base import check_std_bounds
 
     assert check_std_bounds(0, 1) == (0.0, 1.0)
     for lo, hi, arg in ((-1.0, 1.0, "std_min"), (0.0, 0.0, "std_max"), (0.5, 0.1, "std_min")):

@@ -16,7 +16,7 @@ from tests.es.scan_runner import check_vmap_over_seeds_and_sigma_init, make_run,
 from tests.platforms import assert_equal_on_cpu_close_on_gpu
 
 from evotensor.es import CMAES
-from evotensor.es.cma_es import cma_constants, decompose
+from evotensor.es.core.cma import cma_constants, decompose
 
 
 def test_default_population_size():

@@ -17,7 +17,8 @@ import pytest
 from cma.utilities.math import Mh
 from tests.es.scan_runner import make_step
 
-from evotensor.es.cma_es import CMAES, cma_update
+from evotensor.es.cma_es import CMAES
+from evotensor.es.core.cma import cma_update
 
 
 @pytest.fixture(autouse=True)
@@ -184,7 +185,7 @@ def test_tpa_constants_equal_pycma(n, lam):
 def test_tpa_lock_step_with_pycma(n, lam):
     """pycma's TPA samples and fitness into our update: mean, sigma, both paths and C agree for 25
     generations; and our own line samples point along pycma's (mirrored pair along the mean shift)."""
-    from evotensor.es.cma_es import sample
+    from evotensor.es.core.cma import sample
 
     es = pycma_tpa_es(n, lam, seed=5, x0=np.linspace(-1, 1, n))
     f = rotated_ellipsoid(n)

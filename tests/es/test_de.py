@@ -1,11 +1,5 @@
-"""Tests for :mod:`evotensor.es.de` (DE).
-
-Shared protocol checks (one compiled batched run serves several of them):
-solves a shifted 10-d sphere to a documented tolerance, vmap over seeds / a hyperparameter /
-poisoned fitness equals separate runs bit for bit, NaN/inf fitness never enters state and the
-best-so-far equals the running minimum of the valid evaluations, and a 3,000-generation float32
-run on a 30-d sphere stays finite.
-"""
+"""DE (:mod:`evotensor.es.de`): distinct donors, trial vectors against a reference, argument errors
+(its contract is a row of :data:`tests.es.test_contract.ARCHIVE`)."""
 
 from __future__ import annotations
 
@@ -15,33 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.es.archive_contract import fast_jit, strategy_contract
+from tests.es.archive_contract import fast_jit
 
 from evotensor.es.de import DE, de_draws, de_trials
-
-DIMS = 10
-POP = 50
-GENS = 300
-SHIFT = 1.0  # the optimum sits at SHIFT * ones(DIMS)
-# DE/rand/1/bin with NP = 5n (Storn & Price suggest 5n-10n) reaches < 1e-6 in 300 generations
-TOL = 1e-06
-HYPER_FIELD, HYPER_VALUE = "differential_weight", 0.7
-KWARGS = {"init_range": 2.0}
-
-globals().update(
-    strategy_contract(
-        DE,
-        pop=POP,
-        gens=GENS,
-        tol=TOL,
-        hyper=(HYPER_FIELD, HYPER_VALUE),
-        kwargs=KWARGS,
-        dims=DIMS,
-        shift=SHIFT,
-        long_run_in_default_suite=False,
-    )
-)
-
 
 DRAWS = fast_jit(de_draws, static_argnums=(1, 2))
 

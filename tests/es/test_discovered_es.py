@@ -1,6 +1,5 @@
-"""DiscoveredES (:mod:`evotensor.es.discovered_es`): the contract of
-:mod:`tests.es.archive_contract` (shifted 10-d sphere, bitwise vmap, NaN safety, long float32
-run), the closed-form weights and update."""
+"""DiscoveredES (:mod:`evotensor.es.discovered_es`): the closed-form weights and update (its contract
+is a row of :data:`tests.es.test_contract.ARCHIVE`)."""
 
 from __future__ import annotations
 
@@ -8,16 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tests.es.archive_contract import fast_jit, strategy_contract
+from tests.es.archive_contract import fast_jit
 
 from evotensor.es.discovered_es import DiscoveredES, des_weights
-
-# DES converges linearly; 400 generations of 16 samples reach < 1e-8
-globals().update(
-    strategy_contract(
-        DiscoveredES, pop=16, gens=400, tol=1e-08, hyper=("lr_std", 0.2), long_run_in_default_suite=True
-    )
-)
 
 
 def test_weights_closed_form():

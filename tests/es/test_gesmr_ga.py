@@ -1,21 +1,13 @@
-"""GESMRGA (:mod:`evotensor.es.gesmr_ga`): the contract of :mod:`tests.es.archive_contract`
-(shifted 10-d sphere, bitwise vmap, NaN safety, long float32 run), group deltas, group count."""
+"""GESMRGA (:mod:`evotensor.es.gesmr_ga`): group deltas, group count, argument errors (its contract
+is a row of :data:`tests.es.test_contract.ARCHIVE`)."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tests.es.archive_contract import strategy_contract
 
 from evotensor.es.gesmr_ga import GESMRGA, default_num_groups, group_deltas
-
-# group-elite-selected step sizes converge linearly; 300 generations reach < 1e-8
-globals().update(
-    strategy_contract(
-        GESMRGA, pop=36, gens=300, tol=1e-08, hyper=("std_ratio", 0.25), kwargs={"init_range": 2.0}
-    )
-)
 
 
 def test_group_deltas_reference():

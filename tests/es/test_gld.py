@@ -1,43 +1,14 @@
-"""Tests for :mod:`evotensor.es.gld` (GLD).
-
-Shared protocol checks (one compiled batched run serves several of them):
-solves a shifted 10-d sphere to a documented tolerance, vmap over seeds / a hyperparameter /
-poisoned fitness equals separate runs bit for bit, NaN/inf fitness never enters state and the
-best-so-far equals the running minimum of the valid evaluations, and a 3,000-generation float32
-run on a 30-d sphere stays finite.
-"""
+"""GLD (:mod:`evotensor.es.gld`): uniform ball samples, geometric radii (its contract is a row of
+:data:`tests.es.test_contract.ARCHIVE`)."""
 
 from __future__ import annotations
 
 import jax
 import numpy as np
 import pytest
-from tests.es.archive_contract import fast_jit, strategy_contract
+from tests.es.archive_contract import fast_jit
 
 from evotensor.es.gld import GLD, sample_ball
-
-DIMS = 10
-POP = 16
-GENS = 300
-SHIFT = 1.0  # the optimum sits at SHIFT * ones(DIMS)
-# radius search over R = 1 ... 1e-6 reaches < 1e-8 in 300 generations
-TOL = 1e-08
-HYPER_FIELD, HYPER_VALUE = "radius_max", 2.0
-KWARGS = {}
-
-globals().update(
-    strategy_contract(
-        GLD,
-        pop=POP,
-        gens=GENS,
-        tol=TOL,
-        hyper=(HYPER_FIELD, HYPER_VALUE),
-        kwargs=KWARGS,
-        dims=DIMS,
-        shift=SHIFT,
-        long_run_in_default_suite=False,
-    )
-)
 
 
 def test_ball_samples_are_uniform_in_the_ball():

@@ -1,11 +1,5 @@
-"""Tests for :mod:`evotensor.es.hill_climbing` (HillClimbing).
-
-Shared protocol checks (one compiled batched run serves several of them):
-solves a shifted 10-d sphere to a documented tolerance, vmap over seeds / a hyperparameter /
-poisoned fitness equals separate runs bit for bit, NaN/inf fitness never enters state and the
-best-so-far equals the running minimum of the valid evaluations, and a 3,000-generation float32
-run on a 30-d sphere stays finite.
-"""
+"""HillClimbing (:mod:`evotensor.es.hill_climbing`): the incumbent never gets worse (its contract is
+a row of :data:`tests.es.test_contract.ARCHIVE`)."""
 
 from __future__ import annotations
 
@@ -13,33 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tests.es.archive_contract import fast_jit, strategy_contract
+from tests.es.archive_contract import fast_jit
 
 from evotensor.es.hill_climbing import HillClimbing
-
-DIMS = 10
-POP = 16
-GENS = 400
-SHIFT = 1.0  # the optimum sits at SHIFT * ones(DIMS)
-# with a geometric step-size decay of 0.98 per generation, 400 generations reach < 1e-6 (a fixed step
-# cannot converge)
-TOL = 1e-06
-HYPER_FIELD, HYPER_VALUE = "std_decay", 0.97
-KWARGS = {"std_decay": 0.98}
-
-globals().update(
-    strategy_contract(
-        HillClimbing,
-        pop=POP,
-        gens=GENS,
-        tol=TOL,
-        hyper=(HYPER_FIELD, HYPER_VALUE),
-        kwargs=KWARGS,
-        dims=DIMS,
-        shift=SHIFT,
-        long_run_in_default_suite=False,
-    )
-)
 
 
 def test_incumbent_never_gets_worse_and_bad_arguments():

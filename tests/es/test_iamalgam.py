@@ -1,11 +1,5 @@
-"""Tests for :mod:`evotensor.es.iamalgam` (IAMaLGaMFull).
-
-Shared protocol checks (one compiled batched run serves several of them):
-solves a shifted 10-d sphere to a documented tolerance, vmap over seeds / a hyperparameter /
-poisoned fitness equals separate runs bit for bit, NaN/inf fitness never enters state and the
-best-so-far equals the running minimum of the valid evaluations, and a 3,000-generation float32
-run on a 30-d sphere stays finite.
-"""
+"""IAMaLGaM (:mod:`evotensor.es.iamalgam`): adaptive variance scaling, the univariate model, the
+population-size guideline (the full model's contract is a row of :data:`tests.es.test_contract.ARCHIVE`)."""
 
 from __future__ import annotations
 
@@ -13,32 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tests.es.archive_contract import fast_jit, make_run, strategy_contract
+from tests.es.archive_contract import fast_jit, make_run
 
 from evotensor.es.iamalgam import IAMaLGaMFull, IAMaLGaMParams, IAMaLGaMUnivariate, adaptive_variance_scaling
-
-DIMS = 10
-POP = 32
-GENS = 200
-SHIFT = 1.0  # the optimum sits at SHIFT * ones(DIMS)
-# iAMaLGaM converges linearly on the sphere; 200 generations of 32 reach < 1e-8
-TOL = 1e-08
-HYPER_FIELD, HYPER_VALUE = "eta_shift", 0.5
-KWARGS = {}
-
-globals().update(
-    strategy_contract(
-        IAMaLGaMFull,
-        pop=POP,
-        gens=GENS,
-        tol=TOL,
-        hyper=(HYPER_FIELD, HYPER_VALUE),
-        kwargs=KWARGS,
-        dims=DIMS,
-        shift=SHIFT,
-        long_run_in_default_suite=False,
-    )
-)
 
 
 def _reference_avs(improved, sdr, c, nis, p):
@@ -80,10 +51,11 @@ def test_default_learning_rates():
 
 
 def test_univariate_solves_sphere_and_survives_nan():
-    es = IAMaLGaMUnivariate(POP, num_dims=DIMS)
-    run = fast_jit(make_run(es, GENS))
+    """The full model's contract problem and tolerance: 200 generations of 32 reach < 1e-8."""
+    es = IAMaLGaMUnivariate(32, num_dims=10)
+    run = fast_jit(make_run(es, 200))
     state, (best, valid_min) = run(jax.random.key(0), es.default_params(), jnp.asarray(False))
-    assert float(best[-1]) < TOL
+    assert float(best[-1]) < 1e-8
     state, (best, valid_min) = run(jax.random.key(1), es.default_params(), jnp.asarray(True))
     for leaf in jax.tree.leaves(state):
         if jnp.issubdtype(leaf.dtype, jnp.floating):
@@ -93,7 +65,7 @@ def test_univariate_solves_sphere_and_survives_nan():
 
 @pytest.mark.slow
 def test_univariate_long_float32_run_stays_finite():
-    es = IAMaLGaMUnivariate(POP, num_dims=30)
+    es = IAMaLGaMUnivariate(32, num_dims=30)
     state, (best, _) = fast_jit(make_run(es, 3000))(
         jax.random.key(7), es.default_params(), jnp.asarray(False)
     )

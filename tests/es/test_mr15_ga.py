@@ -1,20 +1,12 @@
-"""MR15GA (:mod:`evotensor.es.mr15_ga`): the contract of :mod:`tests.es.archive_contract`
-(shifted 10-d sphere, bitwise vmap, NaN safety, long float32 run), the 1/5th success rule."""
+"""MR15GA (:mod:`evotensor.es.mr15_ga`): the 1/5th success rule, argument errors (its contract is a
+row of :data:`tests.es.test_contract.ARCHIVE`)."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 import pytest
-from tests.es.archive_contract import strategy_contract
 
 from evotensor.es.mr15_ga import MR15GA, one_fifth_rule
-
-# the 1/5th rule gives linear convergence; 300 generations reach < 1e-8
-globals().update(
-    strategy_contract(
-        MR15GA, pop=32, gens=300, tol=1e-08, hyper=("adapt_factor", 0.9), kwargs={"init_range": 2.0}
-    )
-)
 
 
 def test_one_fifth_rule():

@@ -1,6 +1,6 @@
 """Noise-Reuse ES: noise reuse within windows, unbiasedness, argument errors.
 
-The contract shared with Persistent ES (sphere, stability, vmap) is in test_online_es_contract.py."""
+Its contract (sphere, stability, vmap) is a row of :data:`tests.es.test_contract.GRADIENT`."""
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +13,7 @@ from tests.es.es_fdg_helpers import (
 )
 
 from evotensor.es import NoiseReuseES
-from evotensor.es.gradient_es import identity_shaping
+from evotensor.es.core.gradient_es import identity_shaping
 
 
 def test_noise_is_reused_within_a_window_and_redrawn_after():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evotensor.es.optimizers import clipup, resolve_sigma_init, safe_norm, safe_normalize
+from evotensor.es.core.optimizers import clipup, resolve_sigma_init, safe_norm, safe_normalize
 
 
 def clipup_reference(grads, lr, momentum, max_speed):

@@ -1,11 +1,5 @@
-"""Tests for :mod:`evotensor.es.pbt` (PBT).
-
-Shared protocol checks (one compiled batched run serves several of them):
-solves a shifted 10-d sphere to a documented tolerance, vmap over seeds / a hyperparameter /
-poisoned fitness equals separate runs bit for bit, NaN/inf fitness never enters state and the
-best-so-far equals the running minimum of the valid evaluations, and a 3,000-generation float32
-run on a 30-d sphere stays finite.
-"""
+"""PBT (:mod:`evotensor.es.pbt`): exploit and explore, parents to load, argument errors (its contract
+is a row of :data:`tests.es.test_contract.ARCHIVE`)."""
 
 from __future__ import annotations
 
@@ -13,38 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tests.es.archive_contract import fast_jit, strategy_contract
+from tests.es.archive_contract import fast_jit
 
 from evotensor.es.pbt import PBT
-
-DIMS = 10
-POP = 20
-GENS = 300
-SHIFT = 0.5  # the optimum sits at SHIFT * ones(DIMS)
-# Documented tolerance: best f < 0.3 after 300 rounds of 20 members. Why a nonzero shift and
-# resampling: explore multiplies by 0.8 / 1.2, so an optimum at 0 is reached by shrinking alone
-# (the old SHIFT = 0 test reached 1e-6 trivially), and without resampling a hyperparameter never
-# changes sign (see test_multiplicative_explore_never_changes_sign), so members whose coordinates
-# start negative can never reach 0.5 (measured best over 16 seeds: 0.53-1.05). With 10 %
-# resampling, 16 seeds reach 0.024-0.13 (median 0.05); random search with the same 6,000
-# evaluations in this box gets ~0.5.
-TOL = 0.3
-HYPER_FIELD, HYPER_VALUE = "truncation", 0.3
-KWARGS = {"init_range": 2.0, "resample_probability": 0.1}
-
-globals().update(
-    strategy_contract(
-        PBT,
-        pop=POP,
-        gens=GENS,
-        tol=TOL,
-        hyper=(HYPER_FIELD, HYPER_VALUE),
-        kwargs=KWARGS,
-        dims=DIMS,
-        shift=SHIFT,
-        long_run_in_default_suite=False,
-    )
-)
 
 
 def test_exploit_and_explore_protocol():

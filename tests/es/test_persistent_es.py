@@ -1,6 +1,6 @@
 """Persistent ES: window bookkeeping and an unbiased estimate within a window.
 
-The contract shared with Noise-Reuse ES (sphere, stability, vmap) is in test_online_es_contract.py."""
+Its contract (sphere, stability, vmap) is a row of :data:`tests.es.test_contract.GRADIENT`."""
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +13,7 @@ from tests.es.es_fdg_helpers import (
 )
 
 from evotensor.es import PersistentES
-from evotensor.es.gradient_es import identity_shaping
+from evotensor.es.core.gradient_es import identity_shaping
 
 
 def test_accumulates_perturbations_and_resets_every_window():
@@ -62,5 +62,5 @@ def test_validation_errors():
         PersistentES(4, num_dims=2, T=10, K=3)
     with pytest.raises(ValueError, match="even population_size"):
         PersistentES(5, num_dims=2)
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(ValueError, match="K must be an int"):
         PersistentES(4, num_dims=2, K=0)

@@ -1,11 +1,5 @@
-"""Tests for :mod:`evotensor.es.pso` (PSO).
-
-Shared protocol checks (one compiled batched run serves several of them):
-solves a shifted 10-d sphere to a documented tolerance, vmap over seeds / a hyperparameter /
-poisoned fitness equals separate runs bit for bit, NaN/inf fitness never enters state and the
-best-so-far equals the running minimum of the valid evaluations, and a 3,000-generation float32
-run on a 30-d sphere stays finite.
-"""
+"""PSO (:mod:`evotensor.es.pso`): the velocity update, the default swarm size, argument errors (its
+contract is a row of :data:`tests.es.test_contract.ARCHIVE`)."""
 
 from __future__ import annotations
 
@@ -13,32 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tests.es.archive_contract import fast_jit, strategy_contract
+from tests.es.archive_contract import fast_jit
 
 from evotensor.es.pso import PSO, pso_update
-
-DIMS = 10
-POP = 32
-GENS = 300
-SHIFT = 1.0  # the optimum sits at SHIFT * ones(DIMS)
-# constriction PSO converges linearly on the sphere; 300 generations of 32 particles reach < 1e-8
-TOL = 1e-08
-HYPER_FIELD, HYPER_VALUE = "inertia", 0.6
-KWARGS = {"init_range": 2.0}
-
-globals().update(
-    strategy_contract(
-        PSO,
-        pop=POP,
-        gens=GENS,
-        tol=TOL,
-        hyper=(HYPER_FIELD, HYPER_VALUE),
-        kwargs=KWARGS,
-        dims=DIMS,
-        shift=SHIFT,
-        long_run_in_default_suite=True,
-    )
-)
 
 
 def _reference_pso_update(x, v, pbest, gbest, r1, r2, w, c1, c2):

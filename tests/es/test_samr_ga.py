@@ -1,5 +1,5 @@
-"""SAMRGA (:mod:`evotensor.es.samr_ga`): the contract of :mod:`tests.es.archive_contract`
-(shifted 10-d sphere, bitwise vmap, NaN safety, long float32 run), inherited bounded step sizes."""
+"""SAMRGA (:mod:`evotensor.es.samr_ga`): inherited bounded step sizes (its contract is a row of
+:data:`tests.es.test_contract.ARCHIVE`)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tests.es.archive_contract import fast_jit, strategy_contract
+from tests.es.archive_contract import fast_jit
 
 from evotensor.es.samr_ga import SAMRGA
-
-# self-adapted step sizes give linear convergence; 300 generations reach < 1e-8
-globals().update(
-    strategy_contract(
-        SAMRGA, pop=32, gens=300, tol=1e-08, hyper=("std_meta", 1.5), kwargs={"init_range": 2.0}
-    )
-)
 
 
 def test_step_sizes_are_inherited_and_bounded():

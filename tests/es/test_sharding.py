@@ -1,4 +1,4 @@
-"""Population-axis sharding (evotensor.es.sharding).
+"""Population-axis sharding (evotensor.es.core.sharding).
 
 The multi-device checks run in subprocesses (XLA_FLAGS / jax.distributed must be set before jax
 initializes), all started at once: ``sharding_check.py`` on 4 host devices of one process, and
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from evotensor.core.evaluation import Evaluation
 from evotensor.es import ARS, ASEBO, CMAES, ESMC, PGPE, SNES, GuidedES, OpenES, PersistentES, SepCMAES
-from evotensor.es.sharding import (
+from evotensor.es.core.sharding import (
     population_layout,
     population_order,
     population_sharding,

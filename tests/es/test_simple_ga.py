@@ -1,5 +1,5 @@
-"""SimpleGA (:mod:`evotensor.es.simple_ga`): the contract of :mod:`tests.es.archive_contract`
-(shifted 10-d sphere, bitwise vmap, NaN safety, long float32 run), the selection helpers, crossover."""
+"""SimpleGA (:mod:`evotensor.es.simple_ga`): the selection helpers, crossover (its contract is a
+row of :data:`tests.es.test_contract.ARCHIVE`)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tests.es.archive_contract import fast_jit, strategy_contract
+from tests.es.archive_contract import fast_jit
 
-from evotensor.es.ga_base import plus_selection, truncation_parents
+from evotensor.es.core.ga_base import plus_selection, truncation_parents
 from evotensor.es.simple_ga import SimpleGA
-
-# with mutation std decaying x0.98 per generation, 400 generations reach < 1e-6 (a fixed std stalls
-# near std^2)
-globals().update(
-    strategy_contract(
-        SimpleGA,
-        pop=32,
-        gens=400,
-        tol=1e-06,
-        hyper=("elite_ratio", 0.25),
-        kwargs={"std_decay": 0.98, "init_range": 2.0},
-    )
-)
 
 
 def test_plus_selection_keeps_archive_on_ties_and_rejects_invalid():

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from evotensor.es.termination import (
+from evotensor.es.core.termination import (
     FLAGS,
     Termination,
     any_flag,

@@ -3,6 +3,9 @@
 All functions take a *minimized* fitness vector ``[pop]`` and return ``[pop]`` float weights.
 What a strategy receives after shaping is called *weights*, not fitness. Non-finite inputs are
 treated as the worst values (see :func:`evotensor.core.worst_for_nonfinite`).
+
+:func:`nes_weights` are the rank utilities of the natural evolution strategies (Wierstra et al.
+2014), the default shaping of :class:`evotensor.es.XNES` and :class:`evotensor.es.SNES`.
 """
 
 from __future__ import annotations
@@ -69,3 +72,20 @@ def weight_decay(fitness: jax.Array, solutions: jax.Array, coefficient: float) -
     if solutions.ndim != 2 or solutions.shape[0] != f.shape[0]:
         raise ValueError(f"solutions must be [pop={f.shape[0]}, dims], got shape {solutions.shape}")
     return f + coefficient * jnp.mean(solutions**2, axis=1)
+
+
+def nes_utilities(population_size: int) -> jax.Array:
+    """NES rank utilities ``[pop]``, entry ``k`` for the ``k``-th best sample (higher = better, sum 0).
+
+    ``u_k = max(0, ln(pop/2 + 1) - ln k) / sum_j max(0, ln(pop/2 + 1) - ln j) - 1/pop`` (Wierstra et
+    al. 2014, "Natural evolution strategies", JMLR 15, Table 1).
+    """
+    k = jnp.arange(1, population_size + 1, dtype=jnp.float32)
+    raw = jnp.maximum(0.0, jnp.log(population_size / 2.0 + 1.0) - jnp.log(k))
+    return raw / jnp.sum(raw) - 1.0 / population_size
+
+
+def nes_weights(fitness: jax.Array) -> jax.Array:
+    """Minus the NES utility of each sample's rank (:func:`nes_utilities`; ties broken by index):
+    ``[pop] -> [pop]`` weights, lower = better."""
+    return -nes_utilities(fitness.shape[0])[ranks(fitness)]

@@ -1,7 +1,12 @@
-"""Evolution strategies: one strategy per file, pure init/ask/tell, jit- and vmap-able.
+"""Evolution strategies: one algorithm per module, pure init/ask/tell, jit- and vmap-able.
 
-Names are imported lazily (``evotensor.es.CMAES`` imports only ``cma_es.py``), so importing the
-package stays cheap and a strategy's module is loaded on first use.
+The algorithms are the modules of this package (``cma_es.py``, ``open_es.py``, ...; iAMaLGaM's full
+and univariate models share ``iamalgam.py``). What they are built from lives in
+:mod:`evotensor.es.core`: the strategy base classes and the shared constructors of each family, the
+optimizers, the CMA-ES core, termination criteria, the restart machinery and population sharding.
+
+Names are imported lazily (``evotensor.es.CMAES`` imports only ``cma_es.py`` and what it needs), so
+importing the package stays cheap and a strategy's module is loaded on first use.
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ _STRATEGIES: dict[str, str] = {
     # estimation of distribution
     "CMAES": "cma_es",
     "SepCMAES": "sep_cma_es",
-    "IPOPCMAES": "restarts",
-    "BIPOPCMAES": "restarts",
+    "IPOPCMAES": "ipop_cma_es",
+    "BIPOPCMAES": "bipop_cma_es",
     "RmES": "rm_es",
     "MAES": "ma_es",
     "LMMAES": "lm_ma_es",
@@ -52,21 +57,12 @@ _STRATEGIES: dict[str, str] = {
     "PBT": "pbt",
 }
 
-__all__ = sorted(_STRATEGIES) + ["VectorStrategy", "available"]
-
-
-def available() -> list[str]:
-    """Names of the strategies whose module is present in this installation."""
-    names = []
-    for name, module in _STRATEGIES.items():
-        if importlib.util.find_spec(f"{__name__}.{module}") is not None:
-            names.append(name)
-    return sorted(names)
+__all__ = sorted(_STRATEGIES) + ["VectorStrategy"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "VectorStrategy":
-        from evotensor.es.base import VectorStrategy
+        from evotensor.es.core.base import VectorStrategy
 
         return VectorStrategy
     module = _STRATEGIES.get(name)

@@ -13,22 +13,13 @@ where ``sigma_R`` is the standard deviation of the ``2b`` kept values; the optax
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import optax
 
-from evotensor.es.base import check_even
-from evotensor.es.gradient_es import (
-    FitnessShaping,
-    GradientES,
-    identity_shaping,
-    pair_sum,
-    tell_by_statistics,
-)
-from evotensor.es.open_es import antithetic_perturbations
+from evotensor.core.checks import check_fraction
+from evotensor.es.core.gradient_es import GradientES, identity_shaping, pair_sum, tell_by_statistics
+from evotensor.es.core.sampling import antithetic_perturbations
 
 
 def ars_coefficients(weights: jax.Array, num_elite: int) -> tuple[jax.Array, jax.Array]:
@@ -42,7 +33,7 @@ def ars_coefficients(weights: jax.Array, num_elite: int) -> tuple[jax.Array, jax
         ``(v [pop], sigma_r [])``: ``v_i = f+_i - f-_i`` for the ``b`` best directions (by
         ``min(f+, f-)``) and 0 elsewhere, including every mirrored row, so that
         ``sum_i (v_i - v_{i+h}) (x_i - x_{i+h}) = 2 nu sum_{top b} (f+_i - f-_i) delta_i``
-        (:func:`~evotensor.es.gradient_es.pair_sum`); ``sigma_R`` is the std of the ``2b`` kept values.
+        (:func:`~evotensor.es.core.gradient_es.pair_sum`); ``sigma_R`` is the std of the ``2b`` kept values.
     """
     h = weights.shape[0] // 2
     w_plus, w_minus = weights[:h], weights[h:]
@@ -92,37 +83,21 @@ class ARS(GradientES):
     name = "ars"
     default_sigma_init = 0.03
     default_learning_rate = 0.02
+    default_fitness_shaping = staticmethod(identity_shaping)
+    mirrored_sampling = "ARS's antithetic directions"
 
     def __init__(
-        self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
-        *,
-        optimizer: optax.GradientTransformation | None = None,
-        sigma_init: float | None = None,
-        sigma_schedule: Callable[[jax.Array], jax.Array] | None = None,
-        elite_ratio: float = 0.125,
-        fitness_shaping: FitnessShaping = identity_shaping,
+        self, population_size, solution=None, num_dims=None, *, elite_ratio: float = 0.125, **options
     ):
-        if optimizer is None:
-            optimizer = optax.sgd(learning_rate=self.default_learning_rate)
-        super().__init__(
-            population_size,
-            solution,
-            num_dims,
-            optimizer=optimizer,
-            sigma_init=sigma_init,
-            sigma_schedule=sigma_schedule,
-            fitness_shaping=fitness_shaping,
-        )
-        check_even(population_size, "ARS's antithetic directions")
-        if not 0.0 < elite_ratio <= 1.0:
-            raise ValueError(f"elite_ratio must be in (0, 1], got {elite_ratio!r}")
-        self.elite_ratio = float(elite_ratio)
+        super().__init__(population_size, solution, num_dims, **options)
+        self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
         self.num_elite = max(1, min(population_size // 2, round(elite_ratio * (population_size // 2))))
 
-    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    def default_optimizer(self) -> optax.GradientTransformation:
+        """``optax.sgd(0.02)``: plain steps of size alpha, the paper's update."""
+        return optax.sgd(learning_rate=self.default_learning_rate)
+
+    # -- population-sharding hooks (see evotensor.es.core.sharding) ------------------------------------
     shard_pairs = True
     shard_state_fields: tuple[str, ...] = ()
 

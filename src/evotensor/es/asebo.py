@@ -20,7 +20,7 @@ varies it with ``l``) and a fixed FIFO buffer of ``k`` estimates. Defaults follo
 reference code: ``k = 70`` (capped at ``d``), ``threshold = 0.995``, ``decay = 0.99``,
 ``min_subspace_dims = 10`` (capped at ``k``), sigma 0.1, Adam with step 0.05.
 
-Population sharding (:mod:`evotensor.es.sharding`): the active subspace (the PCA of the buffer),
+Population sharding (:mod:`evotensor.es.core.sharding`): the active subspace (the PCA of the buffer),
 its size and ``alpha`` are the shared part of sampling (:meth:`ASEBO._sample_context`, one SVD per
 generation in the replicated program); given them each shard draws its own pairs, and the estimate
 is a sum over pairs.
@@ -28,25 +28,23 @@ is a sum over pairs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from evotensor.core import rng
+from evotensor.core.checks import check_fraction, check_int
 from evotensor.core.fitness_shaping import z_score
 from evotensor.core.numerics import exact_matmul, exact_matvec, exact_sum, exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import check_even
-from evotensor.es.gradient_es import FitnessShaping, GradientES, tell_by_statistics
-from evotensor.es.optimizers import safe_norm
+from evotensor.es.core.gradient_es import GradientES, tell_by_statistics
+from evotensor.es.core.optimizers import safe_norm
 
 
 @pytree_dataclass
 class ASEBOState:
-    """Attributes: those of :class:`~evotensor.es.open_es.GradientESState` plus
+    """Attributes: those of :class:`~evotensor.es.core.gradient_es.GradientESState` plus
     ``gradients [k, dims]`` (buffer, newest first), ``basis [k, dims]`` (principal directions,
     rows beyond the active count are zero), ``alpha []``."""
 
@@ -104,48 +102,28 @@ class ASEBO(GradientES):
     name = "asebo"
     default_sigma_init = 0.1
     default_learning_rate = 0.05
+    default_fitness_shaping = staticmethod(z_score)
+    mirrored_sampling = "ASEBO's antithetic sampling"
 
     def __init__(
         self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size,
+        solution=None,
+        num_dims=None,
         *,
-        subspace_dims: int | None = None,
-        min_subspace_dims: int | None = None,
-        optimizer: optax.GradientTransformation | None = None,
-        sigma_init: float | None = None,
-        sigma_schedule: Callable[[jax.Array], jax.Array] | None = None,
+        subspace_dims=None,
+        min_subspace_dims=None,
         decay: float = 0.99,
         threshold: float = 0.995,
-        fitness_shaping: FitnessShaping = z_score,
+        **options,
     ):
-        super().__init__(
-            population_size,
-            solution,
-            num_dims,
-            optimizer=optimizer,
-            sigma_init=sigma_init,
-            sigma_schedule=sigma_schedule,
-            fitness_shaping=fitness_shaping,
-        )
-        check_even(population_size, "ASEBO's antithetic sampling")
+        super().__init__(population_size, solution, num_dims, **options)
         k = min(70, self.num_dims) if subspace_dims is None else subspace_dims
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.num_dims:
-            raise ValueError(
-                f"subspace_dims must be an int in [1, num_dims={self.num_dims}], got {subspace_dims!r}"
-            )
+        self.subspace_dims = check_int(k, "subspace_dims", 1, self.num_dims)
         m = min(10, k) if min_subspace_dims is None else min_subspace_dims
-        if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= k:
-            raise ValueError(
-                f"min_subspace_dims must be an int in [1, subspace_dims={k}], got {min_subspace_dims!r}"
-            )
-        if not 0.0 < decay <= 1.0:
-            raise ValueError(f"decay must be in (0, 1], got {decay!r}")
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
-        self.subspace_dims, self.min_subspace_dims = k, m
-        self._decay, self._threshold = float(decay), float(threshold)
+        self.min_subspace_dims = check_int(m, "min_subspace_dims", 1, k)
+        self._decay = check_fraction(decay, "decay")
+        self._threshold = check_fraction(threshold, "threshold")
 
     def default_params(self) -> ASEBOParams:
         f = lambda v: jnp.asarray(v, jnp.float32)
@@ -157,7 +135,7 @@ class ASEBO(GradientES):
             **self._base_fields(), gradients=zeros, basis=zeros, alpha=jnp.ones((), jnp.float32)
         )
 
-    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    # -- population-sharding hooks (see evotensor.es.core.sharding) ------------------------------------
     shard_pairs = True
     shard_state_fields: tuple[str, ...] = ()
 

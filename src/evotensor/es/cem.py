@@ -16,15 +16,13 @@ variance estimate is defined. NaN/inf fitness ranks last.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from jax.lax import Precision
 
+from evotensor.core.checks import check_fraction, check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import check_fraction, check_positive
-from evotensor.es.diagonal_gaussian import DiagonalGaussianStrategy
+from evotensor.es.core.diagonal_gaussian import DiagonalGaussianStrategy
 
 
 @pytree_dataclass
@@ -88,17 +86,17 @@ class CEM(DiagonalGaussianStrategy):
 
     def __init__(
         self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size,
+        solution=None,
+        num_dims=None,
         *,
-        elite_ratio: float = 0.1,
-        mean_smoothing: float = 0.7,
-        std_smoothing: float = 0.7,
-        extra_noise: float = 0.0,
-        std_init: float = 1.0,
+        elite_ratio=0.1,
+        mean_smoothing=0.7,
+        std_smoothing=0.7,
+        extra_noise=0.0,
+        **options,
     ):
-        super().__init__(population_size, solution, num_dims, std_init)
+        super().__init__(population_size, solution, num_dims, **options)
         self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
         self.mean_smoothing = check_fraction(mean_smoothing, "mean_smoothing")
         self.std_smoothing = check_fraction(std_smoothing, "std_smoothing")

@@ -24,17 +24,28 @@ as ``lambda``). Note ``c_1 <= 0`` for ``d <= 5`` as in the paper's formula; it i
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import check_positive
 from evotensor.core.fitness_shaping import ranks
 from evotensor.core.numerics import exact_matvec, exact_sum, exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy, track_best
-from evotensor.es.xnes import default_population_size
+from evotensor.es.core.base import (
+    VectorStrategy,
+    check_even,
+    default_population_size,
+    population_size_or_default,
+    track_best,
+)
+
+
+def default_even_population_size(num_dims: int) -> int:
+    """``4 + floor(3 ln d)`` rounded up to even (mirrored sampling)."""
+    lam = default_population_size(num_dims)
+    return lam + lam % 2
 
 
 def h_inv(num_dims: int) -> float:
@@ -102,28 +113,15 @@ class CRFMNES(VectorStrategy):
     name = "cr_fm_nes"
     min_population_size = 2
 
-    def __init__(
-        self,
-        population_size: int | None = None,
-        solution: Any = None,
-        num_dims: int | None = None,
-        *,
-        sigma_init: float = 1.0,
-    ):
-        if population_size is None:
-            from evotensor.core.strategy import as_solution_space
-
-            lam = default_population_size(as_solution_space(solution, num_dims).num_dims)
-            population_size = lam + lam % 2
-        super().__init__(population_size, solution, num_dims)
-        if population_size % 2:
-            raise ValueError(
-                f"CR-FM-NES's mirrored sampling needs an even population_size, got {population_size}"
-            )
-        if not sigma_init > 0:
-            raise ValueError(f"sigma_init must be > 0, got {sigma_init!r}")
-        self._sigma_init = float(sigma_init)
-        lam = population_size
+    def __init__(self, population_size=None, solution=None, num_dims=None, *, sigma_init: float = 1.0):
+        super().__init__(
+            population_size_or_default(population_size, solution, num_dims, default_even_population_size),
+            solution,
+            num_dims,
+        )
+        check_even(self.population_size, "CR-FM-NES's mirrored sampling")
+        self._sigma_init = check_positive(sigma_init, "sigma_init")
+        lam = self.population_size
         k = jnp.arange(1, lam + 1, dtype=jnp.float32)
         self._w_hat = jnp.maximum(0.0, math.log(lam / 2.0 + 1.0) - jnp.log(k))  # [lam] by rank
         self._w_rank = self._w_hat / jnp.sum(self._w_hat) - 1.0 / lam
@@ -150,19 +148,15 @@ class CRFMNES(VectorStrategy):
         )
 
     def _init(self, key, params):
-        mean = jnp.array(self.initial_mean(), copy=True)  # own buffer: callers may donate state
         d = self.num_dims
         zeros = jnp.zeros(d, jnp.float32)
         return CRFMNESState(
-            mean=mean,
+            **self._initial_mean_fields(),
             sigma=jnp.asarray(params.sigma_init, jnp.float32),
             D=jnp.ones(d, jnp.float32),
             v=rng.normal(key, (d,), jnp.float32) / math.sqrt(d),
             p_sigma=zeros,
             p_c=zeros,
-            generation=jnp.zeros((), jnp.int32),
-            best_solution=jnp.array(mean, copy=True),
-            best_fitness=jnp.asarray(jnp.inf, jnp.float32),
         )
 
     def _ask(self, key, state, params):

@@ -21,15 +21,18 @@ greedy one-to-one selection. Both kernels are public so they can be tested again
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import check_choice, check_fraction, check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
+from evotensor.es.core.base import (
+    InvalidAsInfStrategy,
+    float32_params,
+    initial_population,
+    population_size_or_default,
+)
 
 VARIANTS = ("rand/1/bin", "best/1/bin")
 
@@ -145,42 +148,38 @@ class DE(InvalidAsInfStrategy):
     """
 
     name = "de"
+    mean_field = "best_solution"  # the best solution found so far
     min_population_size = 4
 
     def __init__(
         self,
-        population_size: int | None = None,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size=None,
+        solution=None,
+        num_dims=None,
         *,
-        variant: str = "rand/1/bin",
-        differential_weight: float = 0.5,
-        crossover_rate: float = 0.9,
-        init_range: float = 1.0,
+        variant="rand/1/bin",
+        differential_weight=0.5,
+        crossover_rate=0.9,
+        init_range=1.0,
     ):
-        if population_size is None:
-            population_size = default_population_size(as_solution_space(solution, num_dims).num_dims)
-        super().__init__(population_size, solution, num_dims)
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-        self.variant = variant
+        super().__init__(
+            population_size_or_default(population_size, solution, num_dims, default_population_size),
+            solution,
+            num_dims,
+        )
+        self.variant = check_choice(variant, "variant", VARIANTS)
         self.differential_weight = check_positive(differential_weight, "differential_weight")
-        self.crossover_rate = float(crossover_rate)
-        if not 0.0 <= self.crossover_rate <= 1.0:
-            raise ValueError(f"crossover_rate must be in [0, 1], got {crossover_rate}")
+        self.crossover_rate = check_fraction(crossover_rate, "crossover_rate", allow_zero=True)
         self.init_range = check_positive(init_range, "init_range")
 
     def default_params(self) -> DEParams:
         return float32_params(DEParams, self)
 
     def _init(self, key, params):
-        u = rng.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)
         return DEState(
-            population=self.initial_mean() + params.init_range * u,
+            population=initial_population(key, self.initial_mean(), params.init_range, self.population_size),
             fitness=jnp.full((self.population_size,), jnp.inf, jnp.float32),
-            best_solution=self.initial_mean(),
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
+            **self._initial_best_fields(),
         )
 
     def _ask(self, key, state, params):
@@ -196,16 +195,5 @@ class DE(InvalidAsInfStrategy):
         replace = jnp.isfinite(fitness) & (fitness <= state.fitness)
         population = jnp.where(replace[:, None], x, state.population)
         pop_fitness = jnp.where(replace, fitness, state.fitness)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
-        new = DEState(
-            population=population,
-            fitness=pop_fitness,
-            best_solution=best_x,
-            best_fitness=best_f,
-            generation=state.generation + 1,
-        )
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min()}
-
-    def mean_solution(self, state: Any) -> Any:
-        """The best solution found so far."""
-        return self.space.unravel(state.best_solution)
+        best, metrics = self._next_best_fields(state, x, fitness)
+        return DEState(population=population, fitness=pop_fitness, **best), metrics

@@ -19,15 +19,13 @@ meta-optimized.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from jax.lax import Precision
 
+from evotensor.core.checks import check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import check_positive
-from evotensor.es.diagonal_gaussian import DiagonalGaussianStrategy
+from evotensor.es.core.diagonal_gaussian import DiagonalGaussianStrategy
 
 
 @pytree_dataclass
@@ -87,16 +85,16 @@ class DiscoveredES(DiagonalGaussianStrategy):
 
     def __init__(
         self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size,
+        solution=None,
+        num_dims=None,
         *,
-        temperature: float = 12.5,
-        lr_mean: float = 1.0,
-        lr_std: float = 0.1,
-        std_init: float = 1.0,
+        temperature=12.5,
+        lr_mean=1.0,
+        lr_std=0.1,
+        **options,
     ):
-        super().__init__(population_size, solution, num_dims, std_init)
+        super().__init__(population_size, solution, num_dims, **options)
         self.temperature = check_positive(temperature, "temperature", allow_zero=True)
         self.lr_mean = check_positive(lr_mean, "lr_mean")
         self.lr_std = check_positive(lr_std, "lr_std")

@@ -11,7 +11,7 @@ differencing, so a perturbation can only be credited for improving on the mean :
 For a linear ``f`` exactly one side of each pair is clipped and ``delta_i = sigma * a.eps_i``, so
 ``E[g] = a`` (tested). The optax optimizer descends ``g``.
 
-Population sharding (:mod:`evotensor.es.sharding`): the weights are clipped at the baseline before
+Population sharding (:mod:`evotensor.es.core.sharding`): the weights are clipped at the baseline before
 the population is split, so a shard needs only its own pairs; every shard holds a copy of the mean
 as its row 0 (``[mean; +pairs; -pairs]``, the unsharded layout in miniature), so with ``n`` shards
 the sharded population has ``pop + n - 1`` rows and shard 0's copy is the baseline.
@@ -19,17 +19,14 @@ the sharded population has ``pop + n - 1`` rows and shard 0's copy is the baseli
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from evotensor.core import rng
+from evotensor.core.checks import ArgumentError
 from evotensor.core.numerics import exact_vecmat, rounded
-from evotensor.es.gradient_es import FitnessShaping, GradientES, identity_shaping, tell_by_statistics
+from evotensor.es.core.gradient_es import GradientES, identity_shaping, tell_by_statistics
 
 
 def clip_at_baseline(weights: jax.Array) -> jax.Array:
@@ -71,41 +68,24 @@ class ESMC(GradientES):
         fitness_shaping: default identity (clipping at the baseline needs comparable values;
             any monotone shaping computed jointly with the baseline row also works).
 
-    Shardable (:func:`evotensor.es.sharding.sharded`) when ``population_size - 1`` is divisible by
+    Shardable (:func:`evotensor.es.core.sharding.sharded`) when ``population_size - 1`` is divisible by
     twice the number of shards; the sharded population repeats the mean once per shard (module
     docstring).
     """
 
     name = "esmc"
     default_sigma_init = 0.1
+    default_fitness_shaping = staticmethod(identity_shaping)
     min_population_size = 3
 
-    def __init__(
-        self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
-        *,
-        optimizer: optax.GradientTransformation | None = None,
-        sigma_init: float | None = None,
-        sigma_schedule: Callable[[jax.Array], jax.Array] | None = None,
-        fitness_shaping: FitnessShaping = identity_shaping,
-    ):
-        super().__init__(
-            population_size,
-            solution,
-            num_dims,
-            optimizer=optimizer,
-            sigma_init=sigma_init,
-            sigma_schedule=sigma_schedule,
-            fitness_shaping=fitness_shaping,
-        )
+    def __init__(self, population_size, solution=None, num_dims=None, **options):
+        super().__init__(population_size, solution, num_dims, **options)
         if population_size % 2 == 0:
-            raise ValueError(
+            raise ArgumentError(
                 f"ESMC needs an odd population_size (the mean + antithetic pairs), got {population_size}"
             )
 
-    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    # -- population-sharding hooks (see evotensor.es.core.sharding) ------------------------------------
     shard_pairs = False  # its own layout: _shard_layout
     shard_state_fields: tuple[str, ...] = ()
 

@@ -8,7 +8,7 @@ achieved, ``delta_g = min_{i in g} (f(child_i) - f(parent_i))`` (eq. 5): the ste
 by ``delta``, the best one is kept and every other group takes one drawn uniformly from the best
 ``std_ratio`` fraction (eq. 6); then all are perturbed log-uniformly ``std_g <- std_g *
 std_meta^U(-1, 1)`` (eq. 7) and clipped. Survival is elitist plus-selection (see
-:mod:`evotensor.es.ga_base`). Defaults ``elite_ratio = std_ratio = 0.5``, ``std_meta = 2``,
+:mod:`evotensor.es.core.ga_base`). Defaults ``elite_ratio = std_ratio = 0.5``, ``std_meta = 2``,
 ``std_init = 1``, ``std_max = 10`` (as in evosax's implementation); ``num_groups`` defaults to the
 largest divisor of the population size not above its square root.
 """
@@ -16,15 +16,13 @@ largest divisor of the population size not above its square root.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from evotensor.core import rng
+from evotensor.core.checks import ArgumentError, check_fraction, check_int
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import check_fraction, check_positive, check_std_bounds
-from evotensor.es.ga_base import ParentTrackingGA, truncation_parents
+from evotensor.es.core.ga_base import ParentTrackingGA, SelfAdaptiveGA, truncation_parents
 
 
 def default_num_groups(population_size: int) -> int:
@@ -75,7 +73,7 @@ def group_deltas(child_fitness: jax.Array, parent_fitness: jax.Array, num_groups
     return change.reshape(num_groups, -1).min(axis=1)
 
 
-class GESMRGA(ParentTrackingGA):
+class GESMRGA(ParentTrackingGA, SelfAdaptiveGA):
     """GA whose mutation step sizes are selected by group elite selection.
 
     Args:
@@ -83,7 +81,9 @@ class GESMRGA(ParentTrackingGA):
         solution: template pytree (center of the initial box), exclusive with ``num_dims``.
         num_dims: flat dimension.
         num_groups: number of step-size groups (static; must divide ``population_size``).
-        elite_ratio, std_ratio, std_init, std_meta, std_min, std_max, init_range: params defaults.
+        std_ratio: params default (see :class:`GESMRGAParams`).
+        elite_ratio, std_init, std_meta, std_min, std_max, init_range: params defaults, as
+            :class:`~evotensor.es.core.ga_base.SelfAdaptiveGA`.
 
     Example::
 
@@ -98,39 +98,20 @@ class GESMRGA(ParentTrackingGA):
     state_cls = GESMRGAState
 
     def __init__(
-        self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
-        *,
-        num_groups: int | None = None,
-        elite_ratio: float = 0.5,
-        std_ratio: float = 0.5,
-        std_init: float = 1.0,
-        std_meta: float = 2.0,
-        std_min: float = 0.0,
-        std_max: float = 10.0,
-        init_range: float = 1.0,
+        self, population_size, solution=None, num_dims=None, *, num_groups=None, std_ratio=0.5, **options
     ):
-        super().__init__(population_size, solution, num_dims, elite_ratio, std_init, init_range)
+        super().__init__(population_size, solution, num_dims, **options)
         if num_groups is None:
             num_groups = default_num_groups(self.population_size)
-        if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
-            raise ValueError(f"num_groups must be a positive int, got {num_groups!r}")
+        self.num_groups = check_int(num_groups, "num_groups")
         if self.population_size % num_groups:
-            raise ValueError(
+            raise ArgumentError(
                 f"num_groups ({num_groups}) must divide population_size ({self.population_size})"
             )
-        self.num_groups = num_groups
         self.std_ratio = check_fraction(std_ratio, "std_ratio")
-        self.std_meta = check_positive(std_meta, "std_meta")
-        self.std_min, self.std_max = check_std_bounds(std_min, std_max)
 
-    def _initial_fields(self, params):
-        return {
-            "std": jnp.full((self.num_groups,), params.std_init, jnp.float32),
-            "parent_fitness": jnp.full((self.population_size,), jnp.inf, jnp.float32),
-        }
+    def _initial_std(self, params):
+        return jnp.full((self.num_groups,), params.std_init, jnp.float32)
 
     def _child_std(self, state):
         # child i belongs to group i // group_size
@@ -144,8 +125,7 @@ class GESMRGA(ParentTrackingGA):
             k_sel, jnp.arange(self.num_groups, dtype=jnp.float32), params.std_ratio, self.num_groups
         )
         std = ranked[picks].at[0].set(ranked[0])  # eq. 6: keep the best, resample the rest from the elite
-        meta = params.std_meta ** rng.uniform(k_meta, (self.num_groups,), jnp.float32, -1.0, 1.0)
-        return jnp.clip(std * meta, params.std_min, params.std_max)  # eq. 7
+        return self._meta_mutate(k_meta, std, params)  # eq. 7
 
     def _adapt(self, key, state, fitness, idx, params):
         std = jnp.where(state.generation == 0, state.std, self._adapt_std(key, state, fitness, params))

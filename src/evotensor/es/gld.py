@@ -11,15 +11,14 @@ population size, so R and r can be vmapped. Defaults R = 1, r = 1e-6.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from jax.lax import Precision
 
 from evotensor.core import rng
+from evotensor.core.checks import ArgumentError, check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
+from evotensor.es.core.base import InvalidAsInfStrategy, float32_params
 
 
 @pytree_dataclass
@@ -74,24 +73,17 @@ class GLD(InvalidAsInfStrategy):
     """
 
     name = "gld"
+    mean_field = "best_solution"  # the current iterate
 
-    def __init__(
-        self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
-        *,
-        radius_max: float = 1.0,
-        radius_min: float = 1e-6,
-    ):
+    def __init__(self, population_size, solution=None, num_dims=None, *, radius_max=1.0, radius_min=1e-6):
         super().__init__(population_size, solution, num_dims)
         self.radius_max = check_positive(radius_max, "radius_max")
         self.radius_min = check_positive(radius_min, "radius_min")
         if self.radius_min > self.radius_max:
-            raise ValueError(f"radius_min ({radius_min}) must be <= radius_max ({radius_max})")
+            raise ArgumentError(f"radius_min ({radius_min}) must be <= radius_max ({radius_max})")
 
     def default_params(self) -> GLDParams:
-        return GLDParams(radius_max=jnp.float32(self.radius_max), radius_min=jnp.float32(self.radius_min))
+        return float32_params(GLDParams, self)
 
     def radii(self, params: GLDParams) -> jax.Array:
         """``[pop]`` radii ``R (r/R)^(k/K)``, largest first."""
@@ -99,21 +91,12 @@ class GLD(InvalidAsInfStrategy):
         return params.radius_max * (params.radius_min / params.radius_max) ** k
 
     def _init(self, key, params):
-        return GLDState(
-            best_solution=self.initial_mean(),
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
-        )
+        return GLDState(**self._initial_best_fields())
 
     def _ask(self, key, state, params):
         v = sample_ball(key, (self.population_size, self.num_dims)) * self.radii(params)[:, None]
         return state.best_solution + v, state
 
     def _tell(self, key, state, x, fitness, params):
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
-        new = GLDState(best_solution=best_x, best_fitness=best_f, generation=state.generation + 1)
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min()}
-
-    def mean_solution(self, state: Any) -> Any:
-        """The current iterate."""
-        return self.space.unravel(state.best_solution)
+        best, metrics = self._next_best_fields(state, x, fitness)
+        return GLDState(**best), metrics

@@ -13,37 +13,29 @@ shaping ``E[g] = beta * Sigma * a``. Surrogate gradients are pushed with
 strategy also pushes its own estimate ``g`` after every ``tell``, so it runs without an external
 surrogate (the subspace then tracks recent descent directions).
 
-Population sharding (:mod:`evotensor.es.sharding`): the orthonormal basis ``U`` is the shared part
+Population sharding (:mod:`evotensor.es.core.sharding`): the orthonormal basis ``U`` is the shared part
 of sampling (:meth:`GuidedES._sample_context`, one QR per generation in the replicated program);
 given ``U`` each shard draws its own pairs, and the estimate is a sum over pairs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 from jax.lax import Precision
 
 from evotensor.core import rng
+from evotensor.core.checks import check_fraction, check_int, check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import check_even
-from evotensor.es.gradient_es import (
-    FitnessShaping,
-    GradientES,
-    identity_shaping,
-    pair_sum,
-    tell_by_statistics,
-)
-from evotensor.es.optimizers import safe_normalize
+from evotensor.es.core.gradient_es import GradientES, identity_shaping, pair_sum, tell_by_statistics
+from evotensor.es.core.optimizers import safe_normalize
 
 
 @pytree_dataclass
 class GuidedESState:
-    """Attributes: those of :class:`~evotensor.es.open_es.GradientESState` plus
+    """Attributes: those of :class:`~evotensor.es.core.gradient_es.GradientESState` plus
     ``surrogates [k, dims]`` (most recent first, unit norm)."""
 
     mean: jax.Array
@@ -108,46 +100,25 @@ class GuidedES(GradientES):
 
     name = "guided_es"
     default_sigma_init = 0.1
+    default_fitness_shaping = staticmethod(identity_shaping)
+    mirrored_sampling = "Guided ES's antithetic sampling"
 
     def __init__(
         self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size,
+        solution=None,
+        num_dims=None,
         *,
         subspace_dims: int = 1,
-        optimizer: optax.GradientTransformation | None = None,
-        sigma_init: float | None = None,
-        sigma_schedule: Callable[[jax.Array], jax.Array] | None = None,
         alpha: float = 0.5,
         beta: float = 2.0,
-        fitness_shaping: FitnessShaping = identity_shaping,
-        es_gradient_as_surrogate: bool = True,
+        es_gradient_as_surrogate=True,
+        **options,
     ):
-        super().__init__(
-            population_size,
-            solution,
-            num_dims,
-            optimizer=optimizer,
-            sigma_init=sigma_init,
-            sigma_schedule=sigma_schedule,
-            fitness_shaping=fitness_shaping,
-        )
-        check_even(population_size, "Guided ES's antithetic sampling")
-        if (
-            isinstance(subspace_dims, bool)
-            or not isinstance(subspace_dims, int)
-            or not 1 <= subspace_dims <= self.num_dims
-        ):
-            raise ValueError(
-                f"subspace_dims must be an int in [1, num_dims={self.num_dims}], got {subspace_dims!r}"
-            )
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
-        if not beta > 0:
-            raise ValueError(f"beta must be > 0, got {beta!r}")
-        self.subspace_dims = subspace_dims
-        self._alpha, self._beta = float(alpha), float(beta)
+        super().__init__(population_size, solution, num_dims, **options)
+        self.subspace_dims = check_int(subspace_dims, "subspace_dims", 1, self.num_dims)
+        self._alpha = check_fraction(alpha, "alpha", allow_zero=True)
+        self._beta = check_positive(beta, "beta")
         self.es_gradient_as_surrogate = bool(es_gradient_as_surrogate)
 
     def default_params(self) -> GuidedESParams:
@@ -171,7 +142,7 @@ class GuidedES(GradientES):
             raise ValueError(f"gradient must flatten to ({self.num_dims},), got {g.shape}")
         return state.replace(surrogates=_push(state.surrogates, g))
 
-    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    # -- population-sharding hooks (see evotensor.es.core.sharding) ------------------------------------
     shard_pairs = True
     shard_state_fields: tuple[str, ...] = ()
 

@@ -9,14 +9,13 @@ size follows the geometric schedule ``std <- max(std * std_decay, std_min)``; wi
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
+from evotensor.es.core.base import InvalidAsInfStrategy, float32_params
 
 
 @pytree_dataclass
@@ -62,16 +61,10 @@ class HillClimbing(InvalidAsInfStrategy):
     """
 
     name = "hill_climbing"
+    mean_field = "best_solution"  # the incumbent, center of the next generation's samples
 
     def __init__(
-        self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
-        *,
-        std_init: float = 1.0,
-        std_decay: float = 1.0,
-        std_min: float = 0.0,
+        self, population_size, solution=None, num_dims=None, *, std_init=1.0, std_decay=1.0, std_min=0.0
     ):
         super().__init__(population_size, solution, num_dims)
         self.std_init = check_positive(std_init, "std_init")
@@ -79,32 +72,16 @@ class HillClimbing(InvalidAsInfStrategy):
         self.std_min = check_positive(std_min, "std_min", allow_zero=True)
 
     def default_params(self) -> HillClimbingParams:
-        return HillClimbingParams(
-            std_init=jnp.float32(self.std_init),
-            std_decay=jnp.float32(self.std_decay),
-            std_min=jnp.float32(self.std_min),
-        )
+        return float32_params(HillClimbingParams, self)
 
     def _init(self, key, params):
-        return HillClimbingState(
-            best_solution=self.initial_mean(),
-            best_fitness=jnp.float32(jnp.inf),
-            std=jnp.asarray(params.std_init, jnp.float32),
-            generation=jnp.zeros((), jnp.int32),
-        )
+        return HillClimbingState(**self._initial_best_fields(), std=jnp.asarray(params.std_init, jnp.float32))
 
     def _ask(self, key, state, params):
         z = rng.normal(key, (self.population_size, self.num_dims), jnp.float32)
         return state.best_solution + state.std * z, state
 
     def _tell(self, key, state, x, fitness, params):
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
+        best, metrics = self._next_best_fields(state, x, fitness)
         std = jnp.maximum(state.std * params.std_decay, params.std_min)
-        new = HillClimbingState(
-            best_solution=best_x, best_fitness=best_f, std=std, generation=state.generation + 1
-        )
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min(), "std": std}
-
-    def mean_solution(self, state: Any) -> Any:
-        """The incumbent (center of the next generation's samples)."""
-        return self.space.unravel(state.best_solution)
+        return HillClimbingState(**best, std=std), {**metrics, "std": std}

@@ -39,17 +39,18 @@ factorization fails, so long runs past convergence stay finite.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any
+import warnings
 
 import jax
 import jax.numpy as jnp
 from jax.lax import Precision
 
 from evotensor.core import rng
+from evotensor.core.checks import ArgumentError, check_fraction, check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import InvalidAsInfStrategy, check_fraction, check_positive, update_best
+from evotensor.es.core.base import InvalidAsInfStrategy, population_size_or_default
 
 
 @pytree_dataclass
@@ -144,23 +145,19 @@ class IAMaLGaMFull(InvalidAsInfStrategy):
     univariate = False
 
     def __init__(
-        self,
-        population_size: int | None = None,
-        solution: Any = None,
-        num_dims: int | None = None,
-        *,
-        selection_ratio: float = 0.35,
-        std_init: float = 1.0,
+        self, population_size=None, solution=None, num_dims=None, *, selection_ratio=0.35, std_init=1.0
     ):
         selection_ratio = check_fraction(selection_ratio, "selection_ratio")
-        if population_size is None:
-            n = as_solution_space(solution, num_dims).num_dims
-            population_size = default_population_size(n, selection_ratio, self.univariate)
-        super().__init__(population_size, solution, num_dims)
+        guideline = functools.partial(
+            default_population_size, selection_ratio=selection_ratio, univariate=self.univariate
+        )
+        super().__init__(
+            population_size_or_default(population_size, solution, num_dims, guideline), solution, num_dims
+        )
         self.selection_ratio = selection_ratio
         self.num_selected = int(math.floor(self.selection_ratio * self.population_size))
         if self.num_selected < 2:
-            raise ValueError(
+            raise ArgumentError(
                 f"population_size * selection_ratio must select >= 2 samples, got "
                 f"floor({self.selection_ratio} * {self.population_size}) = {self.num_selected}"
             )
@@ -168,8 +165,6 @@ class IAMaLGaMFull(InvalidAsInfStrategy):
         self.num_ams = int(math.floor(alpha_ams * (self.population_size - 1)))
         self.std_init = check_positive(std_init, "std_init")
         if not self.univariate and self.num_dims > 5000:
-            import warnings
-
             warnings.warn(
                 f"IAMaLGaMFull stores a {self.num_dims}x{self.num_dims} covariance and factorizes it every "
                 "generation; use IAMaLGaMUnivariate (or Sep-CMA-ES / LM-MA-ES) at this dimension.",
@@ -220,9 +215,7 @@ class IAMaLGaMFull(InvalidAsInfStrategy):
             shift=jnp.zeros_like(mean),
             c_mult=jnp.float32(1.0),
             nis=jnp.zeros((), jnp.int32),
-            best_solution=mean,
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
+            **self._initial_best_fields(),
         )
 
     def _ask(self, key, state, params):
@@ -259,18 +252,9 @@ class IAMaLGaMFull(InvalidAsInfStrategy):
         eta_shift = jnp.where(first, 1.0, params.eta_shift)
         cov = (1.0 - eta_sigma) * state.cov + eta_sigma * self._estimate(selected - mean)
         shift = (1.0 - eta_shift) * state.shift + eta_shift * (mean - state.mean)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
-        new = IAMaLGaMState(
-            mean=mean,
-            cov=cov,
-            shift=shift,
-            c_mult=c_mult,
-            nis=nis,
-            best_solution=best_x,
-            best_fitness=best_f,
-            generation=state.generation + 1,
-        )
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min(), "c_mult": c_mult}
+        best, metrics = self._next_best_fields(state, x, fitness)
+        new = IAMaLGaMState(mean=mean, cov=cov, shift=shift, c_mult=c_mult, nis=nis, **best)
+        return new, {**metrics, "c_mult": c_mult}
 
 
 class IAMaLGaMUnivariate(IAMaLGaMFull):

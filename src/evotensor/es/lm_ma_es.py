@@ -24,13 +24,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evotensor.core.checks import check_int
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.mean_sigma import (
+from evotensor.es.core.base import default_population_size
+from evotensor.es.core.mean_sigma import (
     MeanSigmaStrategy,
     as_float,
     cumulate,
-    default_population_size,
     positive_log_weights,
     step_sigma,
 )
@@ -93,20 +94,11 @@ class LMMAES(MeanSigmaStrategy):
 
     name = "lm_ma_es"
 
-    def __init__(
-        self,
-        population_size=None,
-        solution=None,
-        num_dims=None,
-        *,
-        sigma_init=1.0,
-        mean_init=None,
-        memory=None,
-    ):
-        super().__init__(population_size, solution, num_dims, sigma_init, mean_init)
-        self.memory = default_population_size(self.num_dims) if memory is None else memory
-        if isinstance(self.memory, bool) or not isinstance(self.memory, int) or self.memory < 1:
-            raise ValueError(f"memory must be a positive int, got {memory!r}")
+    def __init__(self, population_size=None, solution=None, num_dims=None, *, memory=None, **options):
+        super().__init__(population_size, solution, num_dims, **options)
+        self.memory = check_int(
+            default_population_size(self.num_dims) if memory is None else memory, "memory"
+        )
 
     def default_params(self) -> LMMAESParams:
         n, lam = float(self.num_dims), self.population_size

@@ -30,19 +30,14 @@ from jax.lax import Precision
 
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.mean_sigma import (
+from evotensor.es.core.mean_sigma import (
     MeanSigmaStrategy,
     as_float,
     cumulate,
+    expected_norm,
     positive_log_weights,
     step_sigma,
 )
-
-
-def expected_norm(num_dims: int) -> float:
-    """``E|N(0, I_n)|`` approximated as ``sqrt(n) (1 - 1/(4n) + 1/(21 n^2))``."""
-    n = num_dims
-    return math.sqrt(n) * (1 - 1 / (4 * n) + 1 / (21 * n**2))
 
 
 @pytree_dataclass
@@ -89,9 +84,6 @@ class MAES(MeanSigmaStrategy):
 
     name = "ma_es"
 
-    def __init__(self, population_size=None, solution=None, num_dims=None, *, sigma_init=1.0, mean_init=None):
-        super().__init__(population_size, solution, num_dims, sigma_init, mean_init)
-
     def default_params(self) -> MAESParams:
         n = float(self.num_dims)
         w = positive_log_weights(self.population_size)
@@ -124,7 +116,9 @@ class MAES(MeanSigmaStrategy):
         n = self.num_dims
         dtype = state.mean.dtype
         _, w, zs, z_w = self._ranked(state, fitness, params)
-        d_w = exact_sum(state.M * z_w[None, :], axis=1)  # M z_w, batch-invariant (see cma_es.exact_sum)
+        d_w = exact_sum(
+            state.M * z_w[None, :], axis=1
+        )  # M z_w, batch-invariant (see core.numerics.exact_sum)
         mean = state.mean + state.sigma * d_w
         c_s = params.c_sigma
         s = cumulate(state.s, c_s, params.mu_eff, z_w)

@@ -6,20 +6,19 @@ One global mutation step size. Children copy a parent drawn uniformly from the b
 ``p`` = fraction of valid children strictly better than their own parent drives the step size:
 ``std <- std / c`` if ``p > 1/5``, ``std <- std * c`` if ``p < 1/5`` (``c = 0.817``, Schwefel),
 clipped to ``[std_min, std_max]``. Survival is elitist plus-selection (see
-:mod:`evotensor.es.ga_base`). Generation 0 evaluates the initial population and leaves ``std``
+:mod:`evotensor.es.core.ga_base`). Generation 0 evaluates the initial population and leaves ``std``
 unchanged.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 
+from evotensor.core.checks import check_fraction
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import check_fraction, check_std_bounds
-from evotensor.es.ga_base import ParentTrackingGA
+from evotensor.es.core.base import check_std_bounds
+from evotensor.es.core.ga_base import ParentTrackingGA
 
 
 @pytree_dataclass
@@ -81,7 +80,8 @@ class MR15GA(ParentTrackingGA):
         population_size: archive size and children per generation (>= 2).
         solution: template pytree (center of the initial box), exclusive with ``num_dims``.
         num_dims: flat dimension.
-        elite_ratio, std_init, success_target, adapt_factor, std_min, std_max, init_range: params defaults.
+        success_target, adapt_factor, std_min, std_max: params defaults (see :class:`MR15GAParams`).
+        elite_ratio, std_init, init_range: params defaults, as :class:`~evotensor.es.core.ga_base.ElitistGA`.
 
     Example::
 
@@ -97,28 +97,23 @@ class MR15GA(ParentTrackingGA):
 
     def __init__(
         self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size,
+        solution=None,
+        num_dims=None,
         *,
-        elite_ratio: float = 0.5,
-        std_init: float = 1.0,
-        success_target: float = 0.2,
-        adapt_factor: float = 0.817,
-        std_min: float = 0.0,
-        std_max: float = 1e10,
-        init_range: float = 1.0,
+        success_target=0.2,
+        adapt_factor=0.817,
+        std_min=0.0,
+        std_max=1e10,
+        **options,
     ):
-        super().__init__(population_size, solution, num_dims, elite_ratio, std_init, init_range)
+        super().__init__(population_size, solution, num_dims, **options)
         self.success_target = check_fraction(success_target, "success_target")
         self.adapt_factor = check_fraction(adapt_factor, "adapt_factor")
         self.std_min, self.std_max = check_std_bounds(std_min, std_max)
 
-    def _initial_fields(self, params):
-        return {
-            "std": jnp.asarray(params.std_init, jnp.float32),
-            "parent_fitness": jnp.full((self.population_size,), jnp.inf, jnp.float32),
-        }
+    def _initial_std(self, params):
+        return jnp.asarray(params.std_init, jnp.float32)
 
     def _child_std(self, state):
         return state.std

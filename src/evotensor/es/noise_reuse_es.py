@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.es.persistent_es import OnlineES, OnlineESState
+from evotensor.es.core.online_es import OnlineES, OnlineESState
 
 __all__ = ["NoiseReuseES", "OnlineESState"]
 

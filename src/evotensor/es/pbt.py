@@ -24,15 +24,14 @@ score of the weights it now holds).
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import ArgumentError, check_fraction, check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
-from evotensor.es.ga_base import initial_population, num_elites
+from evotensor.es.core.base import InvalidAsInfStrategy, float32_params, initial_population
+from evotensor.es.core.ga_base import num_elites
 
 
 @pytree_dataclass
@@ -89,28 +88,29 @@ class PBT(InvalidAsInfStrategy):
 
     name = "pbt"
     min_population_size = 2
+    mean_field = "best_solution"  # the best hyperparameters found so far
 
     def __init__(
         self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size,
+        solution=None,
+        num_dims=None,
         *,
-        truncation: float = 0.2,
-        perturb_low: float = 0.8,
-        perturb_high: float = 1.2,
-        resample_probability: float = 0.0,
-        init_range: float = 1.0,
+        truncation=0.2,
+        perturb_low=0.8,
+        perturb_high=1.2,
+        resample_probability=0.0,
+        init_range=1.0,
     ):
         super().__init__(population_size, solution, num_dims)
-        self.truncation = float(truncation)
-        if not 0.0 < self.truncation <= 0.5:
-            raise ValueError(f"truncation must be in (0, 0.5], got {truncation}")
+        self.truncation = check_fraction(truncation, "truncation")
+        if self.truncation > 0.5:  # donors and replaced members would overlap
+            raise ArgumentError(f"truncation must be in (0, 0.5], got {truncation}")
         self.perturb_low = check_positive(perturb_low, "perturb_low")
         self.perturb_high = check_positive(perturb_high, "perturb_high")
-        self.resample_probability = float(resample_probability)
-        if not 0.0 <= self.resample_probability <= 1.0:
-            raise ValueError(f"resample_probability must be in [0, 1], got {resample_probability}")
+        self.resample_probability = check_fraction(
+            resample_probability, "resample_probability", allow_zero=True
+        )
         self.init_range = check_positive(init_range, "init_range")
 
     def default_params(self) -> PBTParams:
@@ -121,9 +121,7 @@ class PBT(InvalidAsInfStrategy):
             population=initial_population(key, self.initial_mean(), params.init_range, self.population_size),
             fitness=jnp.full((self.population_size,), jnp.inf, jnp.float32),
             parents=jnp.arange(self.population_size, dtype=jnp.int32),
-            best_solution=self.initial_mean(),
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
+            **self._initial_best_fields(),
         )
 
     def _ask(self, key, state, params):
@@ -145,17 +143,11 @@ class PBT(InvalidAsInfStrategy):
         fresh = initial_population(k_new, self.initial_mean(), params.init_range, n)
         resample = rng.uniform(k_resample, (n, d), jnp.float32) < params.resample_probability
         explored = jnp.where(resample, fresh, perturbed)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
+        best, metrics = self._next_best_fields(state, x, fitness)
         new = PBTState(
             population=jnp.where(replaced[:, None], explored, x),
             fitness=fitness[parents],
             parents=parents,
-            best_solution=best_x,
-            best_fitness=best_f,
-            generation=state.generation + 1,
+            **best,
         )
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min(), "parents": parents}
-
-    def mean_solution(self, state: Any) -> Any:
-        """The best hyperparameters found so far."""
-        return self.space.unravel(state.best_solution)
+        return new, {**metrics, "parents": parents}

@@ -26,11 +26,11 @@ import optax
 from jax.lax import Precision
 
 from evotensor.core import rng
-from evotensor.core.fitness_shaping import centered_ranks
+from evotensor.core.checks import ArgumentError, check_fraction, check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy, check_even
-from evotensor.es.gradient_es import FitnessShaping, check_shaping, tell_by_statistics, track_best_row
-from evotensor.es.optimizers import check_optimizer, clipup, safe_norm
+from evotensor.es.core.base import float32_params
+from evotensor.es.core.gradient_es import OptimizerStrategy, tell_by_statistics, track_best_row
+from evotensor.es.core.optimizers import clipup, safe_norm
 
 
 @pytree_dataclass
@@ -105,7 +105,7 @@ def pgpe_gradients(
     return sum_mean / h, sum_sigma / h
 
 
-class PGPE(VectorStrategy):
+class PGPE(OptimizerStrategy):
     """PGPE with ClipUp (Sehnke et al., 2010; Toklu et al., 2020).
 
     Args:
@@ -120,49 +120,42 @@ class PGPE(VectorStrategy):
     """
 
     name = "pgpe"
+    mirrored_sampling = "PGPE's symmetric sampling"
 
     def __init__(
         self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size,
+        solution=None,
+        num_dims=None,
         *,
-        optimizer: optax.GradientTransformation | None = None,
         sigma_init: float = 0.1,
         sigma_learning_rate: float = 0.1,
         sigma_max_change: float = 0.2,
         sigma_min: float = 1e-20,
-        fitness_shaping: FitnessShaping = centered_ranks,
+        **options,
     ):
-        super().__init__(population_size, solution, num_dims)
-        check_even(population_size, "PGPE's symmetric sampling")
-        self.optimizer = check_optimizer(clipup(learning_rate=0.15) if optimizer is None else optimizer)
-        for name, value in [("sigma_init", sigma_init), ("sigma_min", sigma_min)]:
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value!r}")
-        if sigma_learning_rate < 0:
-            raise ValueError(f"sigma_learning_rate must be >= 0, got {sigma_learning_rate!r}")
-        if not 0 <= sigma_max_change < 1:
-            raise ValueError(f"sigma_max_change must be in [0, 1), got {sigma_max_change!r}")
-        self._defaults = (sigma_init, sigma_learning_rate, sigma_max_change, sigma_min)
-        self.fitness_shaping = check_shaping(fitness_shaping)
+        super().__init__(population_size, solution, num_dims, **options)
+        self.sigma_init = check_positive(sigma_init, "sigma_init")
+        self.sigma_learning_rate = check_positive(sigma_learning_rate, "sigma_learning_rate", allow_zero=True)
+        self.sigma_max_change = check_fraction(sigma_max_change, "sigma_max_change", allow_zero=True)
+        if self.sigma_max_change == 1.0:  # a change of -100% would set sigma to 0
+            raise ArgumentError(f"sigma_max_change must be in [0, 1), got {sigma_max_change!r}")
+        self.sigma_min = check_positive(sigma_min, "sigma_min")
+
+    def default_optimizer(self) -> optax.GradientTransformation:
+        """``clipup(learning_rate=0.15)`` (``max_speed = 0.3``; the ClipUp paper recommends step size =
+        max_speed / 2)."""
+        return clipup(learning_rate=0.15)
 
     def default_params(self) -> PGPEParams:
-        s0, lr, mc, smin = (jnp.asarray(v, jnp.float32) for v in self._defaults)
-        return PGPEParams(sigma_init=s0, sigma_learning_rate=lr, sigma_max_change=mc, sigma_min=smin)
+        return float32_params(PGPEParams, self)
 
     def _init(self, key, params):
-        mean = jnp.array(self.initial_mean(), copy=True)  # own buffer: callers may donate state
         return PGPEState(
-            mean=mean,
-            sigma=jnp.full((self.num_dims,), params.sigma_init, jnp.float32),
-            opt_state=self.optimizer.init(mean),
-            generation=jnp.zeros((), jnp.int32),
-            best_solution=jnp.array(mean, copy=True),
-            best_fitness=jnp.asarray(jnp.inf, jnp.float32),
+            **self._base_fields(), sigma=jnp.full((self.num_dims,), params.sigma_init, jnp.float32)
         )
 
-    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    # -- population-sharding hooks (see evotensor.es.core.sharding) ------------------------------------
     shard_pairs = True
     shard_state_fields: tuple[str, ...] = ()
 

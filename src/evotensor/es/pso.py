@@ -22,15 +22,19 @@ updates personal/global bests with their fitness and then moves the swarm (its k
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
+from evotensor.es.core.base import (
+    InvalidAsInfStrategy,
+    float32_params,
+    initial_population,
+    population_size_or_default,
+)
 
 
 @pytree_dataclass
@@ -114,6 +118,7 @@ class PSO(InvalidAsInfStrategy):
     """
 
     name = "pso"
+    mean_field = "best_solution"  # the global best position
     # No freeze on an all-invalid generation (the base default for archive strategies): invalid
     # (+inf) candidates never become personal or global bests, so the swarm only keeps flying
     # towards its valid bests. Freezing it with a select broke bit-identical vmap under XLA's
@@ -121,18 +126,20 @@ class PSO(InvalidAsInfStrategy):
 
     def __init__(
         self,
-        population_size: int | None = None,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size=None,
+        solution=None,
+        num_dims=None,
         *,
-        inertia: float = 0.7298,
-        cognitive: float = 1.49618,
-        social: float = 1.49618,
-        init_range: float = 1.0,
+        inertia=0.7298,
+        cognitive=1.49618,
+        social=1.49618,
+        init_range=1.0,
     ):
-        if population_size is None:
-            population_size = default_population_size(as_solution_space(solution, num_dims).num_dims)
-        super().__init__(population_size, solution, num_dims)
+        super().__init__(
+            population_size_or_default(population_size, solution, num_dims, default_population_size),
+            solution,
+            num_dims,
+        )
         self.inertia = check_positive(inertia, "inertia", allow_zero=True)
         self.cognitive = check_positive(cognitive, "cognitive", allow_zero=True)
         self.social = check_positive(social, "social", allow_zero=True)
@@ -142,16 +149,13 @@ class PSO(InvalidAsInfStrategy):
         return float32_params(PSOParams, self)
 
     def _init(self, key, params):
-        u = rng.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)
-        x = self.initial_mean() + params.init_range * u
+        x = initial_population(key, self.initial_mean(), params.init_range, self.population_size)
         return PSOState(
             positions=x,
             velocities=jnp.zeros_like(x),
             pbest_solution=x,
             pbest_fitness=jnp.full((self.population_size,), jnp.inf, jnp.float32),
-            best_solution=self.initial_mean(),
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
+            **self._initial_best_fields(),
         )
 
     def _ask(self, key, state, params):
@@ -161,23 +165,13 @@ class PSO(InvalidAsInfStrategy):
         improved = fitness < state.pbest_fitness
         pbest = jnp.where(improved[:, None], x, state.pbest_solution)
         pbest_f = jnp.where(improved, fitness, state.pbest_fitness)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
+        best, metrics = self._next_best_fields(state, x, fitness)
         gbest = pbest[jnp.argmin(pbest_f)]
         r1, r2 = rng.uniform(key, (2, self.population_size, self.num_dims), jnp.float32)
         positions, velocities = pso_update(
             x, state.velocities, pbest, gbest, r1, r2, params.inertia, params.cognitive, params.social
         )
         new = PSOState(
-            positions=positions,
-            velocities=velocities,
-            pbest_solution=pbest,
-            pbest_fitness=pbest_f,
-            best_solution=best_x,
-            best_fitness=best_f,
-            generation=state.generation + 1,
+            positions=positions, velocities=velocities, pbest_solution=pbest, pbest_fitness=pbest_f, **best
         )
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min()}
-
-    def mean_solution(self, state: Any) -> Any:
-        """The global best position."""
-        return self.space.unravel(state.best_solution)
+        return new, metrics

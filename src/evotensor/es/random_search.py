@@ -7,14 +7,13 @@ best point seen so far. It is the baseline every other strategy must beat.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, update_best
+from evotensor.es.core.base import InvalidAsInfStrategy, float32_params
 
 
 @pytree_dataclass
@@ -57,28 +56,22 @@ class RandomSearch(InvalidAsInfStrategy):
     """
 
     name = "random_search"
+    mean_field = "best_solution"  # the box stays put: the best point seen is the answer
 
-    def __init__(
-        self, population_size: int, solution: Any = None, num_dims: int | None = None, *, radius=1.0
-    ):
+    def __init__(self, population_size, solution=None, num_dims=None, *, radius=1.0):
         super().__init__(population_size, solution, num_dims)
         self.radius = check_positive(radius, "radius")
 
     def default_params(self) -> RandomSearchParams:
-        return RandomSearchParams(radius=jnp.float32(self.radius))
+        return float32_params(RandomSearchParams, self)
 
     def _init(self, key, params):
-        return RandomSearchState(
-            best_solution=self.initial_mean(),
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
-        )
+        return RandomSearchState(**self._initial_best_fields())
 
     def _ask(self, key, state, params):
         u = rng.uniform(key, (self.population_size, self.num_dims), jnp.float32, -1.0, 1.0)
         return self.initial_mean() + params.radius * u, state
 
     def _tell(self, key, state, x, fitness, params):
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
-        new = RandomSearchState(best_solution=best_x, best_fitness=best_f, generation=state.generation + 1)
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min()}
+        best, metrics = self._next_best_fields(state, x, fitness)
+        return RandomSearchState(**best), metrics

@@ -30,9 +30,10 @@ import jax.numpy as jnp
 from jax.lax import Precision
 
 from evotensor.core import rng
+from evotensor.core.checks import check_int
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.mean_sigma import MeanSigmaStrategy, as_float, positive_log_weights
+from evotensor.es.core.mean_sigma import MeanSigmaStrategy, as_float, positive_log_weights
 
 
 @pytree_dataclass
@@ -74,27 +75,16 @@ class RmESState:
 class RmES(MeanSigmaStrategy):
     """Rank-m ES for large ``n`` (O(m n) memory).
 
-    Args: as :class:`~evotensor.es.mean_sigma.MeanSigmaStrategy` (``population_size=None`` ->
+    Args: as :class:`~evotensor.es.core.mean_sigma.MeanSigmaStrategy` (``population_size=None`` ->
     ``4 + floor(3 ln n)``; ``solution`` / ``num_dims``; ``sigma_init > 0``; optional ``mean_init [n]``),
     plus ``num_paths``: ``m``, the number of archived evolution paths (default 2).
     """
 
     name = "rm_es"
 
-    def __init__(
-        self,
-        population_size=None,
-        solution=None,
-        num_dims=None,
-        *,
-        sigma_init=1.0,
-        mean_init=None,
-        num_paths=2,
-    ):
-        super().__init__(population_size, solution, num_dims, sigma_init, mean_init)
-        if isinstance(num_paths, bool) or not isinstance(num_paths, int) or num_paths < 1:
-            raise ValueError(f"num_paths must be a positive int, got {num_paths!r}")
-        self.num_paths = num_paths
+    def __init__(self, population_size=None, solution=None, num_dims=None, *, num_paths=2, **options):
+        super().__init__(population_size, solution, num_dims, **options)
+        self.num_paths = check_int(num_paths, "num_paths")
         self.mu = self.population_size // 2
 
     def default_params(self) -> RmESParams:
@@ -110,19 +100,16 @@ class RmES(MeanSigmaStrategy):
         )
 
     def _init(self, key, params):
-        mean = jnp.asarray(params.mean_init)
-        n, dtype, m = mean.shape[0], mean.dtype, self.num_paths
+        shared = self._shared_state(params)
+        n, dtype, m = self.num_dims, shared["mean"].dtype, self.num_paths
+        del shared["z"]  # Rm-ES samples without keeping its draws
         return RmESState(
-            mean=mean,
-            sigma=jnp.asarray(params.sigma_init, dtype),
+            **shared,
             p=jnp.zeros(n, dtype),
             P=jnp.zeros((m, n), dtype),
             t_hat=jnp.zeros(m, dtype),
             s=jnp.zeros((), dtype),
             prev_fitness=jnp.full(self.mu, jnp.inf, dtype),
-            generation=jnp.zeros((), jnp.int32),
-            best_solution=mean,
-            best_fitness=jnp.asarray(jnp.inf, dtype),
         )
 
     def _ask(self, key, state, params):

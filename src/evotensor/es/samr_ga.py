@@ -6,22 +6,18 @@ Every individual carries its own mutation step size. A child inherits its parent
 perturbed log-uniformly, ``std_child = std_parent * std_meta^U(-1, 1)`` (clipped to
 ``[std_min, std_max]``), and then mutates its genes with it: ``x_child = x_parent +
 std_child * N(0, I)``. Parents are drawn uniformly from the best ``elite_ratio`` of the archive and
-survival is elitist plus-selection over parents ∪ offspring (see :mod:`evotensor.es.ga_base`),
+survival is elitist plus-selection over parents ∪ offspring (see :mod:`evotensor.es.core.ga_base`),
 which carries each survivor's step size along. Defaults follow evosax's SAMR-GA (``std_init = 1``,
 ``std_meta = 2``, ``std_max = 10``, ``elite_ratio = 0.5``).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 
-from evotensor.core import rng
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import check_positive, check_std_bounds
-from evotensor.es.ga_base import ElitistGA, mutate, take_merged
+from evotensor.es.core.ga_base import SelfAdaptiveGA, mutate, take_merged
 
 
 @pytree_dataclass
@@ -59,14 +55,15 @@ class SAMRGAState:
     generation: jax.Array
 
 
-class SAMRGA(ElitistGA):
+class SAMRGA(SelfAdaptiveGA):
     """GA with per-individual self-adaptive mutation step sizes.
 
     Args:
         population_size: archive size and children per generation (>= 2).
         solution: template pytree (center of the initial box), exclusive with ``num_dims``.
         num_dims: flat dimension.
-        elite_ratio, std_init, std_meta, std_min, std_max, init_range: params defaults.
+        elite_ratio, std_init, std_meta, std_min, std_max, init_range: params defaults, as
+            :class:`~evotensor.es.core.ga_base.SelfAdaptiveGA`.
 
     Example::
 
@@ -80,23 +77,6 @@ class SAMRGA(ElitistGA):
     params_cls = SAMRGAParams
     state_cls = SAMRGAState
 
-    def __init__(
-        self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
-        *,
-        elite_ratio: float = 0.5,
-        std_init: float = 1.0,
-        std_meta: float = 2.0,
-        std_min: float = 0.0,
-        std_max: float = 10.0,
-        init_range: float = 1.0,
-    ):
-        super().__init__(population_size, solution, num_dims, elite_ratio, std_init, init_range)
-        self.std_meta = check_positive(std_meta, "std_meta")
-        self.std_min, self.std_max = check_std_bounds(std_min, std_max)
-
     def _initial_fields(self, params):
         std = jnp.full((self.population_size,), params.std_init, jnp.float32)
         return {"std": std, "offspring_std": std}
@@ -104,8 +84,7 @@ class SAMRGA(ElitistGA):
     def _offspring(self, key, state, params, first):
         k_p, k_meta, k_eps = jax.random.split(key, 3)
         parents = self._parents(k_p, state, params)
-        meta = params.std_meta ** rng.uniform(k_meta, (self.population_size,), jnp.float32, -1.0, 1.0)
-        std = jnp.clip(state.std[parents] * meta, params.std_min, params.std_max)
+        std = self._meta_mutate(k_meta, state.std[parents], params)
         children = mutate(k_eps, state.population[parents], std[:, None])
         return children, state.replace(offspring_std=jnp.where(first, state.std, std))
 

@@ -35,9 +35,8 @@ import numpy as np
 from evotensor.core import rng
 from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.gradient_es import best_row_update
-from evotensor.es.ma_es import expected_norm
-from evotensor.es.mean_sigma import MeanSigmaStrategy, as_float, step_sigma
+from evotensor.es.core.gradient_es import best_row_update
+from evotensor.es.core.mean_sigma import MeanSigmaStrategy, as_float, expected_norm, step_sigma
 
 
 def sep_cma_constants(num_dims: int, population_size: int) -> dict[str, Any]:
@@ -103,14 +102,14 @@ class SepCMAESState:
 class SepCMAES(MeanSigmaStrategy):
     """Separable (diagonal) CMA-ES, O(n) memory and time per candidate.
 
-    Args: as :class:`~evotensor.es.mean_sigma.MeanSigmaStrategy` (``population_size=None`` ->
+    Args: as :class:`~evotensor.es.core.mean_sigma.MeanSigmaStrategy` (``population_size=None`` ->
     ``4 + floor(3 ln n)``; ``solution`` / ``num_dims``; ``sigma_init > 0``; optional ``mean_init [n]``).
     """
 
     name = "sep_cma_es"
 
-    def __init__(self, population_size=None, solution=None, num_dims=None, *, sigma_init=1.0, mean_init=None):
-        super().__init__(population_size, solution, num_dims, sigma_init, mean_init)
+    def __init__(self, population_size=None, solution=None, num_dims=None, **options):
+        super().__init__(population_size, solution, num_dims, **options)
         self.constants = sep_cma_constants(self.num_dims, self.population_size)
 
     def default_params(self) -> SepCMAESParams:
@@ -123,26 +122,20 @@ class SepCMAES(MeanSigmaStrategy):
         )
 
     def _init(self, key, params):
-        mean = jnp.asarray(params.mean_init)
-        n, dtype = mean.shape[0], mean.dtype
+        shared = self._shared_state(params)
+        n, dtype = self.num_dims, shared["mean"].dtype
+        del shared["z"]  # Sep-CMA-ES samples without keeping its draws
         return SepCMAESState(
-            mean=mean,
-            sigma=jnp.asarray(params.sigma_init, dtype),
-            p_sigma=jnp.zeros(n, dtype),
-            p_c=jnp.zeros(n, dtype),
-            c=jnp.ones(n, dtype),
-            generation=jnp.zeros((), jnp.int32),
-            best_solution=mean,
-            best_fitness=jnp.asarray(jnp.inf, dtype),
+            **shared, p_sigma=jnp.zeros(n, dtype), p_c=jnp.zeros(n, dtype), c=jnp.ones(n, dtype)
         )
 
-    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    # -- population-sharding hooks (see evotensor.es.core.sharding) ------------------------------------
     shard_pairs = False
     shard_state_fields: tuple[str, ...] = ()
 
     def _sample(self, key, state, params, rows):
         z = rng.normal(key, (rows, self.num_dims), state.mean.dtype)
-        z = z + 0 * state.sigma  # batched with the state under vmap (see cma_es.sample)
+        z = z + 0 * state.sigma  # batched with the state under vmap (see core.cma.sample)
         return state.mean + state.sigma * (z * jnp.sqrt(state.c)), state
 
     def _member_weights(self, state, fitness, params):

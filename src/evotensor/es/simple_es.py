@@ -15,9 +15,10 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import ArgumentError, check_fraction, check_positive
 from evotensor.core.numerics import exact_vecmat
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy
+from evotensor.es.core.base import VectorStrategy
 
 
 @pytree_dataclass
@@ -71,22 +72,18 @@ class SimpleES(VectorStrategy):
 
     def __init__(
         self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size,
+        solution=None,
+        num_dims=None,
         *,
-        elite_ratio: float = 0.5,
-        sigma_init: float = 1.0,
-        mean_init: Any = None,
+        elite_ratio=0.5,
+        sigma_init=1.0,
+        mean_init=None,
     ):
         super().__init__(population_size, solution, num_dims)
-        if not 0.0 < float(elite_ratio) <= 1.0:
-            raise ValueError(f"elite_ratio must be in (0, 1], got {elite_ratio}")
-        if not float(sigma_init) > 0.0:
-            raise ValueError(f"sigma_init must be > 0, got {sigma_init}")
-        self.elite_ratio = float(elite_ratio)
+        self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
         self.num_elites = max(1, math.ceil(self.elite_ratio * self.population_size))
-        self.sigma_init = float(sigma_init)
+        self.sigma_init = check_positive(sigma_init, "sigma_init")
         self._mean_init = self._check_mean_init(mean_init)
         weights = jnp.log(self.num_elites + 0.5) - jnp.log(jnp.arange(1, self.num_elites + 1))
         self.weights = weights / weights.sum()
@@ -96,7 +93,7 @@ class SimpleES(VectorStrategy):
             return self.initial_mean()
         mean_init = jnp.asarray(mean_init, jnp.float32).reshape(-1)
         if mean_init.shape != (self.num_dims,):
-            raise ValueError(f"mean_init must have {self.num_dims} elements, got {mean_init.shape[0]}")
+            raise ArgumentError(f"mean_init must have {self.num_dims} elements, got {mean_init.shape[0]}")
         return mean_init
 
     def default_params(self) -> SimpleESParams:
@@ -115,7 +112,7 @@ class SimpleES(VectorStrategy):
             generation=jnp.zeros((), jnp.int32),
         )
 
-    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    # -- population-sharding hooks (see evotensor.es.core.sharding) ------------------------------------
     shard_pairs = False
     shard_state_fields: tuple[str, ...] = ()
 

@@ -11,20 +11,18 @@ scheme also never loses the best and keeps shapes fixed). The first ``ask`` retu
 population (uniform in ``template ± init_range``) to be evaluated; later calls return children.
 
 The family's shared loop (archive, truncation parents, plus-survival) is
-:class:`evotensor.es.ga_base.ElitistGA`; this module adds crossover and the decaying global step.
+:class:`evotensor.es.core.ga_base.ElitistGA`; this module adds crossover and the decaying global step.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import check_fraction, check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import check_positive
-from evotensor.es.ga_base import ElitistGA, mutate
+from evotensor.es.core.ga_base import ElitistGA, mutate
 
 
 @pytree_dataclass
@@ -69,7 +67,8 @@ class SimpleGA(ElitistGA):
         population_size: archive size and children per generation (>= 2).
         solution: template pytree (center of the initial box), exclusive with ``num_dims``.
         num_dims: flat dimension.
-        elite_ratio, crossover_rate, std_init, std_decay, std_min, init_range: params defaults.
+        crossover_rate, std_decay, std_min: params defaults (see :class:`SimpleGAParams`).
+        elite_ratio, std_init, init_range: params defaults, as :class:`~evotensor.es.core.ga_base.ElitistGA`.
 
     Example::
 
@@ -85,21 +84,17 @@ class SimpleGA(ElitistGA):
 
     def __init__(
         self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size,
+        solution=None,
+        num_dims=None,
         *,
-        elite_ratio: float = 0.5,
-        crossover_rate: float = 0.0,
-        std_init: float = 1.0,
-        std_decay: float = 1.0,
-        std_min: float = 0.0,
-        init_range: float = 1.0,
+        crossover_rate=0.0,
+        std_decay=1.0,
+        std_min=0.0,
+        **options,
     ):
-        super().__init__(population_size, solution, num_dims, elite_ratio, std_init, init_range)
-        self.crossover_rate = float(crossover_rate)
-        if not 0.0 <= self.crossover_rate <= 1.0:
-            raise ValueError(f"crossover_rate must be in [0, 1], got {crossover_rate}")
+        super().__init__(population_size, solution, num_dims, **options)
+        self.crossover_rate = check_fraction(crossover_rate, "crossover_rate", allow_zero=True)
         self.std_decay = check_positive(std_decay, "std_decay")
         self.std_min = check_positive(std_min, "std_min", allow_zero=True)
 

@@ -11,14 +11,13 @@ candidates are never accepted.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import check_positive
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
+from evotensor.es.core.base import InvalidAsInfStrategy, float32_params
 
 
 @pytree_dataclass
@@ -89,16 +88,16 @@ class SimulatedAnnealing(InvalidAsInfStrategy):
 
     def __init__(
         self,
-        population_size: int,
-        solution: Any = None,
-        num_dims: int | None = None,
+        population_size,
+        solution=None,
+        num_dims=None,
         *,
-        temp_init: float = 1.0,
-        temp_decay: float = 0.99,
-        temp_min: float = 1e-10,
-        std_init: float = 1.0,
-        std_decay: float = 0.99,
-        std_min: float = 0.0,
+        temp_init=1.0,
+        temp_decay=0.99,
+        temp_min=1e-10,
+        std_init=1.0,
+        std_decay=0.99,
+        std_min=0.0,
     ):
         super().__init__(population_size, solution, num_dims)
         self.temp_init = check_positive(temp_init, "temp_init", allow_zero=True)
@@ -112,15 +111,12 @@ class SimulatedAnnealing(InvalidAsInfStrategy):
         return float32_params(SimulatedAnnealingParams, self)
 
     def _init(self, key, params):
-        mean = self.initial_mean()
         return SimulatedAnnealingState(
-            mean=mean,
+            mean=self.initial_mean(),
             fitness=jnp.float32(jnp.inf),
-            best_solution=mean,
-            best_fitness=jnp.float32(jnp.inf),
             temperature=jnp.asarray(params.temp_init, jnp.float32),
             std=jnp.asarray(params.std_init, jnp.float32),
-            generation=jnp.zeros((), jnp.int32),
+            **self._initial_best_fields(),
         )
 
     def _ask(self, key, state, params):
@@ -134,15 +130,12 @@ class SimulatedAnnealing(InvalidAsInfStrategy):
         )
         mean = jnp.where(accept, x[i], state.mean)
         current = jnp.where(accept, fitness[i], state.fitness)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
+        best, metrics = self._next_best_fields(state, x, fitness)
         new = SimulatedAnnealingState(
             mean=mean,
             fitness=current,
-            best_solution=best_x,
-            best_fitness=best_f,
             temperature=jnp.maximum(state.temperature * params.temp_decay, params.temp_min),
             std=jnp.maximum(state.std * params.std_decay, params.std_min),
-            generation=state.generation + 1,
+            **best,
         )
-        metrics = {"best_fitness": best_f, "generation_best_fitness": fitness.min(), "accepted": accept}
-        return new, metrics
+        return new, {**metrics, "accepted": accept}

@@ -9,13 +9,13 @@ Search distribution ``N(mean, diag(sigma^2))``. With ``x_i = mean + sigma * z_i`
     sigma <- sigma * exp(eta_sigma / 2 * sum_i u_i (z_i^2 - 1))
 
 Defaults (Wierstra et al., 2014, Table 1): ``lambda = 4 + floor(3 ln d)``, ``eta_mean = 1``,
-``eta_sigma = (3 + ln d) / (5 sqrt d)``, NES rank utilities (see :mod:`evotensor.es.xnes`).
+``eta_sigma = (3 + ln d) / (5 sqrt d)``, NES rank utilities
+(:func:`evotensor.core.fitness_shaping.nes_utilities`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -23,9 +23,8 @@ import jax.numpy as jnp
 from evotensor.core import rng
 from evotensor.core.numerics import exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy
-from evotensor.es.gradient_es import FitnessShaping, check_shaping, tell_by_statistics, track_best_row
-from evotensor.es.xnes import nes_weights, resolve_population_size
+from evotensor.es.core.gradient_es import tell_by_statistics, track_best_row
+from evotensor.es.core.nes import NaturalES
 
 
 @pytree_dataclass
@@ -56,7 +55,7 @@ def snes_natural_gradients(z: jax.Array, utilities: jax.Array) -> tuple[jax.Arra
     return exact_vecmat(utilities, z), exact_vecmat(utilities, z**2 - 1.0)
 
 
-class SNES(VectorStrategy):
+class SNES(NaturalES):
     """SNES (Schaul et al., 2011).
 
     Args:
@@ -69,22 +68,6 @@ class SNES(VectorStrategy):
     """
 
     name = "snes"
-    min_population_size = 2
-
-    def __init__(
-        self,
-        population_size: int | None = None,
-        solution: Any = None,
-        num_dims: int | None = None,
-        *,
-        sigma_init: float = 1.0,
-        fitness_shaping: FitnessShaping = nes_weights,
-    ):
-        super().__init__(resolve_population_size(population_size, solution, num_dims), solution, num_dims)
-        if not sigma_init > 0:
-            raise ValueError(f"sigma_init must be > 0, got {sigma_init!r}")
-        self._sigma_init = float(sigma_init)
-        self.fitness_shaping = check_shaping(fitness_shaping)
 
     def default_params(self) -> SNESParams:
         d = self.num_dims
@@ -97,16 +80,11 @@ class SNES(VectorStrategy):
         )
 
     def _init(self, key, params):
-        mean = jnp.array(self.initial_mean(), copy=True)  # own buffer: callers may donate state
         return SNESState(
-            mean=mean,
-            sigma=jnp.full((self.num_dims,), params.sigma_init, jnp.float32),
-            generation=jnp.zeros((), jnp.int32),
-            best_solution=jnp.array(mean, copy=True),
-            best_fitness=jnp.asarray(jnp.inf, jnp.float32),
+            **self._initial_mean_fields(), sigma=jnp.full((self.num_dims,), params.sigma_init, jnp.float32)
         )
 
-    # -- population-sharding hooks (see evotensor.es.sharding) ------------------------------------
+    # -- population-sharding hooks (see evotensor.es.core.sharding) ------------------------------------
     shard_pairs = False
     shard_state_fields: tuple[str, ...] = ()
 
@@ -115,7 +93,7 @@ class SNES(VectorStrategy):
         return state.mean + rounded(state.sigma * z), state
 
     def _member_weights(self, state, fitness, params):
-        return -jnp.asarray(self.fitness_shaping(fitness), jnp.float32), None
+        return self._utilities(fitness), None
 
     def _row_statistics(self, state, params, x, u, aux):
         # explicit reciprocal and rounded products keep vmapped runs bit-identical to separate

@@ -16,40 +16,23 @@ Defaults (Wierstra et al., 2014, Table 1): ``lambda = 4 + floor(3 ln d)``, ``eta
 ``eta_sigma = eta_B = 3 (3 + ln d) / (5 d sqrt(d))`` and the utilities
 ``u_k = max(0, ln(lambda/2 + 1) - ln k) / sum_j max(0, ln(lambda/2 + 1) - ln j) - 1/lambda`` for the
 ``k``-th best sample. In this package shaped values are *weights* with lower = better, so the
-strategies use ``u = -weights`` and the default shaping :func:`nes_weights` returns ``-u``.
+strategies use ``u = -weights`` and the default shaping
+:func:`~evotensor.core.fitness_shaping.nes_weights` returns ``-u``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.fitness_shaping import ranks
 from evotensor.core.numerics import exact_matmul, exact_matvec, exact_sum, exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy, track_best
-from evotensor.es.gradient_es import FitnessShaping, check_shaping
-
-
-def default_population_size(num_dims: int) -> int:
-    """``4 + floor(3 ln d)`` (Wierstra et al., 2014; Hansen's CMA-ES default)."""
-    return 4 + int(math.floor(3 * math.log(num_dims)))
-
-
-def nes_utilities(population_size: int) -> jax.Array:
-    """NES rank utilities ``[pop]``, entry ``k`` for the ``k``-th best sample (higher = better, sum 0)."""
-    k = jnp.arange(1, population_size + 1, dtype=jnp.float32)
-    raw = jnp.maximum(0.0, jnp.log(population_size / 2.0 + 1.0) - jnp.log(k))
-    return raw / jnp.sum(raw) - 1.0 / population_size
-
-
-def nes_weights(fitness: jax.Array) -> jax.Array:
-    """Minus the NES utility of each sample's rank: ``[pop] -> [pop]`` weights, lower = better."""
-    return -nes_utilities(fitness.shape[0])[ranks(fitness)]
+from evotensor.es._moved import moved_names
+from evotensor.es.core.base import track_best
+from evotensor.es.core.nes import NaturalES
 
 
 def sym_expm(s: jax.Array) -> jax.Array:
@@ -60,14 +43,6 @@ def sym_expm(s: jax.Array) -> jax.Array:
     s = jnp.where(lower, s, s.T)
     evals, evecs = jnp.linalg.eigh(s, symmetrize_input=False)
     return exact_matmul(evecs * jnp.exp(evals), evecs.T)
-
-
-def resolve_population_size(population_size: int | None, solution: Any, num_dims: int | None) -> int:
-    if population_size is not None:
-        return population_size
-    from evotensor.core.strategy import as_solution_space
-
-    return default_population_size(as_solution_space(solution, num_dims).num_dims)
 
 
 @pytree_dataclass
@@ -109,36 +84,21 @@ def xnes_natural_gradients(z: jax.Array, utilities: jax.Array) -> tuple[jax.Arra
     return g_delta, g_m
 
 
-class XNES(VectorStrategy):
+class XNES(NaturalES):
     """xNES (Glasmachers et al., 2010; Wierstra et al., 2014).
 
     Args:
         population_size: default ``4 + floor(3 ln d)``.
         solution / num_dims: template pytree (initial mean) or flat dimension.
         sigma_init: initial global step size (default 1.0).
-        fitness_shaping: ``[pop] -> weights [pop]`` (lower = better); default :func:`nes_weights`.
+        fitness_shaping: ``[pop] -> weights [pop]`` (lower = better); default
+            :func:`~evotensor.core.fitness_shaping.nes_weights`.
 
     xNES' updates are closed-form natural-gradient steps, so it takes learning rates
     (``params.eta_*``), not an optax optimizer.
     """
 
     name = "xnes"
-    min_population_size = 2
-
-    def __init__(
-        self,
-        population_size: int | None = None,
-        solution: Any = None,
-        num_dims: int | None = None,
-        *,
-        sigma_init: float = 1.0,
-        fitness_shaping: FitnessShaping = nes_weights,
-    ):
-        super().__init__(resolve_population_size(population_size, solution, num_dims), solution, num_dims)
-        if not sigma_init > 0:
-            raise ValueError(f"sigma_init must be > 0, got {sigma_init!r}")
-        self._sigma_init = float(sigma_init)
-        self.fitness_shaping = check_shaping(fitness_shaping)
 
     def default_params(self) -> XNESParams:
         d = self.num_dims
@@ -153,14 +113,10 @@ class XNES(VectorStrategy):
         )
 
     def _init(self, key, params):
-        mean = jnp.array(self.initial_mean(), copy=True)  # own buffer: callers may donate state
         return XNESState(
-            mean=mean,
+            **self._initial_mean_fields(),
             sigma=jnp.asarray(params.sigma_init, jnp.float32),
             B=jnp.eye(self.num_dims, dtype=jnp.float32),
-            generation=jnp.zeros((), jnp.int32),
-            best_solution=jnp.array(mean, copy=True),
-            best_fitness=jnp.asarray(jnp.inf, jnp.float32),
         )
 
     def _ask(self, key, state, params):
@@ -168,7 +124,7 @@ class XNES(VectorStrategy):
         return state.mean + rounded(state.sigma * exact_matmul(z, state.B.T)), state
 
     def _tell(self, key, state, x, fitness, params):
-        u = -jnp.asarray(self.fitness_shaping(fitness), jnp.float32)
+        u = self._utilities(fitness)
         # recover z_i = B^-1 (x_i - mean) / sigma; an explicit reciprocal, because XLA rewrites
         # a division by a broadcast sigma into this multiply only in the batched program
         z = jnp.linalg.solve(state.B, ((x - state.mean) * (1.0 / state.sigma)).T).T
@@ -192,3 +148,16 @@ class XNES(VectorStrategy):
         )
         metrics.update(sigma=new.sigma)
         return new, metrics
+
+
+# the NES utilities moved to evotensor.core.fitness_shaping, the population-size default to
+# evotensor.es.core.base (merged with the one of the mean-and-step-size strategies)
+__getattr__ = moved_names(
+    __name__,
+    {
+        "nes_utilities": "evotensor.core.fitness_shaping",
+        "nes_weights": "evotensor.core.fitness_shaping",
+        "default_population_size": "evotensor.es.core.base",
+        "resolve_population_size": ("evotensor.es.core.base", "population_size_or_default"),
+    },
+)

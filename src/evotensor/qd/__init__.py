@@ -8,6 +8,8 @@
 * :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop.
 """
 
+from typing import Any
+
 from evotensor.qd.archive import (
     IMPROVED,
     NEW,
@@ -19,7 +21,7 @@ from evotensor.qd.archive import (
     GridArchive,
 )
 from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_centroid
-from evotensor.qd.emitters import Emitter, EvolutionStrategyEmitter, GaussianEmitter, IsoLineEmitter
+from evotensor.qd.emitters import CMAESEmitter, Emitter, GaussianEmitter, IsoLineEmitter
 from evotensor.qd.map_elites import MAPElites, MAPElitesState
 
 __all__ = [
@@ -29,9 +31,9 @@ __all__ = [
     "AddInfo",
     "Archive",
     "ArchiveState",
+    "CMAESEmitter",
     "CVTArchive",
     "Emitter",
-    "EvolutionStrategyEmitter",
     "GaussianEmitter",
     "GridArchive",
     "IsoLineEmitter",
@@ -41,3 +43,13 @@ __all__ = [
     "kmeans_centroids",
     "nearest_centroid",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``EvolutionStrategyEmitter``, the CMA-ES emitter's old name: deprecated (warns), use
+    :class:`CMAESEmitter`."""
+    if name == "EvolutionStrategyEmitter":
+        from evotensor.qd import emitters
+
+        return getattr(emitters, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

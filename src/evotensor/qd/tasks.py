@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from evotensor.qd.archive import CVTArchive, GridArchive
-from evotensor.qd.emitters import EvolutionStrategyEmitter, IsoLineEmitter
+from evotensor.qd.emitters import CMAESEmitter, IsoLineEmitter
 from evotensor.qd.map_elites import MAPElites
 from evotensor.qd.plots import archive_heatmap, plot_qd_history
 from evotensor.tasks import Task, hidden_sizes_option, positive_int_option, register_task
@@ -113,7 +113,7 @@ def _build_cma_mae(cfg: dict[str, Any]) -> Task:
     search = GridArchive(**grid, learning_rate=float(cfg["learning_rate"]), threshold_min=0.0)
     result_archive = GridArchive(**grid)
     emitters = [
-        EvolutionStrategyEmitter(
+        CMAESEmitter(
             np.zeros(problem.num_dims),
             float(cfg["sigma0"]),
             ranker="imp",

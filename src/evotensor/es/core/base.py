@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
+from evotensor.core.checks import ArgumentError, check_positive
 from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
 from evotensor.core.strategy import as_solution_space, check_population_size
 
@@ -54,12 +58,15 @@ class VectorStrategy(abc.ABC):
     # turn it on.
     freeze_on_all_invalid: bool = True
 
+    # the state field that :meth:`mean_solution` returns: the distribution mean, or
+    # ``"best_solution"`` for archives and incumbent searches, which have no mean
+    mean_field: str = "mean"
+    min_population_size: int = 1
+
     def __init__(self, population_size: int, solution: Any = None, num_dims: int | None = None):
         self.space = as_solution_space(solution, num_dims)
         self.num_dims = self.space.num_dims
         self.population_size = check_population_size(population_size, self.min_population_size)
-
-    min_population_size: int = 1
 
     # -- public protocol -------------------------------------------------------------------
     @abc.abstractmethod
@@ -109,8 +116,9 @@ class VectorStrategy(abc.ABC):
         return keep_state_if_all_invalid(state, new_state, fitness, self.counter_fields, active), metrics
 
     def mean_solution(self, state: Any) -> Any:
-        """The distribution mean as a solution pytree (for strategies that have one)."""
-        return self.space.unravel(state.mean)
+        """The centre of the search as a solution pytree: ``state.<mean_field>``, the distribution
+        mean (or, for strategies without one, the best solution so far)."""
+        return self.space.unravel(getattr(state, self.mean_field))
 
     # -- hooks -------------------------------------------------------------------------------
     def active_mask(self, state: Any) -> jax.Array:
@@ -134,6 +142,18 @@ class VectorStrategy(abc.ABC):
         """The template's values as the starting mean ``[num_dims]``."""
         return self.space.template
 
+    def _initial_mean_fields(self) -> dict[str, jax.Array]:
+        """The fields a float32 mean-based state starts with: ``mean [dims]`` (the template's values,
+        in an own buffer: callers may donate the state), ``generation`` 0, ``best_solution [dims]`` (a
+        copy of the mean) and ``best_fitness`` ``+inf``."""
+        mean = jnp.array(self.initial_mean(), copy=True)
+        return dict(
+            mean=mean,
+            generation=jnp.zeros((), jnp.int32),
+            best_solution=jnp.array(mean, copy=True),
+            best_fitness=jnp.asarray(jnp.inf, jnp.float32),
+        )
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(population_size={self.population_size}, num_dims={self.num_dims})"
 
@@ -155,6 +175,30 @@ class InvalidAsInfStrategy(VectorStrategy):
     def best_solution(self, state: Any) -> Any:
         """Best solution seen so far, as a solution pytree."""
         return self.space.unravel(state.best_solution)
+
+    def _initial_best_fields(self) -> dict[str, jax.Array]:
+        """``best_solution [dims]`` (the template's values), ``best_fitness`` ``+inf`` (nothing
+        evaluated yet) and ``generation`` 0: the fields every archive state starts with."""
+        return dict(
+            best_solution=self.initial_mean(),
+            best_fitness=jnp.float32(jnp.inf),
+            generation=jnp.zeros((), jnp.int32),
+        )
+
+    def _next_best_fields(
+        self, state: Any, x: jax.Array, fitness: jax.Array
+    ) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+        """``(fields, metrics)`` after evaluating ``x [pop, dims]`` with ``fitness [pop]`` (``+inf`` =
+        invalid): ``best_solution``, ``best_fitness`` (:func:`update_best`) and ``generation + 1``;
+        metrics ``best_fitness`` and ``generation_best_fitness``."""
+        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
+        fields = dict(best_solution=best_x, best_fitness=best_f, generation=state.generation + 1)
+        return fields, {"best_fitness": best_f, "generation_best_fitness": fitness.min()}
+
+
+def float_dtype() -> Any:
+    """float32 unless x64 is enabled (then float64, used by the pycma reference tests)."""
+    return jnp.result_type(float)
 
 
 def state_float_dtype(state: Any) -> Any:
@@ -193,6 +237,14 @@ def keep_state_if_all_invalid(
     # an elementwise select in every program: a ``cond`` would be a select only when vmapped, and
     # the unbatched program's different fusion broke bit-identical vmap (CMA-ES, restarts, GLD)
     return jax.tree_util.tree_map(lambda n, f: jnp.where(any_valid, n, f), new, frozen)
+
+
+def initial_population(
+    key: jax.Array, center: jax.Array, init_range: jax.Array, population_size: int
+) -> jax.Array:
+    """``[pop, dims]`` uniform in ``center ± init_range``."""
+    u = rng.uniform(key, (population_size, center.shape[0]), jnp.float32, -1.0, 1.0)
+    return center + init_range * u
 
 
 def update_best(
@@ -236,31 +288,37 @@ def float32_params(params_cls: type, strategy: Any) -> Any:
     )
 
 
+def default_population_size(num_dims: int) -> int:
+    """``4 + floor(3 ln n)``: CMA-ES's default (Hansen 2016), also the NES default (Wierstra et al.
+    2014) and LM-MA-ES's default memory."""
+    return 4 + int(math.floor(3 * math.log(num_dims)))
+
+
+def population_size_or_default(
+    population_size: int | None,
+    solution: Any,
+    num_dims: int | None,
+    default: Callable[[int], int] = default_population_size,
+) -> int:
+    """``population_size``, or ``default(n)`` of the space's dimension ``n`` when it is ``None``
+    (``solution`` / ``num_dims`` as for :class:`VectorStrategy`; ``default`` defaults to
+    :func:`default_population_size`)."""
+    if population_size is not None:
+        return population_size
+    return default(as_solution_space(solution, num_dims).num_dims)
+
+
 def check_std_bounds(std_min: Any, std_max: Any) -> tuple[float, float]:
-    """Validated mutation-step bounds ``0 <= std_min <= std_max``, ``std_max > 0``."""
+    """Validated mutation-step bounds ``0 <= std_min <= std_max``, ``std_max > 0`` (both finite)."""
     lo = check_positive(std_min, "std_min", allow_zero=True)
     hi = check_positive(std_max, "std_max")
     if lo > hi:
-        raise ValueError(f"std_min ({std_min}) must be <= std_max ({std_max})")
+        raise ArgumentError(f"std_min ({std_min}) must be <= std_max ({std_max})")
     return lo, hi
 
 
-def check_positive(value: Any, name: str, allow_zero: bool = False) -> float:
-    """Validate a positive (or non-negative) float hyperparameter at construction time."""
-    value = float(value)
-    if not (value >= 0.0 if allow_zero else value > 0.0) or value != value:
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-    return value
-
-
-def check_fraction(value: Any, name: str) -> float:
-    """Validate a fraction in ``(0, 1]``."""
-    value = float(value)
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"{name} must be in (0, 1], got {value}")
-    return value
-
-
 def check_even(population_size: int, why: str) -> None:
+    """Raise :class:`~evotensor.core.checks.ArgumentError` unless ``population_size`` is even;
+    ``why`` names what needs it (e.g. ``"ARS's antithetic directions"``)."""
     if population_size % 2:
-        raise ValueError(f"{why} needs an even population_size, got {population_size}")
+        raise ArgumentError(f"{why} needs an even population_size, got {population_size}")

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.es.base import InvalidAsInfStrategy, check_positive, float32_params, update_best
+from evotensor.core.checks import check_positive
+from evotensor.es.core.base import InvalidAsInfStrategy, float32_params
 
 
 class DiagonalGaussianStrategy(InvalidAsInfStrategy):
@@ -26,7 +27,9 @@ class DiagonalGaussianStrategy(InvalidAsInfStrategy):
         population_size: samples per generation (>= 2).
         solution: template pytree (initial mean), exclusive with ``num_dims`` (mean 0).
         num_dims: flat dimension.
-        std_init: initial standard deviation of every coordinate (> 0).
+        std_init: initial standard deviation of every coordinate (> 0, default 1.0).
+
+    A member with arguments of its own takes them and passes these on (``**options``).
     """
 
     # an all-invalid generation would still pull the distribution towards arbitrary candidates
@@ -35,7 +38,7 @@ class DiagonalGaussianStrategy(InvalidAsInfStrategy):
     params_cls: ClassVar[type]
     state_cls: ClassVar[type]
 
-    def __init__(self, population_size, solution, num_dims, std_init):
+    def __init__(self, population_size, solution=None, num_dims=None, *, std_init=1.0):
         super().__init__(population_size, solution, num_dims)
         self.std_init = check_positive(std_init, "std_init")
 
@@ -50,13 +53,10 @@ class DiagonalGaussianStrategy(InvalidAsInfStrategy):
         finite ``fitness [pop]``."""
 
     def _init(self, key, params):
-        mean = self.initial_mean()
         return self.state_cls(
-            mean=mean,
+            mean=self.initial_mean(),
             std=jnp.full((self.num_dims,), params.std_init, jnp.float32),
-            best_solution=mean,
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
+            **self._initial_best_fields(),
         )
 
     def _ask(self, key, state, params):
@@ -65,8 +65,5 @@ class DiagonalGaussianStrategy(InvalidAsInfStrategy):
 
     def _tell(self, key, state, x, fitness, params):
         mean, std = self._refit(state, x, fitness, params)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
-        new = self.state_cls(
-            mean=mean, std=std, best_solution=best_x, best_fitness=best_f, generation=state.generation + 1
-        )
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min(), "std_mean": std.mean()}
+        best, metrics = self._next_best_fields(state, x, fitness)
+        return self.state_cls(mean=mean, std=std, **best), {**metrics, "std_mean": std.mean()}

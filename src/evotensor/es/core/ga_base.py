@@ -9,7 +9,9 @@ displaces anything). The first ``ask`` returns the initial population (uniform i
 
 :class:`ElitistGA` implements that loop once. A subclass declares its params/state dataclasses and
 only what is specific to it: how children are made (:meth:`ElitistGA._offspring`) and how the
-mutation step sizes adapt (:meth:`ElitistGA._adapt`).
+mutation step sizes adapt (:meth:`ElitistGA._adapt`). :class:`ParentTrackingGA` and
+:class:`SelfAdaptiveGA` add what two members each share: the parents' fitness recorded by ``ask``,
+and log-uniformly mutated step sizes.
 """
 
 from __future__ import annotations
@@ -21,13 +23,8 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.es.base import (
-    InvalidAsInfStrategy,
-    check_fraction,
-    check_positive,
-    float32_params,
-    update_best,
-)
+from evotensor.core.checks import check_fraction, check_positive
+from evotensor.es.core.base import InvalidAsInfStrategy, check_std_bounds, float32_params, initial_population
 
 
 def num_elites(elite_ratio: jax.Array, population_size: int) -> jax.Array:
@@ -58,14 +55,6 @@ def take_merged(archive: jax.Array, offspring: jax.Array, idx: jax.Array) -> jax
     return jnp.concatenate([archive, offspring])[idx]
 
 
-def initial_population(
-    key: jax.Array, center: jax.Array, init_range: jax.Array, population_size: int
-) -> jax.Array:
-    """``[pop, dims]`` uniform in ``center ± init_range``."""
-    u = rng.uniform(key, (population_size, center.shape[0]), jnp.float32, -1.0, 1.0)
-    return center + init_range * u
-
-
 def mutate(key: jax.Array, parents: jax.Array, std: jax.Array) -> jax.Array:
     """``parents [pop, dims] + std * N(0, I)``; ``std`` is ``[]`` or ``[pop, 1]`` (per child)."""
     return parents + std * rng.normal(key, parents.shape, jnp.float32)
@@ -77,22 +66,27 @@ class ElitistGA(InvalidAsInfStrategy):
     The state dataclass (``state_cls``) has at least ``population [pop, dims]``, ``fitness [pop]``,
     ``std``, ``best_solution [dims]``, ``best_fitness []`` and ``generation []``; the params dataclass
     (``params_cls``) at least ``elite_ratio``, ``std_init`` and ``init_range``, each stored on the
-    strategy under its field name by the constructor (see :func:`~evotensor.es.base.float32_params`).
+    strategy under its field name by the constructor (see :func:`~evotensor.es.core.base.float32_params`).
 
     Args:
         population_size: archive size and children per generation (>= 2).
         solution: template pytree (center of the initial box), exclusive with ``num_dims``.
         num_dims: flat dimension.
-        elite_ratio: fraction of the archive eligible as parents, in ``(0, 1]``.
-        std_init: initial mutation step size (> 0).
-        init_range: half-width of the initial uniform box (> 0).
+        elite_ratio: fraction of the archive eligible as parents, in ``(0, 1]`` (default 0.5).
+        std_init: initial mutation step size (> 0, default 1.0).
+        init_range: half-width of the initial uniform box (> 0, default 1.0).
+
+    A member with arguments of its own takes them and passes these on (``**options``).
     """
 
     min_population_size = 2
+    mean_field = "best_solution"  # an archive has no mean: the best solution found so far
     params_cls: ClassVar[type]
     state_cls: ClassVar[type]
 
-    def __init__(self, population_size, solution, num_dims, elite_ratio, std_init, init_range):
+    def __init__(
+        self, population_size, solution=None, num_dims=None, *, elite_ratio=0.5, std_init=1.0, init_range=1.0
+    ):
         super().__init__(population_size, solution, num_dims)
         self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
         self.std_init = check_positive(std_init, "std_init")
@@ -125,9 +119,7 @@ class ElitistGA(InvalidAsInfStrategy):
         return self.state_cls(
             population=initial_population(key, self.initial_mean(), params.init_range, self.population_size),
             fitness=jnp.full((self.population_size,), jnp.inf, jnp.float32),
-            best_solution=self.initial_mean(),
-            best_fitness=jnp.float32(jnp.inf),
-            generation=jnp.zeros((), jnp.int32),
+            **self._initial_best_fields(),
             **self._initial_fields(params),
         )
 
@@ -138,21 +130,15 @@ class ElitistGA(InvalidAsInfStrategy):
 
     def _tell(self, key, state, x, fitness, params):
         idx = plus_selection(state.fitness, fitness)
-        best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
-        changes, metrics = self._adapt(key, state, fitness, idx, params)
+        best, metrics = self._next_best_fields(state, x, fitness)
+        changes, extra = self._adapt(key, state, fitness, idx, params)
         new = state.replace(
             population=take_merged(state.population, x, idx),
             fitness=take_merged(state.fitness, fitness, idx),
-            best_solution=best_x,
-            best_fitness=best_f,
-            generation=state.generation + 1,
+            **best,
             **changes,
         )
-        return new, {"best_fitness": best_f, "generation_best_fitness": fitness.min(), **metrics}
-
-    def mean_solution(self, state: Any) -> Any:
-        """The best solution found so far."""
-        return self.space.unravel(state.best_solution)
+        return new, {**metrics, **extra}
 
 
 class ParentTrackingGA(ElitistGA):
@@ -161,8 +147,16 @@ class ParentTrackingGA(ElitistGA):
     no parents)."""
 
     @abc.abstractmethod
+    def _initial_std(self, params) -> jax.Array:
+        """The step sizes at generation 0 (``state.std``)."""
+
+    @abc.abstractmethod
     def _child_std(self, state) -> jax.Array:
         """Step size of every child: ``[]`` or ``[pop, 1]``."""
+
+    def _initial_fields(self, params):
+        parent_fitness = jnp.full((self.population_size,), jnp.inf, jnp.float32)
+        return {"std": self._initial_std(params), "parent_fitness": parent_fitness}
 
     def _offspring(self, key, state, params, first):
         k_p, k_eps = jax.random.split(key)
@@ -170,3 +164,34 @@ class ParentTrackingGA(ElitistGA):
         children = mutate(k_eps, state.population[parents], self._child_std(state))
         parent_fitness = jnp.where(first, jnp.inf, state.fitness[parents])
         return children, state.replace(parent_fitness=parent_fitness)
+
+
+class SelfAdaptiveGA(ElitistGA):
+    """A GA whose step sizes are themselves mutated log-uniformly, ``std <- std * std_meta^U(-1, 1)``,
+    and clipped to ``[std_min, std_max]`` (SAMR-GA, GESMR-GA; defaults of evosax's implementations).
+
+    Args:
+        std_meta: meta-mutation factor of the step sizes (> 0, default 2.0).
+        std_min, std_max: clipping range of the step sizes (defaults 0.0, 10.0).
+        others: as :class:`ElitistGA`.
+    """
+
+    def __init__(
+        self,
+        population_size,
+        solution=None,
+        num_dims=None,
+        *,
+        std_meta=2.0,
+        std_min=0.0,
+        std_max=10.0,
+        **options,
+    ):
+        super().__init__(population_size, solution, num_dims, **options)
+        self.std_meta = check_positive(std_meta, "std_meta")
+        self.std_min, self.std_max = check_std_bounds(std_min, std_max)
+
+    def _meta_mutate(self, key: jax.Array, std: jax.Array, params: Any) -> jax.Array:
+        """``clip(std * std_meta^U(-1, 1), std_min, std_max)``, one draw per entry of ``std [k]``."""
+        meta = params.std_meta ** rng.uniform(key, std.shape, jnp.float32, -1.0, 1.0)
+        return jnp.clip(std * meta, params.std_min, params.std_max)

@@ -1,10 +1,13 @@
-"""Shared machinery of the finite-difference gradient strategies (OpenES, PGPE-style, ARS, PES,
-NRES, ESMC, GuidedES, ASEBO): an optax optimizer on the mean, a sigma that is constant or follows
-a schedule, fitness shaping into weights, and best-so-far tracking with a guard that keeps the
-state finite.
+"""Shared machinery of the optax-driven strategies: the finite-difference gradient ES (OpenES, ARS,
+PES, NRES, ESMC, GuidedES, ASEBO) and PGPE. An optax optimizer on the mean, a sigma that is constant
+or follows a schedule, fitness shaping into weights, and best-so-far tracking with a guard that
+keeps the state finite.
+
+:class:`OptimizerStrategy` holds the constructor they share (optimizer, fitness shaping, the even
+population of mirrored sampling), :class:`GradientES` adds the sigma schedule and the optimizer step.
 
 It also holds the unsharded half of the population-sharding protocol of
-:mod:`evotensor.es.sharding`: :func:`tell_by_statistics` runs a shardable strategy's
+:mod:`evotensor.es.core.sharding`: :func:`tell_by_statistics` runs a shardable strategy's
 ``_member_weights -> _row_statistics -> _update_from_statistics`` hooks on the whole population,
 so the unsharded ``tell`` and the sharded one share every line of update math.
 """
@@ -21,8 +24,8 @@ from jax.lax import Precision
 
 from evotensor.core.fitness_shaping import centered_ranks
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.base import VectorStrategy
-from evotensor.es.optimizers import (
+from evotensor.es.core.base import VectorStrategy, check_even
+from evotensor.es.core.optimizers import (
     check_optimizer,
     check_sigma_schedule,
     resolve_sigma_init,
@@ -83,7 +86,7 @@ def best_row_update(
         fitness: ``[pop]`` minimized, invalid entries already worse than every valid one.
 
     Returns:
-        ``(best_x, best_f)``, exactly :func:`evotensor.es.base.update_best` on the whole population.
+        ``(best_x, best_f)``, exactly :func:`evotensor.es.core.base.update_best` on the whole population.
     """
     i = jnp.argmin(fitness)
     better = fitness[i] < best_f
@@ -91,7 +94,8 @@ def best_row_update(
 
 
 def track_best_row(state: Any, row: jax.Array, fitness: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
-    """:func:`evotensor.es.base.track_best` given the best row ``[dims]`` instead of ``x [pop, dims]``."""
+    """:func:`evotensor.es.core.base.track_best` given the best row ``[dims]`` instead of
+    ``x [pop, dims]``."""
     best_solution, best_fitness = best_row_update(state.best_solution, state.best_fitness, row, fitness)
     metrics = dict(
         best_fitness=best_fitness, generation_best_fitness=jnp.min(fitness), mean_fitness=jnp.mean(fitness)
@@ -120,7 +124,7 @@ def tell_by_statistics(
 ) -> tuple[Any, dict[str, jax.Array]]:
     """Unsharded ``_tell`` of a shardable strategy: its three hooks on the whole population.
 
-    ``x [pop, dims]``, ``fitness [pop]`` (minimized, finite). :func:`evotensor.es.sharding.sharded`
+    ``x [pop, dims]``, ``fitness [pop]`` (minimized, finite). :func:`evotensor.es.core.sharding.sharded`
     calls the same hooks with ``_row_statistics`` on each device's rows and a ``psum`` in between.
     """
     weights, aux = strategy._member_weights(state, fitness, params)
@@ -133,15 +137,39 @@ def identity_shaping(fitness: jax.Array) -> jax.Array:
     return jnp.asarray(fitness, jnp.float32)
 
 
-class GradientES(VectorStrategy):
-    """Base of the finite-difference gradient strategies (OpenES, ARS, PES, NRES, ESMC, …).
+class _StrategyDefault:
+    """The value of an argument left at the strategy's own default (shown in signatures)."""
 
-    Subclasses implement ``_ask`` and ``_tell``; ``_tell`` computes a gradient estimate (of the
-    minimized objective) and calls :meth:`_apply_gradient`.
+    def __repr__(self) -> str:
+        return "<strategy default>"
+
+
+# ``fitness_shaping``'s default: the strategy's ``default_fitness_shaping`` (a sentinel rather than
+# None, so that ``fitness_shaping=None`` is still refused as not callable)
+STRATEGY_DEFAULT: Any = _StrategyDefault()
+
+
+class OptimizerStrategy(VectorStrategy):
+    """Base of the strategies whose mean is moved by an optax optimizer along an estimate computed
+    from shaped fitness (:class:`GradientES`, PGPE): the constructor checks and stores ``optimizer``
+    and ``fitness_shaping`` and, for mirrored sampling, that the population size is even.
+
+    A subclass sets its literature defaults as class attributes: ``default_learning_rate`` (the
+    step of the default optimizer, :meth:`default_optimizer`: Adam unless overridden),
+    ``default_fitness_shaping`` and ``mirrored_sampling`` (``None``, or what needs pairs, for the
+    error message: ``"ARS's antithetic directions"``). Its own constructor takes only its own
+    arguments and passes the shared ones on (``**options``).
+
+    Args:
+        population_size, solution, num_dims: as :class:`~evotensor.es.core.base.VectorStrategy`.
+        optimizer: any optax ``GradientTransformation``; ``None``: :meth:`default_optimizer`.
+        fitness_shaping: ``fitness [pop] -> weights [pop]`` (lower = better); default the class's
+            ``default_fitness_shaping``.
     """
 
-    default_sigma_init: float = 0.02
     default_learning_rate: float = 0.01
+    default_fitness_shaping: FitnessShaping = staticmethod(centered_ranks)
+    mirrored_sampling: str | None = None
 
     def __init__(
         self,
@@ -150,17 +178,62 @@ class GradientES(VectorStrategy):
         num_dims: int | None = None,
         *,
         optimizer: optax.GradientTransformation | None = None,
-        sigma_init: float | None = None,
-        sigma_schedule: Callable[[jax.Array], jax.Array] | None = None,
-        fitness_shaping: FitnessShaping = centered_ranks,
+        fitness_shaping: FitnessShaping = STRATEGY_DEFAULT,
     ):
         super().__init__(population_size, solution, num_dims)
-        if optimizer is None:
-            optimizer = optax.adam(learning_rate=self.default_learning_rate)
-        self.optimizer = check_optimizer(optimizer)
+        self.optimizer = check_optimizer(self.default_optimizer() if optimizer is None else optimizer)
+        if fitness_shaping is STRATEGY_DEFAULT:
+            fitness_shaping = self.default_fitness_shaping
+        self.fitness_shaping = check_shaping(fitness_shaping)
+        if self.mirrored_sampling is not None:
+            check_even(self.population_size, self.mirrored_sampling)
+
+    def default_optimizer(self) -> optax.GradientTransformation:
+        """The optimizer used when none is given: ``optax.adam(default_learning_rate)``."""
+        return optax.adam(learning_rate=self.default_learning_rate)
+
+    def _base_fields(self) -> dict[str, Any]:
+        """:meth:`_initial_mean_fields` and the optimizer's state of the mean (``opt_state``)."""
+        fields = self._initial_mean_fields()
+        return dict(fields, opt_state=self.optimizer.init(fields["mean"]))
+
+    def _weights(self, fitness: jax.Array) -> jax.Array:
+        """``fitness_shaping(fitness)`` as float32 ``[pop]``; raises unless it keeps the shape."""
+        w = jnp.asarray(self.fitness_shaping(fitness), jnp.float32)
+        if w.shape != fitness.shape:
+            raise ValueError(f"fitness_shaping must return shape {fitness.shape}, got {w.shape}")
+        return w
+
+
+class GradientES(OptimizerStrategy):
+    """Base of the finite-difference gradient strategies (OpenES, ARS, PES, NRES, ESMC, …): an
+    :class:`OptimizerStrategy` whose perturbation scale is a constant or a schedule.
+
+    Subclasses implement ``_ask`` and ``_tell``; ``_tell`` computes a gradient estimate (of the
+    minimized objective) and calls :meth:`_apply_gradient` (or :meth:`_apply_gradient_row`).
+
+    Args:
+        population_size, solution, num_dims, optimizer, fitness_shaping: as
+            :class:`OptimizerStrategy`.
+        sigma_init: constant perturbation scale; default the class's ``default_sigma_init``.
+        sigma_schedule: optax-style schedule ``generation -> sigma`` (exclusive with ``sigma_init``).
+    """
+
+    default_sigma_init: float = 0.02
+
+    def __init__(
+        self,
+        population_size: int,
+        solution: Any = None,
+        num_dims: int | None = None,
+        *,
+        sigma_init: float | None = None,
+        sigma_schedule: Callable[[jax.Array], jax.Array] | None = None,
+        **options: Any,
+    ):
+        super().__init__(population_size, solution, num_dims, **options)
         self.sigma_schedule = check_sigma_schedule(sigma_schedule)
         self._sigma_init = resolve_sigma_init(sigma_init, self.sigma_schedule, self.default_sigma_init)
-        self.fitness_shaping = check_shaping(fitness_shaping)
 
     # -- params / sigma -------------------------------------------------------------------
     def default_params(self) -> GradientESParams:
@@ -174,24 +247,8 @@ class GradientES(VectorStrategy):
         return jnp.asarray(params.sigma_init, jnp.float32)
 
     # -- shared pieces ----------------------------------------------------------------------
-    def _base_fields(self) -> dict[str, Any]:
-        mean = jnp.array(self.initial_mean(), copy=True)  # own buffer: callers may donate state
-        return dict(
-            mean=mean,
-            opt_state=self.optimizer.init(mean),
-            generation=jnp.zeros((), jnp.int32),
-            best_solution=jnp.array(mean, copy=True),
-            best_fitness=jnp.asarray(jnp.inf, jnp.float32),
-        )
-
     def _init(self, key, params):
         return GradientESState(**self._base_fields())
-
-    def _weights(self, fitness: jax.Array) -> jax.Array:
-        w = jnp.asarray(self.fitness_shaping(fitness), jnp.float32)
-        if w.shape != fitness.shape:
-            raise ValueError(f"fitness_shaping must return shape {fitness.shape}, got {w.shape}")
-        return w
 
     def _apply_gradient(
         self, state: Any, grad: jax.Array, x: jax.Array, fitness: jax.Array, sigma: jax.Array

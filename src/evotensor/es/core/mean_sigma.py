@@ -1,12 +1,12 @@
-"""What the mean-and-step-size strategies (MA-ES, LM-MA-ES, Sep-CMA-ES, Rm-ES; CMA-ES and the restart
-wrappers for the constructor checks) share.
+"""What the mean-and-step-size strategies (MA-ES, LM-MA-ES, Sep-CMA-ES, Rm-ES; the restart wrappers for
+the constructor checks) share.
 
 MA-ES and LM-MA-ES search with ``x = mean + sigma d`` where ``d`` is a transformed standard normal
 ``z``; ``tell`` ranks the ``z`` drawn by the last ``ask`` (kept in the state) with positive log weights
 on the best half, accumulates an evolution path and adapts ``sigma`` multiplicatively. Constants are
 computed in float64 and stored in the float dtype of the run (float32, or float64 under x64 as in the
-pycma reference tests). :class:`MeanSigmaStrategy` holds the common constructor (default population size,
-``sigma_init``, ``mean_init``), params, state fields and bookkeeping; each strategy keeps its own
+pycma reference tests). :class:`MeanSigmaStrategy` holds the common constructor (default population
+size, ``sigma_init``, ``mean_init``), params, state fields and bookkeeping; each strategy keeps its own
 update equations. Sep-CMA-ES and Rm-ES keep no ``z`` and use only the constructor, the shared params
 and :meth:`MeanSigmaStrategy._advance`.
 """
@@ -21,27 +21,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core import rng
+from evotensor.core.checks import ArgumentError, check_positive
 from evotensor.core.numerics import exact_sum
-from evotensor.core.strategy import as_solution_space
-from evotensor.es.base import VectorStrategy, update_best
+from evotensor.es.core.base import VectorStrategy, float_dtype, population_size_or_default, update_best
 
 
-def float_dtype() -> Any:
-    """float32 unless x64 is enabled (then float64, used by the pycma reference tests)."""
-    return jnp.result_type(float)
-
-
-def default_population_size(num_dims: int) -> int:
-    """CMA-ES's ``4 + floor(3 ln n)``."""
-    return 4 + int(math.floor(3 * math.log(num_dims)))
-
-
-def population_size_or_default(population_size: int | None, solution: Any, num_dims: int | None) -> int:
-    """``population_size``, or :func:`default_population_size` of the space's ``n`` when it is ``None``
-    (``solution`` / ``num_dims`` as for :class:`VectorStrategy`)."""
-    if population_size is not None:
-        return population_size
-    return default_population_size(as_solution_space(solution, num_dims).num_dims)
+def expected_norm(num_dims: int) -> float:
+    """``E|N(0, I_n)|`` approximated as ``sqrt(n) (1 - 1/(4n) + 1/(21 n^2))`` (Hansen's tutorial)."""
+    n = num_dims
+    return math.sqrt(n) * (1 - 1 / (4 * n) + 1 / (21 * n**2))
 
 
 def positive_log_weights(population_size: int) -> np.ndarray:
@@ -53,18 +41,15 @@ def positive_log_weights(population_size: int) -> np.ndarray:
 
 
 def check_sigma_init(sigma_init: Any) -> float:
-    """A validated initial step size: positive and finite."""
-    sigma = float(sigma_init)
-    if not (math.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"sigma_init must be a positive finite number, got {sigma_init!r}")
-    return sigma
+    """A validated initial step size: positive and finite (:func:`evotensor.core.checks.check_positive`)."""
+    return check_positive(sigma_init, "sigma_init")
 
 
 def check_mean_init(mean_init: Any, default: Any, num_dims: int) -> np.ndarray:
     """The initial mean ``[num_dims]`` in float64: ``mean_init``, or ``default`` when it is ``None``."""
     mean = np.asarray(default if mean_init is None else mean_init, np.float64)
     if mean.shape != (num_dims,):
-        raise ValueError(f"mean_init must have shape ({num_dims},), got {mean.shape}")
+        raise ArgumentError(f"mean_init must have shape ({num_dims},), got {mean.shape}")
     return mean
 
 
@@ -95,13 +80,15 @@ class MeanSigmaStrategy(VectorStrategy):
     Args:
         population_size: ``None`` -> ``4 + floor(3 ln n)``.
         solution / num_dims: the solution template or flat dimension (exactly one).
-        sigma_init: initial step size (> 0, finite).
+        sigma_init: initial step size (> 0, finite; default 1.0).
         mean_init: optional initial mean ``[n]`` (default: the template's values, or 0).
+
+    A member with arguments of its own takes them and passes these on (``**options``).
     """
 
     min_population_size = 2
 
-    def __init__(self, population_size, solution, num_dims, sigma_init, mean_init):
+    def __init__(self, population_size=None, solution=None, num_dims=None, *, sigma_init=1.0, mean_init=None):
         super().__init__(population_size_or_default(population_size, solution, num_dims), solution, num_dims)
         self.sigma_init = check_sigma_init(sigma_init)
         self._mean_init = check_mean_init(mean_init, self.initial_mean(), self.num_dims)
@@ -132,7 +119,7 @@ class MeanSigmaStrategy(VectorStrategy):
     def _sample_z(self, key: jax.Array, state: Any) -> jax.Array:
         """``[pop, n]`` standard normal draws in the state's dtype."""
         z = rng.normal(key, (self.population_size, self.num_dims), state.mean.dtype)
-        return z + 0 * state.sigma  # batched with the state under vmap (see cma_es.sample)
+        return z + 0 * state.sigma  # batched with the state under vmap (see core.cma.sample)
 
     def _ranked(self, state: Any, fitness: jax.Array, params: Any):
         """``(order [pop], weights [pop], z sorted best first [pop, n], <z>_w [n])``."""

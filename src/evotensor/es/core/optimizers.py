@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
+from evotensor.core.checks import ArgumentError, check_fraction, check_positive
+
 
 def safe_norm(x: jax.Array) -> jax.Array:
     """Euclidean norm of ``x`` (any shape) that does not underflow/overflow in float32.
@@ -77,16 +79,10 @@ def clipup(
         updates, state = opt.update(grads, state)
         params = optax.apply_updates(params, updates)
     """
-    lr0 = learning_rate(0) if callable(learning_rate) else learning_rate
-    if not callable(learning_rate) and not float(lr0) > 0:
-        raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
-    if not 0.0 <= float(momentum) < 1.0:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
-    if max_speed is None:
-        max_speed = 2.0 * float(lr0)
-    if not float(max_speed) > 0:
-        raise ValueError(f"max_speed must be > 0, got {max_speed!r}")
-    max_speed = float(max_speed)
+    lr0 = learning_rate(0) if callable(learning_rate) else check_positive(learning_rate, "learning_rate")
+    if not 0.0 <= check_fraction(momentum, "momentum", allow_zero=True) < 1.0:  # 1 would never forget
+        raise ArgumentError(f"momentum must be in [0, 1), got {momentum!r}")
+    max_speed = check_positive(2.0 * float(lr0) if max_speed is None else max_speed, "max_speed")
 
     def init_fn(params: Any) -> ClipUpState:
         velocity = jax.tree_util.tree_map(lambda p: jnp.zeros_like(p, dtype=jnp.float32), params)
@@ -130,10 +126,7 @@ def resolve_sigma_init(sigma_init: float | None, schedule: Callable | None, defa
     ``sigma_init`` and ``sigma_schedule`` are mutually exclusive: a schedule fully determines sigma.
     """
     if sigma_init is not None and schedule is not None:
-        raise ValueError(
+        raise ArgumentError(
             "give either sigma_init (constant sigma) or sigma_schedule (step -> sigma), not both"
         )
-    value = default if sigma_init is None else sigma_init
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"sigma_init must be a positive float, got {sigma_init!r}")
-    return float(value)
+    return check_positive(default if sigma_init is None else sigma_init, "sigma_init")

@@ -1,4 +1,5 @@
-"""IPOP- and BIPOP-CMA-ES as jit-able strategies: a whole restart campaign in one compiled scan.
+"""The restart machinery of IPOP- and BIPOP-CMA-ES (:class:`~evotensor.es.IPOPCMAES`,
+:class:`~evotensor.es.BIPOPCMAES`): a whole restart campaign in one compiled scan.
 
 The population size is *dynamic*: it lives in the state (``state.population_size``, an int32 up to
 the static ``max_population_size``). ``ask`` always returns ``max_population_size`` candidates;
@@ -11,7 +12,7 @@ ones NaN/inf: the campaign stays as it was, only ``evaluations`` advances). Beca
 change, restarts need no recompilation and a campaign can be ``vmap``-ped over seeds or
 hyperparameters, each run restarting on its own schedule.
 
-A run ends when any criterion of :mod:`evotensor.es.termination` fires (tolfun, tolx,
+A run ends when any criterion of :mod:`evotensor.es.core.termination` fires (tolfun, tolx,
 tolstagnation, tolconditioncov, tolflatfitness, tolfacupx) or after ``maxiter`` generations
 (pycma's ``100 + 150 (n+3)^2 / sqrt(lambda)``). Then, inside the same ``tell``:
 
@@ -41,14 +42,14 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import check_ranges
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import as_solution_space, check_population_size
-from evotensor.es.base import VectorStrategy
-from evotensor.es.cma_es import (
+from evotensor.es.core.base import VectorStrategy, default_population_size, float_dtype
+from evotensor.es.core.cma import (
     GUARDS,
     CMAESParams,
     CMAESState,
-    chi_n,
     cma_constants,
     cma_update,
     initial_state,
@@ -56,8 +57,8 @@ from evotensor.es.cma_es import (
     resolve_step_size,
     sample,
 )
-from evotensor.es.mean_sigma import check_mean_init, check_sigma_init, default_population_size, float_dtype
-from evotensor.es.termination import (
+from evotensor.es.core.mean_sigma import check_mean_init, check_sigma_init
+from evotensor.es.core.termination import (
     FLAGS,
     Termination,
     TerminationParams,
@@ -86,7 +87,7 @@ class RestartState:
     """State of a restart campaign.
 
     Attributes:
-        cma: the current run's :class:`~evotensor.es.cma_es.CMAESState`.
+        cma: the current run's :class:`~evotensor.es.core.cma.CMAESState`.
         run_params: the current run's constants (``weights [max_pop]``, zero beyond ``lambda``).
         term: termination histories of the current run.
         population_size: ``[]`` int32 current ``lambda``.
@@ -118,7 +119,8 @@ class RestartState:
 
 
 class RestartCMAES(VectorStrategy):
-    """Common machinery of :class:`IPOPCMAES` and :class:`BIPOPCMAES` (``bipop`` selects).
+    """Common machinery of :class:`~evotensor.es.IPOPCMAES` and :class:`~evotensor.es.BIPOPCMAES`
+    (``bipop`` selects).
 
     Args:
         solution / num_dims: the solution template or flat dimension (exactly one).
@@ -155,15 +157,11 @@ class RestartCMAES(VectorStrategy):
         self.sigma_init = check_sigma_init(sigma_init)
         self._mean_init = check_mean_init(mean_init, self.initial_mean(), self.num_dims)
         if init_bounds is not None:
-            low, high = (float(b) for b in init_bounds)
-            if not low < high:
-                raise ValueError(f"init_bounds must be (low, high) with low < high, got {init_bounds!r}")
-            init_bounds = (low, high)
+            init_bounds = check_ranges([init_bounds], "init_bounds", count=1)[0]
         self.init_bounds = init_bounds
         self.termination = Termination(n, max_pop, lam0)
         self.step_size = resolve_step_size(step_size, n)
         self.two_point = self.step_size == "tpa"
-        self._chi_n = chi_n(n)
 
     # -- params and per-run constants -------------------------------------------------------
     def default_params(self) -> RestartParams:
@@ -180,10 +178,11 @@ class RestartCMAES(VectorStrategy):
     def run_params(self, population_size: jax.Array, params: RestartParams) -> CMAESParams:
         """pycma's constants for a (traced) ``lambda``, weights padded to ``max_population_size``."""
         lam, size = population_size, self.max_population_size
-        c = cma_constants(self.num_dims, lam, size, "pycma", jnp, two_point=self.two_point)
+        consts = cma_constants(self.num_dims, lam, size, "pycma", jnp, two_point=self.two_point)
         guards = {k: getattr(params, k) for k in GUARDS}
-        consts, dtype = {**c, "chi_n": self._chi_n}, params.sigma_init.dtype
-        return params_from_constants(consts, dtype, params.mean_init, params.sigma_init, **guards)
+        return params_from_constants(
+            consts, params.sigma_init.dtype, params.mean_init, params.sigma_init, **guards
+        )
 
     def max_iterations(self, population_size: jax.Array) -> jax.Array:
         """pycma's ``maxiter = 100 + 150 (n+3)^2 // sqrt(lambda)``."""
@@ -353,29 +352,3 @@ class RestartCMAES(VectorStrategy):
             f"base_population_size={self.base_population_size}, "
             f"max_population_size={self.max_population_size}, step_size={self.step_size!r})"
         )
-
-
-class IPOPCMAES(RestartCMAES):
-    """IPOP-CMA-ES: restart with a doubled population after each termination (jit-able).
-
-    ``ask`` returns ``max_population_size`` candidates; only the first ``state.population_size``
-    are real (:meth:`active_mask`), the fitness of the others is ignored.
-
-    Example::
-
-        es = IPOPCMAES(num_dims=10, max_population_size=256, sigma_init=2.0)
-        state = es.init(key)
-        x, state = es.ask(k1, state)            # x: [256, 10]
-        state, m = es.tell(k2, state, x, f(x))  # m["restarted"], m["population_size"]
-    """
-
-    name = "ipop_cma_es"
-    bipop = False
-
-
-class BIPOPCMAES(RestartCMAES):
-    """BIPOP-CMA-ES: interleaves IPOP's growing large-population runs with small-population runs
-    of random step size, balancing their evaluation budgets (jit-able; see :class:`IPOPCMAES`)."""
-
-    name = "bipop_cma_es"
-    bipop = True

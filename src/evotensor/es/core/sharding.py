@@ -28,7 +28,7 @@ are independent once the guiding subspace is known: it is computed once per gene
 replicated part of the program, and handed to every shard). Any other strategy raises ``TypeError``.
 
 A strategy is shardable when it implements this protocol (:class:`Shardable`); its unsharded ``tell``
-runs the same hooks on the whole population (:func:`evotensor.es.gradient_es.tell_by_statistics`),
+runs the same hooks on the whole population (:func:`evotensor.es.core.gradient_es.tell_by_statistics`),
 so the update math exists once:
 
 * ``_sample(key, state, params, rows) -> (x [rows, dims], state)`` — its ``ask`` for ``rows``
@@ -97,8 +97,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
-from evotensor.es.base import keep_state_if_all_invalid, state_float_dtype
-from evotensor.es.open_es import OpenES
+from evotensor.es.core.base import keep_state_if_all_invalid, state_float_dtype
 
 HOOKS = ("_sample", "_member_weights", "_row_statistics", "_update_from_statistics")
 SHARDABLE = "OpenES, PGPE, ARS, SNES, SimpleES, SepCMAES, PersistentES, NoiseReuseES, ESMC, GuidedES, ASEBO"
@@ -332,6 +331,8 @@ def sharded(
 
 def sharded_open_es(es: Any, mesh: Mesh, axis_name: str = "pop"):
     """:func:`sharded` for an :class:`~evotensor.es.open_es.OpenES` (kept for compatibility)."""
+    from evotensor.es.open_es import OpenES  # an algorithm: imported here, machinery never needs it
+
     if not isinstance(es, OpenES):
         raise TypeError(f"es must be an OpenES, got {type(es).__name__}")
     return sharded(es, mesh, axis_name)

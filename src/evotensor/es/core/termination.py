@@ -42,6 +42,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core.checks import check_int
 from evotensor.core.pytree import pytree_dataclass
 
 FLAGS = ("tolfun", "tolx", "tolstagnation", "tolconditioncov", "tolflatfitness", "tolfacupx")
@@ -117,14 +118,10 @@ class Termination:
     """
 
     def __init__(self, num_dims: int, max_population_size: int, min_population_size: int | None = None):
-        self.num_dims = int(num_dims)
-        self.max_population_size = int(max_population_size)
-        lam_min = self.max_population_size if min_population_size is None else int(min_population_size)
-        if lam_min < 2 or lam_min > self.max_population_size:
-            raise ValueError(
-                f"min_population_size must be in [2, max_population_size={max_population_size}], "
-                f"got {lam_min}"
-            )
+        self.num_dims = check_int(num_dims, "num_dims")
+        self.max_population_size = check_int(max_population_size, "max_population_size", 2)
+        lam_min = self.max_population_size if min_population_size is None else min_population_size
+        lam_min = check_int(lam_min, "min_population_size", 2, self.max_population_size)
         self.history = 10 + math.ceil(30 * self.num_dims / lam_min)
         self.stagnation = int(100 + 100 * self.num_dims**1.5 / lam_min)
 

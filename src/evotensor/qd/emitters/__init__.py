@@ -3,16 +3,20 @@
 Gaussian and Iso+LineDD variation of elites, and the CMA-ES emitter of CMA-ME / CMA-MAE.
 """
 
+from evotensor.qd.emitters._aliases import deprecated_aliases
 from evotensor.qd.emitters.base import Emitter, VariationEmitter
-from evotensor.qd.emitters.evolution_strategy import EvolutionStrategyEmitter, EvolutionStrategyEmitterState
+from evotensor.qd.emitters.cma_es import CMAESEmitter, CMAESEmitterState
 from evotensor.qd.emitters.gaussian import GaussianEmitter
 from evotensor.qd.emitters.iso_line import IsoLineEmitter
 
 __all__ = [
+    "CMAESEmitter",
+    "CMAESEmitterState",
     "Emitter",
-    "EvolutionStrategyEmitter",
-    "EvolutionStrategyEmitterState",
     "GaussianEmitter",
     "IsoLineEmitter",
     "VariationEmitter",
 ]
+
+# EvolutionStrategyEmitter(State): the CMA-ES emitter's old names, deprecated
+__getattr__ = deprecated_aliases(__name__)

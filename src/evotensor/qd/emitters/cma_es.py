@@ -1,12 +1,15 @@
 """The CMA-ES emitter of CMA-ME (Fontaine et al. 2020) and CMA-MAE (Fontaine & Nikolaidis 2023).
 
-One CMA-ES instance (the building blocks of :mod:`evotensor.es.cma_es`) samples each batch; the
+One CMA-ES instance (the public CMA-ES core, :mod:`evotensor.es.core.cma`) samples each batch; the
 batch is ranked by how it fared in the archive, and CMA-ES moves towards the best-ranked part::
 
-    emitter = EvolutionStrategyEmitter(x0=jnp.zeros(10), sigma0=0.5)                  # CMA-ME
-    emitter = EvolutionStrategyEmitter(jnp.zeros(10), 0.5, ranker="imp", selection_rule="mu",
-                                       restart_rule="basic")                          # CMA-MAE
+    emitter = CMAESEmitter(x0=jnp.zeros(10), sigma0=0.5)                              # CMA-ME
+    emitter = CMAESEmitter(jnp.zeros(10), 0.5, ranker="imp", selection_rule="mu",
+                           restart_rule="basic")                                      # CMA-MAE
     # (CMA-MAE also needs an archive with learning_rate and a finite threshold_min)
+
+pyribs calls it ``EvolutionStrategyEmitter`` (with its ``cma_es`` optimizer); that name, and this
+module's old path ``evotensor.qd.emitters.evolution_strategy``, still work for one release.
 
 Semantics follow pyribs' ``EvolutionStrategyEmitter`` with its ``cma_es`` optimizer (files under
 ``ribs/emitters/``, line numbers of pyribs at commit ``cac4d9d``):
@@ -27,8 +30,9 @@ Semantics follow pyribs' ``EvolutionStrategyEmitter`` with its ``cma_es`` optimi
   ``c_1 = 2 / ((n + 1.3)^2 + mu_eff)``, ``c_mu = min(1 - c_1, 2 (mu_eff - 2 + 1/mu_eff) /
   ((n + 2)^2 + mu_eff))``, ``d_sigma = 1 + 2 max(0, sqrt((mu_eff - 1)/(n + 1)) - 1) + c_sigma``
   and the squared-length step-size rule ``sigma *= exp(min(1, c_sigma/d_sigma (|p_sigma|^2/n - 1)/2))``
-  (these are :func:`cma_constants` with ``preset="tutorial"`` at ``lambda = 2k``, with pyribs'
-  ``d_sigma``, fed to :func:`cma_update` with ``squared_csa=True``). With ``k = 0`` there is no
+  (these are :func:`~evotensor.es.core.cma.cma_constants` with ``preset="tutorial"`` at
+  ``lambda = 2k``, with pyribs' ``d_sigma``, fed to :func:`~evotensor.es.core.cma.cma_update` with
+  ``squared_csa=True``). With ``k = 0`` there is no
   update, but the generation counter (``h_sigma``'s ``2 g``, the lazy eigendecomposition) advances
   (l. 278-281). The eigendecomposition is lazy with pyribs' gap, fixed at construction for
   ``batch_size // 2`` parents: ``C`` is decomposed when more than ``0.5 / ((c_1 + c_mu) n)``
@@ -37,8 +41,8 @@ Semantics follow pyribs' ``EvolutionStrategyEmitter`` with its ``cma_es`` optimi
   condition number of ``C`` at the decomposition that sampled the batch exceeds ``1e14``; the
   largest axis ``sigma sqrt(max eig C)`` is below ``1e-11``; or the ranking values of the best and
   the worst solution are within ``1e-12`` (Euclidean norm over (status, value) for two-stage
-  rankers). These are pyribs' own criteria, not pycma's, so :mod:`evotensor.es.termination` is
-  not used: its ``tolconditioncov`` is the same test (:func:`cma_quantities`' condition), but its
+  rankers). These are pyribs' own criteria, not pycma's, so :mod:`evotensor.es.core.termination`
+  is not used: its ``tolconditioncov`` is the same test (``cma_quantities``' condition), but its
   ``tolx`` (every coordinate std *and* ``sigma p_c`` below ``tolx``) and ``tolflatfitness`` (best
   equal to the 75% quantile for more than one generation) are different rules.
 * Restarts (``_evolution_strategy_emitter.py`` l. 183-201, 259-265): ``"no_improvement"`` when no
@@ -60,9 +64,10 @@ Deviations from pyribs, and why:
   ``p_c`` accumulates the mean shift *divided by* ``sigma`` and enters ``C`` as ``c_1 p_c p_c^T``.
   pyribs accumulates the undivided shift and multiplies the outer product by ``c_1`` twice
   (``_cma_es.py`` l. 265-268, 313), which we do not reproduce.
-* Numerics of :func:`decompose`: ``C`` is symmetrised by averaging (pyribs takes the elementwise
-  max) and eigenvalues are lifted to a condition of at most ``1e16`` (pyribs takes ``abs``), so the
-  ``1e14`` stopping test still sees ill-conditioned matrices; ``sigma`` is kept in ``[1e-20, 1e20]``.
+* Numerics of :func:`~evotensor.es.core.cma.decompose`: ``C`` is symmetrised by averaging (pyribs
+  takes the elementwise max) and eigenvalues are lifted to a condition of at most ``1e16`` (pyribs
+  takes ``abs``), so the ``1e14`` stopping test still sees ill-conditioned matrices; ``sigma`` is
+  kept in ``[1e-20, 1e20]``.
 * Bounds: at most 100 resampling rounds (pyribs' warning threshold; it loops forever), then the
   rows still outside are clipped. Static shapes: every round draws a whole batch.
 * A restart with an empty archive starts from ``x0`` (pyribs would fail to sample an elite).
@@ -79,23 +84,12 @@ import numpy as np
 from jax import lax
 
 from evotensor.core import rng
+from evotensor.core.checks import check_choice, check_int, check_positive
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import check_population_size
-from evotensor.es.cma_es import (
-    GUARDS,
-    CMAESParams,
-    CMAESState,
-    chi_n,
-    cma_constants,
-    cma_update,
-    initial_state,
-    lazy_eigen_update,
-    params_from_constants,
-    sample,
-)
-from evotensor.es.mean_sigma import default_population_size, float_dtype
+from evotensor.es.core import cma
+from evotensor.es.core.base import default_population_size, float_dtype
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
-from evotensor.qd.emitters.base import check_positive
 
 RANKERS = ("imp", "2imp", "obj", "2obj", "rd", "2rd")
 SELECTION_RULES = ("filter", "mu")
@@ -109,8 +103,8 @@ BOUNDS_RESAMPLES = 100  # pyribs' BOUNDS_SAMPLING_THRESHOLD
 
 
 @pytree_dataclass
-class EvolutionStrategyEmitterState:
-    """State of an :class:`EvolutionStrategyEmitter`.
+class CMAESEmitterState:
+    """State of a :class:`CMAESEmitter`.
 
     Attributes:
         cma: the CMA-ES state (``mean [n]``, ``sigma []``, ``C [n, n]``, ...).
@@ -120,7 +114,7 @@ class EvolutionStrategyEmitterState:
         restarts: ``[]`` int32, restarts so far.
     """
 
-    cma: CMAESState
+    cma: cma.CMAESState
     direction: jax.Array
     iterations: jax.Array
     restarts: jax.Array
@@ -140,7 +134,7 @@ def _check_bounds(bounds: Any, shape: tuple[int, ...]) -> tuple[jax.Array, jax.A
     return jnp.asarray(low), jnp.asarray(high)
 
 
-class EvolutionStrategyEmitter:
+class CMAESEmitter:
     """CMA-ES driven by the archive (see the module docstring for every rule and its source).
 
     Args:
@@ -180,18 +174,12 @@ class EvolutionStrategyEmitter:
         self.x0 = jnp.asarray(x0)
         self.solution_dim = n = x0.size
         self.sigma0 = check_positive(sigma0, "sigma0")
-        if ranker not in RANKERS:
-            raise ValueError(f"ranker must be one of {RANKERS}, got {ranker!r}")
-        if selection_rule not in SELECTION_RULES:
-            raise ValueError(f"selection_rule must be one of {SELECTION_RULES}, got {selection_rule!r}")
+        self.ranker = check_choice(ranker, "ranker", RANKERS)
+        self.selection_rule = check_choice(selection_rule, "selection_rule", SELECTION_RULES)
         if isinstance(restart_rule, (int, np.integer)) and not isinstance(restart_rule, bool):
-            if restart_rule < 1:
-                raise ValueError(f"an integer restart_rule must be >= 1, got {restart_rule}")
-            restart_rule = int(restart_rule)
-        elif restart_rule not in RESTART_RULES:
-            raise ValueError(f"restart_rule must be one of {RESTART_RULES} or an int, got {restart_rule!r}")
-        self.ranker = ranker
-        self.selection_rule = selection_rule
+            restart_rule = check_int(restart_rule, "restart_rule")
+        else:
+            check_choice(restart_rule, "restart_rule", RESTART_RULES)
         self.restart_rule = restart_rule
         batch_size = default_population_size(n) if batch_size is None else batch_size
         self.batch_size = check_population_size(batch_size, 2, "batch_size")
@@ -199,11 +187,11 @@ class EvolutionStrategyEmitter:
         # pyribs fixes the lazy gap at construction from the constants of batch_size // 2 parents
         # and decomposes when strictly more generations passed; cma_update tests ``>=``, so round up
         mu = self.batch_size // 2
-        c = cma_constants(n, 2 * mu, 2 * mu, "tutorial", np)
+        c = cma.cma_constants(n, 2 * mu, 2 * mu, "tutorial", np)
         self.lazy_gap = math.floor(0.5 / (c["c_1"] + c["c_mu"]) / n) + 1
 
     # -- constants ---------------------------------------------------------------------------------
-    def cma_params(self, num_parents: Any, dtype: Any = None) -> CMAESParams:
+    def cma_params(self, num_parents: Any, dtype: Any = None) -> cma.CMAESParams:
         """pyribs' CMA-ES constants for ``num_parents`` parents (an int or a traced ``[]`` int32 >= 1).
 
         ``weights [batch_size]``: ``ln(k + 1/2) - ln i`` for ranks ``i <= k``, normalised, 0 beyond.
@@ -214,14 +202,12 @@ class EvolutionStrategyEmitter:
         n = self.solution_dim
         k = jnp.maximum(jnp.asarray(num_parents, jnp.int32), 1)
         # the tutorial preset's positive weights at lambda = 2k are exactly ln(k + 1/2) - ln i, i <= k
-        c = cma_constants(n, 2 * k, self.batch_size, "tutorial", jnp)
+        c = cma.cma_constants(n, 2 * k, self.batch_size, "tutorial", jnp)
         c["d_sigma"] = 1 + 2 * jnp.maximum(0.0, jnp.sqrt((c["mu_eff"] - 1) / (n + 1)) - 1) + c["c_sigma"]
         c["lazy_gap"] = jnp.inf
-        c["chi_n"] = chi_n(n, "tutorial")  # unused by the squared step-size rule
-        guards = {k_: jnp.asarray(v, dtype) for k_, v in GUARDS.items()}
-        guards["max_condition"] = jnp.asarray(MAX_CONDITION, dtype)
-        return params_from_constants(
-            c, dtype, self.x0.astype(dtype), jnp.asarray(self.sigma0, dtype), **guards
+        x0, sigma0 = self.x0.astype(dtype), jnp.asarray(self.sigma0, dtype)
+        return cma.params_from_constants(
+            c, dtype, x0, sigma0, max_condition=jnp.asarray(MAX_CONDITION, dtype)
         )
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -237,30 +223,30 @@ class EvolutionStrategyEmitter:
 
     def _fresh(self, key: jax.Array, archive: Archive, mean: jax.Array, dtype: Any):
         """A restarted CMA-ES at ``mean`` with ``sigma0``, and a new direction."""
-        cma = initial_state(mean.astype(dtype), jnp.asarray(self.sigma0, dtype))
-        return cma, self._direction(key, archive)
+        state = cma.initial_state(mean.astype(dtype), jnp.asarray(self.sigma0, dtype))
+        return state, self._direction(key, archive)
 
     # -- protocol --------------------------------------------------------------------------------
-    def init(self, key: jax.Array, archive: Archive) -> EvolutionStrategyEmitterState:
+    def init(self, key: jax.Array, archive: Archive) -> CMAESEmitterState:
         """CMA-ES at ``x0`` with ``sigma0`` and ``C = I``; the ranking direction drawn from ``key``."""
         if archive.solution_dim != self.solution_dim:
             raise ValueError(
-                f"EvolutionStrategyEmitter: x0 has {self.solution_dim} elements but the archive "
+                f"CMAESEmitter: x0 has {self.solution_dim} elements but the archive "
                 f"stores solutions of {archive.solution_dim}"
             )
-        cma, direction = self._fresh(key, archive, self.x0, float_dtype())
+        state, direction = self._fresh(key, archive, self.x0, float_dtype())
         zero = jnp.zeros((), jnp.int32)
-        return EvolutionStrategyEmitterState(cma=cma, direction=direction, iterations=zero, restarts=zero)
+        return CMAESEmitterState(cma=state, direction=direction, iterations=zero, restarts=zero)
 
     def ask(
         self,
         key: jax.Array,
-        state: EvolutionStrategyEmitterState,
+        state: CMAESEmitterState,
         archive: Archive,
         archive_state: ArchiveState,
-    ) -> tuple[jax.Array, EvolutionStrategyEmitterState]:
+    ) -> tuple[jax.Array, CMAESEmitterState]:
         """``mean + sigma B diag(D) z``: ``-> ([batch_size, dims] float32, state)`` (state unchanged)."""
-        x = sample(key, state.cma, self.batch_size)
+        x = cma.sample(key, state.cma, self.batch_size)
         if self.bounds is None:
             return x.astype(jnp.float32), state
         low, high = (b.astype(x.dtype) for b in self.bounds)
@@ -274,7 +260,7 @@ class EvolutionStrategyEmitter:
 
         def resample(carry):
             i, x = carry
-            fresh = sample(jax.random.fold_in(key, i + 1), state.cma, self.batch_size)
+            fresh = cma.sample(jax.random.fold_in(key, i + 1), state.cma, self.batch_size)
             return i + 1, jnp.where(outside(x)[:, None], fresh, x)
 
         _, x = lax.while_loop(again, resample, (jnp.zeros((), jnp.int32), x))
@@ -282,7 +268,7 @@ class EvolutionStrategyEmitter:
 
     def rank(
         self,
-        state: EvolutionStrategyEmitterState,
+        state: CMAESEmitterState,
         objective: jax.Array,
         measures: jax.Array,
         info: AddInfo,
@@ -315,22 +301,22 @@ class EvolutionStrategyEmitter:
     def tell(
         self,
         key: jax.Array,
-        state: EvolutionStrategyEmitterState,
+        state: CMAESEmitterState,
         archive: Archive,
         archive_state: ArchiveState,
         solutions: jax.Array,
         objective: jax.Array,
         measures: jax.Array,
         info: AddInfo,
-    ) -> EvolutionStrategyEmitterState:
+    ) -> CMAESEmitterState:
         """Rank the batch, update CMA-ES with the selected parents, restart if a rule fires.
 
         Args:
             solutions: ``[B, dims]`` this emitter's batch; objective ``[B]``; measures ``[B, D]``;
             info: the batch's :class:`AddInfo`; archive_state: the archive after the batch.
         """
-        cma = state.cma
-        dtype = cma.mean.dtype
+        current = state.cma
+        dtype = current.mean.dtype
         batch = self.batch_size
         order, values = self.rank(state, objective, measures, info)
         added = jnp.sum(info.status > 0).astype(jnp.int32)
@@ -338,13 +324,15 @@ class EvolutionStrategyEmitter:
 
         # cma_update ranks by a minimized fitness: give each solution its rank position
         position = jnp.zeros((batch,), dtype).at[order].set(jnp.arange(batch, dtype=dtype))
-        updated, _ = cma_update(cma, solutions, position, self.cma_params(parents, dtype), squared_csa=True)
-        generation = cma.generation + 1
+        updated, _ = cma.cma_update(
+            current, solutions, position, self.cma_params(parents, dtype), squared_csa=True
+        )
+        generation = current.generation + 1
         # no parents: pyribs skips the update but its evaluation counter still advances
-        skipped = cma.replace(generation=generation)
+        skipped = current.replace(generation=generation)
         new = jax.tree_util.tree_map(lambda u, s: jnp.where(parents > 0, u, s), updated, skipped)
-        C, B, D, last_eigen = lazy_eigen_update(
-            generation - cma.last_eigen >= self.lazy_gap,
+        C, B, D, last_eigen = cma.lazy_eigen_update(
+            generation - current.last_eigen >= self.lazy_gap,
             new.C,
             new.B,
             new.D,
@@ -354,13 +342,13 @@ class EvolutionStrategyEmitter:
         )
         new = new.replace(C=C, B=B, D=D, last_eigen=last_eigen)
 
-        # pyribs' check_stop: the eigenvalues that sampled this batch (cma.D), sigma after the update
+        # pyribs' check_stop: the eigenvalues that sampled this batch (current.D), sigma after the update
         ranked = values[order]
         spread = ranked[0] - ranked[-1]
         spread = jnp.sqrt(jnp.sum(spread**2)) if spread.ndim else jnp.abs(spread)
         stop = (
-            ((cma.D[-1] / cma.D[0]) ** 2 > TOL_CONDITION)
-            | (new.sigma * cma.D[-1] < TOL_AREA)
+            ((current.D[-1] / current.D[0]) ** 2 > TOL_CONDITION)
+            | (new.sigma * current.D[-1] < TOL_AREA)
             | (spread < TOL_FLAT)
         )
         iterations = state.iterations + 1
@@ -373,9 +361,8 @@ class EvolutionStrategyEmitter:
         cell = archive.sample_elites(elite_key, archive_state, 1)[0]
         mean = jnp.where(archive_state.occupied.any(), archive_state.solutions[cell], self.x0)
         fresh, direction = self._fresh(direction_key, archive, mean, dtype)
-        cma = jax.tree_util.tree_map(lambda r, c: jnp.where(stop, r, c), fresh, new)
-        return EvolutionStrategyEmitterState(
-            cma=cma,
+        return CMAESEmitterState(
+            cma=jax.tree_util.tree_map(lambda r, c: jnp.where(stop, r, c), fresh, new),
             direction=jnp.where(stop, direction, state.direction),
             iterations=iterations,
             restarts=state.restarts + stop.astype(jnp.int32),
@@ -383,7 +370,7 @@ class EvolutionStrategyEmitter:
 
     def __repr__(self) -> str:
         return (
-            f"EvolutionStrategyEmitter(solution_dim={self.solution_dim}, sigma0={self.sigma0}, "
+            f"CMAESEmitter(solution_dim={self.solution_dim}, sigma0={self.sigma0}, "
             f"ranker={self.ranker!r}, selection_rule={self.selection_rule!r}, "
             f"restart_rule={self.restart_rule!r}, batch_size={self.batch_size})"
         )

@@ -1,0 +1,11 @@
+"""Deprecated path: the finite-difference gradient ES base moved to :mod:`evotensor.es.core.gradient_es`.
+
+Importing a name from here still works until the next release and warns (``DeprecationWarning``).
+"""
+
+from evotensor.es._moved import moved_module
+
+__getattr__ = moved_module(
+    __name__,
+    "evotensor.es.core.gradient_es",
+)
