@@ -168,57 +168,41 @@ def pieces_old(gp, state, params, key):
 
 
 def pieces_new(gp, state, params, key):
-    """The pieces of the restructured ``_offspring`` (one draw, two fused mutation passes)."""
-    from evotensor.gp import operators as ops
+    """The pieces of the restructured ``_offspring`` (one draw, fused mutation passes): one piece per
+    block of ``gp.mutation_blocks`` (the operator registry's plan of the generation's mutations)."""
     from evotensor.gp import selection as sel
 
     E = gp.n_elite
     u = jax.jit(gp._draw)(key)
-    parents = jax.jit(lambda u, s: gp._parents(u, s, params))(u, state)
+    parents = jax.jit(lambda u, s: gp._parents(u, s, params, key))(u, state)
     pair = _take(state.forest, parents)
     children, _ = jax.jit(lambda u, p: gp._crossover(u, p, params))(u, pair)
-    st, ip = gp._mutation_blocks()
-    n_st, n_ip = sum(st), sum(ip)
-    block = lambda f, lo, hi: jax.tree_util.tree_map(lambda a: a[lo:hi], f)  # noqa: E731
-    sigma = params.const_sigma if gp.const_perturb else None
-    structural = lambda u, f: ops.structural_mutations(  # noqa: E731
-        [u[f"structural{i}"] for i in range(1 + (st[0] > 0) + (st[2] > 0))],
-        f,
-        st,
-        gp.function_set,
-        gp.mutation_generator,
-        gp.insert_generator,
-    )
-    inplace = lambda u, f: ops.inplace_mutations(  # noqa: E731
-        u["inplace"],
-        f,
-        ip,
-        gp.function_set,
-        gp.n_vars,
-        params.point_rate,
-        params.const_rate,
-        gp.const_range,
-        gp.const_prob,
-        sigma,
-    )
-    return {
+    out = {
         "random draws (one bits call)": (gp._draw, (key,)),
         "tournament selection (incl. parsimony fitness)": (
-            lambda u, s: gp._parents(u, s, params),
+            lambda u, s: gp._parents(u, s, params, key),
             (u, state),
         ),
         "parent gather": (lambda f, p: _take(f, p), (state.forest, parents)),
         "crossover (points + exchange + coin)": (lambda u, p: gp._crossover(u, p, params), (u, pair)),
         "elites": (lambda s: _take(s.forest, sel.elite_indices(s.fitness, E)), (state,)),
-        f"structural mutations {st} (one pass)": (structural, (u, block(children, 0, n_st))),
-        f"in-place mutations {ip} (one pass)": (inplace, (u, block(children, n_st, n_st + n_ip))),
-        "mutations + concatenation": (
-            lambda u, c, e: jax.tree_util.tree_map(
-                lambda *a: jnp.concatenate(a), e, *gp._mutations(u, c, params)[0]
-            ),
-            (u, children, _take(state.forest, jnp.arange(E))),
-        ),
     }
+    row = 0
+    for block in gp.mutation_blocks:
+        draws = tuple(block.draw_name(i) for i in range(len(block.shapes)))
+        rows = jax.tree_util.tree_map(lambda a, lo=row, hi=row + block.size: a[lo:hi], children)
+        out[f"{block.name} mutations {block.counts} (one pass)"] = (
+            lambda u, f, b=block, d=draws: b.apply(tuple(u[n] for n in d), f, gp.context, params),
+            (u, rows),
+        )
+        row += block.size
+    out["mutations + concatenation"] = (
+        lambda u, c, e: jax.tree_util.tree_map(
+            lambda *a: jnp.concatenate(a), e, *gp._mutations(u, c, params)[0]
+        ),
+        (u, children, _take(state.forest, jnp.arange(E))),
+    )
+    return out
 
 
 def main():

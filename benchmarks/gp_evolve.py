@@ -71,7 +71,7 @@ def run_evotensor(pop: int, generations: int, seed: int, data: str, parsimony: f
     import jax
 
     from evotensor.core.run import run
-    from evotensor.problems.regression import SymbolicRegression
+    from evotensor.gp.regression import SymbolicRegression
     from evotensor.tasks import get_task
 
     cfg = {"pop": pop, "generations": generations, "seed": seed, "parsimony_coefficient": parsimony}

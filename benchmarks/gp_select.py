@@ -52,7 +52,7 @@ def load_impl(path: str | None):
 
 
 def data(n_cases: int):
-    from evotensor.problems.regression import pagie1_data
+    from evotensor.gp.regression import pagie1_data
 
     if n_cases == 676:
         return pagie1_data()
@@ -65,7 +65,7 @@ def case_errors(pop: int, n_cases: int, generations: int, seed: int = 0) -> np.n
     import jax
 
     from evotensor.gp import GP, FunctionSet
-    from evotensor.problems.regression import EVOGP_SR_FUNCTIONS, SymbolicRegression
+    from evotensor.gp.regression import EVOGP_SR_FUNCTIONS, SymbolicRegression
 
     fs = FunctionSet(EVOGP_SR_FUNCTIONS)
     X, y = data(n_cases)

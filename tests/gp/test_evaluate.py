@@ -273,7 +273,7 @@ def test_costly_and_cheap_functions_are_flagged():
 @settings(max_examples=25, deadline=None)
 @given(st.integers(1, 9), st.integers(1, 12), st.integers(0, 10**6))
 def test_compaction_maps_every_costly_tree_to_its_own_row(T, L, seed):
-    from evotensor.gp.evaluate import _compaction, _costly_tiers
+    from evotensor.gp.jax_evaluator import _compaction, _costly_tiers
 
     rng = np.random.default_rng(seed)
     opcode = rng.integers(0, SR.n_opcodes, (T, L)).astype(np.int32)
@@ -362,15 +362,15 @@ def test_blocks_reuse_the_value_buffer_without_leaking_values():
 
 def test_auto_backend_is_the_kernel_on_a_gpu_and_native_or_jax_on_a_cpu():
     from evotensor.gp import native
-    from evotensor.gp.evaluate import _choose_backend
+    from evotensor.gp.evaluate import choose_backend
 
     custom = FunctionSet(("add", "sq"), custom={"sq": (1, lambda a: a * a)})
     if jax.default_backend() == "gpu":  # the JAX path is written for CPU caches: never picked here
-        assert _choose_backend("auto", custom) == _choose_backend("auto", SR) == "pallas"
+        assert choose_backend("auto", custom) == choose_backend("auto", SR) == "pallas"
     else:
-        assert _choose_backend("auto", custom) == "jax"  # custom functions: the native path lacks them
-        assert _choose_backend("auto", SR) == ("native" if native.AVAILABLE else "jax")
+        assert choose_backend("auto", custom) == "jax"  # custom functions: the native path lacks them
+        assert choose_backend("auto", SR) == ("native" if native.AVAILABLE else "jax")
     for b in ("jax", "native", "pallas"):
-        assert _choose_backend(b, SR) == b
+        assert choose_backend(b, SR) == b
     with pytest.raises(ValueError, match="backend"):
-        _choose_backend("cuda", SR)
+        choose_backend("cuda", SR)

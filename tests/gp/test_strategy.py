@@ -9,8 +9,9 @@ from evotensor.core.strategy import Strategy
 from evotensor.gp import selection as sel
 from evotensor.gp.evaluate import fitness
 from evotensor.gp.functions import FunctionSet
+from evotensor.gp.regression import SymbolicRegression
+from evotensor.gp.selection import CaseErrors
 from evotensor.gp.strategy import GP, MUTATIONS, _split_counts, mutation_probs
-from evotensor.problems.regression import SymbolicRegression
 from evotensor.tree import Tree
 
 FS = FunctionSet(("add", "sub", "mul", "div"))
@@ -369,7 +370,7 @@ def test_lexicase_parents_equal_a_direct_call_and_are_the_ones_asked(lexicase_ru
     # the last tell drew the parents with its key (the run loop's documented schedule)
     loop_key = jax.random.split(key)[1]
     _, _, tell_key = generation_keys(loop_key, LEX_GENERATIONS - 1)
-    errors = jax.jit(lambda f: problem.evaluate(None, f).info["case_errors"])(state.forest)
+    errors = jax.jit(lambda f: problem.evaluate(None, f).info.case_errors)(state.forest)
     assert errors.shape == (LEX_POP, X.shape[0])
     lexicase = jax.jit(sel.epsilon_lexicase, static_argnums=2)  # jit: eager dispatch compiles more
     expected = lexicase(tell_key, jnp.asarray(_lexicase_errors(errors)), 2 * C)
@@ -394,7 +395,13 @@ def test_lexicase_without_case_errors_is_a_clear_error(lexicase_run):
     ):
         with pytest.raises(ValueError, match="selection='lexicase' needs per-case errors"):
             gp.tell(key, state, state.forest, evaluation)
-    with pytest.raises(ValueError, match=r"case_errors'\] must have shape \(32, n_cases"):
+    with pytest.raises(ValueError, match=r"info.case_errors must have shape \(32, n_cases"):
+        gp.tell(key, state, state.forest, Evaluation(fitness=fit, info=CaseErrors(jnp.zeros((3, 4)))))
+    # the untyped form (before CaseErrors) is still read, with a deprecation warning
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ValueError, match=r"case_errors'\] must have shape \(32, n_cases"),
+    ):
         gp.tell(key, state, state.forest, Evaluation(fitness=fit, info=Tree(case_errors=jnp.zeros((3, 4)))))
     # raised while tracing (before anything runs), e.g. inside a jitted generation
     with pytest.raises(ValueError, match="case_errors"):
@@ -412,9 +419,7 @@ def test_lexicase_never_selects_nonfinite_case_errors(lexicase_run):
     errors[bad] = 0.0
     errors[bad, rng.integers(0, 6, bad.sum())] = np.resize([np.nan, np.inf, -np.inf], bad.sum())
     fit = jnp.asarray(np.where(bad, np.nan, errors.mean(1)))
-    tell = jax.jit(
-        lambda k, e: gp.tell(k, state, state.forest, Evaluation(fitness=fit, info={"case_errors": e}))
-    )
+    tell = jax.jit(lambda k, e: gp.tell(k, state, state.forest, Evaluation(fitness=fit, info=CaseErrors(e))))
     for seed in range(3):
         told, _ = tell(jax.random.key(seed), errors)
         parents = np.asarray(told.parents)
@@ -425,6 +430,18 @@ def test_lexicase_never_selects_nonfinite_case_errors(lexicase_run):
     parents = np.asarray(told.parents)
     assert parents.min() >= 0 and parents.max() < LEX_POP
     assert np.all(np.isfinite(np.asarray(told.fitness)))
+
+
+def test_untyped_case_errors_are_read_with_a_deprecation_warning(lexicase_run):
+    gp, _, _, result = lexicase_run
+    state, key = result.state, jax.random.key(4)
+    errors = jnp.asarray(np.random.default_rng(1).random((LEX_POP, 5)), jnp.float32)
+    fit = jnp.mean(errors, axis=1)
+    typed, _ = gp.tell(key, state, state.forest, Evaluation(fitness=fit, info=CaseErrors(errors)))
+    for info in ({"case_errors": errors}, Tree(case_errors=errors)):
+        with pytest.warns(DeprecationWarning, match="CaseErrors"):
+            told, _ = gp.tell(key, state, state.forest, Evaluation(fitness=fit, info=info))
+        np.testing.assert_array_equal(np.asarray(told.parents), np.asarray(typed.parents))
 
 
 def test_sr_pagie_task_options():

@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 
+from evotensor.gp.regression import Pagie1
 from evotensor.io.rundir import read_metrics
-from evotensor.problems.regression import Pagie1
 
 
 def test_sr_pagie_cli_reports_the_found_expression_and_writes_its_plots(tmp_path):

@@ -1,18 +1,24 @@
+import subprocess
+import sys
+
 import jax
 import numpy as np
 import pytest
 from tests.gp.eval_helpers import ArrayForest, random_data, random_forest, tree_to_arrays
 
 from evotensor.core.evaluation import Evaluation
+from evotensor.core.problem import is_policy_problem
+from evotensor.gp.evaluate import BACKENDS
 from evotensor.gp.functions import FunctionSet
 from evotensor.gp.reference import reference_eval
-from evotensor.problems.regression import (
+from evotensor.gp.regression import (
     EVOGP_SR_FUNCTIONS,
     Pagie1,
     SymbolicRegression,
     pagie1_data,
     per_case_errors,
 )
+from evotensor.gp.selection import CaseErrors
 
 KEY = jax.random.key(0)
 
@@ -50,7 +56,9 @@ def test_pagie1_grid():
 def test_pagie1_scores_the_true_expression_as_perfect_and_constants_by_variance():
     problem = Pagie1()
     fs = problem.function_set
-    assert fs.names == EVOGP_SR_FUNCTIONS and not problem.maximize and problem.kind == "policy"
+    # a function problem over forests: it runs the trees itself (it used to claim "policy" and ignore apply)
+    assert fs.names == EVOGP_SR_FUNCTIONS and not problem.maximize and problem.kind == "function"
+    assert not is_policy_problem(problem)
 
     def term(k):  # x^4 / (x^4 + 1) == 1 / (1 + x^-4)
         x4 = F("mul", F("mul", V(k), V(k)), F("mul", V(k), V(k)))
@@ -107,7 +115,8 @@ def test_case_errors_are_per_row_squared_errors_and_only_when_asked():
     assert plain.evaluate(KEY, forest).info is None  # off by default: no [pop, n_points] array
     problem = SymbolicRegression(X, y, fs, backend="jax", case_errors=True)
     ev = problem.evaluate(KEY, forest)
-    errors = np.asarray(ev.info["case_errors"])
+    assert isinstance(ev.info, CaseErrors)  # the typed contract lexicase reads
+    errors = np.asarray(ev.info.case_errors)
     pred = reference_eval(forest, X, fs)[..., 0]
     assert errors.shape == (3, 30) and errors.dtype == np.float32
     np.testing.assert_allclose(errors[[0, 2]], ((pred - y) ** 2)[[0, 2]], rtol=1e-5, atol=1e-6)
@@ -168,3 +177,54 @@ def test_errors():
         SymbolicRegression(X, X[:, 0], fs, case_errors="yes")
     with pytest.raises(ValueError, match="no test data"):
         SymbolicRegression(X, X[:, 0], fs).test_evaluate(None)
+
+
+def test_backends_are_the_evaluators_one_list():
+    X = np.ones((5, 2), np.float32)
+    for backend in BACKENDS:
+        assert SymbolicRegression(X, X[:, 0], FunctionSet(), backend=backend).backend == backend
+
+
+def test_deprecated_forms_still_work_and_warn():
+    fs = FunctionSet(("add", "mul"))
+    X = random_data(7, 12, 2)
+    forest = random_forest(8, fs, 3, 16, 2)
+    problem = SymbolicRegression(X, X[:, 0], fs, backend="jax", case_errors=True)
+    ev = problem.evaluate(KEY, forest)
+    with pytest.warns(DeprecationWarning, match="info.case_errors"):
+        old = ev.info["case_errors"]  # the untyped form problems returned before
+    np.testing.assert_array_equal(np.asarray(old), np.asarray(ev.info.case_errors))
+    assert "case_errors" in ev.info
+    with pytest.warns(DeprecationWarning, match="ignores apply"):
+        again = problem.evaluate(KEY, forest, lambda tree, x: x)
+    np.testing.assert_array_equal(np.asarray(again.fitness), np.asarray(ev.fitness))
+
+
+def test_old_import_path_warns_and_gives_the_moved_names():
+    import evotensor.gp.regression as new
+    import evotensor.problems
+    import evotensor.problems.regression as old
+
+    for name in ("EVOGP_SR_FUNCTIONS", "Pagie1", "SymbolicRegression", "pagie1_data", "per_case_errors"):
+        with pytest.warns(DeprecationWarning, match=f"moved to evotensor.gp.regression.{name}"):
+            assert getattr(old, name) is getattr(new, name)
+    with pytest.warns(DeprecationWarning):
+        from evotensor.problems.regression import Pagie1 as OldPagie1
+    assert OldPagie1 is Pagie1
+    with pytest.warns(DeprecationWarning):
+        assert evotensor.problems.regression.SymbolicRegression is SymbolicRegression
+    with pytest.raises(AttributeError):
+        old.NotAName  # noqa: B018
+
+
+def test_problems_do_not_import_gp():
+    code = (
+        "import importlib, pkgutil, sys, evotensor.problems\n"
+        "for m in pkgutil.iter_modules(evotensor.problems.__path__):\n"
+        "    importlib.import_module('evotensor.problems.' + m.name)\n"
+        "bad = [m for m in sys.modules if m.startswith('evotensor.gp')]\n"
+        "assert not bad, bad\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

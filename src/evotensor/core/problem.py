@@ -1,10 +1,11 @@
 """The problem protocol, in its two kinds.
 
 * A **function problem** scores genotypes directly: ``evaluate(key, genotypes) -> Evaluation``
-  (BBOB, classic test functions, QD arm).
+  (BBOB, classic test functions, QD arm, symbolic regression over GP forests, whose trees the
+  problem runs on its data itself).
 * A **policy problem** scores phenotypes through an ``apply`` function:
   ``evaluate(key, phenotypes, apply) -> Evaluation`` where ``apply(phenotype, x) -> y`` and
-  ``phenotypes`` has a leading population axis (symbolic regression, classification, control).
+  ``phenotypes`` has a leading population axis (classification, control).
 
 Both declare ``maximize``: whether the natural objective is maximized. Problems know nothing of
 strategies; they must be pure and jit-able.

@@ -4,14 +4,19 @@ A forest is struct-of-arrays ``[pop, max_len]`` in prefix order (:class:`Forest`
 operator is built on one vectorized subtree exchange (:func:`exchange`); evaluation is parallel over
 trees and data rows at once (:func:`evaluate`, fused :func:`fitness`), on CPU in plain JAX and on
 GPU through a Pallas kernel; :func:`reference_eval` is the slow, obviously correct interpreter every
-path is tested against.
+path is tested against. :class:`GP` is the ask/tell strategy, configured by a checked
+:class:`GPConfig` and built from an :class:`OperatorRegistry` of variation operators (a user's own
+:class:`GPOperator` registers there); :class:`SymbolicRegression` and :class:`Pagie1` are the problems
+over forests.
 """
 
+from evotensor.gp.config import GPConfig
 from evotensor.gp.encoding import Forest, subtree_sizes
-from evotensor.gp.evaluate import MAXIMIZED_METRICS, METRICS, evaluate, fitness, metric_from_predictions
+from evotensor.gp.evaluate import evaluate, fitness
 from evotensor.gp.exchange import exchange
 from evotensor.gp.functions import BUILTIN_NAMES, CONST, PAD, VAR, FunctionSet
 from evotensor.gp.generate import TreeGenerator, generate
+from evotensor.gp.metrics import MAXIMIZED_METRICS, METRICS, metric_from_predictions
 from evotensor.gp.operators import (
     default_insert_generator,
     delete_mutation,
@@ -27,7 +32,9 @@ from evotensor.gp.operators import (
     subtree_mutation,
 )
 from evotensor.gp.reference import reference_eval
+from evotensor.gp.regression import Pagie1, SymbolicRegression
 from evotensor.gp.selection import (
+    CaseErrors,
     covariant_parsimony,
     elite_indices,
     epsilon_lexicase,
@@ -38,11 +45,15 @@ from evotensor.gp.selection import (
     truncation,
 )
 from evotensor.gp.strategy import GP, MUTATIONS, GPParams, GPState, mutation_probs
+from evotensor.gp.variation import GPOperator, OperatorRegistry, default_registry
 
 __all__ = [
     "BUILTIN_NAMES",
     "CONST",
     "GP",
+    "CaseErrors",
+    "GPConfig",
+    "GPOperator",
     "GPParams",
     "GPState",
     "MAXIMIZED_METRICS",
@@ -52,9 +63,13 @@ __all__ = [
     "VAR",
     "Forest",
     "FunctionSet",
+    "OperatorRegistry",
+    "Pagie1",
+    "SymbolicRegression",
     "TreeGenerator",
     "covariant_parsimony",
     "default_insert_generator",
+    "default_registry",
     "delete_mutation",
     "elite_indices",
     "epsilon_lexicase",

@@ -257,7 +257,7 @@ class Function:
             ``max min abs neg inv sqrt``, comparisons, ``if_then_else``). The CPU evaluator computes
             cheap functions for every node and the others (transcendental functions, ``pow``, custom
             functions) only for the trees of a block whose node needs one (see
-            :mod:`evotensor.gp.evaluate`); the semantics is the same either way.
+            :mod:`evotensor.gp.jax_evaluator`); the semantics is the same either way.
     """
 
     opcode: int

@@ -108,13 +108,13 @@ def evaluate_native(arrays, X: jax.Array, fs: FunctionSet, n_outputs: int) -> ja
 
 
 def fitness_sums(arrays, X: jax.Array, yt: jax.Array, fs: FunctionSet, n_outputs: int, metric_id: int):
-    """Per-tree sums of :func:`evotensor.gp.evaluate.row_terms` over all rows.
+    """Per-tree sums of :func:`evotensor.gp.metrics.row_terms` over all rows.
 
     Args:
         arrays: ``(opcode, value, size, output)``, each ``[pop, max_len]``.
         X: ``[n_points, n_vars]``.
         yt: ``[n_y, n_points]`` targets (class labels: ``n_y = 1``).
-        metric_id: index of the metric in :data:`evotensor.gp.evaluate.METRICS`.
+        metric_id: index of the metric in :data:`evotensor.gp.metrics.METRICS`.
 
     Returns:
         ``(term_sum, bad_sum)``, ``float32 [pop]`` each (a malformed tree: nan, 1).

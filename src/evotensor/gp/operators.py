@@ -15,6 +15,11 @@ Semantics (fixing the known bugs of the reference implementation):
 * **delete** keeps any child of the deleted function node, uniformly;
 * crossover points may use Koza's internal/leaf bias (``internal_bias=0.9``: a function node with
   probability 0.9 when the tree has one, else a leaf); ``None`` draws uniformly over all nodes.
+
+:class:`~evotensor.gp.GP` uses them as :class:`~evotensor.gp.variation.GPOperator` objects of an
+operator registry (:mod:`evotensor.gp.variation`), on uniforms cut from one draw per generation
+(:func:`uniform_shapes`, :func:`apply_with_uniforms`, and the fused passes
+:func:`structural_mutations` / :func:`inplace_mutations`).
 """
 
 from __future__ import annotations
@@ -34,13 +39,6 @@ from evotensor.gp.generate import TreeGenerator
 from evotensor.gp.generate import split_uniform as _reuse
 
 # ---- node choice -----------------------------------------------------------------------------------
-
-
-def _node_masks(forest: Forest, function_set: Any) -> tuple[jax.Array, jax.Array]:
-    """``(is_node, is_function)`` bool ``[pop, L]``."""
-    arity = jnp.asarray(function_set.arity, jnp.int32)
-    is_node = forest.opcode != PAD
-    return is_node, is_node & (arity[forest.opcode] > 0)
 
 
 def _uniform_choice(u: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -46,7 +46,9 @@ run the kernel in Pallas's interpreter (``interpret=True``, slow) and export eve
 
 Semantics are exactly those of :mod:`evotensor.gp.evaluate` (functions from
 :class:`~evotensor.gp.functions.FunctionSet`, Modi outputs as in :mod:`evotensor.gp.reference`,
-metrics from :func:`evotensor.gp.evaluate.row_terms`).
+metrics from :func:`evotensor.gp.metrics.row_terms`). This module depends on
+:mod:`evotensor.gp.metrics` only (its checks and metric definitions), never on
+:mod:`evotensor.gp.evaluate`, which dispatches to it.
 """
 
 from __future__ import annotations
@@ -60,17 +62,17 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from evotensor.gp.evaluate import (
+from evotensor.core.checks import check_int
+from evotensor.gp.functions import CONST, VAR, FunctionSet
+from evotensor.gp.metrics import (
     METRICS,
-    _check_function_set,
-    _check_int,
-    _check_X,
-    _check_y,
-    _fields,
+    check_function_set,
+    check_X,
+    check_y,
     finalize_metric,
+    forest_fields,
     total_sum_of_squares,
 )
-from evotensor.gp.functions import CONST, VAR, FunctionSet
 
 SCHEMES = ("auto", "hybrid", "data_parallel")
 DATA_PARALLEL_MIN_POINTS = 1 << 15
@@ -233,7 +235,7 @@ def _predict_kernel(
 
 
 def _row_terms(pred: jax.Array, y: jax.Array, metric: str, n_out: int) -> tuple[jax.Array, jax.Array]:
-    """:func:`evotensor.gp.evaluate.row_terms` in operations Triton lowers.
+    """:func:`evotensor.gp.metrics.row_terms` in operations Triton lowers.
 
     ``pred [_next_pow2(n_out), rows]`` (rows ``>= n_out`` are padding and ignored), ``y [n_y, rows]``
     (regression: zero-padded like ``pred``; class labels: ``n_y = 1``) -> ``(term, bad)``, float32
@@ -317,8 +319,8 @@ def _blocks(scheme: str, pop: int, n_points: int, tree_block, row_block) -> tupl
     two of ``pop`` / ``n_points`` (not at those themselves, which need not be powers of two).
     """
     tb, rb = HYBRID_BLOCKS if scheme == "hybrid" else (1, DATA_PARALLEL_ROWS)
-    tb = min(tb if tree_block is None else _check_int(tree_block, "tree_block"), _next_pow2(pop))
-    rb = min(rb if row_block is None else _check_int(row_block, "row_block"), _next_pow2(n_points))
+    tb = min(tb if tree_block is None else check_int(tree_block, "tree_block"), _next_pow2(pop))
+    rb = min(rb if row_block is None else check_int(row_block, "row_block"), _next_pow2(n_points))
     tb, rb = _prev_pow2(tb), _prev_pow2(rb)
     if scheme == "data_parallel" and tb != 1:
         raise ValueError(f"the data-parallel scheme runs one tree per program, got tree_block={tb}")
@@ -329,7 +331,7 @@ def _stack_tiers(max_stack, max_len: int, fs: FunctionSet) -> tuple[int, ...]:
     """The stack height of each launch: ``(max_stack,)`` if given, else the small tier and the worst
     case (one launch when the worst case is small)."""
     if max_stack is not None:
-        return (_check_int(max_stack, "max_stack"),)
+        return (check_int(max_stack, "max_stack"),)
     worst = default_max_stack(max_len, fs.max_arity)
     return (worst,) if worst <= SMALL_STACK else (SMALL_STACK, worst)
 
@@ -344,7 +346,7 @@ def _prepare(forest: Any, X: jax.Array, fs: FunctionSet, scheme: str, tree_block
         opcode, value, size, output = forest
         single = False
     else:
-        opcode, value, size, output, single = _fields(forest)
+        opcode, value, size, output, single = forest_fields(forest)
     pop, max_len = opcode.shape
     n_points, n_vars = X.shape
     tb, rb = _blocks(_pick_scheme(scheme, n_points), pop, n_points, tree_block, row_block)
@@ -461,7 +463,7 @@ def _interpret(interpret: bool | None) -> bool:
 def _check_warps(num_warps):
     if num_warps is None:
         return None
-    n = _check_int(num_warps, "num_warps")
+    n = check_int(num_warps, "num_warps")
     if n & (n - 1):
         raise ValueError(f"num_warps must be a power of two, got {num_warps!r}")
     return n
@@ -501,9 +503,9 @@ def evaluate_pallas(
     Returns:
         ``float32 [pop, n_points, n_outputs]``.
     """
-    fs = _check_function_set(function_set)
-    n_outputs = _check_int(n_outputs, "n_outputs")
-    X = _check_X(X)
+    fs = check_function_set(function_set)
+    n_outputs = check_int(n_outputs, "n_outputs")
+    X = check_X(X)
     num_warps = _check_warps(num_warps)
     p = _prepare(forest, X, fs, scheme, tree_block, row_block, max_stack)
     pred = None
@@ -549,24 +551,24 @@ def fitness_pallas(
         y: targets as in :func:`evotensor.gp.fitness` (``y_is_transposed``: already ``[n_y, n_points]``,
             as :func:`evotensor.gp.fitness` passes them).
         n_outputs: as in :func:`evotensor.gp.fitness`.
-        metric: one of :data:`evotensor.gp.evaluate.METRICS`.
+        metric: one of :data:`evotensor.gp.metrics.METRICS`.
 
     Returns:
         ``float32 [pop]`` fitness, identical in meaning to :func:`evotensor.gp.fitness`.
     """
-    fs = _check_function_set(function_set)
-    X = _check_X(X)
+    fs = check_function_set(function_set)
+    X = check_X(X)
     num_warps = _check_warps(num_warps)
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     if y_is_transposed:
         yT = jnp.asarray(y, jnp.float32)
-        n_out = _check_int(n_outputs, "n_outputs")
+        n_out = check_int(n_outputs, "n_outputs")
         n_y = 1 if metric in ("accuracy", "cross_entropy") else n_out
         if yT.shape != (n_y, X.shape[0]):
             raise ValueError(f"transposed y must have shape {(n_y, X.shape[0])}, got {yT.shape}")
     else:
-        yT, n_out = _check_y(y, X.shape[0], metric, n_outputs)
+        yT, n_out = check_y(y, X.shape[0], metric, n_outputs)
     p = _prepare(forest, X, fs, scheme, tree_block, row_block, max_stack)
     pad_r = p["pad_r"]
     # rows padded to whole blocks; regression targets also to a power-of-two output axis (Triton)

@@ -13,6 +13,9 @@ Python loop:
   case, threshold relative to the pool's best (semi-dynamic); fast kernel :func:`lexicase_from_draws`;
 * :func:`elite_indices`: the ``n`` best (stable: ties keep population order).
 
+:class:`CaseErrors` is the typed contract between a problem and lexicase selection: a problem that
+supports ``GP(selection="lexicase")`` returns ``Evaluation(fitness, info=CaseErrors(errors))``.
+
 Parsimony pressure (gplearn's ``parsimony_coefficient``) is a change of the fitness the selectors
 see, not a selector: :func:`parsimony_fitness` adds ``coefficient * length`` to the minimized fitness,
 and :func:`covariant_parsimony` is gplearn's ``"auto"`` coefficient (Poli & McPhee 2008).
@@ -24,12 +27,48 @@ per draw.
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
 from evotensor.core.evaluation import worst_for_nonfinite
+from evotensor.core.pytree import pytree_dataclass
+
+
+@pytree_dataclass
+class CaseErrors:
+    """Per-case errors of a population: the ``Evaluation.info`` that lexicase selection reads.
+
+    A problem that supports ``GP(selection="lexicase")`` returns
+    ``Evaluation(fitness=..., info=CaseErrors(case_errors=errors))`` (e.g.
+    ``SymbolicRegression(..., case_errors=True)``); ``GP.tell`` draws the next parents from them.
+
+    Attributes:
+        case_errors: ``[pop, n_cases]``, lower is better (e.g. a row's squared error); a tree with
+            any non-finite error is never selected over one whose errors are all finite.
+
+    ``info["case_errors"]`` (the untyped form problems returned before) still reads the field, with
+    a ``DeprecationWarning``.
+    """
+
+    case_errors: jax.Array
+
+    def __getitem__(self, name: str) -> jax.Array:
+        # read access of the untyped form, for code written against ``info["case_errors"]``
+        if name != "case_errors":
+            raise KeyError(name)
+        warnings.warn(
+            'info["case_errors"] is deprecated: the per-case errors are the typed field '
+            "info.case_errors of evotensor.gp.selection.CaseErrors",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.case_errors
+
+    def __contains__(self, name: object) -> bool:
+        return name == "case_errors"
 
 
 def _check_fitness(fitness: jax.Array) -> jax.Array:

@@ -14,7 +14,15 @@ One generation, all inside one jitted step (no host callbacks)::
                         results longer than max_len are rejected (the parent is kept) and counted.
     tell:  records the fitness (minimized), the best tree so far (raw fitness), and metrics;
            with ``selection="lexicase"`` it also draws the next parents from the per-case errors
-           ``evaluation.info["case_errors"] [pop, n_cases]`` (so the state never holds them).
+           ``evaluation.info = CaseErrors(case_errors=[pop, n_cases])`` (so the state never holds
+           them).
+
+The operators are objects of an :class:`~evotensor.gp.variation.OperatorRegistry` (``operators=``;
+default :func:`~evotensor.gp.variation.default_registry`): the mutation weights, the layout of the
+generation's one random draw and the mutation passes all come from it, so a user's own operator,
+registered there, takes part like a built-in one. The arguments are checked once, by
+:class:`~evotensor.gp.config.GPConfig`; ``selection=`` is a name or a callable (see
+:mod:`evotensor.gp.config`).
 
 Parsimony pressure (gplearn's ``parsimony_coefficient``): parents are selected on
 ``fitness + c * length`` (minimized orientation; in natural orientation gplearn's
@@ -47,7 +55,8 @@ Example::
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,30 +67,28 @@ import numpy as np
 from evotensor.core import rng
 from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.core.strategy import check_population_size
-from evotensor.gp import operators as ops
 from evotensor.gp import selection as sel
+from evotensor.gp.config import SELECTIONS as _SELECTION_FACTORIES
+from evotensor.gp.config import GPConfig
 from evotensor.gp.encoding import Forest
 from evotensor.gp.evaluate import evaluate
-from evotensor.gp.exchange import exchange
 from evotensor.gp.generate import TreeGenerator
+from evotensor.gp.operators import default_insert_generator
+from evotensor.gp.selection import CaseErrors
+from evotensor.gp.variation import BUILTIN_OPERATORS, VariationContext, mutation_blocks
 from evotensor.tree import Tree
 
-MUTATIONS = (
-    "subtree",
-    "hoist",
-    "single_point",
-    "multi_point",
-    "insert",
-    "delete",
-    "single_constant",
-    "multi_constant",
-)
-SELECTIONS = ("truncation", "tournament", "rank", "roulette", "lexicase")
-CROSSOVERS = ("one_point", "leaf_biased")
+MUTATIONS = tuple(op.name for op in BUILTIN_OPERATORS if op.kind == "mutation")
+"""The built-in mutations, in the order of ``mutation_probs`` (of the default registry)."""
+SELECTIONS = tuple(_SELECTION_FACTORIES)
+CROSSOVERS = tuple(op.name for op in BUILTIN_OPERATORS if op.kind == "crossover")
 
-# Default relative weights of the mutations, in MUTATIONS order.
-DEFAULT_MUTATION_PROBS = (0.35, 0.1, 0.1, 0.05, 0.1, 0.1, 0.1, 0.1)
+DEFAULT_MUTATION_PROBS = tuple(op.weight for op in BUILTIN_OPERATORS if op.kind == "mutation")
+"""Default relative weights of the mutations, in :data:`MUTATIONS` order (the operators' weights)."""
+
+# The key of a selection that draws its own numbers (a user's keyed selector) is folded from the
+# generation's key: the one random draw stays as it is, so built-in selections are unaffected.
+_SELECTION_KEY = 0x5E1EC7
 
 
 class ForestDecoder:
@@ -160,142 +167,82 @@ class GP:
         function_set: :class:`evotensor.gp.functions.FunctionSet`.
         n_vars: number of input variables.
         max_len: slots per tree; the hard length cap of every operator. Default 128.
-        n_outputs: outputs of a tree (Modi nodes when ``> 1``). Default 1.
-        init_depth: ``(min, max)`` depth of the initial trees (root depth 0). Default (2, 6), gplearn.
-        init_method: ``"half_and_half"`` (default), ``"full"`` or ``"grow"``.
-        leaf_prob: grow's per-depth leaf probability (float or sequence). Default 0.3.
-        const_prob: probability that a new leaf is a constant. Default 0.5.
-        const_range: continuous range of new constants. Default (-1, 1), gplearn.
-        modi_prob: probability that a new function node is a Modi node (``n_outputs > 1``). 0.5 if
-            ``n_outputs > 1`` (EvoGP), else 0.
-        mutation_depth: ``(min, max)`` depth of the subtrees of subtree mutation. Default (0, 3).
-        selection: ``"truncation"`` (EvoGP's default: parents uniform among the ``survival_rate``
-            best), ``"tournament"``, ``"rank"``, ``"roulette"`` or ``"lexicase"``. Default
-            ``"tournament"``. ``"lexicase"`` is epsilon-lexicase
-            (:func:`evotensor.gp.selection.epsilon_lexicase`, static MAD epsilon) on per-case errors
-            that the problem must return as ``Evaluation.info["case_errors"]`` ``[pop, n_cases]``
-            (lower is better; e.g. ``SymbolicRegression(..., case_errors=True)``); ``tell`` raises
-            if they are missing. A tree with any non-finite case error gets ``+inf`` on every case,
-            so it is never selected over a tree whose errors are all finite.
-        tournament_size: Default 7.
-        survival_rate: truncation's survivor fraction. Default 0.3 (EvoGP).
-        elite_rate: fraction of best trees copied unchanged. Default 0.01 (EvoGP).
-        crossover: ``"one_point"`` (with Koza's bias ``internal_bias``) or ``"leaf_biased"``.
-        const_perturb: constant mutations perturb by ``const_sigma * N(0,1)`` (True, default) or
-            redraw uniformly in ``const_range`` (False).
-        mutation_rate: fraction of the children that are mutated. Default 0.1 (EvoGP).
-        mutation_probs: relative weights of the mutations in :data:`MUTATIONS` order (see
-            :func:`mutation_probs`). Default :data:`DEFAULT_MUTATION_PROBS`.
-        parsimony_coefficient: a number ``>= 0`` (the default of the dynamic
-            ``GPParams.parsimony_coefficient``; 0.0 here, gplearn's default is 0.001) or ``"auto"``
-            (gplearn's covariant coefficient, see :func:`evotensor.gp.selection.covariant_parsimony`).
-            Parents are selected on ``fitness + c * length``; see the module docstring. Must be 0
-            with ``selection="lexicase"``, which selects on per-case errors only.
+        **options: the other fields of :class:`~evotensor.gp.config.GPConfig` (``n_outputs``,
+            ``init_depth``, ``init_method``, ``leaf_prob``, ``const_prob``, ``const_range``,
+            ``modi_prob``, ``mutation_depth``, ``selection``, ``tournament_size``, ``survival_rate``,
+            ``elite_rate``, ``crossover``, ``const_perturb``, ``mutation_rate``, ``mutation_probs``,
+            ``parsimony_coefficient``, ``operators``), documented there; checked once, there.
+
+    Every field of the configuration (``self.config``) reads as an attribute (``gp.max_len``,
+    ``gp.tournament_size``, ``gp.mutation_probs``: the normalized weights, ...); ``gp.selection`` is
+    the selection's name. Derived, static: ``n_elite``, ``mutation_counts`` (children per mutation,
+    in registry order), the generators ``initializer`` / ``mutation_generator`` /
+    ``insert_generator``, the operators' :class:`~evotensor.gp.variation.VariationContext`
+    ``context`` and the generation's ``mutation_blocks``.
     """
 
     def __init__(
-        self,
-        population_size: int,
-        function_set: Any,
-        n_vars: int,
-        max_len: int = 128,
-        *,
-        n_outputs: int = 1,
-        init_depth: tuple[int, int] = (2, 6),
-        init_method: str = "half_and_half",
-        leaf_prob: float | Sequence[float] = 0.3,
-        const_prob: float = 0.5,
-        const_range: tuple[float, float] = (-1.0, 1.0),
-        modi_prob: float | None = None,
-        mutation_depth: tuple[int, int] = (0, 3),
-        selection: str = "tournament",
-        tournament_size: int = 7,
-        survival_rate: float = 0.3,
-        elite_rate: float = 0.01,
-        crossover: str = "one_point",
-        const_perturb: bool = True,
-        mutation_rate: float = 0.1,
-        mutation_probs: Sequence[float] = DEFAULT_MUTATION_PROBS,
-        parsimony_coefficient: float | str = 0.0,
+        self, population_size: int, function_set: Any, n_vars: int, max_len: int = 128, **options: Any
     ):
-        self.population_size = check_population_size(population_size, 2)
-        if selection not in SELECTIONS:
-            raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
-        if crossover not in CROSSOVERS:
-            raise ValueError(f"crossover must be one of {CROSSOVERS}, got {crossover!r}")
-        if isinstance(tournament_size, bool) or not isinstance(tournament_size, int) or tournament_size < 1:
-            raise ValueError(f"tournament_size must be a positive int, got {tournament_size!r}")
-        if not 0.0 < survival_rate <= 1.0:
-            raise ValueError(f"survival_rate must be in (0, 1], got {survival_rate!r}")
-        if not 0.0 <= elite_rate < 1.0:
-            raise ValueError(f"elite_rate must be in [0, 1), got {elite_rate!r}")
-        if not 0.0 <= mutation_rate <= 1.0:
-            raise ValueError(f"mutation_rate must be in [0, 1], got {mutation_rate!r}")
-        if isinstance(parsimony_coefficient, str):
-            if parsimony_coefficient != "auto":
-                raise ValueError(
-                    f"parsimony_coefficient must be a number >= 0 or 'auto', got {parsimony_coefficient!r}"
-                )
-        elif (
-            isinstance(parsimony_coefficient, bool)
-            or not isinstance(parsimony_coefficient, (int, float, np.floating, np.integer))
-            or not math.isfinite(parsimony_coefficient)
-            or parsimony_coefficient < 0
-        ):
-            raise ValueError(
-                f"parsimony_coefficient must be a finite number >= 0 or 'auto', got {parsimony_coefficient!r}"
-            )
-        if selection == "lexicase" and parsimony_coefficient != 0:
-            raise ValueError(
-                "parsimony_coefficient must be 0 with selection='lexicase' (lexicase selects on the "
-                f"per-case errors only), got {parsimony_coefficient!r}"
-            )
-        probs = np.asarray(mutation_probs, np.float64)
-        if probs.shape != (len(MUTATIONS),) or np.any(probs < 0) or not np.any(probs > 0):
-            raise ValueError(
-                f"mutation_probs must be {len(MUTATIONS)} non-negative weights (order {MUTATIONS}), "
-                f"not all zero; got {mutation_probs!r}"
-            )
-        self.function_set = function_set
-        self.n_vars = n_vars
-        self.max_len = max_len
-        self.n_outputs = n_outputs
-        self.selection = selection
-        self.parsimony_auto = parsimony_coefficient == "auto"
-        self.parsimony_coefficient = (
-            "auto" if self.parsimony_auto else float(parsimony_coefficient)  # type: ignore[arg-type]
-        )
-        self.tournament_size = tournament_size
-        self.survival_rate = float(survival_rate)
-        self.elite_rate = float(elite_rate)
-        self.n_elite = math.ceil(elite_rate * self.population_size) if elite_rate > 0 else 0
-        self.n_elite = min(self.n_elite, self.population_size - 1)
-        self.mutation_rate = float(mutation_rate)
-        self.mutation_probs = tuple(float(x) for x in probs / probs.sum())
+        self._build(GPConfig(population_size, function_set, n_vars, max_len, **options))
+
+    @classmethod
+    def from_config(cls, config: GPConfig) -> GP:
+        """The strategy of a checked :class:`~evotensor.gp.config.GPConfig`."""
+        if not isinstance(config, GPConfig):
+            raise TypeError(f"config must be a GPConfig, got {type(config).__name__}")
+        gp = cls.__new__(cls)
+        gp._build(config)
+        return gp
+
+    def _build(self, config: GPConfig) -> None:
+        """Wire the static pieces of a checked configuration."""
+        self.config = c = config
+        self.n_elite = c.n_elite
         self.mutation_counts = _split_counts(
-            round(self.mutation_rate * (self.population_size - self.n_elite)), self.mutation_probs
+            round(c.mutation_rate * (c.population_size - self.n_elite)), c.mutation_probs
         )
-        self.crossover = crossover
-        self.const_perturb = bool(const_perturb)
-        self.const_range = tuple(float(c) for c in const_range)
-        self.const_prob = float(const_prob)
-        if modi_prob is None:
-            modi_prob = 0.5 if n_outputs > 1 else 0.0
         leaf = dict(
-            const_prob=const_prob, const_range=self.const_range, n_outputs=n_outputs, modi_prob=modi_prob
+            const_prob=c.const_prob, const_range=c.const_range, n_outputs=c.n_outputs, modi_prob=c.modi_prob
         )
-        self.initializer = TreeGenerator(
-            function_set, n_vars, max_len, init_depth[0], init_depth[1], init_method, leaf_prob, **leaf
-        )
-        d_min, d_max = mutation_depth
-        a = int(function_set.max_arity)
+        fs, lo, hi = c.function_set, c.init_depth[0], c.init_depth[1]
+        self.initializer = TreeGenerator(fs, c.n_vars, c.max_len, lo, hi, c.init_method, c.leaf_prob, **leaf)
+        d_min, d_max = c.mutation_depth
+        a = int(fs.max_arity)
         full_size = d_max + 1 if a == 1 else (a ** (d_max + 1) - 1) // (a - 1)
         self.mutation_generator = TreeGenerator(
-            function_set, n_vars, min(max_len, full_size), d_min, d_max, "half_and_half", leaf_prob, **leaf
+            fs, c.n_vars, min(c.max_len, full_size), d_min, d_max, "half_and_half", c.leaf_prob, **leaf
         )
-        self.insert_generator = ops.default_insert_generator(
-            function_set, n_vars, min(max_len, 1 + a), **leaf
+        self.insert_generator = default_insert_generator(fs, c.n_vars, min(c.max_len, 1 + a), **leaf)
+        self.context = VariationContext(
+            fs,
+            c.n_vars,
+            c.max_len,
+            c.const_range,
+            c.const_prob,
+            c.const_perturb,
+            self.mutation_generator,
+            self.insert_generator,
         )
+        counts = dict(zip(c.operators.names("mutation"), self.mutation_counts))
+        self.mutation_blocks = mutation_blocks(c.operators, counts, self.context)
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names that are not instance attributes: the configuration's fields
+        config = self.__dict__.get("config")
+        if config is not None and name in _CONFIG_FIELDS:
+            return getattr(config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def selection(self) -> str:
+        """The parent selection's name (``config.selector`` is the selection itself)."""
+        return self.config.selector.name
+
+    @property
+    def crossover_operator(self) -> Any:
+        """The :class:`~evotensor.gp.variation.GPOperator` of ``crossover``."""
+        return self.config.operators[self.config.crossover]
 
     # -- protocol -------------------------------------------------------------------------------------
     def default_params(self) -> GPParams:
@@ -351,10 +298,12 @@ class GP:
         """Record the *minimized* fitness ``[pop]`` of ``forest`` (the one from ``ask``).
 
         ``evaluation`` is an :class:`Evaluation` (or the fitness array itself). With
-        ``selection="lexicase"`` it must be an :class:`Evaluation` whose ``info`` (a dict or
-        :class:`evotensor.tree.Tree`) holds ``"case_errors"`` ``[pop, n_cases]``, and ``key`` draws the
-        next generation's parents: ``state.parents = epsilon_lexicase(key, errors, 2 * (pop - n_elite))``
-        (recipients first), where a tree with any non-finite case error has ``+inf`` on every case.
+        ``selection="lexicase"`` it must be an :class:`Evaluation` whose ``info`` is a
+        :class:`~evotensor.gp.selection.CaseErrors` (``case_errors [pop, n_cases]``), and ``key`` draws
+        the next generation's parents: ``state.parents = epsilon_lexicase(key, errors, 2 * (pop -
+        n_elite))`` (recipients first), where a tree with any non-finite case error has ``+inf`` on
+        every case. (An ``info`` dict or :class:`evotensor.tree.Tree` with the key ``"case_errors"``,
+        the untyped form, is still read, with a ``DeprecationWarning``.)
 
         Metrics (scalars): ``best_fitness``, ``generation_best``, ``mean_fitness`` (raw minimized
         fitness), ``mean_length``, ``max_length``, ``best_length``, ``crossover_rejected``,
@@ -368,7 +317,8 @@ class GP:
             raise ValueError(
                 f"forest must be [{self.population_size}, {self.max_len}], got {forest.opcode.shape}"
             )
-        case_errors = self._case_errors(evaluation) if self.selection == "lexicase" else None
+        selector = self.config.selector
+        case_errors = self._case_errors(evaluation) if selector.on_case_errors else None
         fitness = worst_for_nonfinite(fitness.astype(jnp.float32))
         i = jnp.argmin(fitness)
         improved = fitness[i] < state.best_fitness
@@ -384,7 +334,7 @@ class GP:
         )
         if case_errors is not None:
             n_parents = 2 * (self.population_size - self.n_elite)
-            new_state = new_state.replace(parents=sel.epsilon_lexicase(key, case_errors, n_parents))
+            new_state = new_state.replace(parents=selector.from_cases(key, case_errors, n_parents))
         metrics = {
             "best_fitness": best_fitness,
             "generation_best": fitness[i],
@@ -400,22 +350,30 @@ class GP:
         return new_state, metrics
 
     def _case_errors(self, evaluation: Evaluation | jax.Array) -> jax.Array:
-        """``evaluation.info["case_errors"]`` as float32 ``[pop, n_cases]``, rows with any non-finite
-        error set to ``+inf`` (raises if missing: lexicase cannot run without them)."""
+        """``evaluation.info.case_errors`` as float32 ``[pop, n_cases]``, rows with any non-finite
+        error set to ``+inf`` (raises if missing: a selection on per-case errors cannot run without)."""
         info = evaluation.info if isinstance(evaluation, Evaluation) else None
-        errors = info["case_errors"] if isinstance(info, (Mapping, Tree)) and "case_errors" in info else None
-        if errors is None:
+        if isinstance(info, CaseErrors):
+            errors, where = info.case_errors, "info.case_errors"
+        elif isinstance(info, (Mapping, Tree)) and "case_errors" in info:
+            warnings.warn(
+                'per-case errors as info["case_errors"] are deprecated: return '
+                "Evaluation(fitness, info=evotensor.gp.selection.CaseErrors(case_errors=errors))",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            errors, where = info["case_errors"], "info['case_errors']"
+        else:
             got = "a bare fitness array" if not isinstance(evaluation, Evaluation) else f"info={info!r:.60}"
             raise ValueError(
-                "selection='lexicase' needs per-case errors: tell() must get an Evaluation whose info "
-                "holds 'case_errors' [pop, n_cases] (lower is better), e.g. from "
+                f"selection={self.selection!r} needs per-case errors: tell() must get an Evaluation whose "
+                "info is CaseErrors(case_errors=[pop, n_cases]) (lower is better), e.g. from "
                 f"SymbolicRegression(..., case_errors=True); got {got}"
             )
         errors = jnp.asarray(errors)
         if errors.ndim != 2 or errors.shape[0] != self.population_size or errors.shape[1] < 1:
             raise ValueError(
-                f"info['case_errors'] must have shape ({self.population_size}, n_cases >= 1), "
-                f"got {errors.shape}"
+                f"{where} must have shape ({self.population_size}, n_cases >= 1), got {errors.shape}"
             )
         errors = errors.astype(jnp.float32)
         bad = jnp.any(~jnp.isfinite(errors), axis=1, keepdims=True)
@@ -437,35 +395,25 @@ class GP:
     # -- variation --------------------------------------------------------------------------------------
     # One generation's variation draws all its random numbers in ONE random call (every call site
     # compiles its own threefry loop, and on CPU XLA's compile time grows with the number of
-    # kernels), and runs the mutations as two fused passes (structural: one exchange for subtree,
+    # kernels), and runs the mutations as a few fused passes (structural: one exchange for subtree,
     # hoist, insert and delete; in place: one rewrite for the point / constant mutations) instead of
     # one pipeline per operator. Children come in random order (parents are drawn i.i.d.), so the
-    # consecutive blocks of children the mutations take are random subsets.
-
-    def _mutation_blocks(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Children per kind of the structural pass (:data:`~evotensor.gp.operators.STRUCTURAL`
-        order) and of the in-place pass (:data:`~evotensor.gp.operators.INPLACE` order)."""
-        count = dict(zip(MUTATIONS, self.mutation_counts))
-        return tuple(count[k] for k in ops.STRUCTURAL), tuple(count[k] for k in ops.INPLACE)
+    # consecutive blocks of children the mutations take are random subsets. Everything that depends
+    # on the operators iterates the registry's plan, self.mutation_blocks.
 
     def _layout(self) -> list[tuple[str, tuple[int, ...], bool]]:
-        """``(name, shape, as_bits)`` of every draw of one generation's variation (static)."""
+        """``(name, shape, as_bits)`` of every draw of one generation's variation (static): the
+        selection's, the crossover's, the crossover coins, then every mutation block's."""
         C = self.population_size - self.n_elite
         out: list[tuple[str, tuple[int, ...], bool]] = []
-        if self.selection == "tournament":
-            out.append(("select", (2 * C, self.tournament_size), True))
-        elif self.selection == "truncation":
-            out.append(("select", (2 * C,), True))
-        elif self.selection in ("rank", "roulette"):
-            out.append(("select", (2 * C,), False))
-        out.append(("cross", ops.uniform_shapes(self.crossover + "_crossover", C)[0], False))
+        select = self.config.selector.draw(2 * C)
+        if select is not None:
+            out.append(("select", *select))
+        shapes = self.crossover_operator.draw_shapes(C, self.context)
+        out += [(f"crossover/{i}", tuple(shape), False) for i, shape in enumerate(shapes)]
         out.append(("do_cross", (C,), False))
-        st, ip = self._mutation_blocks()
-        if sum(st):
-            shapes = ops.structural_uniform_shapes(st, self.mutation_generator, self.insert_generator)
-            out += [(f"structural{i}", shape, False) for i, shape in enumerate(shapes)]
-        if sum(ip):
-            out.append(("inplace", (sum(ip), max(self.max_len, 2)), False))
+        for block in self.mutation_blocks:
+            out += [(block.draw_name(i), tuple(shape), False) for i, shape in enumerate(block.shapes)]
         return out
 
     def _draw(self, key: jax.Array) -> dict[str, jax.Array]:
@@ -482,69 +430,48 @@ class GP:
             start += size
         return out
 
-    def _parents(self, u: dict[str, jax.Array], state: GPState, params: GPParams) -> jax.Array:
-        """Recipients then donors, int32 ``[2 * (pop - n_elite)]``, on the selection fitness."""
-        if self.selection == "lexicase":
+    def _parents(
+        self, u: dict[str, jax.Array], state: GPState, params: GPParams, key: jax.Array | None = None
+    ) -> jax.Array:
+        """Recipients then donors, int32 ``[2 * (pop - n_elite)]``, on the selection fitness
+        (``key``: the generation's, for a selection that draws its own numbers)."""
+        selector = self.config.selector
+        if selector.on_case_errors:
             return state.parents  # drawn by tell, where the per-case errors were
         fitness = self.selection_fitness(state, params)
-        if self.selection == "tournament":
-            return sel.tournament_from_bits(u["select"], fitness)
-        if self.selection == "truncation":
-            return sel.truncation_from_bits(u["select"], fitness, self.survival_rate)
-        if self.selection == "rank":
-            return sel.inverse_cdf(u["select"], sel.rank_probabilities(fitness, params.rank_pressure))
-        return sel.inverse_cdf(u["select"], sel.roulette_probabilities(fitness))
+        own_key = jax.random.fold_in(key, _SELECTION_KEY) if selector.uses_key else None
+        return selector.select(
+            u.get("select"), fitness, 2 * (self.population_size - self.n_elite), params, own_key
+        )
 
     def _crossover(self, u: dict[str, jax.Array], pair: Forest, params: GPParams):
         """Children from ``pair`` (Forest ``[2C, L]``: recipients then donors): a crossover with
-        probability ``crossover_rate``, else the recipient (an invalid position makes the exchange
-        return it). ``(children [C, L], rejected crossovers [])``."""
-        C = self.population_size - self.n_elite
-        fs = self.function_set
-        if self.crossover == "one_point":
-            pq = ops.crossover_points(u["cross"], pair.opcode, pair.length, fs, params.internal_bias)
-        else:
-            pq = ops.leaf_biased_points(u["cross"], pair.opcode, pair.length, fs, params.leaf_bias)
-        do_cross = u["do_cross"] < params.crossover_rate
-        rec = jax.tree_util.tree_map(lambda a: a[:C], pair)
-        don = jax.tree_util.tree_map(lambda a: a[C:], pair)
-        children, ok = exchange(rec, jnp.where(do_cross, pq[:C], -1), don, pq[C:])
-        return children, jnp.sum(do_cross & ~ok).astype(jnp.int32)
+        probability ``crossover_rate``, else the recipient. ``(children [C, L], rejected crossovers
+        [])`` (rejections are counted for a crossover that can grow a tree)."""
+        op = self.crossover_operator
+        draws = tuple(u[f"crossover/{i}"] for i in range(len(op.draw_shapes(1, self.context))))
+        crossing = u["do_cross"] < params.crossover_rate
+        children, ok = op.apply(draws, pair, crossing, self.context, params)
+        rejected = jnp.sum(crossing & ~ok).astype(jnp.int32) if op.grows else jnp.int32(0)
+        return children, rejected
 
     def _mutations(self, u: dict[str, jax.Array], children: Forest, params: GPParams):
-        """``(pieces, rejected)``: the children after mutation as consecutive blocks (structural
-        pass, in-place pass, the unmutated rest) and the structural mutations rejected by the
-        length cap (subtree and insert mutation, the ones that can grow)."""
-        st, ip = self._mutation_blocks()
-        n_st, n_ip = sum(st), sum(ip)
-        block = lambda lo, hi: jax.tree_util.tree_map(lambda a: a[lo:hi], children)  # noqa: E731
-        pieces, rejected = [], jnp.int32(0)
-        if n_st:
-            draws = [u[f"structural{i}"] for i in range(1 + (st[0] > 0) + (st[2] > 0))]
-            out, ok = ops.structural_mutations(
-                draws, block(0, n_st), st, self.function_set, self.mutation_generator, self.insert_generator
-            )
-            grows = np.isin(np.repeat(np.arange(len(st)), st), (0, 2))  # subtree, insert rows
-            rejected = jnp.sum(~ok & jnp.asarray(grows)).astype(jnp.int32)
+        """``(pieces, rejected)``: the children after mutation as consecutive blocks (one per entry
+        of ``mutation_blocks``, then the unmutated rest) and the mutations rejected by the length cap
+        (counted for the operators that can grow a tree)."""
+        block_of = lambda lo, hi: jax.tree_util.tree_map(lambda a: a[lo:hi], children)  # noqa: E731
+        pieces, rejected, row = [], jnp.int32(0), 0
+        for block in self.mutation_blocks:
+            draws = tuple(u[block.draw_name(i)] for i in range(len(block.shapes)))
+            out, ok = block.apply(draws, block_of(row, row + block.size), self.context, params)
+            grows = block.grows
+            if grows.any():
+                rejected = rejected + jnp.sum(~ok & jnp.asarray(grows)).astype(jnp.int32)
             pieces.append(out)
-        if n_ip:
-            sigma = params.const_sigma if self.const_perturb else None
-            out, _ = ops.inplace_mutations(
-                u["inplace"],
-                block(n_st, n_st + n_ip),
-                ip,
-                self.function_set,
-                self.n_vars,
-                params.point_rate,
-                params.const_rate,
-                self.const_range,
-                self.const_prob,
-                sigma,
-            )
-            pieces.append(out)
+            row += block.size
         C = self.population_size - self.n_elite
-        if n_st + n_ip < C:
-            pieces.append(block(n_st + n_ip, C))
+        if row < C:
+            pieces.append(block_of(row, C))
         return pieces, rejected
 
     def _offspring(self, key: jax.Array, state: GPState, params: GPParams):
@@ -552,7 +479,7 @@ class GP:
         u = self._draw(key)
         forest = state.forest
         take = lambda f, idx: jax.tree_util.tree_map(lambda a: a[idx], f)  # noqa: E731
-        pair = take(forest, self._parents(u, state, params))  # recipients, then donors
+        pair = take(forest, self._parents(u, state, params, key))  # recipients, then donors
         children, rej_c = self._crossover(u, pair, params)
         pieces, rej_m = self._mutations(u, children, params)
         if E:
@@ -572,7 +499,9 @@ class GP:
     @property
     def decoder(self) -> ForestDecoder:
         """The family decoder: identity decode, ``apply`` runs a tree on data. :func:`evotensor.run`
-        uses it when a policy problem (symbolic regression) is given no explicit decoder."""
+        uses it when it is given no explicit decoder (its identity ``decode`` hands the forest to a
+        function problem such as :class:`~evotensor.gp.regression.SymbolicRegression`; a policy
+        problem gets ``apply`` as well)."""
         return ForestDecoder(self.function_set, self.n_outputs)
 
 
@@ -595,9 +524,14 @@ def _split_counts(total: int, weights: Sequence[float]) -> tuple[int, ...]:
 
 
 def mutation_probs(**weights: float) -> np.ndarray:
-    """Build a ``mutation_probs`` vector by name, e.g. ``mutation_probs(subtree=0.5, hoist=0.5)``
-    (unnamed mutations get 0)."""
+    """Build a ``mutation_probs`` vector over :data:`MUTATIONS` (the default registry) by name, e.g.
+    ``mutation_probs(subtree=0.5, hoist=0.5)`` -> float32 ``[8]`` (unnamed mutations get 0). With a
+    registry of one's own, give ``mutation_probs`` as a ``{name: weight}`` mapping instead."""
     unknown = set(weights) - set(MUTATIONS)
     if unknown:
         raise ValueError(f"unknown mutation(s) {sorted(unknown)}; valid: {MUTATIONS}")
     return np.asarray([float(weights.get(m, 0.0)) for m in MUTATIONS], np.float32)
+
+
+# GPConfig's fields, read through GP.__getattr__
+_CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(GPConfig))

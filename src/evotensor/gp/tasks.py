@@ -89,7 +89,7 @@ def _plot(pred: np.ndarray, y: np.ndarray, found: str, true: str, mse: float, pa
     },
 )
 def _build_pagie(cfg: dict[str, Any]) -> Task:
-    from evotensor.problems.regression import Pagie1
+    from evotensor.gp.regression import Pagie1
 
     problem = Pagie1(case_errors=cfg["selection"] == "lexicase")
     c = cfg["parsimony_coefficient"]

@@ -1,7 +1,9 @@
-"""Problems: classic functions, BBOB, regression, classification, control, QD and QD-RL benchmarks.
+"""Problems: classic functions, BBOB, classification, control, QD and QD-RL benchmarks.
 
 Submodules are imported lazily so that ``import evotensor.problems`` does not pull in optional
-dependencies (gymnax, brax) until a control problem is used.
+dependencies (gymnax, brax) until a control problem is used. Nothing here imports a strategy
+family: symbolic regression, a problem over GP forests, lives in :mod:`evotensor.gp.regression`
+(``evotensor.problems.regression`` is its deprecated alias for one release).
 """
 
 from __future__ import annotations

@@ -1,230 +1,35 @@
-"""Symbolic-regression problems scored on GP forests.
+"""Deprecated: symbolic regression moved to :mod:`evotensor.gp.regression`.
 
-:class:`SymbolicRegression` wraps a data set ``(X, y)`` and a metric; its :meth:`evaluate` takes a
-population of GP trees (a :class:`evotensor.gp.Forest` ``[pop, max_len]``, the phenotype: GP has no
-decoding step) and returns the fused fitness of :func:`evotensor.gp.evaluate.fitness`, in natural
-orientation (``mse``/``rmse``/``cross_entropy`` minimized, ``r2``/``accuracy`` maximized). A tree
-with a non-finite prediction gets ``+inf`` (or ``-inf`` for maximized metrics); the run loop maps
-that to the worst finite value.
-
-With ``case_errors=True`` the evaluation also carries per-case (per-row) errors for lexicase
-selection (``GP(selection="lexicase")``) in ``Evaluation.info["case_errors"]`` ``[pop, n_points]``,
-lower is better (:func:`per_case_errors`): the squared error averaged over outputs for the regression
-metrics, the 0/1 misclassification for ``accuracy``, the row's loss for ``cross_entropy``; ``+inf``
-on a row with a non-finite prediction. This materializes ``[pop, n_points, n_outputs]`` predictions
-(one forward pass; the fitness is then computed from them, equal to the fused fitness up to float32
-summation order), so it is off by default.
-
-:class:`Pagie1` is the Pagie-1 benchmark (Pagie & Hogeweg 1997; McDermott et al. 2012)::
-
-    f(x, y) = 1 / (1 + x**-4) + 1 / (1 + y**-4)
-
-on the 26 x 26 = 676-point grid ``x, y in {-5, -4.6, ..., 5}`` (step 0.4; 0 is not on the grid, so
-the target is finite everywhere), training MSE as fitness.
-
-Example::
-
-    problem = Pagie1()
-    forest = Forest.from_tuples([("add", ("var", 0), ("var", 1))], 16, problem.function_set)
-    problem.evaluate(key, forest).fitness      # [1] training MSE
+``SymbolicRegression``, ``Pagie1``, ``pagie1_data``, ``per_case_errors`` and ``EVOGP_SR_FUNCTIONS``
+are problems over GP forests, so they live with GP (``evotensor.problems`` does not depend on
+``evotensor.gp``). The names here keep working for one release: each access imports it from
+:mod:`evotensor.gp.regression` and warns with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+_MOVED = ("EVOGP_SR_FUNCTIONS", "Pagie1", "SymbolicRegression", "pagie1_data", "per_case_errors")
+_NEW_HOME = "evotensor.gp.regression"
 
-from evotensor.core.evaluation import Evaluation
-from evotensor.gp.evaluate import (
-    MAXIMIZED_METRICS,
-    METRICS,
-    evaluate,
-    fitness,
-    metric_from_predictions,
-    row_terms,
-)
-from evotensor.gp.functions import FunctionSet
-from evotensor.tree import Tree
-
-# EvoGP's function set for symbolic regression (paper Table V; its uci_sr.py example).
-EVOGP_SR_FUNCTIONS = ("add", "sub", "mul", "div", "sin", "cos", "tan")
+__all__: list[str] = []  # nothing is defined here any more; see _MOVED
 
 
-class SymbolicRegression:
-    """Fit ``y`` from ``X`` with GP trees: a policy problem over forests.
-
-    Args:
-        X: ``[n_points, n_vars]`` training inputs.
-        y: ``[n_points]`` (or ``[n_points, n_outputs]``) targets; class labels ``[n_points]`` for
-            ``metric="accuracy"`` / ``"cross_entropy"``.
-        function_set: the :class:`FunctionSet` the trees are written in.
-        metric: ``"mse" | "rmse" | "r2" | "accuracy" | "cross_entropy"``.
-        n_outputs: outputs per tree (inferred from ``y`` for regression; default 1 otherwise).
-        X_test, y_test: optional held-out data for :meth:`test_evaluate`.
-        backend: evaluation path, ``"auto" | "jax" | "pallas"`` (see :func:`evotensor.gp.evaluate`).
-        case_errors: also return per-row errors ``info["case_errors"] [pop, n_points]`` (for
-            lexicase selection; see the module docstring). Default False.
-
-    Attributes:
-        X, y: the training data (float32 device arrays). ``maximize``: natural orientation.
-        n_vars, n_outputs: what a tree reads and returns.
-    """
-
-    kind = "policy"
-
-    def __init__(
-        self,
-        X: Any,
-        y: Any,
-        function_set: FunctionSet,
-        metric: str = "mse",
-        n_outputs: int | None = None,
-        X_test: Any = None,
-        y_test: Any = None,
-        backend: str = "auto",
-        case_errors: bool = False,
-    ):
-        if not isinstance(case_errors, (bool, np.bool_)):
-            raise ValueError(f"case_errors must be a bool, got {case_errors!r}")
-        if metric not in METRICS:
-            raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
-        if backend not in ("auto", "jax", "pallas"):
-            raise ValueError(f"backend must be 'auto', 'jax' or 'pallas', got {backend!r}")
-        if not isinstance(function_set, FunctionSet):
-            raise ValueError(f"function_set must be a FunctionSet, got {type(function_set).__name__}")
-        X = np.asarray(X, np.float32)
-        y = np.asarray(y, np.float32)
-        if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
-            raise ValueError(f"X must be [n_points, n_vars], got shape {X.shape}")
-        if y.ndim not in (1, 2) or y.shape[0] != X.shape[0]:
-            raise ValueError(
-                f"y must be [n_points={X.shape[0]}] or [n_points, n_outputs], got shape {y.shape}"
-            )
-        if (X_test is None) != (y_test is None):
-            raise ValueError("give both X_test and y_test, or neither")
-        if X_test is not None:
-            X_test = np.asarray(X_test, np.float32)
-            y_test = np.asarray(y_test, np.float32)
-            if X_test.ndim != 2 or X_test.shape[1] != X.shape[1] or y_test.shape[1:] != y.shape[1:]:
-                raise ValueError(
-                    f"X_test/y_test shapes {X_test.shape}/{y_test.shape} do not match X/y {X.shape}/{y.shape}"
-                )
-        if metric in ("accuracy", "cross_entropy"):
-            self.n_outputs = 1 if n_outputs is None else int(n_outputs)
-        else:
-            self.n_outputs = 1 if y.ndim == 1 else y.shape[1]
-            if n_outputs is not None and n_outputs != self.n_outputs:
-                raise ValueError(f"n_outputs={n_outputs} but y has {self.n_outputs} output column(s)")
-        self.function_set = function_set
-        self.metric = metric
-        self.maximize = metric in MAXIMIZED_METRICS
-        self.backend = backend
-        self.case_errors = bool(case_errors)
-        self.X, self.y = jnp.asarray(X), jnp.asarray(y)
-        self.X_test = None if X_test is None else jnp.asarray(X_test)
-        self.y_test = None if y_test is None else jnp.asarray(y_test)
-        self.n_vars = X.shape[1]
-
-    def _score(self, forest: Any, X: jax.Array, y: jax.Array, with_cases: bool = False) -> Evaluation:
-        if not with_cases:
-            fit = fitness(forest, X, y, self.function_set, self.metric, self.n_outputs, backend=self.backend)
-            return Evaluation(fitness=fit)
-        pred = evaluate(forest, X, self.function_set, self.n_outputs, backend=self.backend)
-        fit = metric_from_predictions(pred, y, self.metric)
-        return Evaluation(fitness=fit, info=Tree(case_errors=per_case_errors(pred, y, self.metric)))
-
-    def evaluate(self, key: jax.Array, phenotypes: Any, apply: Any = None) -> Evaluation:
-        """Training fitness of a forest ``[pop, max_len]`` -> ``Evaluation(fitness [pop])``, with
-        ``info = Tree(case_errors=[pop, n_points])`` when the problem was built with ``case_errors=True``.
-
-        ``key`` and ``apply`` are unused (the data are fixed; trees are run by the GP evaluator).
-        """
-        del key, apply
-        return self._score(phenotypes, self.X, self.y, self.case_errors)
-
-    def test_evaluate(self, phenotypes: Any, apply: Any = None) -> Evaluation:
-        """The same metric on the held-out data."""
-        if self.X_test is None:
-            raise ValueError("this problem has no test data (pass X_test and y_test)")
-        return self._score(phenotypes, self.X_test, self.y_test)
-
-    def predict(self, forest: Any, X: Any = None) -> jax.Array:
-        """Predictions ``[pop, n_points, n_outputs]`` on ``X`` (default: the training inputs)."""
-        X = self.X if X is None else X
-        return evaluate(forest, X, self.function_set, self.n_outputs, backend=self.backend)
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(n_points={self.X.shape[0]}, n_vars={self.n_vars}, "
-            f"metric={self.metric!r}, function_set={self.function_set!r})"
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        warnings.warn(
+            f"evotensor.problems.regression.{name} moved to {_NEW_HOME}.{name}; the old path will be "
+            "removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
         )
+        # imported on access only, so that importing evotensor.problems never imports evotensor.gp
+        return getattr(importlib.import_module(_NEW_HOME), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def per_case_errors(pred: Any, y: Any, metric: str = "mse") -> jax.Array:
-    """Per-row errors of predictions, lower is better (the cases of lexicase selection).
-
-    Args:
-        pred: ``[pop, n_points, n_outputs]`` predictions (e.g. from :func:`evotensor.gp.evaluate`).
-        y: ``[n_points]`` / ``[n_points, n_outputs]`` targets, or ``[n_points]`` class labels.
-        metric: ``"mse" | "rmse" | "r2"``: squared error averaged over outputs; ``"accuracy"``: 1 for a
-            misclassified row, else 0; ``"cross_entropy"``: the row's loss (as
-            :func:`evotensor.gp.evaluate.fitness` defines them).
-
-    Returns:
-        float32 ``[pop, n_points]``; ``+inf`` where a prediction of the row is non-finite.
-    """
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
-    pred = jnp.asarray(pred, jnp.float32)
-    if pred.ndim != 3:
-        raise ValueError(f"pred must be [pop, n_points, n_outputs], got shape {pred.shape}")
-    y = jnp.asarray(y, jnp.float32)
-    if y.shape[0] != pred.shape[1]:
-        raise ValueError(f"y must have {pred.shape[1]} rows (pred's n_points), got shape {y.shape}")
-    yt = y.reshape(y.shape[0], -1).T  # [n_y, n_points]
-    term, bad = row_terms(jnp.moveaxis(pred, 2, 0), yt, metric)  # each [pop, n_points]
-    if metric == "accuracy":
-        err = 1.0 - term
-    elif metric == "cross_entropy":
-        err = term
-    else:
-        err = term / pred.shape[2]
-    return jnp.where((bad > 0) | ~jnp.isfinite(err), jnp.inf, err).astype(jnp.float32)
-
-
-def pagie1_data() -> tuple[np.ndarray, np.ndarray]:
-    """The Pagie-1 grid: ``X [676, 2]`` (x, y in -5..5 step 0.4) and ``y [676]`` (float32)."""
-    axis = np.round(np.arange(26) * 0.4 - 5.0, 6)  # exact grid values, no float drift
-    gx, gy = np.meshgrid(axis, axis, indexing="ij")
-    X = np.stack([gx.ravel(), gy.ravel()], axis=1)
-    y = 1.0 / (1.0 + X[:, 0] ** -4) + 1.0 / (1.0 + X[:, 1] ** -4)
-    return X.astype(np.float32), y.astype(np.float32)
-
-
-class Pagie1(SymbolicRegression):
-    """Pagie-1 on its 676-point grid (see the module docstring).
-
-    Args:
-        function_set: default :data:`EVOGP_SR_FUNCTIONS` (``+ - * / sin cos tan``, raw semantics).
-        metric: default ``"mse"`` (the EvoGP paper's measure).
-        backend, case_errors: as in :class:`SymbolicRegression`.
-
-    Attributes:
-        true_expression: the target in infix, for printing beside a discovered expression.
-    """
-
-    true_expression = "1/(1 + x0**-4) + 1/(1 + x1**-4)"
-
-    def __init__(
-        self,
-        function_set: FunctionSet | None = None,
-        metric: str = "mse",
-        backend: str = "auto",
-        case_errors: bool = False,
-    ):
-        X, y = pagie1_data()
-        fs = FunctionSet(EVOGP_SR_FUNCTIONS) if function_set is None else function_set
-        super().__init__(X, y, fs, metric=metric, backend=backend, case_errors=case_errors)
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MOVED])

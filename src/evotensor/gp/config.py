@@ -1,0 +1,294 @@
+"""The checked configuration of a :class:`~evotensor.gp.GP` and the parent selections it names.
+
+:class:`GPConfig` is a frozen dataclass validated once, at construction: every argument is checked
+there (a failed check raises :class:`evotensor.core.checks.ArgumentError`, a ``ValueError`` and a
+``TypeError``) and normalized (the selection resolved to a :class:`ParentSelection`, the operator
+registry copied, the mutation weights normalized), so the strategy only wires it.
+
+``selection=`` is a name or a callable, as pyribs resolves its rankers (``_get_ranker``): a name of
+:data:`SELECTIONS` builds the built-in selection; a :class:`ParentSelection` is used as it is; any
+other callable is a keyed selector ``fn(key, fitness [pop], n) -> int32 [n]`` on the minimized
+selection fitness, e.g. ``functools.partial(evotensor.gp.selection.tournament, size=3)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from evotensor.core.checks import (
+    ArgumentError,
+    check_choice,
+    check_fraction,
+    check_int,
+    check_positive,
+)
+from evotensor.core.strategy import check_population_size
+from evotensor.gp import selection as sel
+from evotensor.gp.metrics import check_function_set
+from evotensor.gp.variation import OperatorRegistry, default_registry
+
+__all__ = ["SELECTIONS", "GPConfig", "ParentSelection", "get_selection"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ParentSelection:
+    """How GP draws the ``n = 2 * (pop - n_elite)`` parents of a generation (recipients, then donors).
+
+    Attributes:
+        name: for ``repr`` and ``GP.selection``.
+        draw: ``n -> (shape, as_bits)`` of its slice of the generation's one random draw (raw uint32
+            bits, or float32 uniforms in ``[0, 1)``), or ``None`` (it draws nothing there).
+        select: ``(draw, fitness [pop], n, params, key) -> int32 [n]`` on the minimized selection
+            fitness (parsimony included); ``draw`` is its slice (``None`` if it has none), ``key`` a
+            key of its own when ``uses_key``, else ``None``.
+        uses_key: whether ``select`` needs a key (a selector that draws its own numbers).
+        from_cases: for a selection on per-case errors (lexicase): ``(key, case_errors [pop, n_cases],
+            n) -> int32 [n]``, called by ``tell``, which stores the parents in the state (``select``
+            is then unused). ``None`` for a selection on the fitness.
+    """
+
+    name: str
+    draw: Callable[[int], tuple[tuple[int, ...], bool] | None]
+    select: Callable[..., jax.Array]
+    uses_key: bool = False
+    from_cases: Callable[[jax.Array, jax.Array, int], jax.Array] | None = None
+
+    @property
+    def on_case_errors(self) -> bool:
+        """Whether the parents come from per-case errors (drawn by ``tell``)."""
+        return self.from_cases is not None
+
+
+def _tournament(config: GPConfig) -> ParentSelection:
+    size = config.tournament_size
+    return ParentSelection(
+        "tournament", lambda n: ((n, size), True), lambda d, f, n, p, k: sel.tournament_from_bits(d, f)
+    )
+
+
+def _truncation(config: GPConfig) -> ParentSelection:
+    rate = config.survival_rate
+    return ParentSelection(
+        "truncation", lambda n: ((n,), True), lambda d, f, n, p, k: sel.truncation_from_bits(d, f, rate)
+    )
+
+
+def _rank(config: GPConfig) -> ParentSelection:
+    def select(d, f, n, p, k):
+        return sel.inverse_cdf(d, sel.rank_probabilities(f, p.rank_pressure))
+
+    return ParentSelection("rank", lambda n: ((n,), False), select)
+
+
+def _roulette(config: GPConfig) -> ParentSelection:
+    def select(d, f, n, p, k):
+        return sel.inverse_cdf(d, sel.roulette_probabilities(f))
+
+    return ParentSelection("roulette", lambda n: ((n,), False), select)
+
+
+def _never(*_: Any) -> jax.Array:
+    raise AssertionError("a selection on per-case errors draws its parents in tell")
+
+
+def _lexicase(config: GPConfig) -> ParentSelection:
+    return ParentSelection("lexicase", lambda n: None, _never, from_cases=sel.epsilon_lexicase)
+
+
+SELECTIONS: dict[str, Callable[[GPConfig], ParentSelection]] = {
+    "truncation": _truncation,
+    "tournament": _tournament,
+    "rank": _rank,
+    "roulette": _roulette,
+    "lexicase": _lexicase,
+}
+"""The named selections: ``name -> factory(config) -> ParentSelection``."""
+
+
+def get_selection(selection: Any, config: GPConfig) -> ParentSelection:
+    """Resolve ``selection`` (a name of :data:`SELECTIONS`, a :class:`ParentSelection`, or a keyed
+    selector ``fn(key, fitness [pop], n) -> int32 [n]``) for ``config`` (see the module docstring)."""
+    if isinstance(selection, str):
+        if selection not in SELECTIONS:
+            raise ArgumentError(
+                f"selection must be one of {tuple(SELECTIONS)} or a callable, got {selection!r}"
+            )
+        return SELECTIONS[selection](config)
+    if isinstance(selection, ParentSelection):
+        return selection
+    if callable(selection):
+        name = getattr(selection, "__name__", None) or getattr(
+            getattr(selection, "func", None), "__name__", "custom"
+        )
+        return ParentSelection(name, lambda n: None, lambda d, f, n, p, k: selection(k, f, n), uses_key=True)
+    raise ArgumentError(f"selection must be one of {tuple(SELECTIONS)} or a callable, got {selection!r}")
+
+
+def _pair(value: Any, name: str) -> tuple[int, int]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+        raise ArgumentError(f"{name} must be a (min, max) pair of ints, got {value!r}")
+    return check_int(value[0], f"{name}[0]", minimum=0), check_int(value[1], f"{name}[1]", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GPConfig:
+    """Everything static about a :class:`~evotensor.gp.GP`, checked once.
+
+    Args:
+        population_size: trees per generation (``>= 2``).
+        function_set: :class:`evotensor.gp.functions.FunctionSet`.
+        n_vars: number of input variables.
+        max_len: slots per tree; the hard length cap of every operator. Default 128.
+        n_outputs: outputs of a tree (Modi nodes when ``> 1``). Default 1.
+        init_depth: ``(min, max)`` depth of the initial trees (root depth 0). Default (2, 6), gplearn.
+        init_method: ``"half_and_half"`` (default), ``"full"`` or ``"grow"``.
+        leaf_prob: grow's per-depth leaf probability (float or sequence). Default 0.3.
+        const_prob: probability that a new leaf is a constant. Default 0.5.
+        const_range: continuous range of new constants. Default (-1, 1), gplearn.
+        modi_prob: probability that a new function node is a Modi node (``n_outputs > 1``). 0.5 if
+            ``n_outputs > 1`` (EvoGP), else 0.
+        mutation_depth: ``(min, max)`` depth of the subtrees of subtree mutation. Default (0, 3).
+        selection: a name of :data:`SELECTIONS`, a :class:`ParentSelection` or a keyed selector (see
+            the module docstring). ``"truncation"`` (EvoGP's default: parents uniform among the
+            ``survival_rate`` best), ``"tournament"`` (default), ``"rank"``, ``"roulette"`` or
+            ``"lexicase"``: epsilon-lexicase (:func:`evotensor.gp.selection.epsilon_lexicase`, static
+            MAD epsilon) on per-case errors that the problem must return as
+            ``Evaluation.info = CaseErrors(case_errors=[pop, n_cases])``
+            (:class:`evotensor.gp.selection.CaseErrors`; lower is better; e.g.
+            ``SymbolicRegression(..., case_errors=True)``); ``tell`` raises if they are missing. A
+            tree with any non-finite case error gets ``+inf`` on every case, so it is never selected
+            over a tree whose errors are all finite.
+        tournament_size: Default 7.
+        survival_rate: truncation's survivor fraction, in ``(0, 1]``. Default 0.3 (EvoGP).
+        elite_rate: fraction of best trees copied unchanged, in ``[0, 1)``. Default 0.01 (EvoGP).
+        crossover: name of a crossover of ``operators``: ``"one_point"`` (default; with Koza's bias
+            ``internal_bias``) or ``"leaf_biased"``.
+        const_perturb: constant mutations perturb by ``const_sigma * N(0,1)`` (True, default) or
+            redraw uniformly in ``const_range`` (False).
+        mutation_rate: fraction of the children that are mutated, in ``[0, 1]``. Default 0.1 (EvoGP).
+        mutation_probs: relative weights of the mutations: a sequence in the registry's mutation order
+            (:data:`evotensor.gp.MUTATIONS` for the default registry; see
+            :func:`evotensor.gp.mutation_probs`) or a mapping ``{name: weight}`` (missing names: 0).
+            Default: each operator's ``weight`` (:data:`evotensor.gp.strategy.DEFAULT_MUTATION_PROBS`).
+        parsimony_coefficient: a number ``>= 0`` (the default of the dynamic
+            ``GPParams.parsimony_coefficient``; 0.0 here, gplearn's default is 0.001) or ``"auto"``
+            (gplearn's covariant coefficient, see :func:`evotensor.gp.selection.covariant_parsimony`).
+            Parents are selected on ``fitness + c * length``. Must be 0 with a selection on per-case
+            errors (lexicase), which ignores the fitness.
+        operators: the :class:`~evotensor.gp.variation.OperatorRegistry` of mutations and crossovers
+            (default :func:`~evotensor.gp.variation.default_registry`); copied, so registering on it
+            later changes nothing here.
+
+    After construction, ``selection`` is still what was given; the resolved selection is
+    ``selector``, ``parsimony_auto`` says whether the coefficient is ``"auto"``, and
+    ``mutation_probs`` holds the normalized weights (a tuple in registry order).
+    """
+
+    population_size: int
+    function_set: Any
+    n_vars: int
+    max_len: int = 128
+    n_outputs: int = 1
+    init_depth: tuple[int, int] = (2, 6)
+    init_method: str = "half_and_half"
+    leaf_prob: float | Sequence[float] = 0.3
+    const_prob: float = 0.5
+    const_range: tuple[float, float] = (-1.0, 1.0)
+    modi_prob: float | None = None
+    mutation_depth: tuple[int, int] = (0, 3)
+    selection: str | Callable[..., Any] = "tournament"
+    tournament_size: int = 7
+    survival_rate: float = 0.3
+    elite_rate: float = 0.01
+    crossover: str = "one_point"
+    const_perturb: bool = True
+    mutation_rate: float = 0.1
+    mutation_probs: Sequence[float] | Mapping[str, float] | None = None
+    parsimony_coefficient: float | str = 0.0
+    operators: OperatorRegistry | None = None
+    selector: ParentSelection = dataclasses.field(init=False, repr=False)
+    parsimony_auto: bool = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self):
+        put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen)
+        put("population_size", check_population_size(self.population_size, 2))
+        put("function_set", check_function_set(self.function_set))
+        put("n_vars", check_int(self.n_vars, "n_vars", minimum=0))
+        put("max_len", check_int(self.max_len, "max_len"))
+        put("n_outputs", check_int(self.n_outputs, "n_outputs"))
+        put("init_depth", _pair(self.init_depth, "init_depth"))
+        put("mutation_depth", _pair(self.mutation_depth, "mutation_depth"))
+        if not isinstance(self.leaf_prob, (int, float, np.floating)):
+            put("leaf_prob", tuple(self.leaf_prob))  # hashable: the generators are static
+        put("const_prob", float(self.const_prob))
+        put("const_range", tuple(float(c) for c in self.const_range))
+        if self.modi_prob is None:
+            put("modi_prob", 0.5 if self.n_outputs > 1 else 0.0)
+        put("tournament_size", check_int(self.tournament_size, "tournament_size"))
+        put("survival_rate", check_fraction(self.survival_rate, "survival_rate"))
+        if check_positive(self.elite_rate, "elite_rate", allow_zero=True) >= 1.0:
+            raise ArgumentError(f"elite_rate must be in [0, 1), got {self.elite_rate!r}")
+        put("elite_rate", float(self.elite_rate))
+        put("mutation_rate", check_fraction(self.mutation_rate, "mutation_rate", allow_zero=True))
+        put("const_perturb", bool(self.const_perturb))
+        registry = default_registry() if self.operators is None else self.operators
+        if not isinstance(registry, OperatorRegistry):
+            raise ArgumentError(f"operators must be an OperatorRegistry, got {type(registry).__name__}")
+        put("operators", registry.copy())
+        check_choice(self.crossover, "crossover", self.operators.names("crossover"))
+        put("mutation_probs", self._mutation_weights())
+        put("parsimony_coefficient", self._parsimony())
+        put("parsimony_auto", self.parsimony_coefficient == "auto")
+        put("selector", get_selection(self.selection, self))
+        name = self.selector.name
+        if self.selector.on_case_errors and self.parsimony_coefficient != 0:
+            raise ArgumentError(
+                f"parsimony_coefficient must be 0 with selection={name!r} ({name} selects on the "
+                f"per-case errors only), got {self.parsimony_coefficient!r}"
+            )
+
+    def _parsimony(self) -> float | str:
+        c = self.parsimony_coefficient
+        if isinstance(c, str) and c == "auto":
+            return c
+        try:
+            return check_positive(c, "parsimony_coefficient", allow_zero=True)
+        except ArgumentError:
+            raise ArgumentError(
+                f"parsimony_coefficient must be a finite number >= 0 or 'auto', got {c!r}"
+            ) from None
+
+    def _mutation_weights(self) -> tuple[float, ...]:
+        names = self.operators.names("mutation")
+        given = self.mutation_probs
+        if given is None:
+            given = [op.weight for op in self.operators.mutations]
+        elif isinstance(given, Mapping):
+            unknown = set(given) - set(names)
+            if unknown:
+                raise ArgumentError(
+                    f"mutation_probs names unknown mutation(s) {sorted(unknown)}; valid: {names}"
+                )
+            given = [given.get(m, 0.0) for m in names]
+        try:
+            probs = np.asarray(given, np.float64)
+        except (TypeError, ValueError):
+            probs = np.full(0, np.nan)
+        if probs.shape != (len(names),) or not np.all(probs >= 0) or not np.any(probs > 0):
+            raise ArgumentError(
+                f"mutation_probs must be {len(names)} non-negative weights (order {names}) or a "
+                f"{{name: weight}} mapping, not all zero; got {self.mutation_probs!r}"
+            )
+        return tuple(float(x) for x in probs / probs.sum())
+
+    @property
+    def n_elite(self) -> int:
+        """Trees copied unchanged: ``ceil(elite_rate * pop)``, at most ``pop - 1``."""
+        n = math.ceil(self.elite_rate * self.population_size) if self.elite_rate > 0 else 0
+        return min(n, self.population_size - 1)

@@ -1,0 +1,242 @@
+"""Symbolic-regression problems scored on GP forests.
+
+:class:`SymbolicRegression` wraps a data set ``(X, y)`` and a metric. It is a *function problem*
+(:mod:`evotensor.core.problem`): its :meth:`~SymbolicRegression.evaluate` takes the GP genotype
+itself, a :class:`evotensor.gp.Forest` ``[pop, max_len]`` (GP has no decoding step: trees are run
+on the data directly, by the fused evaluator), and returns the fitness of
+:func:`evotensor.gp.fitness`, in natural orientation (``mse``/``rmse``/``cross_entropy`` minimized,
+``r2``/``accuracy`` maximized). A tree with a non-finite prediction gets ``+inf`` (or ``-inf`` for
+maximized metrics); the run loop maps that to the worst finite value.
+
+With ``case_errors=True`` the evaluation also carries per-case (per-row) errors for lexicase
+selection (``GP(selection="lexicase")``) as ``Evaluation.info``, a
+:class:`~evotensor.gp.selection.CaseErrors` whose field ``case_errors`` is ``[pop, n_points]``, lower
+is better (:func:`per_case_errors`): the squared error averaged over outputs for the regression
+metrics, the 0/1 misclassification for ``accuracy``, the row's loss for ``cross_entropy``; ``+inf``
+on a row with a non-finite prediction. This materializes ``[pop, n_points, n_outputs]`` predictions
+(one forward pass; the fitness is then computed from them, equal to the fused fitness up to float32
+summation order), so it is off by default.
+
+:class:`Pagie1` is the Pagie-1 benchmark (Pagie & Hogeweg 1997; McDermott et al. 2012)::
+
+    f(x, y) = 1 / (1 + x**-4) + 1 / (1 + y**-4)
+
+on the 26 x 26 = 676-point grid ``x, y in {-5, -4.6, ..., 5}`` (step 0.4; 0 is not on the grid, so
+the target is finite everywhere), training MSE as fitness.
+
+These lived in ``evotensor.problems.regression`` before; that path still works for one release,
+with a ``DeprecationWarning``.
+
+Example::
+
+    problem = Pagie1()
+    forest = Forest.from_tuples([("add", ("var", 0), ("var", 1))], 16, problem.function_set)
+    problem.evaluate(key, forest).fitness      # [1] training MSE
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.core.checks import ArgumentError, check_choice
+from evotensor.core.evaluation import Evaluation
+from evotensor.gp.evaluate import BACKENDS, evaluate, fitness
+from evotensor.gp.functions import FunctionSet
+from evotensor.gp.metrics import (
+    MAXIMIZED_METRICS,
+    METRICS,
+    check_function_set,
+    check_X,
+    check_y,
+    metric_from_predictions,
+    row_terms,
+)
+from evotensor.gp.selection import CaseErrors
+
+__all__ = ["EVOGP_SR_FUNCTIONS", "Pagie1", "SymbolicRegression", "pagie1_data", "per_case_errors"]
+
+# EvoGP's function set for symbolic regression (paper Table V; its uci_sr.py example).
+EVOGP_SR_FUNCTIONS = ("add", "sub", "mul", "div", "sin", "cos", "tan")
+
+
+def _no_apply(apply: Any, method: str) -> None:
+    # Until this release the problem declared itself a policy problem and took (and ignored) an
+    # apply function; callers that still pass one keep working for one release.
+    if apply is not None:
+        warnings.warn(
+            f"SymbolicRegression.{method}() ignores apply: it is a function problem over forests "
+            "(trees run on the data directly); the apply argument will be removed",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+
+class SymbolicRegression:
+    """Fit ``y`` from ``X`` with GP trees: a function problem over forests.
+
+    Args:
+        X: ``[n_points, n_vars]`` training inputs.
+        y: ``[n_points]`` (or ``[n_points, n_outputs]``) targets; class labels ``[n_points]`` for
+            ``metric="accuracy"`` / ``"cross_entropy"``.
+        function_set: the :class:`FunctionSet` the trees are written in.
+        metric: ``"mse" | "rmse" | "r2" | "accuracy" | "cross_entropy"``.
+        n_outputs: outputs per tree (inferred from ``y`` for regression; default 1 otherwise).
+        X_test, y_test: optional held-out data for :meth:`test_evaluate`.
+        backend: evaluation path, one of :data:`evotensor.gp.evaluate.BACKENDS` (``"auto"``,
+            ``"jax"``, ``"native"``, ``"pallas"``; see :func:`evotensor.gp.evaluate`).
+        case_errors: also return per-row errors, ``info=CaseErrors(case_errors=[pop, n_points])``
+            (for lexicase selection; see the module docstring). Default False.
+
+    Attributes:
+        X, y: the training data (float32 device arrays). ``maximize``: natural orientation.
+        n_vars, n_outputs: what a tree reads and returns.
+    """
+
+    kind = "function"
+
+    def __init__(
+        self,
+        X: Any,
+        y: Any,
+        function_set: FunctionSet,
+        metric: str = "mse",
+        n_outputs: int | None = None,
+        X_test: Any = None,
+        y_test: Any = None,
+        backend: str = "auto",
+        case_errors: bool = False,
+    ):
+        if not isinstance(case_errors, (bool, np.bool_)):
+            raise ArgumentError(f"case_errors must be a bool, got {case_errors!r}")
+        check_choice(metric, "metric", METRICS)
+        check_choice(backend, "backend", BACKENDS)
+        check_function_set(function_set)
+        X = check_X(X)
+        _, self.n_outputs = check_y(y, X.shape[0], metric, n_outputs)
+        y = jnp.asarray(y, jnp.float32)
+        if (X_test is None) != (y_test is None):
+            raise ArgumentError("give both X_test and y_test, or neither")
+        if X_test is not None:
+            X_test = jnp.asarray(X_test, jnp.float32)
+            y_test = jnp.asarray(y_test, jnp.float32)
+            if X_test.ndim != 2 or X_test.shape[1] != X.shape[1] or y_test.shape[1:] != y.shape[1:]:
+                raise ArgumentError(
+                    f"X_test/y_test shapes {X_test.shape}/{y_test.shape} do not match X/y {X.shape}/{y.shape}"
+                )
+        self.function_set = function_set
+        self.metric = metric
+        self.maximize = metric in MAXIMIZED_METRICS
+        self.backend = backend
+        self.case_errors = bool(case_errors)
+        self.X, self.y = X, y
+        self.X_test, self.y_test = X_test, y_test
+        self.n_vars = X.shape[1]
+
+    def _score(self, forest: Any, X: jax.Array, y: jax.Array, with_cases: bool = False) -> Evaluation:
+        if not with_cases:
+            fit = fitness(forest, X, y, self.function_set, self.metric, self.n_outputs, backend=self.backend)
+            return Evaluation(fitness=fit)
+        pred = evaluate(forest, X, self.function_set, self.n_outputs, backend=self.backend)
+        fit = metric_from_predictions(pred, y, self.metric)
+        return Evaluation(fitness=fit, info=CaseErrors(case_errors=per_case_errors(pred, y, self.metric)))
+
+    def evaluate(self, key: jax.Array, genotypes: Any, apply: Any = None) -> Evaluation:
+        """Training fitness of a forest ``[pop, max_len]`` -> ``Evaluation(fitness [pop])``, with
+        ``info = CaseErrors(case_errors=[pop, n_points])`` when built with ``case_errors=True``.
+
+        ``key`` is unused (the data are fixed). ``apply`` is deprecated and ignored (this is a
+        function problem; passing one warns).
+        """
+        del key
+        _no_apply(apply, "evaluate")
+        return self._score(genotypes, self.X, self.y, self.case_errors)
+
+    def test_evaluate(self, genotypes: Any, apply: Any = None) -> Evaluation:
+        """The same metric on the held-out data: ``Evaluation(fitness [pop])``."""
+        _no_apply(apply, "test_evaluate")
+        if self.X_test is None:
+            raise ValueError("this problem has no test data (pass X_test and y_test)")
+        return self._score(genotypes, self.X_test, self.y_test)
+
+    def predict(self, forest: Any, X: Any = None) -> jax.Array:
+        """Predictions ``[pop, n_points, n_outputs]`` on ``X [n_points, n_vars]`` (default: the
+        training inputs)."""
+        X = self.X if X is None else X
+        return evaluate(forest, X, self.function_set, self.n_outputs, backend=self.backend)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(n_points={self.X.shape[0]}, n_vars={self.n_vars}, "
+            f"metric={self.metric!r}, function_set={self.function_set!r})"
+        )
+
+
+def per_case_errors(pred: Any, y: Any, metric: str = "mse") -> jax.Array:
+    """Per-row errors of predictions, lower is better (the cases of lexicase selection).
+
+    Args:
+        pred: ``[pop, n_points, n_outputs]`` predictions (e.g. from :func:`evotensor.gp.evaluate`).
+        y: ``[n_points]`` / ``[n_points, n_outputs]`` targets, or ``[n_points]`` class labels.
+        metric: ``"mse" | "rmse" | "r2"``: squared error averaged over outputs; ``"accuracy"``: 1 for a
+            misclassified row, else 0; ``"cross_entropy"``: the row's loss (as
+            :mod:`evotensor.gp.metrics` defines them).
+
+    Returns:
+        float32 ``[pop, n_points]``; ``+inf`` where a prediction of the row is non-finite.
+    """
+    check_choice(metric, "metric", METRICS)
+    pred = jnp.asarray(pred, jnp.float32)
+    if pred.ndim != 3:
+        raise ArgumentError(f"pred must be [pop, n_points, n_outputs], got shape {pred.shape}")
+    y = jnp.asarray(y, jnp.float32)
+    if y.shape[0] != pred.shape[1]:
+        raise ArgumentError(f"y must have {pred.shape[1]} rows (pred's n_points), got shape {y.shape}")
+    yt = y.reshape(y.shape[0], -1).T  # [n_y, n_points]
+    term, bad = row_terms(jnp.moveaxis(pred, 2, 0), yt, metric)  # each [pop, n_points]
+    if metric == "accuracy":
+        err = 1.0 - term
+    elif metric == "cross_entropy":
+        err = term
+    else:
+        err = term / pred.shape[2]
+    return jnp.where((bad > 0) | ~jnp.isfinite(err), jnp.inf, err).astype(jnp.float32)
+
+
+def pagie1_data() -> tuple[np.ndarray, np.ndarray]:
+    """The Pagie-1 grid: ``X [676, 2]`` (x, y in -5..5 step 0.4) and ``y [676]`` (float32)."""
+    axis = np.round(np.arange(26) * 0.4 - 5.0, 6)  # exact grid values, no float drift
+    gx, gy = np.meshgrid(axis, axis, indexing="ij")
+    X = np.stack([gx.ravel(), gy.ravel()], axis=1)
+    y = 1.0 / (1.0 + X[:, 0] ** -4) + 1.0 / (1.0 + X[:, 1] ** -4)
+    return X.astype(np.float32), y.astype(np.float32)
+
+
+class Pagie1(SymbolicRegression):
+    """Pagie-1 on its 676-point grid (see the module docstring).
+
+    Args:
+        function_set: default :data:`EVOGP_SR_FUNCTIONS` (``+ - * / sin cos tan``, raw semantics).
+        metric: default ``"mse"`` (the EvoGP paper's measure).
+        backend, case_errors: as in :class:`SymbolicRegression`.
+
+    Attributes:
+        true_expression: the target in infix, for printing beside a discovered expression.
+    """
+
+    true_expression = "1/(1 + x0**-4) + 1/(1 + x1**-4)"
+
+    def __init__(
+        self,
+        function_set: FunctionSet | None = None,
+        metric: str = "mse",
+        backend: str = "auto",
+        case_errors: bool = False,
+    ):
+        X, y = pagie1_data()
+        fs = FunctionSet(EVOGP_SR_FUNCTIONS) if function_set is None else function_set
+        super().__init__(X, y, fs, metric=metric, backend=backend, case_errors=case_errors)
