@@ -1,5 +1,6 @@
-"""The CMA-ES emitter of CMA-ME / CMA-MAE (evotensor.qd.emitters.evolution_strategy) against
-written-out references of pyribs' rules (rankers, parent selection, CMA update, restarts)."""
+"""The CMA-ES emitter of CMA-ME / CMA-MAE (evotensor.qd.emitters.cma_es, pyribs'
+EvolutionStrategyEmitter) against written-out references of pyribs' rules (rankers, parent
+selection, CMA update, restarts); its old names still resolve, with a DeprecationWarning."""
 
 import dataclasses
 import functools
@@ -12,9 +13,9 @@ import pytest
 
 import evotensor
 from evotensor.core.evaluation import Evaluation
-from evotensor.es.cma_es import CMAESState, cma_update, params_from_constants
+from evotensor.es.core.cma import CMAESState, cma_update, params_from_constants
 from evotensor.qd import AddInfo, GridArchive, MAPElites
-from evotensor.qd.emitters.evolution_strategy import EvolutionStrategyEmitter
+from evotensor.qd.emitters.cma_es import CMAESEmitter
 
 RANGES = [(-1.0, 1.0), (0.0, 4.0)]
 
@@ -43,7 +44,7 @@ def small_archive(dims=4):
 @functools.cache
 def es(dims, sigma0, batch_size, **kwargs):
     """One emitter per configuration, so the jitted calls above compile once per configuration."""
-    return EvolutionStrategyEmitter(np.zeros(dims), sigma0, batch_size=batch_size, **kwargs)
+    return CMAESEmitter(np.zeros(dims), sigma0, batch_size=batch_size, **kwargs)
 
 
 @functools.cache
@@ -94,7 +95,7 @@ def reference_order(ranker, projection):
 @pytest.mark.parametrize("ranker", ["imp", "2imp", "obj", "2obj", "rd", "2rd"])
 def test_ranker_order_matches_the_written_out_sort_keys(ranker):
     archive = small_archive()
-    emitter = EvolutionStrategyEmitter(np.zeros(4), 0.5, ranker=ranker, batch_size=len(STATUS))
+    emitter = CMAESEmitter(np.zeros(4), 0.5, ranker=ranker, batch_size=len(STATUS))
     state = emitter.init(jax.random.key(1), archive)
     direction = np.asarray(state.direction, np.float64)
     projection = np.array([m @ direction for m in MEASURES.astype(np.float64)])
@@ -195,7 +196,7 @@ def skewed_state(n, seed=0):
 
 def test_recomputed_constants_are_pyribs_for_every_number_of_parents():
     n, batch = 5, 9
-    emitter = EvolutionStrategyEmitter(np.zeros(n), 0.5, batch_size=batch)
+    emitter = CMAESEmitter(np.zeros(n), 0.5, batch_size=batch)
     cma_params = jax.jit(emitter.cma_params)  # one compile for a traced number of parents
     for k in range(1, batch + 1):
         params = cma_params(k)
@@ -272,7 +273,7 @@ def test_filter_with_nothing_added_skips_the_update_but_counts_the_generation():
 def test_lazy_eigendecomposition_follows_pyribs_gap():
     n, batch = 30, 8  # gap 0.5 / ((c1 + cmu) n) = 4.2 generations: decompose after 5
     archive = GridArchive(solution_dim=n, dims=(4, 4), ranges=RANGES)
-    emitter = EvolutionStrategyEmitter(np.zeros(n), 0.3, restart_rule="basic", batch_size=batch)
+    emitter = CMAESEmitter(np.zeros(n), 0.3, restart_rule="basic", batch_size=batch)
     c = pyribs_constants(batch // 2, n)
     assert emitter.lazy_gap == math.floor(0.5 / ((c["c_1"] + c["c_mu"]) * n)) + 1 == 5
     state, arch = emitter.init(jax.random.key(0), archive), filled(archive)
@@ -380,7 +381,7 @@ def test_cma_stopping_criteria_restart_under_every_rule():
 
 
 def test_bounds_resample_rather_than_clip():
-    emitter = EvolutionStrategyEmitter(np.zeros(3), 0.3, batch_size=64, bounds=(-0.3, 0.3))
+    emitter = CMAESEmitter(np.zeros(3), 0.3, batch_size=64, bounds=(-0.3, 0.3))
     archive = small_archive(3)
     state = emitter.init(jax.random.key(0), archive)
     x, _ = jask(emitter, jax.random.key(1), state, archive, archive.init())
@@ -388,7 +389,7 @@ def test_bounds_resample_rather_than_clip():
     assert np.all(np.abs(x) <= 0.3)
     assert not np.any(np.abs(x) == np.float32(0.3))  # a clip would pile ~70% of rows onto the faces
     # hopeless bounds (a point away from the mean): clipped after the resampling budget
-    stuck = EvolutionStrategyEmitter(np.zeros(3), 0.3, batch_size=8, bounds=(0.5, 0.5))
+    stuck = CMAESEmitter(np.zeros(3), 0.3, batch_size=8, bounds=(0.5, 0.5))
     x, _ = jask(stuck, jax.random.key(1), stuck.init(jax.random.key(0), archive), archive, archive.init())
     np.testing.assert_array_equal(x, np.full((8, 3), 0.5, np.float32))
 
@@ -415,7 +416,7 @@ def grid(**kwargs):
 
 def test_cma_me_beats_random_sampling_with_the_same_budget():
     dims, gens, sigma0 = 10, 40, 0.2
-    emitters = [EvolutionStrategyEmitter(np.zeros(dims), sigma0, batch_size=16) for _ in range(2)]
+    emitters = [CMAESEmitter(np.zeros(dims), sigma0, batch_size=16) for _ in range(2)]
     me = MAPElites(grid(qd_score_offset=-10.0), emitters)
     result = evotensor.run(me, Sphere(), gens, jax.random.key(0), progress=False)
     stats = me.archive.stats(result.state.archive)
@@ -431,7 +432,7 @@ def test_cma_me_beats_random_sampling_with_the_same_budget():
 def test_cma_mae_runs_without_nan_and_fills_its_result_archive():
     dims = 10
     emitters = [
-        EvolutionStrategyEmitter(
+        CMAESEmitter(
             np.zeros(dims), 0.2, ranker="imp", selection_rule="mu", restart_rule="basic", batch_size=16
         )
         for _ in range(2)
@@ -450,7 +451,7 @@ def test_cma_mae_runs_without_nan_and_fills_its_result_archive():
 
 def test_jit_and_vmap_over_seeds_match_separate_runs():
     archive = small_archive(3)
-    emitter = EvolutionStrategyEmitter(np.zeros(3), 0.5, ranker="2rd", batch_size=6, bounds=(-2.0, 2.0))
+    emitter = CMAESEmitter(np.zeros(3), 0.5, ranker="2rd", batch_size=6, bounds=(-2.0, 2.0))
 
     def run(key):
         state = emitter.init(key, archive)
@@ -482,13 +483,26 @@ def test_jit_and_vmap_over_seeds_match_separate_runs():
 
 def test_rejects_bad_arguments():
     with pytest.raises(ValueError, match="ranker"):
-        EvolutionStrategyEmitter(np.zeros(3), 0.5, ranker="nov")
+        CMAESEmitter(np.zeros(3), 0.5, ranker="nov")
     with pytest.raises(ValueError, match="selection_rule"):
-        EvolutionStrategyEmitter(np.zeros(3), 0.5, selection_rule="best")
+        CMAESEmitter(np.zeros(3), 0.5, selection_rule="best")
     with pytest.raises(ValueError, match="restart_rule"):
-        EvolutionStrategyEmitter(np.zeros(3), 0.5, restart_rule=0)
+        CMAESEmitter(np.zeros(3), 0.5, restart_rule=0)
     with pytest.raises(ValueError, match="sigma0"):
-        EvolutionStrategyEmitter(np.zeros(3), 0.0)
-    assert EvolutionStrategyEmitter(np.zeros(10), 0.5).batch_size == 4 + int(3 * math.log(10))
+        CMAESEmitter(np.zeros(3), 0.0)
+    assert CMAESEmitter(np.zeros(10), 0.5).batch_size == 4 + int(3 * math.log(10))
     with pytest.raises(ValueError, match="x0 has 3"):
-        EvolutionStrategyEmitter(np.zeros(3), 0.5).init(jax.random.key(0), small_archive(4))
+        CMAESEmitter(np.zeros(3), 0.5).init(jax.random.key(0), small_archive(4))
+
+
+def test_old_names_are_deprecated_aliases():
+    import importlib
+
+    from evotensor.qd.emitters.cma_es import CMAESEmitterState
+
+    old_module = importlib.import_module("evotensor.qd.emitters.evolution_strategy")
+    for module in (evotensor.qd, evotensor.qd.emitters, old_module):
+        with pytest.warns(DeprecationWarning, match="CMAESEmitter"):
+            assert module.EvolutionStrategyEmitter is CMAESEmitter
+    with pytest.warns(DeprecationWarning, match="CMAESEmitterState"):
+        assert old_module.EvolutionStrategyEmitterState is CMAESEmitterState
