@@ -68,6 +68,12 @@ def test_check_choice_and_non_numbers():
     with pytest.raises(ArgumentError, match="lr must be a number"):
         check_positive("0.1", "lr")
     assert check_positive(np.array(2.0), "lr") == 2.0
+    import jax.numpy as jnp
+
+    assert check_positive(jnp.float32(0.5), "lr") == 0.5  # a 0-d JAX array is a number too
+    for bad in (np.array([1.0]), np.array(True), 1j, jnp.zeros(2)):
+        with pytest.raises(ArgumentError, match="lr must be a number"):
+            check_positive(bad, "lr")
 
 
 def test_check_ranges():
@@ -82,5 +88,5 @@ def test_check_ranges():
     ]:
         with pytest.raises(ArgumentError, match=match):
             check_ranges(bad)
-    with pytest.raises(ArgumentError, match="bounds must have 3"):
+    with pytest.raises(ArgumentError, match="bounds has 1 pairs but must have 3"):
         check_ranges([(0, 1)], "bounds", count=3)

@@ -109,6 +109,24 @@ def test_ranker_order_matches_the_written_out_sort_keys(ranker):
     np.testing.assert_allclose(np.asarray(values), want, rtol=1e-6)
 
 
+def test_a_user_ranker_orders_the_batch_by_its_own_key():
+    from evotensor.qd.emitters import Ranker, get_ranker
+
+    # rank by the first measure, lowest first, with status groups first (a two-stage rule of our own)
+    lowest_first = Ranker(
+        "low-m0", lambda objective, measures, info, direction: -measures[:, 0], two_stage=True
+    )
+    assert get_ranker(lowest_first) is lowest_first and get_ranker("2imp").two_stage
+    emitter = CMAESEmitter(np.zeros(4), 0.5, ranker=lowest_first, batch_size=len(STATUS))
+    state = emitter.init(jax.random.key(1), small_archive())
+    assert not np.asarray(state.direction).any()  # it asked for no direction
+    order, _ = emitter.rank(state, jnp.asarray(OBJECTIVE), jnp.asarray(MEASURES), add_info(STATUS, VALUE))
+    key = np.nan_to_num(-MEASURES[:, 0].astype(np.float64), nan=-np.inf)  # NaN keys rank last
+    expected = sorted(range(len(STATUS)), key=lambda i: (-int(STATUS[i]), -key[i], i))
+    assert np.asarray(order).tolist() == expected
+    assert "low-m0" in repr(emitter)
+
+
 def test_random_direction_is_a_gaussian_scaled_by_the_ranges_and_redrawn_on_restart():
     archive = small_archive()
     emitter = es(4, 0.5, 6, ranker="2rd")

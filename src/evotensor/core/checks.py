@@ -29,10 +29,17 @@ class ArgumentError(ValueError, TypeError):
 
 
 def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        if not (isinstance(value, np.ndarray) and value.ndim == 0 and np.issubdtype(value.dtype, np.number)):
-            raise ArgumentError(f"{name} must be a number, got {value!r}")
-    return float(value)
+    """A real number: a Python/NumPy scalar or a 0-d NumPy/JAX array of a real dtype (not a bool or
+    a string)."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise ArgumentError(f"{name} must be a number, got {value!r}")
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return float(value)
+    dtype = getattr(value, "dtype", None)
+    if getattr(value, "shape", None) == () and dtype is not None and np.issubdtype(dtype, np.number):
+        if not np.issubdtype(dtype, np.complexfloating):
+            return float(value)
+    raise ArgumentError(f"{name} must be a number, got {value!r}")
 
 
 def check_int(value: Any, name: str, minimum: int | None = 1, maximum: int | None = None) -> int:
@@ -86,5 +93,5 @@ def check_ranges(
             raise ArgumentError(f"{name}[{i}] must be finite with low < high, got {pair!r}")
         out.append((low, high))
     if count is not None and len(out) != count:
-        raise ArgumentError(f"{name} must have {count} (low, high) pairs, got {len(out)}")
+        raise ArgumentError(f"{name} has {len(out)} pairs but must have {count}")
     return tuple(out)

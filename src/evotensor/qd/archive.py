@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core import rng
+from evotensor.core.checks import check_ranges
 from evotensor.core.numerics import deterministic_segment_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.centroids import kmeans_centroids, nearest_centroid
@@ -89,21 +90,6 @@ def _check_solution_dim(solution_dim: Any) -> int:
     if isinstance(solution_dim, bool) or not isinstance(solution_dim, (int, np.integer)) or solution_dim < 1:
         raise ValueError(f"solution_dim must be a positive int, got {solution_dim!r}")
     return int(solution_dim)
-
-
-def _check_ranges(ranges: Any, measure_dim: int | None = None) -> tuple[tuple[float, float], ...]:
-    try:
-        out = tuple((float(lo), float(hi)) for lo, hi in ranges)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"ranges must be a sequence of (low, high) pairs, got {ranges!r}") from err
-    if not out:
-        raise ValueError("ranges must have at least one (low, high) pair")
-    for i, (lo, hi) in enumerate(out):
-        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-            raise ValueError(f"ranges[{i}] must be finite with low < high, got {(lo, hi)}")
-    if measure_dim is not None and len(out) != measure_dim:
-        raise ValueError(f"ranges has {len(out)} pairs but the archive has {measure_dim} measures")
-    return out
 
 
 def _check_cma_mae(learning_rate: Any, threshold_min: Any) -> tuple[float, float]:
@@ -370,7 +356,7 @@ class GridArchive(Archive):
         if not dims:
             raise ValueError("dims must have at least one entry")
         self.dims = tuple(int(d) for d in dims)
-        self.ranges = _check_ranges(ranges, len(self.dims))
+        self.ranges = check_ranges(ranges, "ranges", count=len(self.dims))
         self.epsilon = float(epsilon)
         if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
             raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
@@ -469,7 +455,7 @@ class CVTArchive(Archive):
         **kwargs: Any,
     ):
         super().__init__(solution_dim=solution_dim, **kwargs)
-        self.ranges = _check_ranges(ranges)
+        self.ranges = check_ranges(ranges)
         if isinstance(centroids, (int, np.integer)) and not isinstance(centroids, bool):
             centroids, _ = kmeans_centroids(
                 jax.random.key(seed), int(centroids), self.ranges, samples=samples

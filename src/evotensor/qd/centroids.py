@@ -26,33 +26,10 @@ import numpy as np
 from jax import lax
 
 from evotensor.core import rng
+from evotensor.core.checks import check_int, check_ranges
 from evotensor.core.numerics import deterministic_segment_sum, exact_sum
 
 _UNIT_ROUNDOFF = 2.0**-24  # float32
-
-
-def _check_ranges(ranges: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
-    """``ranges`` as a tuple of finite ``(low, high)`` float pairs with ``low < high``."""
-    if isinstance(ranges, (str, bytes)) or not hasattr(ranges, "__len__") or len(ranges) < 1:
-        raise ValueError(f"ranges must be a non-empty sequence of (low, high) pairs, got {ranges!r}")
-    checked = []
-    for i, pair in enumerate(ranges):
-        values = tuple(pair) if hasattr(pair, "__len__") and not isinstance(pair, (str, bytes)) else ()
-        if len(values) != 2 or not all(isinstance(v, (int, float, np.integer, np.floating)) for v in values):
-            raise TypeError(f"ranges[{i}] must be a (low, high) pair of numbers, got {pair!r}")
-        low, high = float(values[0]), float(values[1])
-        if not (math.isfinite(low) and math.isfinite(high) and low < high):
-            raise ValueError(f"ranges[{i}] must be finite with low < high, got {pair!r}")
-        checked.append((low, high))
-    return tuple(checked)
-
-
-def _check_positive_int(value, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def grid_centroids(dims: Sequence[int], ranges: Sequence[tuple[float, float]]) -> jax.Array:
@@ -69,8 +46,8 @@ def grid_centroids(dims: Sequence[int], ranges: Sequence[tuple[float, float]]) -
     """
     if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__") or len(dims) < 1:
         raise ValueError(f"dims must be a non-empty sequence of ints, got {dims!r}")
-    dims = tuple(_check_positive_int(n, f"dims[{i}]") for i, n in enumerate(dims))
-    ranges = _check_ranges(ranges)
+    dims = tuple(check_int(n, f"dims[{i}]") for i, n in enumerate(dims))
+    ranges = check_ranges(ranges)
     if len(dims) != len(ranges):
         raise ValueError(f"dims and ranges must have the same length, got {len(dims)} and {len(ranges)}")
     # float64 on the host, rounded once to float32: each centre is the nearest float32 to the true one
@@ -128,7 +105,7 @@ def nearest_centroid(points: jax.Array, centroids: jax.Array, *, chunk_size: int
     num, dim = centroids.shape
     if num < 1 or dim < 1:
         raise ValueError(f"centroids must be [C, D] with C >= 1 and D >= 1, got {centroids.shape}")
-    chunk = min(_check_positive_int(chunk_size, "chunk_size"), num, 2**24)
+    chunk = min(check_int(chunk_size, "chunk_size"), num, 2**24)
     num_chunks = -(-num // chunk)
     batch = points.shape[0]
 
@@ -259,17 +236,17 @@ def kmeans_centroids(
     Returns:
         ``(centroids [k, D], samples [n, D])``, float32.
     """
-    ranges = _check_ranges(ranges)
+    ranges = check_ranges(ranges)
     dim = len(ranges)
-    num_centroids = _check_positive_int(num_centroids, "num_centroids")
-    iterations = _check_positive_int(iterations, "iterations", minimum=0)
+    num_centroids = check_int(num_centroids, "num_centroids")
+    iterations = check_int(iterations, "iterations", minimum=0)
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating, np.integer)):
         raise TypeError(f"tol must be a number, got {tol!r}")
     if not (math.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol must be finite and >= 0, got {tol}")
     sample_key, init_key = jax.random.split(key)
     if isinstance(samples, (int, np.integer)) and not isinstance(samples, bool):
-        n = _check_positive_int(samples, "samples")
+        n = check_int(samples, "samples")
         low, high = (jnp.asarray(v, jnp.float32) for v in zip(*ranges))
         points = rng.uniform(sample_key, (n, dim), jnp.float32, low, high)
     else:

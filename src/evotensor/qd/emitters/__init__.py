@@ -8,14 +8,18 @@ from evotensor.qd.emitters.base import Emitter, VariationEmitter
 from evotensor.qd.emitters.cma_es import CMAESEmitter, CMAESEmitterState
 from evotensor.qd.emitters.gaussian import GaussianEmitter
 from evotensor.qd.emitters.iso_line import IsoLineEmitter
+from evotensor.qd.emitters.rankers import BUILTIN_RANKERS, Ranker, get_ranker
 
 __all__ = [
+    "BUILTIN_RANKERS",
     "CMAESEmitter",
     "CMAESEmitterState",
     "Emitter",
     "GaussianEmitter",
     "IsoLineEmitter",
+    "Ranker",
     "VariationEmitter",
+    "get_ranker",
 ]
 
 # EvolutionStrategyEmitter(State): the CMA-ES emitter's old names, deprecated

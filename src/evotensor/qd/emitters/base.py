@@ -13,7 +13,6 @@ improvement value against the archive before it), so ranking emitters need no co
 
 from __future__ import annotations
 
-import math
 from typing import Any, Protocol, runtime_checkable
 
 import jax
@@ -47,17 +46,6 @@ class Emitter(Protocol):
         measures: jax.Array,
         info: AddInfo,
     ) -> Any: ...
-
-
-def check_positive(value: Any, name: str) -> float:
-    """A finite float > 0 (a scalar step size)."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}") from err
-    if not (math.isfinite(value) and value > 0.0):
-        raise ValueError(f"{name} must be finite and > 0, got {value}")
-    return value
 
 
 class VariationEmitter:

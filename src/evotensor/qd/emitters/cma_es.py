@@ -90,8 +90,9 @@ from evotensor.core.strategy import check_population_size
 from evotensor.es.core import cma
 from evotensor.es.core.base import default_population_size, float_dtype
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
+from evotensor.qd.emitters.rankers import BUILTIN_RANKERS, Ranker, get_ranker
 
-RANKERS = ("imp", "2imp", "obj", "2obj", "rd", "2rd")
+RANKERS = tuple(BUILTIN_RANKERS)  # the built-in rankers' names (see evotensor.qd.emitters.rankers)
 SELECTION_RULES = ("filter", "mu")
 RESTART_RULES = ("no_improvement", "basic")
 # pyribs' check_stop tolerances (ribs/emitters/opt/_cma_es.py l. 163-177)
@@ -141,7 +142,8 @@ class CMAESEmitter:
         x0: ``[dims]`` initial mean (and the restart point while the archive is empty).
         sigma0: initial (and restart) step size, > 0.
         ranker: ``"2imp"`` (default, CMA-ME's improvement emitter), ``"imp"`` (CMA-MAE), ``"obj"``,
-            ``"2obj"`` (optimizing emitter), ``"rd"``, ``"2rd"`` (random direction emitter).
+            ``"2obj"`` (optimizing emitter), ``"rd"``, ``"2rd"`` (random direction emitter), or a
+            :class:`~evotensor.qd.emitters.rankers.Ranker` of your own.
         selection_rule: ``"filter"`` (parents: as many top-ranked solutions as were added) or
             ``"mu"`` (the top ``batch_size // 2``).
         restart_rule: ``"no_improvement"`` (restart when nothing of the batch was added),
@@ -162,7 +164,7 @@ class CMAESEmitter:
         x0: Any,
         sigma0: float,
         *,
-        ranker: str = "2imp",
+        ranker: str | Ranker = "2imp",
         selection_rule: str = "filter",
         restart_rule: str | int = "no_improvement",
         batch_size: int | None = None,
@@ -174,7 +176,7 @@ class CMAESEmitter:
         self.x0 = jnp.asarray(x0)
         self.solution_dim = n = x0.size
         self.sigma0 = check_positive(sigma0, "sigma0")
-        self.ranker = check_choice(ranker, "ranker", RANKERS)
+        self.ranker = get_ranker(ranker)
         self.selection_rule = check_choice(selection_rule, "selection_rule", SELECTION_RULES)
         if isinstance(restart_rule, (int, np.integer)) and not isinstance(restart_rule, bool):
             restart_rule = check_int(restart_rule, "restart_rule")
@@ -213,11 +215,11 @@ class CMAESEmitter:
     # -- helpers ---------------------------------------------------------------------------------
     def _direction(self, key: jax.Array, archive: Archive) -> jax.Array:
         """``[measure_dim]``: ``N(0, I) * (high - low)`` for the random-direction rankers, else 0."""
-        if self.ranker not in ("rd", "2rd"):
+        if not self.ranker.uses_direction:
             return jnp.zeros((archive.measure_dim,), jnp.float32)
         ranges = getattr(archive, "ranges", None)
         if ranges is None:
-            raise ValueError(f"ranker {self.ranker!r} needs an archive with measure ranges")
+            raise ValueError(f"ranker {self.ranker.name!r} needs an archive with measure ranges")
         size = jnp.asarray([hi - lo for lo, hi in ranges], jnp.float32)
         return rng.normal(key, (archive.measure_dim,), jnp.float32) * size
 
@@ -279,24 +281,7 @@ class CMAESEmitter:
         ``[B, 2]`` (status, key) for two-stage ones. Descending keys; NaN keys rank last; ties go
         to the lower batch position.
         """
-        if self.ranker in ("imp", "2imp"):
-            primary = jnp.asarray(info.value, jnp.float32)
-        elif self.ranker in ("obj", "2obj"):
-            primary = jnp.asarray(objective, jnp.float32)
-        else:
-            # HIGHEST: exact float32 on GPUs (default there: TF32), so ranks match the CPU's
-            m = jnp.asarray(measures, jnp.float32)
-            primary = jnp.matmul(m, state.direction, precision=lax.Precision.HIGHEST)
-        key = jnp.where(jnp.isnan(primary), -jnp.inf, primary)
-        position = jnp.arange(key.shape[0], dtype=jnp.int32)
-        if self.ranker.startswith("2"):
-            status = jnp.asarray(info.status, jnp.int32)
-            order = lax.sort((-status, -key, position), num_keys=3)[-1]
-            values = jnp.stack([status.astype(jnp.float32), primary], axis=-1)
-        else:
-            order = lax.sort((-key, position), num_keys=2)[-1]
-            values = primary
-        return order, values
+        return self.ranker.order(objective, measures, info, state.direction)
 
     def tell(
         self,
@@ -371,6 +356,6 @@ class CMAESEmitter:
     def __repr__(self) -> str:
         return (
             f"CMAESEmitter(solution_dim={self.solution_dim}, sigma0={self.sigma0}, "
-            f"ranker={self.ranker!r}, selection_rule={self.selection_rule!r}, "
+            f"ranker={self.ranker.name!r}, selection_rule={self.selection_rule!r}, "
             f"restart_rule={self.restart_rule!r}, batch_size={self.batch_size})"
         )

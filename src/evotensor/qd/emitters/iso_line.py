@@ -8,8 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import check_positive
 from evotensor.qd.archive import Archive, ArchiveState
-from evotensor.qd.emitters.base import VariationEmitter, check_positive
+from evotensor.qd.emitters.base import VariationEmitter
 
 
 class IsoLineEmitter(VariationEmitter):
