@@ -11,23 +11,29 @@ nodes) over EvoGP's symbolic-regression function set ``+ - * / sin cos tan`` and
 set ``+ - * /``. All engines score the *same* trees on the *same* data:
 
 * evotensor: :func:`evotensor.gp.fitness` on each of ``--backends`` (the native C++ and the plain-JAX
-  CPU paths; best of ``--repeats``);
+  CPU paths; compiled once before the timed rounds, compile time reported apart);
 * gplearn 0.4: ``_Program.raw_fitness`` per program (its evaluation loop; one process);
 * Operon (pyoperon): ``EvaluateTrees`` on 1 and on all threads, plus the MSE in NumPy;
 * DEAP 1.4: what its symbolic-regression example does per individual, ``gp.compile`` of the
   ``PrimitiveTree`` to a Python lambda, then one call on the whole data with NumPy (raw ``+ - * /
   sin cos tan``) and the MSE; compile + evaluation are timed together (one process).
 
-Both wall time and process CPU time are reported (best of the repeats): on a shared machine the
-CPU time is the steadier figure (for multi-threaded runs it sums the threads).
+Side by side, alternating: for each data set x function set x population, the competitors are
+prepared once in a worker process of the competitor venv (``--competitor-python``, default the ``gp``
+venv of ``bench_venvs.py``, ``make bench-venvs VENVS=gp``; this script calls itself there with
+``--worker``), evotensor's backends are compiled in this process, and then ``--repeats`` rounds time
+one fitness pass of every engine each, in an order rotated by the round (A B C, B C A, ...), so load
+on the shared machine hits all engines alike. Reported: the median (and range) over the rounds of
+wall time and process CPU time; GPops per CPU-second is the steadier figure on a shared machine (it
+sums the threads of multi-threaded engines). Beside it, "agree" is the fraction of trees whose MSE
+matches evotensor's first backend (relative 1e-3, or both non-finite): a check that the engines
+compute the same thing (gplearn's protected ``/`` and ``tan`` cannot agree everywhere).
 
-The competitors run in a separate venv (``--competitor-python``, default
-the ``gp`` venv of ``bench_venvs.py``, ``make bench-venvs VENVS=gp``); this script calls
-itself there with ``--worker``. Usage::
+Usage::
 
     .venv/bin/python benchmarks/gp_eval.py                 # everything
+    .venv/bin/python benchmarks/gp_eval.py --data random4096 --backends native --competitors operon
     .venv/bin/python benchmarks/gp_eval.py --pops 1000 --sets sr --no-competitors
-    .venv/bin/python benchmarks/gp_eval.py --competitors deap
 """
 
 from __future__ import annotations
@@ -138,17 +144,15 @@ def _infix(tokens, pos=0):
     return f"{payload}({args[0]})", pos
 
 
-def _best_time(fn, repeats):
-    best = best_cpu = np.inf
-    for _ in range(repeats):
-        t, c = time.perf_counter(), time.process_time()
-        fn()
-        best = min(best, time.perf_counter() - t)
-        best_cpu = min(best_cpu, time.process_time() - c)
-    return {"seconds": best, "cpu_seconds": best_cpu}
+class _Timer:
+    def __init__(self):
+        self.t, self.c = time.perf_counter(), time.process_time()
+
+    def read(self):
+        return {"seconds": time.perf_counter() - self.t, "cpu_seconds": time.process_time() - self.c}
 
 
-def deap_fitness(trees, names, X, y, repeats):
+def prepare_deap(trees, names, X, y):
     """DEAP: compile each tree (``gp.compile``) and evaluate it on all rows with NumPy, + MSE."""
     import operator
 
@@ -176,31 +180,12 @@ def deap_fitness(trees, names, X, y, repeats):
 
     def run():
         with np.errstate(all="ignore"):
-            for ind in individuals:
-                pred = gp.compile(ind, pset)(*cols)
-                np.mean((pred - yy) ** 2)
+            return np.array([np.mean((gp.compile(ind, pset)(*cols) - yy) ** 2) for ind in individuals])
 
-    out = _best_time(run, max(1, repeats // 2))
-    out["version"] = deap.__version__
-    return out
+    return {"deap": (run, {"version": deap.__version__})}
 
 
-def worker(path, repeats, engines):
-    data = np.load(path)
-    names = tuple(str(n) for n in data["names"])
-    X, y = data["X"], data["y"]
-    trees = [prefix_tokens(o, v, s, names) for o, v, s in zip(data["opcode"], data["value"], data["size"])]
-    out = {}
-    if "gplearn" in engines:
-        out["gplearn"] = gplearn_fitness(trees, names, X, y, repeats)
-    if "operon" in engines:
-        out.update(operon_fitness(trees, X, y, repeats))
-    if "deap" in engines:
-        out["deap"] = deap_fitness(trees, names, X, y, repeats)
-    print(json.dumps(out))
-
-
-def gplearn_fitness(trees, names, X, y, repeats):
+def prepare_gplearn(trees, names, X, y):
     import gplearn
     from gplearn import functions as gf
     from gplearn._program import _Program
@@ -237,42 +222,93 @@ def gplearn_fitness(trees, names, X, y, repeats):
             )
         )
     weights = np.ones(len(y))
-    best = best_cpu = np.inf
-    for _ in range(max(1, repeats // 2)):
-        t, c = time.perf_counter(), time.process_time()
-        for p in programs:
-            p.raw_fitness(X.astype(np.float64), y.astype(np.float64), weights)
-        best = min(best, time.perf_counter() - t)
-        best_cpu = min(best_cpu, time.process_time() - c)
-    return {"seconds": best, "cpu_seconds": best_cpu, "version": gplearn.__version__}
+    X64, y64 = X.astype(np.float64), y.astype(np.float64)
+
+    def run():
+        return np.array([p.raw_fitness(X64, y64, weights) for p in programs])
+
+    return {"gplearn": (run, {"version": gplearn.__version__})}
 
 
-def operon_fitness(trees, X, y, repeats):
-    out = {}
+def prepare_operon(trees, X, y):
+    from importlib.metadata import version
+
     import pyoperon as op
 
-    ds = op.Dataset(np.asfortranarray(X))
+    ds = op.Dataset(np.asfortranarray(X, dtype=np.float64))
     varmap = {v.Name: v.Hash for v in ds.Variables}
     otrees = [op.InfixParser.Parse(_infix(t)[0], varmap) for t in trees]
     lengths = sum(t.Length for t in otrees)
     result = np.zeros(len(otrees) * len(y), np.float32)
     rng = op.Range(0, len(y))
-    for threads in (1, os.cpu_count() or 1):
-        best = best_cpu = np.inf
-        for _ in range(repeats):
-            t, c = time.perf_counter(), time.process_time()
+    out = {}
+    for threads in sorted({1, os.cpu_count() or 1}):
+
+        def run(threads=threads):
             op.EvaluateTrees(otrees, ds, rng, result, threads)
-            np.mean((result.reshape(len(otrees), -1) - y) ** 2, axis=1)
-            best = min(best, time.perf_counter() - t)
-            best_cpu = min(best_cpu, time.process_time() - c)
-        out[f"operon_{threads}t"] = {"seconds": best, "cpu_seconds": best_cpu, "operon_lengths": lengths}
+            return np.mean((result.reshape(len(otrees), -1) - y) ** 2, axis=1)
+
+        out[f"Operon ({threads} thread{'s' if threads > 1 else ''})"] = (
+            run,
+            {"version": version("pyoperon"), "operon_lengths": lengths},
+        )
     return out
+
+
+def worker(path, engines):
+    """Prepare the competitors on the trees in ``path``; print their names and metadata as one JSON
+    line, then time one fitness pass per engine name read from stdin (one JSON line each; the MSE
+    vector with the first pass)."""
+    data = np.load(path)
+    names = tuple(str(n) for n in data["names"])
+    X, y = data["X"], data["y"]
+    trees = [prefix_tokens(o, v, s, names) for o, v, s in zip(data["opcode"], data["value"], data["size"])]
+    runs = {}
+    if "gplearn" in engines:
+        runs.update(prepare_gplearn(trees, names, X, y))
+    if "operon" in engines:
+        runs.update(prepare_operon(trees, X, y))
+    if "deap" in engines:
+        runs.update(prepare_deap(trees, names, X, y))
+    print(json.dumps({k: meta for k, (_, meta) in runs.items()}), flush=True)
+    sent = set()
+    for line in sys.stdin:
+        name = line.strip()
+        if name in ("", "quit"):
+            break
+        timer = _Timer()
+        mse = runs[name][0]()
+        out = timer.read()
+        if name not in sent:
+            out["mse"] = [float(v) for v in mse]
+            sent.add(name)
+        print(json.dumps(out), flush=True)
+
+
+class Competitors:
+    """The competitor worker process for one tree set."""
+
+    def __init__(self, python, path, engines):
+        cmd = [python, __file__, "--worker", path, "--competitors", *engines]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.meta = json.loads(self.proc.stdout.readline())
+
+    def run(self, name):
+        self.proc.stdin.write(name + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self):
+        self.proc.stdin.write("quit\n")
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 # ---- evotensor ------------------------------------------------------------------------------------
 
 
-def run_evotensor(opcode, value, size, names, X, y, repeats, backend="jax"):
+def prepare_evotensor(opcode, value, size, names, X, y, backend="jax"):
+    """(run, compile seconds): one fitness pass of :func:`evotensor.gp.fitness` on ``backend``."""
     import jax.numpy as jnp
 
     from evotensor.gp.evaluate import fitness
@@ -287,14 +323,23 @@ def run_evotensor(opcode, value, size, names, X, y, repeats, backend="jax"):
     forest.opcode, forest.value, forest.size = jnp.asarray(opcode), jnp.asarray(value), jnp.asarray(size)
     forest.output = jnp.full(opcode.shape, -1, jnp.int32)
     Xj, yj = jnp.asarray(X), jnp.asarray(y)
-    fitness(forest, Xj, yj, fs, backend=backend).block_until_ready()  # compile
-    best_wall = best_cpu = np.inf
-    for _ in range(repeats):
-        t, c = time.perf_counter(), time.process_time()
-        fitness(forest, Xj, yj, fs, backend=backend).block_until_ready()
-        best_wall = min(best_wall, time.perf_counter() - t)
-        best_cpu = min(best_cpu, time.process_time() - c)
-    return {"seconds": best_wall, "cpu_seconds": best_cpu}
+    timer = _Timer()
+    fitness(forest, Xj, yj, fs, backend=backend).block_until_ready()  # compile + first pass
+    compile_s = timer.read()["seconds"]
+
+    def run():
+        return np.asarray(fitness(forest, Xj, yj, fs, backend=backend).block_until_ready())
+
+    return run, compile_s
+
+
+def agreement(a, b):
+    """Fraction of trees whose MSEs agree (relative 1e-3, or both non-finite)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    both_bad = ~np.isfinite(a) & ~np.isfinite(b)
+    with np.errstate(all="ignore"):
+        close = np.isclose(a, b, rtol=1e-3, atol=1e-6)
+    return float(np.mean(both_bad | close))
 
 
 def main():
@@ -302,7 +347,7 @@ def main():
     ap.add_argument("--pops", default="1000,5000")
     ap.add_argument("--sets", default="sr,arith")
     ap.add_argument("--data", default="pagie1,random4096")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=5, help="alternation rounds per configuration")
     ap.add_argument("--competitor-python", default=venv_python("gp"))
     ap.add_argument("--no-competitors", action="store_true")
     ap.add_argument("--backends", default="native,jax", help="evotensor's CPU paths to time")
@@ -315,14 +360,18 @@ def main():
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        return worker(args.worker, args.repeats, args.competitors)
+        return worker(args.worker, args.competitors)
 
     print(
         f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()}; "
+        f"{args.repeats} alternating rounds, median (range)"
     )
-    print("| data | set | pop | mean len | engine | wall s | CPU s | GPops/s (wall) | GPops per CPU-s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| data | set | pop | mean len | engine | compile s | wall s | CPU s | GPops/s (wall) "
+        "| GPops per CPU-s | agree |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     datasets = {"pagie1": pagie1, "random4096": random_points}
     for dname in args.data.split(","):
         X, y = datasets[dname]()
@@ -331,42 +380,52 @@ def main():
             for pop in (int(p) for p in args.pops.split(",")):
                 opcode, value, size = random_trees(names, pop, seed=pop)
                 mean_len = size[:, 0].mean()
-                rows = {
-                    f"evotensor ({b})": run_evotensor(opcode, value, size, names, X, y, args.repeats, b)
-                    for b in args.backends.split(",")
-                }
-                if not args.no_competitors:
-                    with tempfile.TemporaryDirectory() as tmp:
+                engines, compile_s = {}, {}
+                for b in args.backends.split(","):
+                    engines[f"evotensor ({b})"], compile_s[f"evotensor ({b})"] = prepare_evotensor(
+                        opcode, value, size, names, X, y, b
+                    )
+                comp = None
+                with tempfile.TemporaryDirectory() as tmp:
+                    if not args.no_competitors:
                         path = os.path.join(tmp, "trees.npz")
                         np.savez(path, opcode=opcode, value=value, size=size, names=np.array(names), X=X, y=y)
-                        res = subprocess.run(
-                            [
-                                args.competitor_python,
-                                __file__,
-                                "--worker",
-                                path,
-                                "--repeats",
-                                str(args.repeats),
-                                "--competitors",
-                                *args.competitors,
-                            ],
-                            capture_output=True,
-                            text=True,
-                            check=True,
-                        )
-                        comp = json.loads(res.stdout.strip().splitlines()[-1])
-                    for k in ("gplearn", "deap"):
-                        if k in comp:
-                            rows[k] = comp[k]
-                    for k, v in comp.items():
-                        if k.startswith("operon"):
-                            rows[f"Operon ({k.split('_')[1].replace('t', ' thread(s)')})"] = v
+                        comp = Competitors(args.competitor_python, path, args.competitors)
+                        for name in comp.meta:
+                            engines[name] = lambda name=name, comp=comp: comp.run(name)
+                    times = {name: [] for name in engines}
+                    mses = {}
+                    order = list(engines)
+                    try:
+                        for r in range(args.repeats):
+                            k = r % len(order)
+                            for name in order[k:] + order[:k]:
+                                if name.startswith("evotensor"):
+                                    timer = _Timer()
+                                    mse = engines[name]()
+                                    t = timer.read()
+                                    mses.setdefault(name, mse)
+                                else:
+                                    t = engines[name]()
+                                    if "mse" in t:
+                                        mses[name] = t.pop("mse")
+                                times[name].append(t)
+                    finally:
+                        if comp is not None:
+                            comp.close()
                 work = float(size[:, 0].sum()) * len(y)
-                for engine, r in rows.items():
+                ref = mses[order[0]]
+                for name, ts in times.items():
+                    wall = [t["seconds"] for t in ts]
+                    cpu = [t["cpu_seconds"] for t in ts]
+                    mw, mc = float(np.median(wall)), float(np.median(cpu))
+                    cs = f"{compile_s[name]:.2f}" if name in compile_s else "—"
                     print(
-                        f"| {dname} | {sname} | {pop} | {mean_len:.1f} | {engine} | {r['seconds']:.4f} | "
-                        f"{r['cpu_seconds']:.4f} | {work / r['seconds'] / 1e9:.3f} G | "
-                        f"{work / r['cpu_seconds'] / 1e9:.3f} G |",
+                        f"| {dname} | {sname} | {pop} | {mean_len:.1f} | {name} | {cs} | {mw:.4f} "
+                        f"({min(wall):.4f}–{max(wall):.4f}) | {mc:.4f} | {work / mw / 1e9:.3f} G | "
+                        f"{work / mc / 1e9:.3f} G "
+                        f"({work / max(cpu) / 1e9:.2f}–{work / min(cpu) / 1e9:.2f}) | "
+                        f"{agreement(ref, mses[name]):.3f} |",
                         flush=True,
                     )
 

@@ -1,38 +1,64 @@
-"""Whole GP runs on Pagie-1: evotensor's ``sr-pagie`` task vs gplearn and DEAP at equal pop and generations.
+"""Whole GP runs on Pagie-1: evotensor's ``sr-pagie`` task vs Operon, gplearn and DEAP, side by side.
 
 Pagie-1 (``1/(1+x^-4) + 1/(1+y^-4)`` on the 676-point grid, step 0.4 in [-5, 5]; or, with
 ``--data random4096``, on 4096 random points x, y ~ U(-5, 5), the issue's second workload), EvoGP's
-function set ``+ - * / sin cos tan``, training MSE. For each population size and seed it reports the final
-training MSE of the best tree, its length, and the wall time (evotensor: compile time separately,
-then the compiled run). The EvoGP paper's Table VI (pop 5000, 100 generations) gives training MSE
-0.009 +- 0.006 (64 points), 0.021 +- 0.019 (256), 0.034 +- 0.025 (512), 0.025 +- 0.027 (1024).
+function set ``+ - * / sin cos tan``, training MSE (and R² = 1 - MSE / var(y)) of the best tree
+beside the wall time (evotensor: compile time apart, then the compiled run). The EvoGP paper's
+Table VI (pop 5000, 100 generations) gives training MSE 0.009 +- 0.006 (64 points), 0.021 +- 0.019
+(256), 0.034 +- 0.025 (512), 0.025 +- 0.027 (1024).
 
-* evotensor: ``evotensor.tasks.get_task("sr-pagie")`` with its defaults (tournament 7, elite 1%,
-  crossover 0.9 with Koza's 90/10 bias, 10% of the children mutated, max_len 64, constants in
-  [-5, 5], raw semantics), ``evotensor.core.run.run``.
-* gplearn 0.4 (``SymbolicRegressor``, one process): the same population, generations, function
-  set, constant range and init depths; metric ``mse``; its own defaults otherwise (tournament 20,
-  parsimony 0.001, protected division). It runs in a separate venv (``--competitor-python``, default
-  the ``gp`` venv of ``bench_venvs.py``); this script calls itself there with ``--worker``.
-  ``--gplearn-generations`` runs it for fewer generations (its per-generation time is reported).
-* DEAP 1.4 (same venv, ``pip install deap``), its symbolic-regression example's setup:
-  ``eaSimple`` with crossover 0.5 / mutation 0.1, tournament 7, ``cxOnePoint``, ``mutUniform``
-  with ``genFull`` 0..2, static height limit 17 on both operators, hall of fame of 1; the same
-  function set with raw semantics (NumPy ``+ - * / sin cos tan`` on the whole data; a non-finite
-  MSE is the worst fitness), ephemeral constants U(-5, 5), ramped half-and-half init depth 2..6
-  (as the other engines; the example's is 1..2). Each individual is compiled (``gp.compile``)
-  and evaluated vectorized over the rows with NumPy, one process.
+Side by side, alternating: for each population size and seed the engines run one after the other,
+the order rotated by the seed (seed 0: A B C, seed 1: B C A, ...), each competitor run in a fresh
+process of the competitor venv (``--competitor-python``, default the ``gp`` venv of
+``bench_venvs.py``; this script calls itself there with ``--worker``), one run at a time.
+
+Like for like. evotensor runs ``evotensor.tasks.get_task("sr-pagie")`` with its defaults
+(tournament 7, elite 1%, crossover 0.9 with Koza's 90/10 bias, 10% of the children mutated, max_len
+64, ramped half-and-half init depth 2..6, constants in [-5, 5], raw semantics) and
+``parsimony_coefficient = --parsimony``. The competitors get evotensor's settings where their API
+has them:
+
+* gplearn 0.4 (``SymbolicRegressor``, one process): the same population, generations, function set,
+  constant range and init depths; metric ``mse``; **tournament 7 and ``parsimony_coefficient =
+  --parsimony``** (evotensor's, not gplearn's defaults 20 / 0.001; the penalty is the same
+  ``c * length`` on the minimized fitness), ``p_crossover 0.9, p_subtree_mutation 0.1`` and no hoist /
+  point mutation (evotensor's 90% crossover, 10% mutated). Not matched: gplearn's protected ``/``
+  (evotensor's is raw), no elitism. ``--gplearn-generations G`` runs it for G generations only; its
+  table row then gives the measured s / generation and an extrapolated full-run time, marked "extrap."
+  (its MSE is then that of the shorter run). ``--operon-generations G`` does the same for both Operon
+  rows.
+* Operon (pyoperon 0.6, its scikit-learn ``SymbolicRegressor``, 1 thread), two rows:
+
+  - "Operon (matched)": objective MSE **without linear scaling** (the evaluator is built with
+    ``linear_scaling=False`` and the final model gets no scale / offset terms, so the MSE is that of
+    the raw tree, as evotensor's), no local search (``optimizer_iterations=0``), tournament 7,
+    crossover 0.9, mutation 0.1, max length 64, BTC init of uniform length 2..24 (mean ~13, the mean
+    length of ramped half-and-half depth 2..6 trees over this function set; Operon's Koza grow init
+    with depth <= 6 took 13-45 s for 200 trees x 5 generations, so it is not used), and generational
+    replacement keeping the best 1% (``reinserter='replace-worst'`` with ``pool_size = pop -
+    ceil(0.01 pop)``: the pool replaces all but the best 1%, i.e. evotensor's elitism). Not matched:
+    Operon's leaves carry a weight each (a variable node is ``w * x``) and its constants start
+    N(0, 1); its mutation mix (8 kinds, equal weights); no parsimony in its single-objective GP.
+  - "Operon (defaults)": what a user gets: only ``population_size``, ``generations``, the function set
+    (``allowed_symbols``), ``max_evaluations`` (raised so that it does not stop early), ``n_threads=1``
+    and the seed are set; R² objective with linear scaling, tournament 5, keep-best reinsertion, BTC
+    init, max length 50, no local search (pyoperon's default ``optimizer_iterations=0``). Its MSE is
+    that of the returned (linearly scaled) model.
+* DEAP 1.4 (same venv), its symbolic-regression example's setup: ``eaSimple`` with crossover 0.5 /
+  mutation 0.1, tournament 7, ``cxOnePoint``, ``mutUniform`` with ``genFull`` 0..2, static height
+  limit 17 on both operators, hall of fame of 1; the same function set with raw semantics (NumPy on
+  the whole data; a non-finite MSE is the worst fitness), ephemeral constants U(-5, 5), ramped
+  half-and-half init depth 2..6. Each individual is compiled (``gp.compile``) and evaluated with
+  NumPy, one process. DEAP has no parsimony (only the height limit).
 
 ``run s`` is wall time; ``cpu s`` is process CPU time (steadier on a shared machine).
-``--parsimony C`` passes ``parsimony_coefficient=C`` to evotensor's ``GP`` (gplearn always uses its
-default 0.001; DEAP has none, only the height limit).
 
 Usage::
 
-    .venv/bin/python benchmarks/gp_evolve.py --pops 1000 5000 --seeds 5 --gplearn-seeds 1
-    .venv/bin/python benchmarks/gp_evolve.py --pops 1000 --seeds 1 --competitors gplearn deap
+    .venv/bin/python benchmarks/gp_evolve.py --pops 1000 --seeds 2 --parsimony 0.001
     .venv/bin/python benchmarks/gp_evolve.py --pops 5000 --generations 50 --data random4096 \
-        --seeds 1 --gplearn-generations 5
+        --seeds 2 --parsimony 0.001 --gplearn-generations 10
+    .venv/bin/python benchmarks/gp_evolve.py --pops 1000 --competitors operon operon-defaults
     .venv/bin/python benchmarks/gp_evolve.py --pops 1000 5000 --compile-breakdown
 """
 
@@ -67,6 +93,11 @@ def random4096(n: int = 4096, seed: int = 0):
 DATA = {"pagie1": pagie1, "random4096": random4096}
 
 
+def r2(mse: float, data: str) -> float:
+    """R² of a model with training MSE ``mse`` on ``data``: 1 - MSE / var(y)."""
+    return 1.0 - mse / float(np.var(DATA[data]()[1].astype(np.float64)))
+
+
 def run_evotensor(pop: int, generations: int, seed: int, data: str, parsimony: float) -> dict:
     import jax
 
@@ -85,6 +116,7 @@ def run_evotensor(pop: int, generations: int, seed: int, data: str, parsimony: f
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {
         "engine": "evotensor",
+        "settings": f"tournament 7, elite 1%, parsimony {parsimony}",
         "data": data,
         "parsimony": parsimony,
         "pop": pop,
@@ -145,7 +177,8 @@ def compile_breakdown(pop: int, parsimony: float) -> None:
         )
 
 
-def run_gplearn(pop: int, generations: int, seed: int, data: str) -> dict:
+def run_gplearn(pop: int, generations: int, seed: int, data: str, parsimony: float) -> dict:
+    """gplearn with evotensor's tournament size, parsimony coefficient and crossover / mutation split."""
     from gplearn.genetic import SymbolicRegressor
 
     X, y = DATA[data]()
@@ -156,6 +189,12 @@ def run_gplearn(pop: int, generations: int, seed: int, data: str) -> dict:
         metric="mse",
         const_range=(-5.0, 5.0),
         init_depth=(2, 6),
+        tournament_size=7,
+        parsimony_coefficient=parsimony,
+        p_crossover=0.9,
+        p_subtree_mutation=0.1,
+        p_hoist_mutation=0.0,
+        p_point_mutation=0.0,
         n_jobs=1,
         random_state=seed,
         verbose=0,
@@ -166,8 +205,9 @@ def run_gplearn(pop: int, generations: int, seed: int, data: str) -> dict:
     pred = est.predict(X.astype(np.float64))
     return {
         "engine": "gplearn",
+        "settings": f"tournament 7, parsimony {parsimony}, crossover 0.9, subtree mutation 0.1",
         "data": data,
-        "parsimony": 0.001,
+        "parsimony": parsimony,
         "pop": pop,
         "generations": generations,
         "seed": seed,
@@ -178,6 +218,87 @@ def run_gplearn(pop: int, generations: int, seed: int, data: str) -> dict:
         "wall_s": wall,
         "cpu_s": cpu,
         "expression": str(est._program),
+    }
+
+
+def run_operon(pop: int, generations: int, seed: int, data: str, matched: bool) -> dict:
+    """pyoperon's SymbolicRegressor: evotensor's settings where it has them (``matched``), or its defaults."""
+    import math
+    import warnings
+    from importlib.metadata import version
+
+    import pyoperon as op
+    from pyoperon.sklearn import SymbolicRegressor
+
+    class UnscaledMSE(SymbolicRegressor):
+        """MSE of the raw tree: no linear scaling during the run nor on the returned model."""
+
+        @staticmethod
+        def _init_evaluator(objective, problem, dtable, uncertainty):
+            assert objective == "mse"
+            return op.Evaluator(problem, dtable, op.MSE(), False)
+
+        def _resolve_params(self):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "overriding to True": undone below
+                out = super()._resolve_params()
+            out["add_model_scale_term"] = out["add_model_intercept_term"] = False
+            return out
+
+    X, y = DATA[data]()
+    X, y = X.astype(np.float64), y.astype(np.float64)
+    common = dict(
+        allowed_symbols="add,sub,mul,div,sin,cos,tan,constant,variable",
+        population_size=pop,
+        generations=generations,
+        max_evaluations=10 * pop * (generations + 1),
+        n_threads=1,
+        random_state=seed,
+    )
+    if matched:
+        elite = math.ceil(0.01 * pop)
+        est = UnscaledMSE(
+            **common,
+            objectives=["mse"],
+            optimizer_iterations=0,
+            local_search_probability=0.0,
+            tournament_size=7,
+            crossover_probability=0.9,
+            mutation_probability=0.1,
+            max_length=64,
+            max_depth=64,
+            initialization_method="btc",
+            initialization_max_length=24,
+            reinserter="replace-worst",
+            pool_size=pop - elite,
+        )
+        settings = f"MSE unscaled, tournament 7, cx 0.9, mut 0.1, max_len 64, BTC init len<=24, elite {elite}"
+    else:
+        est = SymbolicRegressor(**common)
+        settings = "defaults (R2 + linear scaling, tournament 5, keep-best, BTC, max_len 50)"
+    t0, c0 = time.perf_counter(), time.process_time()
+    est.fit(X, y)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    with np.errstate(all="ignore"):
+        mse = float(np.mean((est.predict(X) - y) ** 2))
+    return {
+        "engine": "operon" if matched else "operon-defaults",
+        "settings": settings,
+        "data": data,
+        "parsimony": 0.0,
+        "pop": pop,
+        "generations": generations,
+        "generations_run": int(est.stats_["generations"]),
+        "evaluations": int(est.stats_["evaluation_count"]),
+        "seed": seed,
+        "mse": mse,
+        "length": int(est.stats_["model_length"]),
+        "compile_s": 0.0,
+        "run_s": wall,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "expression": est.get_model_string(est.model_, 3),
+        "version": version("pyoperon"),
     }
 
 
@@ -233,6 +354,7 @@ def run_deap(pop: int, generations: int, seed: int, data: str) -> dict:
     best = hof[0]
     return {
         "engine": "deap",
+        "settings": "DEAP example: eaSimple cx 0.5 mut 0.1, tournament 7, height limit 17",
         "data": data,
         "parsimony": 0.0,
         "pop": pop,
@@ -250,18 +372,32 @@ def run_deap(pop: int, generations: int, seed: int, data: str) -> dict:
     }
 
 
+ENGINES = ("evotensor", "operon", "operon-defaults", "gplearn", "deap")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pops", type=int, nargs="+", default=[1000, 5000])
     ap.add_argument("--generations", type=int, default=100)
-    ap.add_argument("--seeds", type=int, default=5, help="evotensor seeds per population size")
+    ap.add_argument("--seeds", type=int, default=2, help="seeds (alternation rounds) per population size")
+    ap.add_argument(
+        "--first-seed", type=int, default=0, help="seeds run: first-seed .. first-seed + seeds - 1"
+    )
     ap.add_argument("--data", choices=sorted(DATA), default="pagie1")
-    ap.add_argument("--parsimony", type=float, default=0.0, help="evotensor's parsimony_coefficient")
-    ap.add_argument("--gplearn-seeds", type=int, default=1, help="seeds of each competitor")
-    ap.add_argument("--gplearn-pops", type=int, nargs="*", default=None, help="default: --pops")
+    ap.add_argument(
+        "--parsimony", type=float, default=0.0, help="parsimony_coefficient of evotensor and gplearn alike"
+    )
     ap.add_argument("--gplearn-generations", type=int, default=None, help="default: --generations")
-    ap.add_argument("--competitors", nargs="*", choices=["gplearn", "deap"], default=["gplearn", "deap"])
-    ap.add_argument("--no-competitors", action="store_true")
+    ap.add_argument(
+        "--operon-generations", type=int, default=None, help="both Operon rows; default: --generations"
+    )
+    ap.add_argument(
+        "--competitors",
+        nargs="*",
+        choices=ENGINES[1:],
+        default=["operon", "operon-defaults", "gplearn"],
+        help="run in alternation with evotensor (DEAP is slow: name it to run it)",
+    )
     ap.add_argument("--competitor-python", default=venv_python("gp"))
     ap.add_argument("--json", default=None, help="append one JSON line per run to this file")
     ap.add_argument(
@@ -273,14 +409,19 @@ def main() -> None:
     ap.add_argument(
         "--compile-breakdown", action="store_true", help="only time the compilation of each piece (see above)"
     )
-    ap.add_argument("--worker", choices=["gplearn", "deap"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=ENGINES[1:], help=argparse.SUPPRESS)
     ap.add_argument("--worker-args", type=int, nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.worker:
         pop, gens, seed = args.worker_args
-        fn = run_gplearn if args.worker == "gplearn" else run_deap
-        print(json.dumps(fn(pop, gens, seed, args.data)))
+        if args.worker == "gplearn":
+            row = run_gplearn(pop, gens, seed, args.data, args.parsimony)
+        elif args.worker == "deap":
+            row = run_deap(pop, gens, seed, args.data)
+        else:
+            row = run_operon(pop, gens, seed, args.data, matched=args.worker == "operon")
+        print(json.dumps(row))
         return
 
     if args.compile_cache:
@@ -297,58 +438,69 @@ def main() -> None:
     rows = []
 
     def record(row):
+        row["r2"] = r2(row["mse"], row["data"])
+        row["load"] = os.getloadavg()[0]
         rows.append(row)
         print(
-            f"{row['engine']:9s} {row['data']} pop {row['pop']:5d} gens {row['generations']} "
-            f"seed {row['seed']}: "
-            f"MSE {row['mse']:.5f} len {row['length']:3d} compile {row['compile_s']:6.1f}s "
-            f"run {row['run_s']:7.1f}s cpu {row['cpu_s']:7.1f}s",
+            f"{row['engine']:15s} {row['data']} pop {row['pop']:5d} gens {row['generations']} "
+            f"seed {row['seed']}: MSE {row['mse']:.5f} R2 {row['r2']:.4f} len {row['length']:3d} "
+            f"compile {row['compile_s']:5.1f}s run {row['run_s']:7.2f}s cpu {row['cpu_s']:7.2f}s "
+            f"load {row['load']:.1f}",
             flush=True,
         )
         if args.json:
             with open(args.json, "a") as fh:
                 fh.write(json.dumps(row) + "\n")
 
+    def competitor(engine, pop, seed):
+        gens = args.generations
+        if engine == "gplearn" and args.gplearn_generations is not None:
+            gens = args.gplearn_generations
+        if engine.startswith("operon") and args.operon_generations is not None:
+            gens = args.operon_generations
+        cmd = [args.competitor_python, __file__, "--worker", engine, "--data", args.data]
+        cmd += ["--parsimony", str(args.parsimony), "--worker-args", str(pop), str(gens), str(seed)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
     print(
         f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"load {os.getloadavg()[0]:.1f}"
+        f"load {os.getloadavg()}"
     )
+    engines = ["evotensor", *args.competitors]
     for pop in args.pops:
-        for seed in range(args.seeds):
-            record(run_evotensor(pop, args.generations, seed, args.data, args.parsimony))
-    competitors = [] if args.no_competitors else args.competitors
-    gens = args.generations if args.gplearn_generations is None else args.gplearn_generations
-    for engine in competitors:
-        for pop in args.gplearn_pops if args.gplearn_pops is not None else args.pops:
-            for seed in range(args.gplearn_seeds):
-                out = subprocess.run(
-                    [args.competitor_python, __file__, "--worker", engine, "--data", args.data]
-                    + ["--worker-args", str(pop), str(gens), str(seed)],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                record(json.loads(out.stdout.strip().splitlines()[-1]))
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            k = seed % len(engines)
+            for engine in engines[k:] + engines[:k]:  # rotated by the seed: A B C, B C A, ...
+                if engine == "evotensor":
+                    record(run_evotensor(pop, args.generations, seed, args.data, args.parsimony))
+                else:
+                    record(competitor(engine, pop, seed))
+    print(f"# end {time.strftime('%H:%M UTC', time.gmtime())}, load {os.getloadavg()}")
 
     print(
-        "\n| engine | data | pop | gens | seeds | training MSE (mean +- std) | best length "
-        "| run s / seed | s / generation | cpu s / seed | compile s |"
+        "\n| engine | data | pop | gens | seeds | training MSE (mean +- std) | R² (mean) | best length "
+        "| run s / seed (range) | s / generation | cpu s / seed | compile s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for engine in ("evotensor", "gplearn", "deap"):
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for engine in ENGINES:
         for pop in sorted({r["pop"] for r in rows}):
             rs = [r for r in rows if r["engine"] == engine and r["pop"] == pop]
             if not rs:
                 continue
             mse = np.array([r["mse"] for r in rs])
-            run_s = np.mean([r["run_s"] for r in rs])
+            run = [r["run_s"] for r in rs]
+            gens = rs[0]["generations"]
+            per_gen = np.mean(run) / gens
+            run_txt = f"{np.mean(run):.2f} ({min(run):.2f}–{max(run):.2f})"
+            if gens != args.generations:  # a competitor for fewer generations: extrapolate, marked
+                run_txt += f"; extrap. to {args.generations} gens: {per_gen * args.generations:.0f}"
             print(
-                f"| {engine} | {args.data} | {pop} | {rs[0]['generations']} | {len(rs)} "
-                f"| {mse.mean():.4f} +- {mse.std():.4f} | "
-                f"{np.mean([r['length'] for r in rs]):.0f} | {run_s:.1f} | "
-                f"{run_s / rs[0]['generations']:.3f} | "
-                f"{np.mean([r['cpu_s'] for r in rs]):.1f} | {np.mean([r['compile_s'] for r in rs]):.1f} |"
+                f"| {engine} | {args.data} | {pop} | {gens} | {len(rs)} "
+                f"| {mse.mean():.4f} +- {mse.std():.4f} | {np.mean([r['r2'] for r in rs]):.3f} | "
+                f"{np.mean([r['length'] for r in rs]):.0f} | {run_txt} | {per_gen:.4f} | "
+                f"{np.mean([r['cpu_s'] for r in rs]):.2f} | {np.mean([r['compile_s'] for r in rs]):.1f} |"
             )
 
 
