@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Any
 
 import jax
@@ -44,6 +43,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from evotensor.core import rng
+from evotensor.core.checks import check_int, check_positive
 from evotensor.core.evaluation import Evaluation
 
 _LIMIT = 5.12  # the Rastrigin box half-width used by the projection benchmarks
@@ -52,23 +52,6 @@ _SHIFT = 0.4 * _LIMIT  # optimum of the shifted sphere / Rastrigin: x_i = 2.048
 
 # --------------------------------------------------------------------------------------------
 # validation and input handling
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_noise(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0.0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return value
 
 
 def _as_matrix(genotypes: Any, num_dims: int, who: str) -> jax.Array:
@@ -169,7 +152,7 @@ class Arm:
     kind: str = dataclasses.field(default="function", init=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "num_joints", _check_int("num_joints", self.num_joints, 1))
+        object.__setattr__(self, "num_joints", check_int(self.num_joints, "num_joints", 1))
 
     @property
     def num_dims(self) -> int:
@@ -227,7 +210,7 @@ class NoisyArm(Arm):
     def __post_init__(self):
         super().__post_init__()
         for name in ("fitness_noise", "descriptor_noise", "params_noise"):
-            object.__setattr__(self, name, _check_noise(name, getattr(self, name)))
+            object.__setattr__(self, name, check_positive(getattr(self, name), name, allow_zero=True))
 
     def evaluate(self, key: jax.Array, genotypes: Any) -> Evaluation:
         """``genotypes``: ``[pop, num_joints]`` or a pytree; the noise is drawn from ``key``."""
@@ -254,7 +237,7 @@ class _TwoDescriptorFunction:
     kind: str = dataclasses.field(default="function", init=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "num_dims", _check_int("num_dims", self.num_dims, 2))
+        object.__setattr__(self, "num_dims", check_int(self.num_dims, "num_dims", 2))
 
     @property
     def num_descriptors(self) -> int:
@@ -422,7 +405,7 @@ class LinearProjection:
     kind: str = dataclasses.field(default="function", init=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "num_dims", _check_int("num_dims", self.num_dims, 2))
+        object.__setattr__(self, "num_dims", check_int(self.num_dims, "num_dims", 2))
         if not isinstance(self.function, str):
             raise TypeError(f"function must be a str, got {self.function!r}")
         if self.function not in _PROJECTION_FUNCTIONS:
