@@ -64,15 +64,21 @@ def test_chunk_size_does_not_change_results():
 
 
 def test_run_many_equals_separate_runs():
+    # bit for bit on a CPU; on a GPU to tests/platforms.py's tolerance (XLA picks other kernels
+    # for the batched program there: 6e-7 relative differences were seen on an H200)
+    from tests.platforms import assert_equal_on_cpu_close_on_gpu, assert_trees_equal_on_cpu_close_on_gpu
+
     es, problem = SimpleES(10, num_dims=3, sigma_init=2.0), Rastrigin(3)
     keys = jax.random.split(jax.random.key(5), 8)
     many = evotensor.run_many(es, problem, 15, keys)
     assert many.best_fitness.shape == (8,)
     for i in range(8):
         single = evotensor.run(es, problem, 15, keys[i])
-        assert tree_equal(single.state, jax.tree_util.tree_map(lambda a, i=i: a[i], many.state))
-        np.testing.assert_array_equal(single.history["best_fitness"], many.history["best_fitness"][i])
-        assert single.best_fitness == many.best_fitness[i]
+        assert_trees_equal_on_cpu_close_on_gpu(
+            single.state, jax.tree_util.tree_map(lambda a, i=i: a[i], many.state)
+        )
+        assert_equal_on_cpu_close_on_gpu(single.history["best_fitness"], many.history["best_fitness"][i])
+        assert_equal_on_cpu_close_on_gpu(single.best_fitness, many.best_fitness[i])
 
 
 def test_run_many_over_hyperparameters():

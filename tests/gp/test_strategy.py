@@ -71,7 +71,12 @@ def history(gp, step):
 
 
 def test_is_a_strategy(gp):
+    import inspect
+
     assert isinstance(gp, Strategy) and gp.population_size == POP
+    # Python >= 3.12 checks protocol members with getattr_static: they must be real attributes
+    for member in ("population_size", "default_params", "init", "ask", "tell"):
+        inspect.getattr_static(gp, member)
     assert gp.n_elite == 1  # ceil(0.01 * 64)
 
 

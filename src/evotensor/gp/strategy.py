@@ -198,6 +198,9 @@ class GP:
     def _build(self, config: GPConfig) -> None:
         """Wire the static pieces of a checked configuration."""
         self.config = c = config
+        # a real attribute: Python 3.12's isinstance(gp, Strategy) reads protocol members statically
+        # (inspect.getattr_static), so __getattr__ below does not count there
+        self.population_size = c.population_size
         self.n_elite = c.n_elite
         self.mutation_counts = _split_counts(
             round(c.mutation_rate * (c.population_size - self.n_elite)), c.mutation_probs
