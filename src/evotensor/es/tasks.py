@@ -121,25 +121,26 @@ def _policy(cfg: dict[str, Any], sizes_in: int, sizes_out: int) -> Any:
 
 
 # -- es-bbob ---------------------------------------------------------------------------------------
+def _bbob_cma_es(cfg: dict[str, Any], num_dims: int) -> Any:
+    """CMA-ES of the BBOB tasks: mean uniform in ``[-4, 4]^D`` from the run's seed, sigma ``cfg["sigma"]``."""
+    from evotensor import es
+
+    mean_init = np.random.default_rng(cfg["seed"]).uniform(-4.0, 4.0, size=num_dims).astype(np.float32)
+    return es.CMAES(
+        cfg["pop"], num_dims=num_dims, sigma_init=positive_float_option(cfg, "sigma"), mean_init=mean_init
+    )
+
+
 @register_task(
     "es-bbob",
     "CMA-ES on a BBOB function instance (default f15 rotated Rastrigin, 10-d)",
     defaults={"function": "rastrigin", "dims": 10, "instance": 1, "noise": None, "sigma": 2.0},
 )
 def build_bbob(cfg: dict[str, Any]) -> Task:
-    from evotensor import es
-
     # Values may arrive as strings from the command line.
     function, dims, instance = (_maybe_int(cfg[name]) for name in ("function", "dims", "instance"))
     problem = BBOB(function, dims, instance=instance, noise=cfg["noise"])
-    rng = np.random.default_rng(cfg["seed"])
-    mean_init = rng.uniform(-4.0, 4.0, size=problem.num_dims).astype(np.float32)
-    strategy = es.CMAES(
-        cfg["pop"],
-        num_dims=problem.num_dims,
-        sigma_init=positive_float_option(cfg, "sigma"),
-        mean_init=mean_init,
-    )
+    strategy = _bbob_cma_es(cfg, problem.num_dims)
 
     def report(result: Any, run_dir: Any) -> str:
         gap = float(result.best_fitness) - float(problem.f_opt)
@@ -155,18 +156,9 @@ def build_bbob(cfg: dict[str, Any]) -> Task:
     defaults={"function": 101, "dims": 10, "instance": 1, "sigma": 2.0},
 )
 def build_bbob_noisy(cfg: dict[str, Any]) -> Task:
-    from evotensor import es
-
     function, dims, instance = (_maybe_int(cfg[name]) for name in ("function", "dims", "instance"))
     problem = BBOBNoisy(function, dims, instance=instance)
-    rng = np.random.default_rng(cfg["seed"])
-    mean_init = rng.uniform(-4.0, 4.0, size=problem.num_dims).astype(np.float32)
-    strategy = es.CMAES(
-        cfg["pop"],
-        num_dims=problem.num_dims,
-        sigma_init=positive_float_option(cfg, "sigma"),
-        mean_init=mean_init,
-    )
+    strategy = _bbob_cma_es(cfg, problem.num_dims)
 
     def report(result: Any, run_dir: Any) -> str:
         # Recorded fitnesses are noisy draws (the best one is biased low): judge the final mean and

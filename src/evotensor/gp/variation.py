@@ -222,14 +222,17 @@ class OperatorRegistry:
 
     @property
     def mutations(self) -> tuple[GPOperator, ...]:
+        """The registered mutations, in registration order."""
         return tuple(op for op in self if op.kind == "mutation")
 
     @property
     def crossovers(self) -> tuple[GPOperator, ...]:
+        """The registered crossovers, in registration order."""
         return tuple(op for op in self if op.kind == "crossover")
 
     @property
     def passes(self) -> tuple[FusedPass, ...]:
+        """The registered fused passes, in registration order."""
         return tuple(self._passes.values())
 
     def __repr__(self) -> str:
@@ -260,6 +263,7 @@ class MutationBlock:
 
     @property
     def size(self) -> int:
+        """Children this block makes (the sum of its operators' counts)."""
         return sum(self.counts)
 
     def draw_name(self, i: int) -> str:

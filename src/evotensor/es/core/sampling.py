@@ -90,9 +90,12 @@ def sampled_population(
     num_dims = mean.shape[-1]
     n = rows // 2 if mirrored else rows
     per_block = max(1, chunk_bytes // (4 * num_dims))
-    if per_block >= n:
-        z = rng.normal(key, (n, num_dims), jnp.float32)
+
+    def rows_of(z):  # the population of noise z [n, dims]
         return jnp.concatenate([mean + scale * z, mean - scale * z]) if mirrored else mean + scale * z
+
+    if per_block >= n:
+        return rows_of(rng.normal(key, (n, num_dims), jnp.float32))
 
     def put(x, z, start):
         x = jax.lax.dynamic_update_slice_in_dim(x, mean + scale * z, start, 0)
@@ -113,8 +116,7 @@ def sampled_population(
         return x
 
     def all_blocks(blocks):  # the same blocks at once; XLA fuses the draw into the population's writes
-        z = jax.vmap(block)(blocks).reshape(-1, num_dims)[:n]
-        return jnp.concatenate([mean + scale * z, mean - scale * z]) if mirrored else mean + scale * z
+        return rows_of(jax.vmap(block)(blocks).reshape(-1, num_dims)[:n])
 
     return _per_platform(vectorized, jnp.arange(full + (tail > 0)), in_place, all_blocks)
 
