@@ -27,6 +27,7 @@ ALLOWED = {
     "problems": {"core", "tree"},
     "es": {"core", "tree", "problems", "tasks", "io"},
     "gp": {"core", "tree", "problems", "tasks", "io"},
+    "neat": {"core", "tree", "problems", "tasks", "io"},
     "qd": {"core", "tree", "problems", "tasks", "io", "es"},
     "tasks": {"core", "__init__"},  # the registry walks the package's folders
     "cli": {"core", "tree", "io", "tasks", "problems", "__init__"},

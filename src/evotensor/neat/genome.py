@@ -1,0 +1,362 @@
+"""The tensor encoding of NEAT genomes: fixed-shape node and connection tables with exact integer
+keys and innovation numbers.
+
+A :class:`Genome` is struct-of-arrays (like the GP :class:`~evotensor.gp.Forest`); a population
+stacks genomes on a leading axis, ``[pop, max_nodes]`` / ``[pop, max_conns]``:
+
+Node table, one row per node gene:
+
+* ``node_key int32 [..., N]``: the node key, neat-python's convention: input pins ``-1 .. -num_inputs``,
+  outputs ``0 .. num_outputs - 1``, hidden nodes ``>= num_outputs`` (drawn from the run's global
+  node counter). ``EMPTY`` (``int32`` min) marks an unused row.
+* ``node_attrs float32 [..., N, A]``: the node gene's float attributes in the order of
+  :attr:`NodeGene.floats` (``bias, response[, time_constant], extra...``).
+* ``node_act int32 [..., N]``, ``node_agg int32 [..., N]``: activation and aggregation ids (indices
+  into the node gene's option names).
+
+Connection table, one row per connection gene:
+
+* ``conn_in int32 [..., C]``, ``conn_out int32 [..., C]``: the node *keys* it joins.
+* ``conn_innov int32 [..., C]``: its global innovation number (``EMPTY`` marks an unused row).
+* ``conn_enabled bool [..., C]``.
+* ``conn_attrs float32 [..., C, B]``: the connection gene's floats (``weight, extra...``).
+
+Invariants (:func:`check_genome` checks them on the host; every operation keeps them):
+
+* Rows ``0 .. num_inputs - 1`` hold the inputs (keys ``-1, -2, ...`` in order) and the next
+  ``num_outputs`` rows the outputs (keys ``0, 1, ...``); these rows are never deleted. Hidden nodes
+  may sit in any later row, with unused rows between them (a delete leaves a hole; an add takes the
+  first unused row).
+* Valid node keys are unique within a genome; valid innovation numbers are unique within a genome.
+* A valid connection joins two valid nodes and never ends in an input; a feedforward genome's
+  enabled *and* disabled connections form no cycle (so that re-enabling never makes one).
+* Unused rows hold the padding exactly: key/innovation/endpoints ``EMPTY``, attributes ``0``, ids
+  ``0``, enabled ``False``, so genomes compare and hash bit for bit.
+
+Input pins carry attributes like every row (ignored by the forward pass and by the distance);
+keeping them as rows makes the topological sort uniform.
+
+Sizing: ``max_nodes >= num_inputs + num_outputs + hidden nodes``; ``max_conns`` at least the
+initial connections (``num_inputs * num_outputs`` for full initial connectivity). A structural
+mutation that would overflow is skipped and counted (``metrics["capacity_skips"]``), never written
+past the end. Memory is ``pop * (max_nodes * (A + 3) + max_conns * (B + 4)) * 4`` bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_int
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.neat.genes import ConnectionGene, NodeGene
+
+__all__ = ["EMPTY", "Genome", "GenomeSpec", "check_genome", "genome_from_dict", "genome_to_dict"]
+
+EMPTY = int(np.iinfo(np.int32).min)
+
+
+@pytree_dataclass
+class Genome:
+    """One genome (arrays ``[N]``, ``[C]``) or a population (a leading ``[pop]`` axis); see the module
+    docstring for the columns and invariants."""
+
+    node_key: jax.Array
+    node_attrs: jax.Array
+    node_act: jax.Array
+    node_agg: jax.Array
+    conn_in: jax.Array
+    conn_out: jax.Array
+    conn_innov: jax.Array
+    conn_enabled: jax.Array
+    conn_attrs: jax.Array
+
+    @property
+    def node_valid(self) -> jax.Array:
+        """``bool [..., N]``: the row holds a node."""
+        return self.node_key != EMPTY
+
+    @property
+    def conn_valid(self) -> jax.Array:
+        """``bool [..., C]``: the row holds a connection."""
+        return self.conn_innov != EMPTY
+
+    @property
+    def num_nodes(self) -> jax.Array:
+        """``int32 [...]``: node genes in use, input pins included."""
+        return jnp.sum(self.node_valid, axis=-1, dtype=jnp.int32)
+
+    @property
+    def num_conns(self) -> jax.Array:
+        """``int32 [...]``: connection genes in use (enabled or not)."""
+        return jnp.sum(self.conn_valid, axis=-1, dtype=jnp.int32)
+
+    def __getitem__(self, index: Any) -> Genome:
+        """Select genomes along the leading (population) axes."""
+        return jax.tree_util.tree_map(lambda x: x[index], self)
+
+
+@dataclasses.dataclass(frozen=True)
+class GenomeSpec:
+    """The static shape and gene types shared by every operation on a population (hashable).
+
+    Args:
+        num_inputs, num_outputs: network inputs and outputs (>= 1).
+        max_nodes: node rows per genome, input pins included (>= num_inputs + num_outputs).
+        max_conns: connection rows per genome.
+        feed_forward: forbid cycles (neat-python's ``feed_forward``).
+        node_gene, conn_gene: the gene types (:class:`NodeGene`, :class:`ConnectionGene`).
+        initial_connection: ``"full"`` (every input to every output; neat-python's
+            ``full_nodirect`` without hidden nodes), ``"partial"`` (each such link with probability
+            ``connection_fraction``) or ``"none"``.
+        connection_fraction: for ``"partial"``.
+    """
+
+    num_inputs: int
+    num_outputs: int
+    max_nodes: int = 50
+    max_conns: int = 100
+    feed_forward: bool = True
+    node_gene: NodeGene = dataclasses.field(default_factory=NodeGene)
+    conn_gene: ConnectionGene = dataclasses.field(default_factory=ConnectionGene)
+    initial_connection: str = "full"
+    connection_fraction: float = 1.0
+
+    def __post_init__(self):
+        check_int(self.num_inputs, "num_inputs")
+        check_int(self.num_outputs, "num_outputs")
+        check_int(self.max_nodes, "max_nodes", minimum=self.num_inputs + self.num_outputs)
+        check_int(self.max_conns, "max_conns")
+        if not isinstance(self.feed_forward, bool):
+            raise ArgumentError(f"feed_forward must be a bool, got {self.feed_forward!r}")
+        if not isinstance(self.node_gene, NodeGene):
+            raise ArgumentError(f"node_gene must be a NodeGene, got {type(self.node_gene).__name__}")
+        if not isinstance(self.conn_gene, ConnectionGene):
+            raise ArgumentError(f"conn_gene must be a ConnectionGene, got {type(self.conn_gene).__name__}")
+        check_choice(self.initial_connection, "initial_connection", ("full", "partial", "none"))
+        check_fraction(self.connection_fraction, "connection_fraction", allow_zero=True)
+        if self.initial_connection == "full" and self.max_conns < self.num_initial_conns:
+            raise ArgumentError(
+                f"max_conns must be >= num_inputs * num_outputs = {self.num_initial_conns} for "
+                f"initial_connection='full', got {self.max_conns}"
+            )
+
+    @property
+    def num_io(self) -> int:
+        """Rows reserved for input pins and outputs."""
+        return self.num_inputs + self.num_outputs
+
+    @property
+    def num_initial_conns(self) -> int:
+        """Candidate initial links (every input to every output); innovation numbers ``0 ..`` this
+        ``- 1`` are theirs (input ``i``, output ``j`` -> ``i * num_outputs + j``), so the global
+        counter starts here."""
+        return self.num_inputs * self.num_outputs
+
+    @property
+    def first_hidden_key(self) -> int:
+        """The global node counter's start (neat-python: hidden keys follow the output keys)."""
+        return self.num_outputs
+
+    def empty(self, shape: tuple[int, ...] = ()) -> Genome:
+        """All-padding genomes ``[*shape, ...]``."""
+        N, C = self.max_nodes, self.max_conns
+        A, B = self.node_gene.num_floats, self.conn_gene.num_floats
+        return Genome(
+            node_key=jnp.full((*shape, N), EMPTY, jnp.int32),
+            node_attrs=jnp.zeros((*shape, N, A), jnp.float32),
+            node_act=jnp.zeros((*shape, N), jnp.int32),
+            node_agg=jnp.zeros((*shape, N), jnp.int32),
+            conn_in=jnp.full((*shape, C), EMPTY, jnp.int32),
+            conn_out=jnp.full((*shape, C), EMPTY, jnp.int32),
+            conn_innov=jnp.full((*shape, C), EMPTY, jnp.int32),
+            conn_enabled=jnp.zeros((*shape, C), bool),
+            conn_attrs=jnp.zeros((*shape, C, B), jnp.float32),
+        )
+
+    def initial(self, key: jax.Array, population_size: int) -> Genome:
+        """``population_size`` fresh genomes: inputs and outputs, no hidden nodes, connected per
+        ``initial_connection``; attributes drawn from the genes' ``init``. Pure, jit-able."""
+        n_in, n_out, N, C = self.num_inputs, self.num_outputs, self.max_nodes, self.max_conns
+        g = self.empty((population_size,))
+        k_node, k_conn, k_keep = jax.random.split(key, 3)
+        io_keys = jnp.concatenate(
+            [-1 - jnp.arange(n_in, dtype=jnp.int32), jnp.arange(n_out, dtype=jnp.int32)]
+        )
+        attrs, act, agg = self.node_gene.init_attrs(k_node, (population_size, self.num_io))
+        pad_n = N - self.num_io
+        node_key = jnp.concatenate(
+            [jnp.broadcast_to(io_keys, (population_size, self.num_io)), g.node_key[:, self.num_io :]], 1
+        )
+        # input pins are not node genes: their attributes stay at the padding values
+        is_input = (jnp.arange(self.num_io) < n_in)[None, :]
+        attrs = jnp.where(is_input[..., None], 0.0, attrs)
+        act = jnp.where(is_input, 0, act)
+        agg = jnp.where(is_input, 0, agg)
+        node_attrs = jnp.pad(attrs, ((0, 0), (0, pad_n), (0, 0)))
+        node_act = jnp.pad(act, ((0, 0), (0, pad_n)))
+        node_agg = jnp.pad(agg, ((0, 0), (0, pad_n)))
+        if self.initial_connection == "none":
+            return g.replace(node_key=node_key, node_attrs=node_attrs, node_act=node_act, node_agg=node_agg)
+        L = self.num_initial_conns
+        src = jnp.repeat(-1 - jnp.arange(n_in, dtype=jnp.int32), n_out)
+        dst = jnp.tile(jnp.arange(n_out, dtype=jnp.int32), n_in)
+        innov = jnp.arange(L, dtype=jnp.int32)
+        keep = jnp.ones((population_size, L), bool)
+        if self.initial_connection == "partial":
+            keep = jax.random.uniform(k_keep, (population_size, L)) < self.connection_fraction
+        # kept links first (stable), so a genome never needs more rows than it has links
+        order = jnp.argsort(~keep, axis=1, stable=True)
+        keep = jnp.take_along_axis(keep, order, 1)
+        take = lambda v: jnp.take_along_axis(jnp.broadcast_to(v, (population_size, L)), order, 1)  # noqa: E731
+        w = self.conn_gene.init_attrs(k_conn, (population_size, L))
+        w = jnp.take_along_axis(w, order[..., None], 1)
+        L_rows = min(L, C)
+        sel = lambda v, pad: jnp.where(keep, v, pad)[:, :L_rows]  # noqa: E731
+        conn_in = g.conn_in.at[:, :L_rows].set(sel(take(src), EMPTY))
+        conn_out = g.conn_out.at[:, :L_rows].set(sel(take(dst), EMPTY))
+        conn_innov = g.conn_innov.at[:, :L_rows].set(sel(take(innov), EMPTY))
+        conn_enabled = g.conn_enabled.at[:, :L_rows].set(keep[:, :L_rows])
+        conn_attrs = g.conn_attrs.at[:, :L_rows].set(jnp.where(keep[..., None], w, 0.0)[:, :L_rows])
+        return Genome(
+            node_key, node_attrs, node_act, node_agg, conn_in, conn_out, conn_innov, conn_enabled, conn_attrs
+        )
+
+
+def _has_cycle(edges: list[tuple[int, int]]) -> bool:
+    graph: dict[int, list[int]] = {}
+    for a, b in edges:
+        graph.setdefault(a, []).append(b)
+    state: dict[int, int] = {}
+    for start in graph:
+        if state.get(start):
+            continue
+        stack = [(start, iter(graph.get(start, ())))]
+        state[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return True
+            elif not state.get(nxt):
+                state[nxt] = 1
+                stack.append((nxt, iter(graph.get(nxt, ()))))
+    return False
+
+
+def check_genome(spec: GenomeSpec, genome: Genome) -> list[str]:
+    """Every invariant violated by one genome (arrays ``[N]``, ``[C]``), as messages; ``[]`` if
+    valid. Host-side (NumPy), for tests and for checking loaded genomes."""
+    g = jax.tree_util.tree_map(np.asarray, genome)
+    problems = []
+    n_in, n_out = spec.num_inputs, spec.num_outputs
+    io = np.concatenate([-1 - np.arange(n_in), np.arange(n_out)])
+    if g.node_key.shape != (spec.max_nodes,) or g.conn_innov.shape != (spec.max_conns,):
+        return [
+            f"shapes {g.node_key.shape}/{g.conn_innov.shape} are not ({spec.max_nodes},)/({spec.max_conns},)"
+        ]
+    if not np.array_equal(g.node_key[: spec.num_io], io):
+        problems.append(
+            f"input/output rows hold keys {g.node_key[: spec.num_io].tolist()}, expected {io.tolist()}"
+        )
+    valid = g.node_key != EMPTY
+    keys = g.node_key[valid]
+    if len(np.unique(keys)) != len(keys):
+        problems.append("duplicate node keys")
+    hidden = g.node_key[spec.num_io :][valid[spec.num_io :]]
+    if np.any(hidden < n_out):
+        problems.append(f"hidden node keys below {n_out}: {hidden[hidden < n_out].tolist()}")
+    pad_n = ~valid
+    if np.any(g.node_attrs[pad_n] != 0) or np.any(g.node_act[pad_n] != 0) or np.any(g.node_agg[pad_n] != 0):
+        problems.append("unused node rows are not padding")
+    if np.any(g.node_attrs[:n_in] != 0) or np.any(g.node_act[:n_in] != 0) or np.any(g.node_agg[:n_in] != 0):
+        problems.append("input pins carry attributes")
+    if not np.all(np.isfinite(g.node_attrs)) or not np.all(np.isfinite(g.conn_attrs)):
+        problems.append("non-finite attributes")
+    cv = g.conn_innov != EMPTY
+    innov = g.conn_innov[cv]
+    if np.any(innov < 0):
+        problems.append("negative innovation numbers")
+    if len(np.unique(innov)) != len(innov):
+        problems.append("duplicate innovation numbers")
+    if np.any(g.conn_in[~cv] != EMPTY) or np.any(g.conn_out[~cv] != EMPTY) or np.any(g.conn_enabled[~cv]):
+        problems.append("unused connection rows are not padding")
+    if np.any(g.conn_attrs[~cv] != 0):
+        problems.append("unused connection rows carry attributes")
+    key_set = set(keys.tolist())
+    edges = list(zip(g.conn_in[cv].tolist(), g.conn_out[cv].tolist()))
+    for a, b in edges:
+        if a not in key_set or b not in key_set:
+            problems.append(f"connection {a}->{b} references a missing node")
+        if b < 0:
+            problems.append(f"connection {a}->{b} ends in an input")
+    if len(set(edges)) != len(edges):
+        problems.append("duplicate (in, out) connections")
+    if spec.feed_forward and _has_cycle(edges):
+        problems.append("cycle in a feedforward genome")
+    return problems
+
+
+def genome_to_dict(spec: GenomeSpec, genome: Genome) -> dict[str, Any]:
+    """One genome as plain Python: ``{"nodes": {key: {attr: value, "activation": name,
+    "aggregation": name}}, "connections": {(in, out): {"innovation": i, "enabled": b, attr: value}}}``;
+    input pins are left out (they are not node genes)."""
+    g = jax.tree_util.tree_map(np.asarray, genome)
+    ng, cg = spec.node_gene, spec.conn_gene
+    nodes = {}
+    for row in range(spec.max_nodes):
+        key = int(g.node_key[row])
+        if key == EMPTY or key < 0:
+            continue
+        nodes[key] = {name: float(g.node_attrs[row, i]) for i, name in enumerate(ng.float_names)}
+        nodes[key]["activation"] = ng.activation.options[int(g.node_act[row])]
+        nodes[key]["aggregation"] = ng.aggregation.options[int(g.node_agg[row])]
+    conns = {}
+    for row in range(spec.max_conns):
+        if int(g.conn_innov[row]) == EMPTY:
+            continue
+        gene = {"innovation": int(g.conn_innov[row]), "enabled": bool(g.conn_enabled[row])}
+        gene.update({name: float(g.conn_attrs[row, i]) for i, name in enumerate(cg.float_names)})
+        conns[(int(g.conn_in[row]), int(g.conn_out[row]))] = gene
+    return {"nodes": nodes, "connections": conns}
+
+
+def genome_from_dict(spec: GenomeSpec, data: dict[str, Any]) -> Genome:
+    """Inverse of :func:`genome_to_dict` (hidden nodes in ascending key order, connections in
+    ascending innovation order); raises :class:`ArgumentError` naming what does not fit."""
+    ng, cg = spec.node_gene, spec.conn_gene
+    g = jax.tree_util.tree_map(np.array, spec.empty())
+    n_in = spec.num_inputs
+    g.node_key[: spec.num_io] = np.concatenate([-1 - np.arange(n_in), np.arange(spec.num_outputs)])
+    nodes = data.get("nodes", {})
+    hidden = sorted(k for k in nodes if k >= spec.num_outputs)
+    if spec.num_io + len(hidden) > spec.max_nodes:
+        raise ArgumentError(f"genome has {spec.num_io + len(hidden)} nodes but max_nodes is {spec.max_nodes}")
+    rows = {k: n_in + k for k in range(spec.num_outputs)}
+    rows.update({k: spec.num_io + i for i, k in enumerate(hidden)})
+    for key, gene in nodes.items():
+        if key not in rows:
+            raise ArgumentError(f"nodes[{key}]: not an output or hidden key")
+        r = rows[key]
+        g.node_key[r] = key
+        for i, name in enumerate(ng.float_names):
+            g.node_attrs[r, i] = gene.get(name, ng.floats[i].init_mean)
+        g.node_act[r] = ng.activation.index(gene.get("activation", ng.activation.options[0]))
+        g.node_agg[r] = ng.aggregation.index(gene.get("aggregation", ng.aggregation.options[0]))
+    conns = sorted(data.get("connections", {}).items(), key=lambda kv: kv[1]["innovation"])
+    if len(conns) > spec.max_conns:
+        raise ArgumentError(f"genome has {len(conns)} connections but max_conns is {spec.max_conns}")
+    for r, ((a, b), gene) in enumerate(conns):
+        g.conn_in[r], g.conn_out[r] = a, b
+        g.conn_innov[r] = gene["innovation"]
+        g.conn_enabled[r] = bool(gene.get("enabled", True))
+        for i, name in enumerate(cg.float_names):
+            g.conn_attrs[r, i] = gene.get(name, cg.floats[i].init_mean)
+    return jax.tree_util.tree_map(jnp.asarray, g)
