@@ -1,0 +1,124 @@
+"""Fitting a function from a fixed table of cases: XOR (NEAT's classic test) and any ``(X, y)``.
+
+Both are policy problems: a phenotype is applied to each case, ``y_hat = apply(phenotype, x)``.
+
+* :class:`XOR` — the ``2 ** n`` cases of ``n``-input parity (``n = 2``: XOR; ``n = 3``: 3-input XOR),
+  fitness ``2 ** n - SSE`` (**maximized**; solved above ``2 ** n - 0.1`` by neat-python's XOR
+  example's ``fitness_threshold = 3.9``), the squared error summed over cases and outputs.
+* :class:`FunctionFit` — arbitrary arrays ``X [n, d]``, ``y [n, k]`` (or ``[n]``), loss ``"mse"``,
+  ``"rmse"``, ``"mae"`` or ``"sse"`` (**minimized**), as TensorNEAT's ``CustomFuncFit``.
+
+A non-finite prediction gives a non-finite fitness, which the run loop treats as the worst.
+
+Example::
+
+    problem = XOR()
+    ev = problem.evaluate(key, phenotypes, apply)       # fitness [pop], maximize
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.core.checks import ArgumentError, check_choice, check_int
+from evotensor.core.evaluation import Evaluation
+
+__all__ = ["XOR", "FunctionFit", "xor_cases"]
+
+Apply = Callable[[Any, jax.Array], jax.Array]
+
+
+def xor_cases(num_inputs: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """``(X float32 [2**n, n], y float32 [2**n, 1])``: every input pattern in binary counting order
+    and its parity."""
+    n = check_int(num_inputs, "num_inputs", minimum=2, maximum=16)
+    x = np.array(list(itertools.product((0.0, 1.0), repeat=n)), np.float32)
+    return x, (x.sum(axis=1) % 2)[:, None].astype(np.float32)
+
+
+def _predict_all(phenotypes: Any, apply: Apply, x: jax.Array) -> jax.Array:
+    """``[pop, n, k]`` predictions: every phenotype on every case."""
+
+    def one(p):
+        return jax.vmap(lambda xi: jnp.reshape(apply(p, xi), (-1,)))(x)
+
+    return jax.vmap(one)(phenotypes)
+
+
+class XOR:
+    """``num_inputs``-input parity (2: XOR), fitness ``2 ** num_inputs - SSE`` (maximized).
+
+    Attributes:
+        x ``float32 [2**n, n]``, y ``float32 [2**n, 1]``: the cases; ``max_fitness``: ``2 ** n``;
+        ``num_inputs``, ``num_outputs`` (1).
+    """
+
+    kind = "policy"
+    maximize = True
+
+    def __init__(self, num_inputs: int = 2):
+        x, y = xor_cases(num_inputs)
+        self.num_inputs, self.num_outputs = x.shape[1], 1
+        self.x, self.y = jnp.asarray(x), jnp.asarray(y)
+        self.max_fitness = float(x.shape[0])
+
+    def evaluate(self, key: jax.Array, phenotypes: Any, apply: Apply) -> Evaluation:
+        """``fitness [pop]``: ``2 ** n`` minus the summed squared error."""
+        del key
+        pred = _predict_all(phenotypes, apply, self.x)
+        sse = jnp.sum((pred - self.y[None]) ** 2, axis=(1, 2))
+        return Evaluation(fitness=self.max_fitness - sse)
+
+    def __repr__(self) -> str:
+        return f"XOR(num_inputs={self.num_inputs})"
+
+
+class FunctionFit:
+    """Fit ``y`` from ``X`` (minimized loss).
+
+    Args:
+        x: ``[n, d]`` inputs; y: ``[n, k]`` or ``[n]`` targets (finite).
+        loss: ``"mse"`` (default), ``"rmse"``, ``"mae"`` or ``"sse"``, over cases and outputs.
+    """
+
+    kind = "policy"
+    maximize = False
+    LOSSES = ("mse", "rmse", "mae", "sse")
+
+    def __init__(self, x: Any, y: Any, loss: str = "mse"):
+        x = np.asarray(x, np.float32)
+        y = np.asarray(y, np.float32)
+        if x.ndim != 2 or x.shape[0] < 1:
+            raise ArgumentError(f"x must be a non-empty [n, d] array, got shape {x.shape}")
+        if y.ndim == 1:
+            y = y[:, None]
+        if y.ndim != 2 or y.shape[0] != x.shape[0]:
+            raise ArgumentError(
+                f"y must be [n] or [n, k] with n = {x.shape[0]} (x's rows), got shape {y.shape}"
+            )
+        if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+            raise ArgumentError("x and y must be finite")
+        self.loss = check_choice(loss, "loss", self.LOSSES)
+        self.x, self.y = jnp.asarray(x), jnp.asarray(y)
+        self.num_inputs, self.num_outputs = x.shape[1], y.shape[1]
+
+    def evaluate(self, key: jax.Array, phenotypes: Any, apply: Apply) -> Evaluation:
+        """``fitness [pop]``: the loss of each phenotype over all cases."""
+        del key
+        err = _predict_all(phenotypes, apply, self.x) - self.y[None]
+        if self.loss == "mae":
+            return Evaluation(fitness=jnp.mean(jnp.abs(err), axis=(1, 2)))
+        if self.loss == "sse":
+            return Evaluation(fitness=jnp.sum(err**2, axis=(1, 2)))
+        mse = jnp.mean(err**2, axis=(1, 2))
+        return Evaluation(fitness=jnp.sqrt(mse) if self.loss == "rmse" else mse)
+
+    def __repr__(self) -> str:
+        n, d, k = self.x.shape[0], self.num_inputs, self.num_outputs
+        return f"FunctionFit(n={n}, inputs={d}, outputs={k}, loss={self.loss!r})"
