@@ -1,0 +1,299 @@
+"""NEAT crossover: genes aligned by innovation number (connections) and key (nodes), compiled for a
+whole population.
+
+Semantics (``mode="neat-python"``, neat-python 2.1 ``DefaultGenome.configure_crossover`` and
+``BaseGene.crossover``):
+
+* The child's structure is exactly the fitter parent's: its node rows and connection rows, in the
+  fitter parent's row layout (so input/output rows stay in place, padding stays exact, keys and
+  innovation numbers stay unique, every connection's endpoints exist and a feedforward child has no
+  cycle). Disjoint and excess genes come from the fitter parent only.
+* Matching connection genes (equal innovation number *and* equal ``(in, out)``; a shared innovation
+  number on different pairs is a collision and is treated as disjoint, as neat-python does) take
+  each float attribute from a parent drawn per attribute with probability 1/2. The enabled flag:
+  enabled when both parents have the gene enabled; when either has it disabled the child's gene is
+  disabled with probability ``disable_inherit_prob`` (0.75, neat-python 2.1's exact 75% rule).
+  Genes only in the fitter parent keep their enabled flag unchanged (neat-python copies them).
+* Matching node genes (equal key; outputs and hidden nodes, never the input pins) take each float
+  attribute, the activation and the aggregation from a parent drawn per attribute.
+
+``mode="paper"`` (Stanley & Miikkulainen 2002) differs in two ways:
+
+* A matching gene is taken whole from one parent (one draw per gene), then the enabled rule above.
+* With equal fitness (``equal_fitness=True``) the disjoint and excess genes of *both* parents are
+  inherited, each with probability 1/2 (matching genes always). Genes of the other parent whose
+  innovation number or ``(in, out)`` pair the fitter parent also holds are never added (no
+  duplicates). The fitter parent's kept genes stay in their rows (a dropped one leaves padding);
+  the other parent's added connections, and the nodes they need that the fitter parent lacks
+  (with the other parent's attributes), take the free rows in order. If the result would not fit
+  ``max_nodes``/``max_conns``, or (``feed_forward``) would contain a cycle (two acyclic parents can
+  form one: neat-python skips such genes one by one in set order, which has no tensor equivalent),
+  the pair falls back to the ordinary fitter-parent child: a feedforward genome must stay
+  acyclic, and any partial union would be an arbitrary choice.
+
+Which parent is fitter (:func:`crossover_population`): the first parent of a pair when its fitness
+is strictly better, otherwise the second, exactly neat-python's comparison (so on a tie the
+*second* parent counts as the fitter one; parents are drawn independently, so this is no bias).
+NaN fitness counts as the worst.
+
+Cost per pair: two sorts and binary searches, ``O((N + C) log C)``; with ``mode="paper"`` and
+``feed_forward`` add a cycle check of at most ``N`` sweeps over the edges (``O(N + C)`` memory).
+No ``[C, C]`` array is ever built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from evotensor.core.checks import ArgumentError, check_choice, check_fraction
+from evotensor.neat.distance import homologous_rows
+from evotensor.neat.genome import EMPTY, Genome, GenomeSpec
+
+__all__ = ["CROSSOVER_MODES", "CrossoverConfig", "crossover", "crossover_population"]
+
+CROSSOVER_MODES = ("neat-python", "paper")
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossoverConfig:
+    """Crossover options (hashable, static).
+
+    Args:
+        mode: ``"neat-python"`` (default) or ``"paper"``; see the module docstring.
+        disable_inherit_prob: probability that a matching gene disabled in either parent is
+            inherited disabled (0.75).
+    """
+
+    mode: str = "neat-python"
+    disable_inherit_prob: float = 0.75
+
+    def __post_init__(self):
+        check_choice(self.mode, "mode", CROSSOVER_MODES)
+        object.__setattr__(
+            self,
+            "disable_inherit_prob",
+            check_fraction(self.disable_inherit_prob, "disable_inherit_prob", allow_zero=True),
+        )
+
+
+def _coins(key: jax.Array, rows: int, columns: int, per_attribute: bool) -> jax.Array:
+    """``bool [rows, columns]``: take the fitter parent's value."""
+    if per_attribute:
+        return jax.random.bernoulli(key, 0.5, (rows, columns))
+    return jnp.broadcast_to(jax.random.bernoulli(key, 0.5, (rows, 1)), (rows, columns))
+
+
+def _aligned_child(
+    key: jax.Array, spec: GenomeSpec, config: CrossoverConfig, fitter: Genome, other: Genome
+) -> tuple[Genome, jax.Array]:
+    """The fitter parent's structure with matching genes crossed; also the connection match mask."""
+    N, C = spec.max_nodes, spec.max_conns
+    A, B = spec.node_gene.num_floats, spec.conn_gene.num_floats
+    per_attribute = config.mode == "neat-python"
+    k_node, k_conn, k_enabled = jax.random.split(key, 3)
+
+    genes_f = fitter.node_valid & (fitter.node_key >= 0)
+    genes_o = other.node_valid & (other.node_key >= 0)
+    row, found = homologous_rows((fitter.node_key,), (other.node_key,), genes_o)
+    take = _coins(k_node, N, A + 2, per_attribute) | ~(genes_f & found)[:, None]
+    node_attrs = jnp.where(take[:, :A], fitter.node_attrs, other.node_attrs[row])
+    node_act = jnp.where(take[:, A], fitter.node_act, other.node_act[row])
+    node_agg = jnp.where(take[:, A + 1], fitter.node_agg, other.node_agg[row])
+
+    crow, cfound = homologous_rows((fitter.conn_innov,), (other.conn_innov,), other.conn_valid)
+    matched = (
+        fitter.conn_valid
+        & cfound
+        & (fitter.conn_in == other.conn_in[crow])
+        & (fitter.conn_out == other.conn_out[crow])
+    )
+    take = _coins(k_conn, C, B, per_attribute) | ~matched[:, None]
+    conn_attrs = jnp.where(take, fitter.conn_attrs, other.conn_attrs[crow])
+    either_disabled = matched & ~(fitter.conn_enabled & other.conn_enabled[crow])
+    redrawn = jax.random.uniform(k_enabled, (C,)) >= config.disable_inherit_prob
+    conn_enabled = jnp.where(either_disabled, redrawn, fitter.conn_enabled)
+    child = fitter.replace(
+        node_attrs=node_attrs,
+        node_act=node_act,
+        node_agg=node_agg,
+        conn_attrs=conn_attrs,
+        conn_enabled=conn_enabled,
+    )
+    return child, matched
+
+
+def _has_cycle(
+    node_valid: jax.Array, src: jax.Array, dst: jax.Array, edge_valid: jax.Array, active: jax.Array
+) -> jax.Array:
+    """``bool []``: the valid edges (node rows ``src -> dst``) contain a cycle. Kahn's algorithm:
+    repeatedly drop every live node without a live incoming edge; nodes left over lie on or behind a
+    cycle. At most ``N + 1`` sweeps of ``O(N + C)``; none when ``active`` is false (then the answer
+    is meaningless), so a batch without equal-fitness pairs skips the loop."""
+    N = node_valid.shape[-1]
+
+    def body(state):
+        _, alive = state
+        live = edge_valid & alive[src] & alive[dst]
+        indegree = jnp.zeros(N, jnp.int32).at[dst].add(live.astype(jnp.int32))
+        drop = alive & (indegree == 0)
+        return jnp.any(drop), alive & ~drop
+
+    _, alive = lax.while_loop(lambda s: s[0], body, (jnp.asarray(active, bool), node_valid))
+    return jnp.any(alive)
+
+
+def _free_rows(wanted: jax.Array, free: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Destinations for the ``wanted`` rows (``bool [R]``) in the ``free`` rows (``bool [T]``), in
+    order: ``int32 [R]`` (``T``, out of range, for rows not wanted), and whether all fit."""
+    T = free.shape[-1]
+    free_rows = jnp.argsort(~free, stable=True)
+    rank = jnp.cumsum(wanted) - 1
+    target = jnp.where(wanted, free_rows[jnp.clip(rank, 0, T - 1)], T)
+    return target, jnp.sum(wanted) <= jnp.sum(free)
+
+
+def _union_child(
+    key: jax.Array,
+    spec: GenomeSpec,
+    aligned: Genome,
+    matched: jax.Array,
+    fitter: Genome,
+    other: Genome,
+    equal_fitness: jax.Array,
+) -> tuple[Genome, jax.Array]:
+    """Paper equal-fitness child: unmatched genes of both parents, each with probability 1/2.
+    Returns the child and whether to use it (equal fitness, fits, acyclic for feedforward specs)."""
+    N, C = spec.max_nodes, spec.max_conns
+    k_f, k_o = jax.random.split(key)
+    keep_f = fitter.conn_valid & (matched | jax.random.bernoulli(k_f, 0.5, (C,)))
+    _, in_f_innov = homologous_rows((other.conn_innov,), (fitter.conn_innov,), fitter.conn_valid)
+    _, in_f_pair = homologous_rows(
+        (other.conn_in, other.conn_out), (fitter.conn_in, fitter.conn_out), fitter.conn_valid
+    )
+    keep_o = other.conn_valid & ~in_f_innov & ~in_f_pair & jax.random.bernoulli(k_o, 0.5, (C,))
+
+    # the other parent's nodes that its kept connections need and the fitter parent lacks
+    _, node_in_f = homologous_rows((other.node_key,), (fitter.node_key,), fitter.node_valid)
+    src_row, _ = homologous_rows((other.conn_in,), (other.node_key,), other.node_valid)
+    dst_row, _ = homologous_rows((other.conn_out,), (other.node_key,), other.node_valid)
+    used = jnp.zeros(N, jnp.int32).at[src_row].add(keep_o.astype(jnp.int32))
+    used = used.at[dst_row].add(keep_o.astype(jnp.int32))
+    needed = other.node_valid & ~node_in_f & (used > 0)
+    node_target, nodes_fit = _free_rows(needed, ~fitter.node_valid & (jnp.arange(N) >= spec.num_io))
+
+    def put(dst: jax.Array, src: jax.Array, target: jax.Array) -> jax.Array:
+        return dst.at[target].set(src, mode="drop")
+
+    # connections: the fitter parent's kept rows stay in place, dropped ones become padding, and the
+    # other parent's genes take the free rows in order
+    conn_target, conns_fit = _free_rows(keep_o, ~keep_f)
+    drop = ~keep_f
+    cleared = aligned.replace(
+        conn_in=jnp.where(drop, EMPTY, aligned.conn_in),
+        conn_out=jnp.where(drop, EMPTY, aligned.conn_out),
+        conn_innov=jnp.where(drop, EMPTY, aligned.conn_innov),
+        conn_enabled=jnp.where(drop, False, aligned.conn_enabled),
+        conn_attrs=jnp.where(drop[:, None], 0.0, aligned.conn_attrs),
+    )
+    child = Genome(
+        node_key=put(cleared.node_key, other.node_key, node_target),
+        node_attrs=put(cleared.node_attrs, other.node_attrs, node_target),
+        node_act=put(cleared.node_act, other.node_act, node_target),
+        node_agg=put(cleared.node_agg, other.node_agg, node_target),
+        conn_in=put(cleared.conn_in, other.conn_in, conn_target),
+        conn_out=put(cleared.conn_out, other.conn_out, conn_target),
+        conn_innov=put(cleared.conn_innov, other.conn_innov, conn_target),
+        conn_enabled=put(cleared.conn_enabled, other.conn_enabled, conn_target),
+        conn_attrs=put(cleared.conn_attrs, other.conn_attrs, conn_target),
+    )
+    ok = equal_fitness & nodes_fit & conns_fit
+    if spec.feed_forward:
+        valid = child.node_valid
+        src, _ = homologous_rows((child.conn_in,), (child.node_key,), valid)
+        dst, _ = homologous_rows((child.conn_out,), (child.node_key,), valid)
+        ok = ok & ~_has_cycle(valid, src, dst, child.conn_valid, ok)
+    return child, ok
+
+
+def crossover(
+    key: jax.Array,
+    spec: GenomeSpec,
+    fitter: Genome,
+    other: Genome,
+    config: CrossoverConfig = CrossoverConfig(),
+    equal_fitness: jax.Array | bool = False,
+) -> Genome:
+    """One child of two parents (arrays ``[N]``, ``[C]``); ``vmap`` it, or use
+    :func:`crossover_population`.
+
+    ``fitter`` is the parent whose structure the child gets (see the module docstring);
+    ``equal_fitness`` (``bool []``, may be traced) only matters with ``config.mode == "paper"``.
+    Returns a genome of the same shapes that keeps every :func:`check_genome` invariant. Pure and
+    jit-able; ``spec`` and ``config`` are static.
+    """
+    if not isinstance(spec, GenomeSpec):
+        raise ArgumentError(f"spec must be a GenomeSpec, got {type(spec).__name__}")
+    if not isinstance(config, CrossoverConfig):
+        raise ArgumentError(f"config must be a CrossoverConfig, got {type(config).__name__}")
+    if fitter.node_key.shape != (spec.max_nodes,) or other.conn_innov.shape != (spec.max_conns,):
+        raise ArgumentError(
+            f"fitter and other must be single genomes [{spec.max_nodes}], [{spec.max_conns}]; "
+            f"got {fitter.node_key.shape}, {other.conn_innov.shape} (vmap for a population)"
+        )
+    k_aligned, k_union = jax.random.split(key)
+    child, matched = _aligned_child(k_aligned, spec, config, fitter, other)
+    if config.mode != "paper":
+        return child
+    use_union = jnp.asarray(equal_fitness, bool)
+    union, use_union = _union_child(k_union, spec, child, matched, fitter, other, use_union)
+    return jax.tree_util.tree_map(lambda u, c: jnp.where(use_union, u, c), union, child)
+
+
+def crossover_population(
+    key: jax.Array,
+    spec: GenomeSpec,
+    population: Genome,
+    parent1_idx: jax.Array,
+    parent2_idx: jax.Array,
+    fitness: jax.Array,
+    *,
+    maximize: bool,
+    config: CrossoverConfig = CrossoverConfig(),
+) -> Genome:
+    """``n`` children, child ``i`` from parents ``parent1_idx[i]`` and ``parent2_idx[i]``.
+
+    ``population``: genomes ``[pop, ...]``; ``parent1_idx``, ``parent2_idx``: ``int [n]``;
+    ``fitness``: ``float [pop]``, better when larger (``maximize=True``, neat-python's default
+    ``fitness_criterion = max``) or smaller (``maximize=False``, evotensor strategies' internal
+    orientation); there is deliberately no default. The fitter parent is ``parent1`` when its
+    fitness is strictly better, else ``parent2`` (neat-python's rule: a tie makes ``parent2`` the
+    fitter); NaN fitness is the worst. Returns children ``[n, ...]``. Pure and jit-able.
+    """
+    if not isinstance(maximize, bool):
+        raise ArgumentError(f"maximize must be a bool, got {maximize!r}")
+    p1 = jnp.asarray(parent1_idx)
+    p2 = jnp.asarray(parent2_idx)
+    if p1.ndim != 1 or p1.shape != p2.shape:
+        raise ArgumentError(
+            "parent1_idx and parent2_idx must be int arrays [n] of equal length, got "
+            f"{p1.shape} and {p2.shape}"
+        )
+    pop = population.node_key.shape[0] if population.node_key.ndim == 2 else None
+    fitness = jnp.asarray(fitness)
+    if pop is None or fitness.shape != (pop,):
+        raise ArgumentError(
+            f"fitness must be [pop] for a population [pop, ...]; got fitness {fitness.shape}, "
+            f"population node_key {population.node_key.shape}"
+        )
+    worst = -jnp.inf if maximize else jnp.inf
+    f = jnp.where(jnp.isnan(fitness), worst, fitness.astype(jnp.float32))
+    f1, f2 = f[p1], f[p2]
+    first_better = f1 > f2 if maximize else f1 < f2
+    fitter = population[jnp.where(first_better, p1, p2)]
+    other = population[jnp.where(first_better, p2, p1)]
+    keys = jax.random.split(key, p1.shape[0])
+    return jax.vmap(lambda k, a, b, e: crossover(k, spec, a, b, config, e))(keys, fitter, other, f1 == f2)

@@ -1,0 +1,304 @@
+"""Compatibility distance between NEAT genomes, in three named modes, and the row alignment
+(sort + binary search) that crossover shares.
+
+Modes (``DistanceConfig.mode``), with ``c_d``, ``c_e``, ``c_w`` the disjoint, excess and weight
+coefficients:
+
+* ``"neat-python"`` (neat-python 2.1 ``DefaultGenome.distance``): node term plus connection term.
+
+  - Node term (``compatibility_include_node_genes``): ``(c_w * sum over homologous nodes of
+    attribute_distance + c_d * #disjoint nodes) / max(#nodes a, #nodes b)``. Node genes are the
+    outputs and hidden nodes (input pins are not node genes); homologous means the same key.
+  - Connection term: ``(sum over matching genes of c_w * (attribute_distance + enable_penalty *
+    [enabled differs]) + c_d * D + c_e * E) / max(#conns a, #conns b)``, ``0`` when both genomes
+    have no connection. Genes match when their innovation numbers *and* their ``(in, out)`` pairs
+    are equal; a shared innovation number on different pairs (a collision) counts as two disjoint
+    genes, as in neat-python. A non-matching gene is excess when its innovation number is above the
+    other genome's largest one (every gene is excess against a genome without connections), else
+    disjoint. ``c_e`` defaults to ``c_d`` (neat-python's ``compatibility_excess_coefficient =
+    auto``).
+
+* ``"paper"`` (Stanley & Miikkulainen 2002): connections only, ``c_e * E / N + c_d * D / N + c_w *
+  W_bar`` with ``W_bar`` the *mean* ``attribute_distance`` (``|d weight|``) over matching genes
+  (``0`` when none match; the enabled flag does not count), ``N`` the larger genome's connection
+  count, and ``N = 1`` when both genomes have fewer than ``normalize_small_genomes_threshold``
+  (20) connection genes. Matching, excess and disjoint as in ``"neat-python"``.
+
+* ``"tensorneat"`` (TensorNEAT's ``DefaultDistance``): node term plus connection term, each
+  ``(c_d * #non-homologous + c_w * sum over homologous of attribute_distance) / max(count a, count
+  b)`` (``0`` when both counts are ``0``). Node rows *include the input pins* (they match each
+  other and only dilute the node term, as in TensorNEAT); connections are homologous when their
+  ``(in, out)`` pairs are equal (innovation numbers are ignored); no excess/disjoint split, no
+  enabled term.
+
+Coefficients left ``None`` take the mode's defaults: ``c_d = 1.0`` everywhere, ``c_w = 0.5``
+(neat-python's XOR example) for ``"neat-python"``, ``c_w = 0.4`` for ``"paper"`` (c3) and
+``"tensorneat"``; ``c_e = c_d`` (the paper's ``c1 = c2 = 1``).
+
+``attribute_distance`` is the gene type's (:meth:`NodeGene.attribute_distance`,
+:meth:`ConnectionGene.attribute_distance`), so custom genes bring their own.
+
+Cost: one sort of the second genome's rows and a ``log2``-step binary search per row of the first,
+``O((N + C) log C)`` per pair, ``O(N + C)`` memory; never a ``[C, C]`` comparison.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from evotensor.core.checks import ArgumentError, check_choice, check_int, check_positive
+from evotensor.neat.genome import Genome, GenomeSpec
+
+__all__ = ["DISTANCE_MODES", "DistanceConfig", "distance", "distance_matrix", "homologous_rows"]
+
+DISTANCE_MODES = ("neat-python", "paper", "tensorneat")
+_WEIGHT_DEFAULT = {"neat-python": 0.5, "paper": 0.4, "tensorneat": 0.4}
+
+
+@dataclasses.dataclass(frozen=True)
+class DistanceConfig:
+    """Which compatibility distance to compute, with neat-python's option names (hashable, static).
+
+    Args:
+        mode: ``"neat-python"``, ``"paper"`` or ``"tensorneat"`` (see the module docstring).
+        compatibility_disjoint_coefficient: ``c_d`` (``None``: ``1.0``).
+        compatibility_weight_coefficient: ``c_w`` (``None``: ``0.5`` for neat-python, ``0.4`` for
+            paper and tensorneat).
+        compatibility_excess_coefficient: ``c_e``; ``None`` or ``"auto"``: equal to ``c_d``. Unused by
+            ``"tensorneat"``.
+        compatibility_include_node_genes: add the node term (``"neat-python"``, ``"tensorneat"``).
+        compatibility_enable_penalty: added to a matching gene pair's attribute distance when one is
+            enabled and the other not (``"neat-python"`` only).
+        normalize_small_genomes_threshold: ``"paper"`` only: ``N = 1`` when both genomes have fewer
+            connection genes than this (``0`` turns it off).
+
+    Example::
+
+        cfg = DistanceConfig(mode="paper")
+        d = distance(spec, cfg, genome_a, genome_b)
+    """
+
+    mode: str = "neat-python"
+    compatibility_disjoint_coefficient: float | None = None
+    compatibility_weight_coefficient: float | None = None
+    compatibility_excess_coefficient: float | str | None = None
+    compatibility_include_node_genes: bool = True
+    compatibility_enable_penalty: float = 1.0
+    normalize_small_genomes_threshold: int = 20
+
+    def __post_init__(self):
+        check_choice(self.mode, "mode", DISTANCE_MODES)
+        for name in ("compatibility_disjoint_coefficient", "compatibility_weight_coefficient"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, check_positive(value, name, allow_zero=True))
+        excess = self.compatibility_excess_coefficient
+        if isinstance(excess, str):
+            if excess != "auto":
+                raise ArgumentError(
+                    f"compatibility_excess_coefficient must be a number >= 0, None or 'auto', got {excess!r}"
+                )
+        elif excess is not None:
+            object.__setattr__(
+                self,
+                "compatibility_excess_coefficient",
+                check_positive(excess, "compatibility_excess_coefficient", allow_zero=True),
+            )
+        if not isinstance(self.compatibility_include_node_genes, bool):
+            raise ArgumentError(
+                "compatibility_include_node_genes must be a bool, got "
+                f"{self.compatibility_include_node_genes!r}"
+            )
+        object.__setattr__(
+            self,
+            "compatibility_enable_penalty",
+            check_positive(
+                self.compatibility_enable_penalty, "compatibility_enable_penalty", allow_zero=True
+            ),
+        )
+        check_int(self.normalize_small_genomes_threshold, "normalize_small_genomes_threshold", minimum=0)
+
+    @property
+    def disjoint_coefficient(self) -> float:
+        """``c_d`` with the mode's default filled in."""
+        c = self.compatibility_disjoint_coefficient
+        return 1.0 if c is None else c
+
+    @property
+    def weight_coefficient(self) -> float:
+        """``c_w`` with the mode's default filled in."""
+        c = self.compatibility_weight_coefficient
+        return _WEIGHT_DEFAULT[self.mode] if c is None else c
+
+    @property
+    def excess_coefficient(self) -> float:
+        """``c_e``; ``None``/``"auto"`` resolve to :attr:`disjoint_coefficient`."""
+        c = self.compatibility_excess_coefficient
+        return self.disjoint_coefficient if c is None or c == "auto" else c
+
+
+def _lex_less(a: Sequence[jax.Array], b: Sequence[jax.Array]) -> jax.Array:
+    """``a < b`` in lexicographic column order (elementwise over rows)."""
+    less = a[-1] < b[-1]
+    for x, y in zip(a[-2::-1], b[-2::-1]):
+        less = (x < y) | ((x == y) & less)
+    return less
+
+
+def homologous_rows(
+    query: Sequence[jax.Array], table: Sequence[jax.Array], table_valid: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """For each query row, the valid table row with equal values in every key column.
+
+    ``query``: key columns ``int32 [R]`` (one genome's rows; ``vmap`` for a population);
+    ``table``: key columns ``int32 [T]``; ``table_valid bool [T]``. Returns ``(row int32 [R],
+    found bool [R])``: ``row`` indexes ``table`` (any in-range row where ``found`` is false). The
+    valid table keys must be unique (node keys, innovation numbers, ``(in, out)`` pairs are).
+
+    The table is sorted once (``lax.sort`` on the key columns, invalid rows last) and each query
+    row is placed by a lexicographic binary search of ``ceil(log2(T + 1))`` unrolled steps:
+    ``O((R + T) log T)`` work and ``O(R + T)`` memory, never an ``[R, T]`` comparison.
+    """
+    if len(query) != len(table) or not query:
+        raise ArgumentError("query and table must have the same, non-zero number of key columns")
+    T = table[0].shape[-1]
+    cols = (jnp.where(table_valid, 0, 1).astype(jnp.int32), *(jnp.asarray(c, jnp.int32) for c in table))
+    out = lax.sort((*cols, jnp.arange(T, dtype=jnp.int32)), num_keys=len(cols))
+    sorted_cols, perm = out[:-1], out[-1]
+    q = (jnp.zeros_like(query[0], jnp.int32), *(jnp.asarray(c, jnp.int32) for c in query))
+    lo = jnp.zeros(q[0].shape, jnp.int32)
+    hi = jnp.full(q[0].shape, T, jnp.int32)
+    for _ in range(T.bit_length()):
+        mid = (lo + hi) // 2
+        at = jnp.minimum(mid, T - 1)
+        less = _lex_less([c[at] for c in sorted_cols], q)
+        active = lo < hi
+        lo = jnp.where(active & less, mid + 1, lo)
+        hi = jnp.where(active & ~less, mid, hi)
+    at = jnp.minimum(lo, T - 1)
+    found = jnp.ones(q[0].shape, bool)
+    for c, x in zip(sorted_cols, q):
+        found = found & (c[at] == x)
+    return perm[at], found
+
+
+def _safe_ratio(value: jax.Array, count: jax.Array) -> jax.Array:
+    return jnp.where(count > 0, value / jnp.maximum(count, 1).astype(jnp.float32), 0.0)
+
+
+def _node_term(
+    spec: GenomeSpec, config: DistanceConfig, a: Genome, b: Genome, with_inputs: bool
+) -> jax.Array:
+    gene_a = a.node_valid if with_inputs else a.node_valid & (a.node_key >= 0)
+    gene_b = b.node_valid if with_inputs else b.node_valid & (b.node_key >= 0)
+    row, found = homologous_rows((a.node_key,), (b.node_key,), gene_b)
+    matched = gene_a & found
+    d = spec.node_gene.attribute_distance(
+        a.node_attrs, a.node_act, a.node_agg, b.node_attrs[row], b.node_act[row], b.node_agg[row]
+    )
+    homologous = jnp.sum(jnp.where(matched, d, 0.0))
+    n_a = jnp.sum(gene_a, dtype=jnp.int32)
+    n_b = jnp.sum(gene_b, dtype=jnp.int32)
+    n_match = jnp.sum(matched, dtype=jnp.int32)
+    non_homologous = (n_a + n_b - 2 * n_match).astype(jnp.float32)
+    value = config.weight_coefficient * homologous + config.disjoint_coefficient * non_homologous
+    return _safe_ratio(value, jnp.maximum(n_a, n_b))
+
+
+def _innovation_stats(spec: GenomeSpec, a: Genome, b: Genome):
+    """Matching by innovation number (and equal endpoints): (sum attr dist, #enabled differs,
+    #matching, #excess, #disjoint, n_a, n_b)."""
+    va, vb = a.conn_valid, b.conn_valid
+    row, found = homologous_rows((a.conn_innov,), (b.conn_innov,), vb)
+    matched = va & found & (a.conn_in == b.conn_in[row]) & (a.conn_out == b.conn_out[row])
+    d = spec.conn_gene.attribute_distance(a.conn_attrs, b.conn_attrs[row])
+    attr = jnp.sum(jnp.where(matched, d, 0.0))
+    enabled_differs = jnp.sum(matched & (a.conn_enabled != b.conn_enabled[row]), dtype=jnp.int32)
+    n_a = jnp.sum(va, dtype=jnp.int32)
+    n_b = jnp.sum(vb, dtype=jnp.int32)
+    n_match = jnp.sum(matched, dtype=jnp.int32)
+    # an empty genome's maximum is below every innovation number (all >= 0): all excess
+    max_a = jnp.max(jnp.where(va, a.conn_innov, -1))
+    max_b = jnp.max(jnp.where(vb, b.conn_innov, -1))
+    excess = jnp.sum(va & (a.conn_innov > max_b), dtype=jnp.int32) + jnp.sum(
+        vb & (b.conn_innov > max_a), dtype=jnp.int32
+    )
+    disjoint = n_a + n_b - 2 * n_match - excess
+    return attr, enabled_differs, n_match, excess, disjoint, n_a, n_b
+
+
+def distance(spec: GenomeSpec, config: DistanceConfig, a: Genome, b: Genome) -> jax.Array:
+    """The compatibility distance between two genomes (arrays ``[N]``, ``[C]``): ``float32 []``.
+
+    Symmetric, ``0`` for a genome and itself; ``vmap`` it over pairs, or use
+    :func:`distance_matrix`. Pure and jit-able; ``spec`` and ``config`` are static.
+    """
+    if not isinstance(spec, GenomeSpec):
+        raise ArgumentError(f"spec must be a GenomeSpec, got {type(spec).__name__}")
+    if not isinstance(config, DistanceConfig):
+        raise ArgumentError(f"config must be a DistanceConfig, got {type(config).__name__}")
+    for name, g in (("a", a), ("b", b)):
+        if g.node_key.shape != (spec.max_nodes,) or g.conn_innov.shape != (spec.max_conns,):
+            raise ArgumentError(
+                f"{name} must be a single genome [{spec.max_nodes}], [{spec.max_conns}]; got "
+                f"{g.node_key.shape}, {g.conn_innov.shape} (vmap or distance_matrix for populations)"
+            )
+    c_d, c_w, c_e = config.disjoint_coefficient, config.weight_coefficient, config.excess_coefficient
+    if config.mode == "paper":
+        attr, _, n_match, excess, disjoint, n_a, n_b = _innovation_stats(spec, a, b)
+        n = jnp.maximum(n_a, n_b)
+        n = jnp.where(n < config.normalize_small_genomes_threshold, 1, jnp.maximum(n, 1)).astype(jnp.float32)
+        w_bar = _safe_ratio(attr, n_match)
+        return (c_e * excess.astype(jnp.float32) + c_d * disjoint.astype(jnp.float32)) / n + c_w * w_bar
+    total = jnp.zeros((), jnp.float32)
+    if config.compatibility_include_node_genes:
+        total = total + _node_term(spec, config, a, b, with_inputs=config.mode == "tensorneat")
+    if config.mode == "neat-python":
+        attr, enabled_differs, _, excess, disjoint, n_a, n_b = _innovation_stats(spec, a, b)
+        homologous = attr + config.compatibility_enable_penalty * enabled_differs.astype(jnp.float32)
+        value = c_w * homologous + c_d * disjoint.astype(jnp.float32) + c_e * excess.astype(jnp.float32)
+        return total + _safe_ratio(value, jnp.maximum(n_a, n_b))
+    # tensorneat: connections homologous by (in, out)
+    va, vb = a.conn_valid, b.conn_valid
+    row, found = homologous_rows((a.conn_in, a.conn_out), (b.conn_in, b.conn_out), vb)
+    matched = va & found
+    d = spec.conn_gene.attribute_distance(a.conn_attrs, b.conn_attrs[row])
+    homologous = jnp.sum(jnp.where(matched, d, 0.0))
+    n_a = jnp.sum(va, dtype=jnp.int32)
+    n_b = jnp.sum(vb, dtype=jnp.int32)
+    non_homologous = (n_a + n_b - 2 * jnp.sum(matched, dtype=jnp.int32)).astype(jnp.float32)
+    return total + _safe_ratio(c_w * homologous + c_d * non_homologous, jnp.maximum(n_a, n_b))
+
+
+def distance_matrix(
+    spec: GenomeSpec,
+    config: DistanceConfig,
+    population: Genome,
+    representatives: Genome,
+    batch_size: int | None = None,
+) -> jax.Array:
+    """Distances of every genome to every representative: ``float32 [P, S]``.
+
+    ``population``: genomes ``[P, ...]``; ``representatives``: ``[S, ...]`` (e.g. species centres).
+    ``lax.map`` walks over the representatives, ``batch_size`` at a time (``None``: one), each step
+    a ``vmap`` over the population that sorts each representative's rows once: memory
+    ``O(batch_size * P * (N + C))``, never ``[P, S, C]`` or ``[C, C]``.
+    """
+    if batch_size is not None:
+        batch_size = check_int(batch_size, "batch_size")
+    if population.node_key.ndim != 2:
+        raise ArgumentError(f"population must be genomes [P, ...], got node_key {population.node_key.shape}")
+    if representatives.node_key.ndim != 2:
+        raise ArgumentError(
+            f"representatives must be genomes [S, ...], got node_key {representatives.node_key.shape}"
+        )
+
+    def to_all(rep: Genome) -> jax.Array:
+        return jax.vmap(lambda g: distance(spec, config, g, rep))(population)
+
+    return lax.map(to_all, representatives, batch_size=batch_size).T

@@ -1,0 +1,724 @@
+"""NEAT mutation over a whole population in one compiled program, with global innovation numbers
+deduplicated within the generation (:mod:`evotensor.neat.innovation`).
+
+:func:`mutate` follows neat-python 2.1's ``DefaultGenome.mutate``:
+
+1. Structural mutations, each genome independently: with ``single_structural_mutation=False``
+   four independent draws, in this order: add node (``node_add_prob``), delete node
+   (``node_delete_prob``), add connection (``conn_add_prob``), delete connection
+   (``conn_delete_prob``). With ``single_structural_mutation=True`` one uniform ``r`` picks at
+   most one of them, with the four probabilities divided by ``max(1, their sum)``.
+2. Attribute mutation of every node gene (outputs and hidden nodes, not input pins) and every
+   connection gene, new genes included (:meth:`NodeGene.mutate_attrs`,
+   :meth:`ConnectionGene.mutate_attrs`).
+
+The structural steps (each also public, for tests and custom pipelines):
+
+* :func:`add_node`: pick a uniformly random connection (neat-python picks among *all* connection
+  genes, enabled or not; ``split_only_enabled=True`` restricts it to enabled ones), disable it
+  (``split="disable"``: neat-python and the paper) or delete it (``split="delete"``: TensorNEAT),
+  and add a node with a new key and the two enabled connections ``in -> new`` (weight ``1.0``) and
+  ``new -> out`` (the old weight). The node's attributes come from the node gene's ``init`` with
+  the bias set to ``0`` (neat-python 2.1); ``new_node_attrs="identity"`` also sets the response to
+  ``1`` (TensorNEAT). The new connections' other attributes come from the connection gene's
+  ``init`` (``new_conn_attrs="zero"``: zeros). A genome without a candidate connection adds a
+  connection instead when ``structural_mutation_surer`` holds, and does nothing otherwise.
+* :func:`delete_node`: remove a uniformly random hidden node and every connection touching it.
+* :func:`add_connection`: draw the ``out`` end uniformly among non-input nodes and the ``in`` end
+  uniformly among inputs and hidden nodes (neat-python; ``conn_from_outputs=True`` lets outputs be
+  sources too, as TensorNEAT). The draw is a single try: if the pair is already connected nothing
+  is added (with ``structural_mutation_surer`` the existing gene is re-enabled); in a feedforward
+  genome a pair that would close a cycle through any existing connection, enabled or disabled,
+  is refused (so re-enabling never makes one); a recurrent genome may add cycles and self-loops.
+  The new connection is enabled, its attributes from ``init`` (``new_conn_attrs="zero"``: zeros,
+  TensorNEAT's weight 0).
+* :func:`delete_connection`: remove a uniformly random connection.
+* After a deletion, with ``prune_dangling=True`` (neat-python 2.1), hidden nodes that no longer
+  feed an output through enabled connections are removed with all their connections
+  (:func:`prune_dangling`).
+
+Innovation numbering. All splits of the population are numbered first (one node key and two
+innovation numbers per distinct split: by the split connection's ``(in, out)`` pair, as
+neat-python's tracker, or by its innovation number with ``split_identity="innovation"``), so an
+offspring's later steps already see its new node (the add-connection step may connect to it).
+Connections added by the add-connection step (and by the ``structural_mutation_surer`` fallback
+of add node) are written with a temporary negative marker and numbered together at the end of the
+structural phase, one number per distinct ``(in, out)`` pair in the population. A split's two
+pairs always contain the new node, which no genome can reach by an add-connection in the same
+generation without holding those very pairs already, so numbering splits and added connections
+separately never gives one pair two numbers. Events that a later step of the same genome undoes
+(an added connection deleted again) still consume their number, as in neat-python.
+
+Capacity: a split needs a free node row and two free connection rows (one with ``split="delete"``),
+an add-connection a free connection row; a mutation that would overflow is skipped and counted in
+``metrics["capacity_skips"]``, never written past the end. New genes take the first free rows.
+
+Everything is pure and ``jit``-able with ``spec`` and ``config`` static; per-genome work is
+``vmap``-ped, the numbering is one sort over the population's proposals; cycle checks and pruning
+are bounded frontier propagations over the edge list (``segment_max`` in a ``lax.while_loop``),
+never ``[N, N]`` matrices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from evotensor.core.checks import ArgumentError, check_choice, check_fraction
+from evotensor.neat.genome import EMPTY, Genome, GenomeSpec
+from evotensor.neat.innovation import number_connections, number_splits
+
+__all__ = [
+    "METRIC_NAMES",
+    "MutationConfig",
+    "add_connection",
+    "add_node",
+    "creates_cycle",
+    "delete_connection",
+    "delete_node",
+    "mutate",
+    "mutate_attributes",
+    "prune_dangling",
+    "required_nodes",
+]
+
+METRIC_NAMES = (
+    "nodes_added",
+    "conns_added",
+    "nodes_deleted",
+    "conns_deleted",
+    "nodes_pruned",
+    "capacity_skips",
+)
+"""Keys of the metrics dicts (``int32`` scalars): successful splits, successful add-connections
+(not counting a split's two connections), explicit node and connection deletions, hidden nodes
+removed by pruning, mutations skipped for lack of rows."""
+
+# temporary innovation markers of connections added before the end-of-step numbering (negative,
+# so never a real innovation number, and not EMPTY, so the rows count as valid meanwhile)
+_FALLBACK_MARK = -2
+_ADD_MARK = -3
+
+_TRUE_WORDS = ("1", "yes", "true", "on")
+_FALSE_WORDS = ("0", "no", "false", "off")
+
+
+@dataclasses.dataclass(frozen=True)
+class MutationConfig:
+    """How :func:`mutate` changes genomes (hashable: pass it as a static argument).
+
+    The defaults are neat-python 2.1's, with the probabilities of its XOR example;
+    :meth:`tensorneat` gives TensorNEAT's choices.
+
+    Args:
+        conn_add_prob, conn_delete_prob, node_add_prob, node_delete_prob: probabilities in
+            ``[0, 1]`` of the four structural mutations.
+        single_structural_mutation: at most one structural mutation per genome, chosen with the
+            probabilities divided by ``max(1, their sum)``.
+        structural_mutation_surer: ``True``, ``False`` or ``"default"`` (= the value of
+            ``single_structural_mutation``; neat-python's words ``"yes"``, ``"off"``, ... are
+            accepted): an add-node without a connection to split adds a connection instead, and an
+            add-connection that draws an existing pair re-enables that gene.
+        split: ``"disable"`` (neat-python, the paper: the split connection stays, disabled) or
+            ``"delete"`` (TensorNEAT: it is removed).
+        split_only_enabled: split only enabled connections (neat-python picks among all).
+        split_identity: which splits share a new node key: ``"pair"`` (the same ``(in, out)``;
+            neat-python's tracker) or ``"innovation"`` (the same innovation number).
+        new_node_attrs: ``"init"`` (attributes from the node gene's init, bias ``0``; neat-python
+            2.1) or ``"identity"`` (also response ``1``; TensorNEAT).
+        new_conn_attrs: attributes of a connection added by add-connection (and of a split's
+            connections besides the weight): ``"init"`` (neat-python) or ``"zero"`` (TensorNEAT).
+        conn_from_outputs: output nodes may be the source of a new connection (TensorNEAT; in
+            neat-python the source is an input or a hidden node).
+        prune_dangling: after a deletion remove hidden nodes that no longer feed an output
+            through enabled connections (neat-python 2.1; TensorNEAT does not).
+    """
+
+    conn_add_prob: float = 0.5
+    conn_delete_prob: float = 0.5
+    node_add_prob: float = 0.2
+    node_delete_prob: float = 0.2
+    single_structural_mutation: bool = False
+    structural_mutation_surer: Any = "default"
+    split: str = "disable"
+    split_only_enabled: bool = False
+    split_identity: str = "pair"
+    new_node_attrs: str = "init"
+    new_conn_attrs: str = "init"
+    conn_from_outputs: bool = False
+    prune_dangling: bool = True
+
+    def __post_init__(self):
+        for name in ("conn_add_prob", "conn_delete_prob", "node_add_prob", "node_delete_prob"):
+            object.__setattr__(self, name, check_fraction(getattr(self, name), name, allow_zero=True))
+        flags = ("single_structural_mutation", "split_only_enabled", "conn_from_outputs", "prune_dangling")
+        for name in flags:
+            if not isinstance(getattr(self, name), bool):
+                raise ArgumentError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        surer = self.structural_mutation_surer
+        if isinstance(surer, str) and surer.lower() in _TRUE_WORDS:
+            surer = True
+        elif isinstance(surer, str) and surer.lower() in _FALSE_WORDS:
+            surer = False
+        elif isinstance(surer, str) and surer.lower() == "default":
+            surer = "default"
+        elif not isinstance(surer, bool):
+            raise ArgumentError(
+                "structural_mutation_surer must be True, False or 'default', "
+                f"got {self.structural_mutation_surer!r}"
+            )
+        object.__setattr__(self, "structural_mutation_surer", surer)
+        check_choice(self.split, "split", ("disable", "delete"))
+        check_choice(self.split_identity, "split_identity", ("pair", "innovation"))
+        check_choice(self.new_node_attrs, "new_node_attrs", ("init", "identity"))
+        check_choice(self.new_conn_attrs, "new_conn_attrs", ("init", "zero"))
+
+    @property
+    def surer(self) -> bool:
+        """``structural_mutation_surer`` resolved (``"default"`` follows
+        ``single_structural_mutation``)."""
+        if self.structural_mutation_surer == "default":
+            return self.single_structural_mutation
+        return bool(self.structural_mutation_surer)
+
+    @classmethod
+    def tensorneat(cls, **overrides: Any) -> MutationConfig:
+        """TensorNEAT's ``DefaultMutation``: probabilities ``conn_add=0.2, conn_delete=0.2,
+        node_add=0.1, node_delete=0.1``, split deletes, identity new node, new connection weight
+        0, outputs may be sources, no pruning; ``overrides`` replace any of these. (Innovation
+        numbers are still deduplicated: they do not change the networks TensorNEAT would make.)"""
+        values = dict(
+            conn_add_prob=0.2,
+            conn_delete_prob=0.2,
+            node_add_prob=0.1,
+            node_delete_prob=0.1,
+            structural_mutation_surer=False,
+            split="delete",
+            new_node_attrs="identity",
+            new_conn_attrs="zero",
+            conn_from_outputs=True,
+            prune_dangling=False,
+        )
+        values.update(overrides)
+        return cls(**values)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-genome helpers (one genome: arrays [N], [C]; vmapped over the population)
+
+
+def _metrics(**counts: jax.Array) -> dict[str, jax.Array]:
+    out = {name: jnp.int32(0) for name in METRIC_NAMES}
+    for name, value in counts.items():
+        out[name] = jnp.sum(value, dtype=jnp.int32)
+    return out
+
+
+def _add_metrics(a: dict[str, jax.Array], b: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    return {name: (a[name] + b[name]).astype(jnp.int32) for name in METRIC_NAMES}
+
+
+def _random_row(u: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """A uniformly random index where ``mask`` holds (``u``: a uniform draw in ``[0, 1)``), and
+    whether there is one (index 0 if not)."""
+    count = jnp.sum(mask, dtype=jnp.int32)
+    target = jnp.minimum((u * count).astype(jnp.int32), count - 1)
+    hit = mask & (jnp.cumsum(mask, dtype=jnp.int32) == target + 1)
+    return jnp.argmax(hit).astype(jnp.int32), count > 0
+
+
+def _first_free(valid: jax.Array, exclude: jax.Array | None = None) -> jax.Array:
+    free = ~valid
+    if exclude is not None:
+        free = free & (jnp.arange(valid.shape[0]) != exclude)
+    return jnp.argmax(free).astype(jnp.int32)
+
+
+def _endpoint_rows(g: Genome) -> tuple[jax.Array, jax.Array]:
+    """The node rows of every connection's endpoints, ``int32 [C]`` each (meaningless for unused
+    connection rows): one sort of the node keys and one binary search."""
+    C = g.conn_in.shape[0]
+    order = jnp.argsort(g.node_key)
+    pos = jnp.searchsorted(g.node_key[order], jnp.concatenate([g.conn_in, g.conn_out]))
+    rows = order[jnp.clip(pos, 0, g.node_key.shape[0] - 1)].astype(jnp.int32)
+    return rows[:C], rows[C:]
+
+
+def _reach(
+    start: jax.Array, src: jax.Array, dst: jax.Array, edge: jax.Array, target: jax.Array | None = None
+) -> jax.Array:
+    """Nodes reachable from ``start`` (``bool [N]``) along the edges ``src[e] -> dst[e]`` (rows)
+    with ``edge[e]``: frontier propagation, one ``segment_max`` per step, stopping when nothing new
+    is reached (at most ``N`` steps) or ``target`` is reached."""
+    N = start.shape[0]
+
+    def body(carry):
+        i, reached, _ = carry
+        msg = (reached[src] & edge).astype(jnp.int32)
+        new = reached | (jax.ops.segment_max(msg, dst, num_segments=N) > 0)
+        return i + 1, new, jnp.any(new != reached)
+
+    def cond(carry):
+        i, reached, changed = carry
+        go = changed & (i < N)
+        if target is not None:
+            go = go & ~reached[target]
+        return go
+
+    _, reached, _ = lax.while_loop(cond, body, (jnp.int32(0), start, jnp.bool_(True)))
+    return reached
+
+
+def _clear_nodes(g: Genome, rows: jax.Array) -> Genome:
+    return g.replace(
+        node_key=jnp.where(rows, EMPTY, g.node_key),
+        node_attrs=jnp.where(rows[:, None], 0.0, g.node_attrs),
+        node_act=jnp.where(rows, 0, g.node_act),
+        node_agg=jnp.where(rows, 0, g.node_agg),
+    )
+
+
+def _clear_conns(g: Genome, rows: jax.Array) -> Genome:
+    return g.replace(
+        conn_in=jnp.where(rows, EMPTY, g.conn_in),
+        conn_out=jnp.where(rows, EMPTY, g.conn_out),
+        conn_innov=jnp.where(rows, EMPTY, g.conn_innov),
+        conn_enabled=jnp.where(rows, False, g.conn_enabled),
+        conn_attrs=jnp.where(rows[:, None], 0.0, g.conn_attrs),
+    )
+
+
+def _remove_nodes(g: Genome, rows: jax.Array, src: jax.Array, dst: jax.Array) -> Genome:
+    """Remove the node rows ``rows`` (``bool [N]``) and every connection touching them (``src``,
+    ``dst``: :func:`_endpoint_rows`)."""
+    return _clear_nodes(_clear_conns(g, g.conn_valid & (rows[src] | rows[dst])), rows)
+
+
+def _put(arr: jax.Array, row: jax.Array, value: Any, when: jax.Array) -> jax.Array:
+    """``arr`` with row ``row`` set to ``value`` if ``when`` (a select, no scatter)."""
+    hit = (jnp.arange(arr.shape[0]) == row) & when
+    return jnp.where(hit.reshape(hit.shape + (1,) * (arr.ndim - 1)), value, arr)
+
+
+def _write_conn(g: Genome, row, in_key, out_key, innov, attrs, when) -> Genome:
+    return g.replace(
+        conn_in=_put(g.conn_in, row, in_key, when),
+        conn_out=_put(g.conn_out, row, out_key, when),
+        conn_innov=_put(g.conn_innov, row, innov, when),
+        conn_enabled=_put(g.conn_enabled, row, True, when),
+        conn_attrs=_put(g.conn_attrs, row, attrs, when),
+    )
+
+
+def _one_required(spec: GenomeSpec, g: Genome, src: jax.Array, dst: jax.Array) -> jax.Array:
+    idx = jnp.arange(spec.max_nodes)
+    outputs = (idx >= spec.num_inputs) & (idx < spec.num_io)
+    # backwards: a node is required if it feeds a required node through an enabled connection
+    required = _reach(outputs, dst, src, g.conn_valid & g.conn_enabled)
+    return required & g.node_valid & (idx >= spec.num_inputs)
+
+
+def _one_prune(spec: GenomeSpec, g: Genome, when: jax.Array) -> tuple[Genome, jax.Array]:
+    src, dst = _endpoint_rows(g)
+    hidden = g.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
+    # a genome that does not prune starts from an empty frontier: one loop step
+    required = _one_required(spec, g.replace(conn_enabled=g.conn_enabled & when), src, dst)
+    drop = hidden & ~required & when
+    return _remove_nodes(g, drop, src, dst), jnp.sum(drop, dtype=jnp.int32)
+
+
+def _one_creates_cycle(g: Genome, in_key: jax.Array, out_key: jax.Array, when: jax.Array) -> jax.Array:
+    """Would ``in_key -> out_key`` close a cycle: ``in == out`` or ``in`` reachable from ``out``
+    through any existing connection (enabled or not)."""
+    N = g.node_key.shape[0]
+    src, dst = _endpoint_rows(g)
+    node = jnp.arange(N)
+    in_row = jnp.argmax(g.node_key == in_key)
+    start = (g.node_key == out_key) & when
+    reached = _reach(start, src, dst, g.conn_valid, target=in_row)
+    return when & ((in_key == out_key) | jnp.any(reached & (node == in_row)))
+
+
+def _new_conn_attrs(spec: GenomeSpec, config: MutationConfig, key: jax.Array, shape) -> jax.Array:
+    if config.new_conn_attrs == "zero":
+        return jnp.zeros((*shape, spec.conn_gene.num_floats), jnp.float32)
+    return spec.conn_gene.init_attrs(key, shape)
+
+
+# ---- add node
+
+
+def _one_split_propose(spec: GenomeSpec, config: MutationConfig, u: jax.Array, g: Genome, do: jax.Array):
+    candidates = g.conn_valid & g.conn_enabled if config.split_only_enabled else g.conn_valid
+    row, has = _random_row(u, candidates)
+    attempt = do & has
+    need = 2 if config.split == "disable" else 1
+    room = (jnp.sum(~g.node_valid) >= 1) & (jnp.sum(~g.conn_valid) >= need)
+    return row, attempt & room, attempt & ~room, do & ~has
+
+
+def _one_split_apply(
+    spec: GenomeSpec, config: MutationConfig, g: Genome, row, ok, new_key, innov_in, innov_out, new
+):
+    node_attrs, node_act, node_agg, conn_attrs = new
+    i_key, o_key = g.conn_in[row], g.conn_out[row]
+    old_weight = g.conn_attrs[row, 0]
+    node_row = _first_free(g.node_valid)
+    g = g.replace(
+        node_key=_put(g.node_key, node_row, new_key, ok),
+        node_attrs=_put(g.node_attrs, node_row, node_attrs, ok),
+        node_act=_put(g.node_act, node_row, node_act, ok),
+        node_agg=_put(g.node_agg, node_row, node_agg, ok),
+    )
+    if config.split == "disable":
+        g = g.replace(conn_enabled=_put(g.conn_enabled, row, False, ok))
+    else:
+        g = _clear_conns(g, (jnp.arange(spec.max_conns) == row) & ok)
+    r1 = _first_free(g.conn_valid)
+    r2 = _first_free(g.conn_valid, exclude=r1)
+    g = _write_conn(g, r1, i_key, new_key, innov_in, conn_attrs[0].at[0].set(1.0), ok)
+    return _write_conn(g, r2, new_key, o_key, innov_out, conn_attrs[1].at[0].set(old_weight), ok)
+
+
+def _add_node(key, spec, config, population, next_node_key, next_innov, mask):
+    """Splits, numbered; returns the genomes that need the add-connection fallback."""
+    P = population.node_key.shape[0]
+    ng = spec.node_gene
+    k_u, k_node, k_conn = jax.random.split(key, 3)
+    row, ok, skip, no_candidate = jax.vmap(lambda u, g, d: _one_split_propose(spec, config, u, g, d))(
+        jax.random.uniform(k_u, (P,)), population, mask
+    )
+    take = lambda a: jnp.take_along_axis(a, row[:, None], 1)[:, 0]  # noqa: E731
+    if config.split_identity == "pair":
+        identity = (take(population.conn_in), take(population.conn_out))
+    else:
+        identity = (take(population.conn_innov),)
+    new_key, innov_in, innov_out, next_node_key, next_innov = number_splits(
+        identity, ok, next_node_key, next_innov
+    )
+    attrs, act, agg = ng.init_attrs(k_node, (P,))
+    if "bias" in ng.float_names:
+        attrs = attrs.at[:, ng.column("bias")].set(0.0)
+    if config.new_node_attrs == "identity" and "response" in ng.float_names:
+        attrs = attrs.at[:, ng.column("response")].set(1.0)
+    new = (attrs, act, agg, _new_conn_attrs(spec, config, k_conn, (P, 2)))
+    population = jax.vmap(lambda g, *a: _one_split_apply(spec, config, g, *a))(
+        population, row, ok, new_key, innov_in, innov_out, new
+    )
+    metrics = _metrics(nodes_added=ok, capacity_skips=skip)
+    fallback = no_candidate if config.surer else jnp.zeros(P, bool)
+    return population, next_node_key, next_innov, metrics, fallback
+
+
+# ---- add connection
+
+
+def _one_conn_propose_apply(
+    spec: GenomeSpec,
+    config: MutationConfig,
+    u: jax.Array,
+    attrs: jax.Array,
+    g: Genome,
+    do: jax.Array,
+    mark: int,
+):
+    idx = jnp.arange(spec.max_nodes)
+    out_row, _ = _random_row(u[0], g.node_valid & (idx >= spec.num_inputs))
+    if config.conn_from_outputs:
+        sources = g.node_valid
+    else:
+        sources = g.node_valid & ((idx < spec.num_inputs) | (idx >= spec.num_io))
+    in_row, _ = _random_row(u[1], sources)
+    i_key, o_key = g.node_key[in_row], g.node_key[out_row]
+    match = g.conn_valid & (g.conn_in == i_key) & (g.conn_out == o_key)
+    exists = jnp.any(match)
+    if config.surer:
+        g = g.replace(conn_enabled=g.conn_enabled | (match & do))
+    want = do & ~exists
+    if spec.feed_forward:
+        want = want & ~_one_creates_cycle(g, i_key, o_key, want)
+    room = jnp.any(~g.conn_valid)
+    ok = want & room
+    g = _write_conn(g, _first_free(g.conn_valid), i_key, o_key, jnp.int32(mark), attrs, ok)
+    return g, ok, i_key, o_key, want & ~room
+
+
+def _add_conn_marked(key, spec, config, population, mask, mark):
+    P = population.node_key.shape[0]
+    k_u, k_attr = jax.random.split(key)
+    u = jax.random.uniform(k_u, (P, 2))
+    attrs = _new_conn_attrs(spec, config, k_attr, (P,))
+    population, ok, i_key, o_key, skip = jax.vmap(
+        lambda u, a, g, d: _one_conn_propose_apply(spec, config, u, a, g, d, mark)
+    )(u, attrs, population, mask)
+    return population, (ok, i_key, o_key, mark), _metrics(conns_added=ok, capacity_skips=skip)
+
+
+def _number_marked(population: Genome, slots, next_innov):
+    """Number the connections added under temporary marks, one number per distinct pair across all
+    slots, and write the numbers over the marks."""
+    ok = jnp.stack([s[0] for s in slots], 1)
+    i_key = jnp.stack([s[1] for s in slots], 1)
+    o_key = jnp.stack([s[2] for s in slots], 1)
+    innov, next_innov = number_connections(i_key, o_key, ok, next_innov)
+    conn_innov = population.conn_innov
+    for j, (_, _, _, mark) in enumerate(slots):
+        conn_innov = jnp.where(conn_innov == mark, innov[:, j : j + 1], conn_innov)
+    return population.replace(conn_innov=conn_innov), next_innov
+
+
+# ---- deletions
+
+
+def _one_delete_node(spec, config, u, g, do):
+    hidden = g.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
+    row, has = _random_row(u, hidden)
+    ok = do & has
+    src, dst = _endpoint_rows(g)
+    g = _remove_nodes(g, (jnp.arange(spec.max_nodes) == row) & ok, src, dst)
+    pruned = jnp.int32(0)
+    if config.prune_dangling:
+        g, pruned = _one_prune(spec, g, ok)
+    return g, ok, pruned
+
+
+def _one_delete_conn(spec, config, u, g, do):
+    row, has = _random_row(u, g.conn_valid)
+    ok = do & has
+    g = _clear_conns(g, (jnp.arange(spec.max_conns) == row) & ok)
+    pruned = jnp.int32(0)
+    if config.prune_dangling:
+        g, pruned = _one_prune(spec, g, ok)
+    return g, ok, pruned
+
+
+def _delete(one, key, spec, config, population, mask):
+    P = population.node_key.shape[0]
+    u = jax.random.uniform(key, (P,))
+    return jax.vmap(lambda u, g, d: one(spec, config, u, g, d))(u, population, mask)
+
+
+def _draw(key: jax.Array, prob: float, P: int, mask: jax.Array | None) -> jax.Array:
+    if mask is not None:
+        return jnp.broadcast_to(jnp.asarray(mask, bool), (P,))
+    return jax.random.uniform(key, (P,)) < prob
+
+
+# ---------------------------------------------------------------------------------------------
+# public steps
+
+
+def add_node(
+    key: jax.Array,
+    spec: GenomeSpec,
+    config: MutationConfig,
+    population: Genome,
+    next_node_key: jax.Array,
+    next_innov: jax.Array,
+    mask: jax.Array | None = None,
+) -> tuple[Genome, jax.Array, jax.Array, dict[str, jax.Array]]:
+    """The add-node step alone, numbered across the population.
+
+    Args:
+        key: PRNG key.
+        spec, config: static.
+        population: ``Genome[pop]``.
+        next_node_key, next_innov: ``int32`` counters.
+        mask: ``bool [pop]``: which genomes attempt the mutation; ``None`` draws it with
+            ``config.node_add_prob``.
+
+    Returns:
+        ``(population, next_node_key, next_innov, metrics)``; with ``structural_mutation_surer``
+        a genome without a connection to split adds a connection instead (also numbered).
+    """
+    P = population.node_key.shape[0]
+    k_draw, k_split, k_fb = jax.random.split(key, 3)
+    do = _draw(k_draw, config.node_add_prob, P, mask)
+    population, next_node_key, next_innov, metrics, fallback = _add_node(
+        k_split, spec, config, population, next_node_key, next_innov, do
+    )
+    if config.surer:
+        population, slot, m = _add_conn_marked(k_fb, spec, config, population, fallback, _FALLBACK_MARK)
+        population, next_innov = _number_marked(population, [slot], next_innov)
+        metrics = _add_metrics(metrics, m)
+    return population, next_node_key, next_innov, metrics
+
+
+def add_connection(
+    key: jax.Array,
+    spec: GenomeSpec,
+    config: MutationConfig,
+    population: Genome,
+    next_innov: jax.Array,
+    mask: jax.Array | None = None,
+) -> tuple[Genome, jax.Array, dict[str, jax.Array]]:
+    """The add-connection step alone: ``(population, next_innov, metrics)``; ``mask``
+    (``bool [pop]``) as in :func:`add_node` (``None``: drawn with ``config.conn_add_prob``)."""
+    P = population.node_key.shape[0]
+    k_draw, k_add = jax.random.split(key)
+    do = _draw(k_draw, config.conn_add_prob, P, mask)
+    population, slot, metrics = _add_conn_marked(k_add, spec, config, population, do, _ADD_MARK)
+    population, next_innov = _number_marked(population, [slot], next_innov)
+    return population, next_innov, metrics
+
+
+def delete_node(
+    key: jax.Array,
+    spec: GenomeSpec,
+    config: MutationConfig,
+    population: Genome,
+    mask: jax.Array | None = None,
+) -> tuple[Genome, dict[str, jax.Array]]:
+    """The delete-node step alone (with pruning if ``config.prune_dangling``):
+    ``(population, metrics)``; ``mask`` as in :func:`add_node` (``None``: ``node_delete_prob``)."""
+    P = population.node_key.shape[0]
+    k_draw, k_del = jax.random.split(key)
+    do = _draw(k_draw, config.node_delete_prob, P, mask)
+    population, ok, pruned = _delete(_one_delete_node, k_del, spec, config, population, do)
+    return population, _metrics(nodes_deleted=ok, nodes_pruned=pruned)
+
+
+def delete_connection(
+    key: jax.Array,
+    spec: GenomeSpec,
+    config: MutationConfig,
+    population: Genome,
+    mask: jax.Array | None = None,
+) -> tuple[Genome, dict[str, jax.Array]]:
+    """The delete-connection step alone (with pruning if ``config.prune_dangling``):
+    ``(population, metrics)``; ``mask`` as in :func:`add_node` (``None``: ``conn_delete_prob``)."""
+    P = population.node_key.shape[0]
+    k_draw, k_del = jax.random.split(key)
+    do = _draw(k_draw, config.conn_delete_prob, P, mask)
+    population, ok, pruned = _delete(_one_delete_conn, k_del, spec, config, population, do)
+    return population, _metrics(conns_deleted=ok, nodes_pruned=pruned)
+
+
+def mutate_attributes(key: jax.Array, spec: GenomeSpec, population: Genome) -> Genome:
+    """Every node gene (not the input pins) and every connection gene mutated by the gene types'
+    ``mutate_attrs``; padding rows and input pins unchanged. ``population``: ``Genome`` with any
+    leading axes."""
+    k_node, k_conn = jax.random.split(key)
+    attrs, act, agg = spec.node_gene.mutate_attrs(
+        k_node, population.node_attrs, population.node_act, population.node_agg
+    )
+    gene = population.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_inputs)
+    cattrs, enabled = spec.conn_gene.mutate_attrs(k_conn, population.conn_attrs, population.conn_enabled)
+    cv = population.conn_valid
+    return population.replace(
+        node_attrs=jnp.where(gene[..., None], attrs, population.node_attrs),
+        node_act=jnp.where(gene, act, population.node_act),
+        node_agg=jnp.where(gene, agg, population.node_agg),
+        conn_attrs=jnp.where(cv[..., None], cattrs, population.conn_attrs),
+        conn_enabled=jnp.where(cv, enabled, population.conn_enabled),
+    )
+
+
+def required_nodes(spec: GenomeSpec, population: Genome) -> jax.Array:
+    """``bool [pop, N]``: nodes (outputs and hidden, not input pins) whose value reaches an output
+    through enabled connections (neat-python's ``required_for_output``; outputs always)."""
+    return jax.vmap(lambda g: _one_required(spec, g, *_endpoint_rows(g)))(population)
+
+
+def prune_dangling(spec: GenomeSpec, population: Genome) -> tuple[Genome, jax.Array]:
+    """Remove every hidden node not in :func:`required_nodes` and all connections touching it:
+    ``(population, removed int32 [pop])``."""
+    return jax.vmap(lambda g: _one_prune(spec, g, jnp.bool_(True)))(population)
+
+
+def creates_cycle(population: Genome, in_key: jax.Array, out_key: jax.Array) -> jax.Array:
+    """``bool [pop]``: would adding ``in_key[i] -> out_key[i]`` (``int32 [pop]``, keys of existing
+    nodes) to genome ``i`` close a cycle through its connections, enabled or disabled (neat-python's
+    ``creates_cycle``; a self-loop counts). Frontier propagation from ``out`` with ``segment_max``
+    over the edge list, stopping when ``in`` is reached or nothing new is."""
+    return jax.vmap(lambda g, a, b: _one_creates_cycle(g, a, b, jnp.bool_(True)))(population, in_key, out_key)
+
+
+def _structural_masks(key: jax.Array, config: MutationConfig, P: int):
+    probs = (config.node_add_prob, config.node_delete_prob, config.conn_add_prob, config.conn_delete_prob)
+    if config.single_structural_mutation:
+        div = max(1.0, sum(probs))
+        r = jax.random.uniform(key, (P,))
+        edges = [sum(probs[: i + 1]) / div for i in range(4)]
+        lower = [0.0] + edges[:3]
+        return [(r >= lo) & (r < hi) for lo, hi in zip(lower, edges)]
+    r = jax.random.uniform(key, (4, P))
+    return [r[i] < p for i, p in enumerate(probs)]
+
+
+def mutate(
+    key: jax.Array,
+    spec: GenomeSpec,
+    config: MutationConfig,
+    population: Genome,
+    next_node_key: jax.Array,
+    next_innov: jax.Array,
+    active: jax.Array | None = None,
+) -> tuple[Genome, jax.Array, jax.Array, dict[str, jax.Array]]:
+    """Mutate every genome of ``population`` once (neat-python's ``DefaultGenome.mutate``; see
+    the module docstring for the order and the numbering).
+
+    Args:
+        key: PRNG key.
+        spec: the :class:`GenomeSpec` (static).
+        config: the :class:`MutationConfig` (static).
+        population: ``Genome[pop]``.
+        next_node_key, next_innov: ``int32`` scalars, the global counters
+            (:func:`evotensor.neat.innovation.initial_counters` for a fresh population).
+        active: optional ``bool [pop]``: only these genomes are mutated; the others (NEAT's
+            elites) come back unchanged, draw no structural mutation and use up no number.
+
+    Returns:
+        ``(population, next_node_key, next_innov, metrics)``: the counters advanced by the
+        distinct new node keys and innovation numbers handed out; ``metrics`` maps each of
+        :data:`METRIC_NAMES` to an ``int32`` scalar (population totals).
+
+    Example::
+
+        spec = GenomeSpec(2, 1)
+        pop = spec.initial(jax.random.key(0), 150)
+        nk, ni = initial_counters(spec)
+        step = jax.jit(mutate, static_argnums=(1, 2))
+        pop, nk, ni, metrics = step(jax.random.key(1), spec, MutationConfig(), pop, nk, ni)
+    """
+    P = population.node_key.shape[0]
+    next_node_key = jnp.asarray(next_node_key, jnp.int32)
+    next_innov = jnp.asarray(next_innov, jnp.int32)
+    k_sel, k_an, k_fb, k_dn, k_ac, k_dc, k_attr = jax.random.split(key, 7)
+    m_add_node, m_del_node, m_add_conn, m_del_conn = _structural_masks(k_sel, config, P)
+    if active is not None:
+        active = jnp.asarray(active, bool)
+        if active.shape != (P,):
+            raise ArgumentError(f"active must be bool [pop] = [{P}], got shape {active.shape}")
+        m_add_node, m_del_node, m_add_conn, m_del_conn = (
+            m & active for m in (m_add_node, m_del_node, m_add_conn, m_del_conn)
+        )
+    unchanged = population
+    population, next_node_key, next_innov, metrics, fallback = _add_node(
+        k_an, spec, config, population, next_node_key, next_innov, m_add_node
+    )
+    slots = []
+    if config.surer:
+        population, slot, m = _add_conn_marked(k_fb, spec, config, population, fallback, _FALLBACK_MARK)
+        slots.append(slot)
+        metrics = _add_metrics(metrics, m)
+    population, ok, pruned = _delete(_one_delete_node, k_dn, spec, config, population, m_del_node)
+    metrics = _add_metrics(metrics, _metrics(nodes_deleted=ok, nodes_pruned=pruned))
+    population, slot, m = _add_conn_marked(k_ac, spec, config, population, m_add_conn, _ADD_MARK)
+    slots.append(slot)
+    metrics = _add_metrics(metrics, m)
+    population, ok, pruned = _delete(_one_delete_conn, k_dc, spec, config, population, m_del_conn)
+    metrics = _add_metrics(metrics, _metrics(conns_deleted=ok, nodes_pruned=pruned))
+    population, next_innov = _number_marked(population, slots, next_innov)
+    mutated = mutate_attributes(k_attr, spec, population)
+    if active is None:
+        return mutated, next_node_key, next_innov, metrics
+    # inactive genomes drew no structural mutation, so only their attributes need restoring
+    population = jax.tree_util.tree_map(
+        lambda new, old: jnp.where(active.reshape((P,) + (1,) * (new.ndim - 1)), new, old), mutated, unchanged
+    )
+    return population, next_node_key, next_innov, metrics
