@@ -41,9 +41,9 @@ def test_duplicate_registration_is_refused():
 def test_registry_discovers_each_familys_tasks_module():
     from evotensor.tasks import all_tasks, task_modules
 
-    assert task_modules() == ("evotensor.es.tasks", "evotensor.gp.tasks", "evotensor.qd.tasks")
+    assert task_modules() == ("evotensor.es.tasks", "evotensor.gp.tasks", "evotensor.neat.tasks", "evotensor.qd.tasks")
     families = {name.split("-")[0] for name in all_tasks()}
-    assert {"es", "sr", "qd"} <= families  # (other tests may register tasks of their own)
+    assert {"es", "sr", "qd", "neat"} <= families  # (other tests may register tasks of their own)
 
 
 def test_moved_task_modules_still_answer_with_a_deprecation_warning():

@@ -155,3 +155,45 @@ def test_brax_rollout_matches_host_loop():
                 if float(state.done) > 0:
                     break
     np.testing.assert_allclose(np.asarray(ev.fitness), expected.mean(axis=1), rtol=1e-4, atol=1e-4)
+
+
+class CountingPolicy:
+    """A tiny stateful policy: its state counts the steps of the episode; the action is
+    ``(count // period) % 2`` with the period from the phenotype, so it depends on the carried state."""
+
+    def init_state(self, phenotype):
+        return jnp.zeros((), jnp.int32)
+
+    def step(self, phenotype, state, obs):
+        period = phenotype["period"]
+        right = (state // period) % 2
+        y = jnp.stack([1.0 - right, right]).astype(jnp.float32) + 0.0 * jnp.sum(obs)
+        return state + 1, y
+
+
+def test_stateful_policy_carries_state_and_resets_per_episode():
+    from evotensor.problems.control import StatefulPolicy, is_stateful
+
+    policy = CountingPolicy()
+    assert is_stateful(policy) and isinstance(policy, StatefulPolicy)
+    assert not is_stateful(DECODER.apply)
+    problem = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=80)
+    pop = {"period": jnp.asarray([1, 2, 3, 50], jnp.int32)}
+    key = jax.random.key(5)
+    ev = jax.jit(lambda k, ph: problem.evaluate(k, ph, policy))(key, pop)
+    keys = jax.random.split(key, 4 * 2).reshape((4, 2))
+    expected = np.zeros((4, 2))
+    reset, env_step = jax.jit(problem.env.reset), jax.jit(problem.env.step)
+    for i, period in enumerate([1, 2, 3, 50]):
+        for e in range(2):
+            k_reset, k_steps = jax.random.split(keys[i, e])
+            obs, state = reset(k_reset, problem.env_params)
+            for t, k in enumerate(jax.random.split(k_steps, problem.max_steps)):
+                action = (t // period) % 2  # the counter restarts at 0 in every episode
+                stepped = env_step(k, state, jnp.int32(action), problem.env_params)
+                obs, state, reward, done = _split_step_output(stepped)
+                expected[i, e] += float(reward)
+                if bool(done):
+                    break
+    np.testing.assert_allclose(np.asarray(ev.fitness), expected.mean(axis=1))
+    assert len(set(np.asarray(ev.fitness).tolist())) > 1  # the carried count changes the actions

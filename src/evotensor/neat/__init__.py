@@ -1,18 +1,74 @@
 """Tensorized NEAT: padded genome tensors, NEAT's operators compiled over the whole population,
-speciation, stateful networks, CPPN and HyperNEAT (issue 14; being built)."""
+speciation, stateful networks, CPPN, HyperNEAT and ES-HyperNEAT.
 
+A population is a :class:`Genome` of fixed-shape node and connection tables (exact int32 keys and
+innovation numbers); :class:`NEAT` is the ``init / ask / tell`` strategy whose ``tell`` runs one
+whole generation (stagnation, reproduction plan, crossover, mutation with global innovation numbers
+deduplicated inside the compiled generation, speciation). Networks: :func:`transform` once per
+genome, then :func:`forward` (feedforward, level by level), :func:`step` (recurrent, state kept) or
+:func:`ctrnn_advance`. Modes (:func:`neat_mode`): ``"neat-python"`` (default), ``"paper"``,
+``"tensorneat"``. HyperNEAT and ES-HyperNEAT decoders are in :mod:`evotensor.neat.substrate`.
+"""
+
+from evotensor.neat.activations import FunctionSet, register_activation, register_aggregation
+from evotensor.neat.config import MODES, NEATConfig, neat_mode
+from evotensor.neat.crossover import CrossoverConfig, crossover, crossover_population
+from evotensor.neat.distance import DistanceConfig, distance, distance_matrix
 from evotensor.neat.genes import ChoiceAttribute, ConnectionGene, FloatAttribute, NodeGene
 from evotensor.neat.genome import EMPTY, Genome, GenomeSpec, check_genome, genome_from_dict, genome_to_dict
+from evotensor.neat.mutation import MutationConfig, mutate
+from evotensor.neat.network import (
+    Network,
+    OutputMode,
+    ctrnn_advance,
+    forward,
+    forward_batch,
+    init_state,
+    neat_policy,
+    step,
+    transform,
+)
+from evotensor.neat.reproduction import ReproductionConfig
+from evotensor.neat.species import SpeciesConfig
+from evotensor.neat.strategy import NEAT, NEATDecoder, NEATState
 
 __all__ = [
     "EMPTY",
+    "MODES",
+    "NEAT",
     "ChoiceAttribute",
     "ConnectionGene",
+    "CrossoverConfig",
+    "DistanceConfig",
     "FloatAttribute",
+    "FunctionSet",
     "Genome",
     "GenomeSpec",
+    "MutationConfig",
+    "NEATConfig",
+    "NEATDecoder",
+    "NEATState",
+    "Network",
     "NodeGene",
+    "OutputMode",
+    "ReproductionConfig",
+    "SpeciesConfig",
     "check_genome",
+    "crossover",
+    "crossover_population",
+    "ctrnn_advance",
+    "distance",
+    "distance_matrix",
+    "forward",
+    "forward_batch",
     "genome_from_dict",
     "genome_to_dict",
+    "init_state",
+    "mutate",
+    "neat_mode",
+    "neat_policy",
+    "register_activation",
+    "register_aggregation",
+    "step",
+    "transform",
 ]

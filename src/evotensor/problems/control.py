@@ -9,8 +9,11 @@ or truncated) its later rewards are masked out, so there is no early exit and no
 fitness of an individual is its mean return over ``num_episodes`` episodes, each with its own
 reset key.
 
-Policies map one observation to a raw output ``y = apply(phenotype, obs)``; the problem turns
-``y`` into an action:
+Policies map one observation to a raw output ``y = apply(phenotype, obs)``. A *stateful* policy (a
+recurrent network, a CTRNN) is an object with ``init_state(phenotype) -> state`` and
+``step(phenotype, state, obs) -> (state, y)`` (:class:`StatefulPolicy`); pass it as ``apply`` and
+its state is carried through the rollout, reset by ``init_state`` at the start of every episode.
+The problem turns ``y`` into an action:
 
 * discrete action spaces (``output_size = n`` actions): ``argmax(y)``;
 * continuous ``Box`` spaces (``output_size = prod(shape)``): ``low + (tanh(y) + 1) / 2 (high - low)``
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +44,34 @@ from evotensor.core.checks import check_int
 from evotensor.core.evaluation import Evaluation
 
 Apply = Callable[[Any, jax.Array], jax.Array]
+
+
+@runtime_checkable
+class StatefulPolicy(Protocol):
+    """A policy with memory, usable wherever an ``apply`` is expected.
+
+    ``init_state(phenotype)`` gives the state at the start of an episode (a pytree of arrays,
+    e.g. a recurrent network's node values) and ``step(phenotype, state, obs)`` maps the previous
+    state and one observation to ``(new state, raw output y)``. The rollout carries the state in
+    its scan; the state's structure and shapes must not change between steps.
+    """
+
+    def init_state(self, phenotype: Any) -> Any: ...
+
+    def step(self, phenotype: Any, state: Any, obs: jax.Array) -> tuple[Any, jax.Array]: ...
+
+
+def is_stateful(apply: Any) -> bool:
+    """Whether ``apply`` follows :class:`StatefulPolicy` (has ``init_state`` and ``step``)."""
+    return callable(getattr(apply, "init_state", None)) and callable(getattr(apply, "step", None))
+
+
+def _policy(apply: Any, phenotype: Any) -> tuple[Any, Callable[[Any, jax.Array], tuple[Any, jax.Array]]]:
+    """``(initial policy state, step(state, obs) -> (state, y))`` for a stateless ``apply`` (the
+    state is ``()``) or a :class:`StatefulPolicy`."""
+    if is_stateful(apply):
+        return apply.init_state(phenotype), lambda s, obs: apply.step(phenotype, s, obs)
+    return (), lambda s, obs: (s, apply(phenotype, obs))
 
 
 def population_size_of(phenotypes: Any) -> int:
@@ -175,22 +206,26 @@ class GymnaxProblem:
         squashed = (jnp.tanh(y.reshape(self._action_shape)) + 1.0) / 2.0
         return self._low + squashed * (self._high - self._low)
 
-    def episode(self, phenotype: Any, apply: Apply, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def episode(
+        self, phenotype: Any, apply: Apply | StatefulPolicy, key: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
         """One masked episode: ``(return [], length [])``."""
         env, params = self.env, self.env_params
         k_reset, k_steps = jax.random.split(key)
         obs, state = env.reset(k_reset, params)
+        policy_state, policy_step = _policy(apply, phenotype)
 
         def step(carry, k):
-            obs, state = carry
+            obs, state, policy_state = carry
             policy_input = jnp.ravel(obs) if self.flatten_observation else obs
-            act = self.action(apply(phenotype, policy_input.astype(jnp.float32)))
+            policy_state, y = policy_step(policy_state, policy_input.astype(jnp.float32))
+            act = self.action(y)
             obs, state, reward, done = _split_step_output(env.step(k, state, act, params))
-            return (obs, state), reward, done
+            return (obs, state, policy_state), reward, done
 
-        return _masked_return(step, (obs, state), jax.random.split(k_steps, self.max_steps))
+        return _masked_return(step, (obs, state, policy_state), jax.random.split(k_steps, self.max_steps))
 
-    def evaluate(self, key: jax.Array, phenotypes: Any, apply: Apply) -> Evaluation:
+    def evaluate(self, key: jax.Array, phenotypes: Any, apply: Apply | StatefulPolicy) -> Evaluation:
         """Mean return over ``num_episodes`` episodes per individual: ``fitness [pop]``.
 
         ``info``: ``return_std [pop]`` (across episodes) and ``episode_length [pop]`` (mean steps).
@@ -245,20 +280,24 @@ class BraxProblem:
         self.observation_size = int(self.env.observation_size)
         self.output_size = int(self.env.action_size)
 
-    def episode(self, phenotype: Any, apply: Apply, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def episode(
+        self, phenotype: Any, apply: Apply | StatefulPolicy, key: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
         """One masked episode: ``(return [], length [])``."""
         env = self.env
         state = env.reset(key)
+        policy_state, policy_step = _policy(apply, phenotype)
 
-        def step(state, _):
-            act = jnp.tanh(jnp.ravel(apply(phenotype, state.obs)))
-            state = env.step(state, act)
-            return state, jnp.asarray(state.reward, jnp.float32), state.done > 0
+        def step(carry, _):
+            state, policy_state = carry
+            policy_state, y = policy_step(policy_state, state.obs)
+            state = env.step(state, jnp.tanh(jnp.ravel(y)))
+            return (state, policy_state), jnp.asarray(state.reward, jnp.float32), state.done > 0
 
         # Brax steps are deterministic: the scan keys only fix the length.
-        return _masked_return(step, state, jnp.zeros((self.episode_length,), jnp.uint32))
+        return _masked_return(step, (state, policy_state), jnp.zeros((self.episode_length,), jnp.uint32))
 
-    def evaluate(self, key: jax.Array, phenotypes: Any, apply: Apply) -> Evaluation:
+    def evaluate(self, key: jax.Array, phenotypes: Any, apply: Apply | StatefulPolicy) -> Evaluation:
         """Mean return over ``num_episodes`` episodes per individual: ``fitness [pop]``."""
         return _batched_evaluate(key, phenotypes, lambda p, k: self.episode(p, apply, k), self.num_episodes)
 

@@ -1,0 +1,676 @@
+"""Genome -> network (phenotype) and the compiled forward passes: feedforward, recurrent (state
+kept between calls) and CTRNN.
+
+:func:`transform` runs once per genome per generation (``vmap`` it over a population, or pass a
+population: leading axes are mapped for you). It turns the genome's tables into a :class:`Network`:
+
+* the **enabled edges** as an edge list: source and destination *row* indices (keys resolved by a
+  sort + ``searchsorted``), weights from ``spec.conn_gene.weight``, sorted by destination (so every
+  aggregation is a segment reduction over sorted ids, deterministic on every device);
+* for feedforward specs, each node's **level**: the longest path from a node without enabled
+  inputs (input pins, bias nodes, orphans all have level 0), computed by relaxing
+  ``level[dst] = max(level[src] + 1)`` with one segment-max over the edges per round, so the cost
+  is ``O(depth * max_conns)``, never ``max_nodes^2`` sequential steps; and the **max depth**;
+* for the dense path (small networks), an ``[N, N]`` weight matrix and adjacency.
+
+Nodes that cannot reach an output are **not pruned**: every valid node is computed. The outputs
+are still exactly neat-python's, because a node that cannot reach an output never feeds one that
+can (pruning would only shorten the level loop when a dangling chain is the deepest one).
+
+Semantics (neat-python 2.1 by default):
+
+* a node's value is ``spec.node_gene.node_output(attrs, act, agg(w_i * x_i))``, by default
+  ``act(bias + response * agg(...))``, on output nodes too. ``OutputMode.tensorneat(transform)``
+  skips the activation on output nodes and applies ``transform`` to the output vector instead
+  (TensorNEAT's ``output_transform``).
+* **feedforward** (:func:`forward`): nodes without enabled inputs (bias neurons, orphan outputs)
+  get ``node_output(agg(empty))`` (empty ``sum`` is 0, ``product`` 1, ...), then one level at a
+  time: one gather + segment reduction over the edge list + activation (``method="sparse"``) or
+  one masked matrix-vector product (``method="dense"``); the loop runs to the network's real
+  max depth.
+* **recurrent** (:func:`step`, neat-python's ``RecurrentNetwork.activate``): one synchronous
+  update: inputs are written, then every node *with at least one enabled input* takes
+  ``node_output`` of the previous values; nodes without inputs keep their state (0 from
+  :func:`init_state`: neat-python never evaluates them). State is kept between calls (TensorNEAT
+  resets it; :func:`forward_recurrent` does that, from zeros: TensorNEAT starts from NaN and skips
+  inputs that are still NaN, which we do not copy).
+* **CTRNN** (:func:`ctrnn_step`, :func:`ctrnn_advance`, neat-python's ``CTRNN.advance``):
+  exponential Euler, ``y <- d y + (1 - d) node_output(...)`` with ``d = exp(-dt / time_constant)``
+  for the nodes with inputs.
+
+Numerics: node values are kept in the finite float32 range (``+-inf`` becomes ``+-FLT_MAX``, NaN
+stays NaN), so that the dense path's ``0 * value`` for a missing edge never turns into NaN; this
+only matters where float32 overflows.
+
+Example (a population)::
+
+    nets = transform(spec, population)                   # Network with leading [pop]
+    y = jax.vmap(lambda n: forward(spec, n, x))(nets)    # [pop, num_outputs]
+    Y = jax.vmap(lambda n: forward_batch(spec, n, X))(nets)  # [pop, B, num_outputs]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evotensor.core.checks import ArgumentError, check_choice, check_int, check_positive
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.neat.activations import (
+    FunctionSet,
+    aggregation_empty,
+    apply_activation,
+    apply_aggregation,
+    function_set,
+)
+from evotensor.neat.genome import EMPTY, Genome, GenomeSpec
+
+__all__ = [
+    "DENSE_MAX_NODES",
+    "CTRNNPolicy",
+    "FeedForwardPolicy",
+    "Network",
+    "OutputMode",
+    "RecurrentPolicy",
+    "ctrnn_advance",
+    "ctrnn_step",
+    "ctrnn_time_steps",
+    "forward",
+    "forward_batch",
+    "forward_recurrent",
+    "init_state",
+    "neat_policy",
+    "resolve_method",
+    "step",
+    "transform",
+]
+
+DENSE_MAX_NODES = 32
+"""``method="auto"`` builds the dense ``[N, N]`` form when ``spec.max_nodes`` is at most this."""
+
+_FMAX = float(np.finfo(np.float32).max)
+_METHODS = ("auto", "sparse", "dense")
+
+
+@pytree_dataclass
+class Network:
+    """A genome's phenotype (arrays ``[N]``/``[C]``, or with leading population axes).
+
+    ``N = spec.max_nodes`` rows in the genome's row order (inputs ``0 .. num_inputs - 1``, outputs
+    next); ``C = spec.max_conns`` edge slots, the enabled edges first, sorted by destination.
+
+    Fields:
+        node_attrs: ``float32 [N, A]`` the node gene's float attributes.
+        node_act, node_agg: ``int32 [N]`` activation / aggregation option ids.
+        node_valid: ``bool [N]`` the row holds a node (input pins included).
+        in_degree: ``int32 [N]`` enabled incoming edges.
+        level: ``int32 [N]`` feedforward level (0: inputs and nodes without enabled inputs; -1:
+            unused rows); all 0 for recurrent specs.
+        max_depth: ``int32 []`` the largest level.
+        edge_src, edge_dst: ``int32 [C]`` source / destination rows; ``edge_dst == N`` marks an
+            unused slot (its source is row 0, its weight 0).
+        edge_weight: ``float32 [C]``.
+        dense_weight: ``float32 [N, N]`` (destination, source) weights, or ``None`` (sparse path).
+        dense_adj: ``bool [N, N]`` which entries of ``dense_weight`` are edges, or ``None``.
+    """
+
+    node_attrs: jax.Array
+    node_act: jax.Array
+    node_agg: jax.Array
+    node_valid: jax.Array
+    in_degree: jax.Array
+    level: jax.Array
+    max_depth: jax.Array
+    edge_src: jax.Array
+    edge_dst: jax.Array
+    edge_weight: jax.Array
+    dense_weight: jax.Array | None = None
+    dense_adj: jax.Array | None = None
+
+    @property
+    def num_edges(self) -> jax.Array:
+        """``int32 [...]``: enabled edges."""
+        return jnp.sum(self.edge_dst < self.node_valid.shape[-1], axis=-1, dtype=jnp.int32)
+
+    def __getitem__(self, index: Any) -> Network:
+        """Select networks along the leading (population) axes."""
+        return jax.tree_util.tree_map(lambda x: x[index], self)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputMode:
+    """How output nodes are finished.
+
+    ``activate=True`` (neat-python, the default): output nodes apply their own activation like
+    every node. ``activate=False`` (TensorNEAT): output nodes skip the activation (their value,
+    also as seen by nodes they feed, is ``node_output`` with the identity); then ``transform``
+    (``[num_outputs] -> [...]``, e.g. ``jnp.tanh`` or a softmax), if given, maps the returned
+    output vector.
+    """
+
+    activate: bool = True
+    transform: Callable[[jax.Array], jax.Array] | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.activate, bool):
+            raise ArgumentError(f"OutputMode.activate must be a bool, got {self.activate!r}")
+        if self.transform is not None and not callable(self.transform):
+            raise ArgumentError(f"OutputMode.transform must be callable or None, got {self.transform!r}")
+
+    @classmethod
+    def neat_python(cls) -> OutputMode:
+        """Activation on outputs, no transform."""
+        return cls()
+
+    @classmethod
+    def tensorneat(cls, transform: Callable[[jax.Array], jax.Array] | None = None) -> OutputMode:
+        """No activation on outputs, then ``transform`` on the output vector."""
+        return cls(False, transform)
+
+
+def _check_spec(spec: Any) -> GenomeSpec:
+    if not isinstance(spec, GenomeSpec):
+        raise ArgumentError(f"spec must be a GenomeSpec, got {type(spec).__name__}")
+    return spec
+
+
+def _output_mode(outputs: OutputMode | None) -> OutputMode:
+    if outputs is None:
+        return OutputMode()
+    if not isinstance(outputs, OutputMode):
+        raise ArgumentError(f"outputs must be an OutputMode or None, got {outputs!r}")
+    return outputs
+
+
+def resolve_method(spec: GenomeSpec, method: str = "auto") -> str:
+    """``"sparse"`` or ``"dense"``: ``method`` itself, or for ``"auto"`` dense when
+    ``spec.max_nodes <= DENSE_MAX_NODES``."""
+    check_choice(method, "method", _METHODS)
+    if method == "auto":
+        return "dense" if spec.max_nodes <= DENSE_MAX_NODES else "sparse"
+    return method
+
+
+def _rows_of(node_key: jax.Array, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Row of each key in ``node_key [N]`` (sort + searchsorted) and whether it was found."""
+    n = node_key.shape[0]
+    order = jnp.argsort(node_key)
+    sorted_keys = node_key[order]
+    pos = jnp.clip(jnp.searchsorted(sorted_keys, keys), 0, n - 1)
+    found = (sorted_keys[pos] == keys) & (keys != EMPTY)
+    return order[pos].astype(jnp.int32), found
+
+
+def _levels(valid: jax.Array, src: jax.Array, dst: jax.Array, n: int) -> jax.Array:
+    """Longest-path level of every node (0 without enabled inputs, -1 for unused rows): rounds of
+    ``level[dst] = max(level[dst], level[src] + 1)`` until nothing changes (at most ``n`` rounds,
+    which also stops a cycle in an invalid feedforward genome)."""
+    lvl0 = jnp.where(valid, 0, -1).astype(jnp.int32)
+
+    def cond(carry):
+        _, changed, it = carry
+        return changed & (it < n)
+
+    def body(carry):
+        lvl, _, it = carry
+        cand = jax.ops.segment_max(lvl[src] + 1, dst, n + 1, indices_are_sorted=True)[:n]
+        new = jnp.where(valid, jnp.maximum(lvl, cand), -1)
+        return new, jnp.any(new != lvl), it + 1
+
+    lvl, _, _ = jax.lax.while_loop(cond, body, (lvl0, jnp.ones((), bool), jnp.zeros((), jnp.int32)))
+    return lvl
+
+
+def transform(spec: GenomeSpec, genome: Genome, method: str = "auto") -> Network:
+    """The :class:`Network` of a genome (or of a population: leading axes are vmapped).
+
+    Args:
+        spec: the genome spec.
+        genome: one genome (``node_key [N]``...) or a population (``[pop, N]``...).
+        method: ``"sparse"`` (edge list only), ``"dense"`` (also the ``[N, N]`` matrices; the
+            forward functions then use them) or ``"auto"`` (:func:`resolve_method`).
+
+    Returns:
+        A :class:`Network` with the genome's leading axes. Pure and jit-able; cost
+        ``O((N + C) log(N + C) + depth * C)`` (plus ``N^2`` for the dense form).
+    """
+    spec = _check_spec(spec)
+    dense = resolve_method(spec, method) == "dense"
+    if not isinstance(genome, Genome):
+        raise ArgumentError(f"genome must be a Genome, got {type(genome).__name__}")
+    if genome.node_key.shape[-1:] != (spec.max_nodes,) or genome.conn_innov.shape[-1:] != (spec.max_conns,):
+        raise ArgumentError(
+            f"genome has {genome.node_key.shape[-1:]} node rows / {genome.conn_innov.shape[-1:]} connection "
+            f"rows; spec wants ({spec.max_nodes},) / ({spec.max_conns},)"
+        )
+    if genome.node_key.ndim > 1:
+        return jax.vmap(lambda g: transform(spec, g, "dense" if dense else "sparse"))(genome)
+    return _transform_one(spec, genome, dense)
+
+
+def _transform_one(spec: GenomeSpec, g: Genome, dense: bool) -> Network:
+    n = spec.max_nodes
+    valid = g.node_key != EMPTY
+    src_row, src_ok = _rows_of(g.node_key, g.conn_in)
+    dst_row, dst_ok = _rows_of(g.node_key, g.conn_out)
+    active = (g.conn_innov != EMPTY) & g.conn_enabled & src_ok & dst_ok & (dst_row >= spec.num_inputs)
+    key = jnp.where(active, dst_row, n).astype(jnp.int32)
+    perm = jnp.argsort(key, stable=True)
+    edge_dst = key[perm]
+    live = edge_dst < n
+    edge_src = jnp.where(live, src_row[perm], 0).astype(jnp.int32)
+    weight = spec.conn_gene.weight(g.conn_attrs).astype(jnp.float32)
+    edge_weight = jnp.where(live, weight[perm], 0.0)
+    in_degree = jax.ops.segment_sum(live.astype(jnp.int32), edge_dst, n + 1, indices_are_sorted=True)[:n]
+    if spec.feed_forward:
+        level = _levels(valid, edge_src, edge_dst, n)
+    else:
+        level = jnp.where(valid, 0, -1).astype(jnp.int32)
+    net = Network(
+        node_attrs=g.node_attrs.astype(jnp.float32),
+        node_act=g.node_act.astype(jnp.int32),
+        node_agg=g.node_agg.astype(jnp.int32),
+        node_valid=valid,
+        in_degree=in_degree.astype(jnp.int32),
+        level=level,
+        max_depth=jnp.maximum(jnp.max(level), 0).astype(jnp.int32),
+        edge_src=edge_src,
+        edge_dst=edge_dst,
+        edge_weight=edge_weight,
+    )
+    if dense:
+        w = jnp.zeros((n + 1, n), jnp.float32).at[edge_dst, edge_src].add(edge_weight)[:n]
+        adj = jnp.zeros((n + 1, n), bool).at[edge_dst, edge_src].set(True)[:n]
+        net = net.replace(dense_weight=w, dense_adj=adj)
+    return net
+
+
+# ---------------------------------------------------------------------------------------------
+# one aggregation + node update, shared by every forward pass
+
+
+def _clamp(v: jax.Array) -> jax.Array:
+    return jnp.clip(v, -_FMAX, _FMAX)
+
+
+def _aggregate(spec: GenomeSpec, fs: FunctionSet, net: Network, v: jax.Array) -> jax.Array:
+    """``[N]``: every node's aggregated weighted input, from node values ``v [N]``."""
+    options = spec.node_gene.aggregation.options
+    if net.dense_weight is None:
+        contrib = net.edge_weight * v[net.edge_src]
+        return apply_aggregation(fs, options, net.node_agg, contrib, net.edge_dst, net.in_degree)
+    aggs = [fs.aggregation(name) for name in options]
+    w, adj = net.dense_weight, net.dense_adj
+    count = net.in_degree.astype(jnp.float32)
+    total = None
+    if any(a.from_sum is not None for a in aggs):
+        nan = jnp.isnan(v)
+        total = jnp.matmul(w, jnp.where(nan, 0.0, v), precision=jax.lax.Precision.HIGHEST)
+        hit = jnp.matmul(
+            adj.astype(jnp.float32), nan.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST
+        )
+        total = jnp.where(hit > 0, jnp.nan, total)
+    contrib = None
+    empty = net.in_degree == 0
+    out = None
+    seen: dict[int, jax.Array] = {}
+    for k, agg in enumerate(aggs):
+        val = seen.get(id(agg))
+        if val is None:
+            if agg.from_sum is not None:
+                raw = agg.from_sum(total, count)
+            else:
+                if contrib is None:
+                    contrib = w * v[None, :]
+                raw = agg.dense_reduce(contrib, adj)
+            val = seen[id(agg)] = jnp.where(empty, jnp.asarray(agg.empty, jnp.float32), raw)
+        out = val if out is None else jnp.where(net.node_agg == k, val, out)
+    return out
+
+
+def _node_values(
+    spec: GenomeSpec, fs: FunctionSet, net: Network, agg: jax.Array, outputs: OutputMode
+) -> jax.Array:
+    """``[N]``: ``node_gene.node_output`` of every node from its aggregate ``agg [N]``."""
+    ng = spec.node_gene
+    options = ng.activation.options
+    ids = net.node_act
+    if outputs.activate:
+
+        def act(z):
+            return apply_activation(fs, options, ids, z)
+
+    else:
+        rows = jnp.arange(spec.max_nodes)
+        is_out = (rows >= spec.num_inputs) & (rows < spec.num_io)
+
+        def act(z):
+            return jnp.where(is_out, z, apply_activation(fs, options, ids, z))
+
+    return ng.node_output(net.node_attrs, act, agg)
+
+
+def _finish(spec: GenomeSpec, v: jax.Array, outputs: OutputMode) -> jax.Array:
+    y = v[spec.num_inputs : spec.num_io]
+    return y if outputs.transform is None else outputs.transform(y)
+
+
+def _with_inputs(spec: GenomeSpec, v: jax.Array, x: jax.Array) -> jax.Array:
+    x = jnp.asarray(x, jnp.float32)
+    if x.shape != (spec.num_inputs,):
+        raise ArgumentError(f"x must have shape ({spec.num_inputs},), got {x.shape}; vmap for batches")
+    return v.at[: spec.num_inputs].set(_clamp(x))
+
+
+def _setup(spec, network, functions, outputs):
+    spec = _check_spec(spec)
+    if not isinstance(network, Network):
+        raise ArgumentError(f"network must be a Network (from transform), got {type(network).__name__}")
+    if network.node_valid.ndim != 1:
+        raise ArgumentError(
+            f"network has leading axes {network.node_valid.shape[:-1]}; vmap over the population"
+        )
+    fs = function_set(functions)
+    fs.check_options(spec.node_gene.activation.options, spec.node_gene.aggregation.options)
+    return spec, fs, _output_mode(outputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# feedforward
+
+
+def forward(
+    spec: GenomeSpec,
+    network: Network,
+    x: jax.Array,
+    *,
+    functions: str | FunctionSet | None = None,
+    outputs: OutputMode | None = None,
+) -> jax.Array:
+    """Feedforward evaluation of one network: ``x [num_inputs] -> y [num_outputs]``.
+
+    Level by level (a loop to the network's ``max_depth``): each level one aggregation over the
+    edge list (or one masked ``[N, N]`` product on the dense form) and the node update for the
+    nodes of that level. ``vmap`` it over samples and/or a population of networks.
+
+    Args:
+        spec: the genome spec (``feed_forward`` genomes; a cyclic genome gives unspecified values).
+        network: from :func:`transform`, arrays ``[N]`` (one genome).
+        x: ``float32 [num_inputs]``.
+        functions: scheme name or :class:`~evotensor.neat.activations.FunctionSet` resolving the
+            node gene's option names (default neat-python).
+        outputs: :class:`OutputMode` (default neat-python's).
+
+    Returns:
+        ``float32 [num_outputs]`` (or the shape ``outputs.transform`` returns).
+    """
+    spec, fs, outputs = _setup(spec, network, functions, outputs)
+    if not spec.feed_forward:
+        raise ArgumentError("forward needs spec.feed_forward=True; use step (recurrent) or ctrnn_advance")
+    net = network
+    n = spec.max_nodes
+    is_input = jnp.arange(n) < spec.num_inputs
+    # nodes without enabled inputs (level 0, not inputs): node_output of the empty aggregation
+    empty = aggregation_empty(fs, spec.node_gene.aggregation.options, net.node_agg)
+    base = _clamp(_node_values(spec, fs, net, empty, outputs))
+    v = jnp.where(net.node_valid & ~is_input, base, 0.0)
+    v = _with_inputs(spec, v, x)
+
+    def body(level, v):
+        new = _clamp(_node_values(spec, fs, net, _aggregate(spec, fs, net, v), outputs))
+        return jnp.where(net.level == level, new, v)
+
+    v = jax.lax.fori_loop(1, net.max_depth + 1, body, v)
+    return _finish(spec, v, outputs)
+
+
+def forward_batch(
+    spec: GenomeSpec,
+    network: Network,
+    x: jax.Array,
+    *,
+    functions: str | FunctionSet | None = None,
+    outputs: OutputMode | None = None,
+) -> jax.Array:
+    """:func:`forward` over a batch: ``x [B, num_inputs] -> y [B, num_outputs]`` (one network)."""
+    x = jnp.asarray(x, jnp.float32)
+    if x.ndim != 2:
+        raise ArgumentError(f"x must have shape (B, {spec.num_inputs}), got {x.shape}")
+    return jax.vmap(lambda xi: forward(spec, network, xi, functions=functions, outputs=outputs))(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# recurrent (neat-python RecurrentNetwork) and CTRNN
+
+
+def init_state(spec: GenomeSpec, network: Network) -> jax.Array:
+    """``float32 [N]`` zeros (``[..., N]`` for a population of networks): the state of a fresh
+    recurrent network / CTRNN (neat-python's ``reset()``)."""
+    _check_spec(spec)
+    return jnp.zeros(network.node_valid.shape, jnp.float32)
+
+
+def _updated(spec: GenomeSpec, net: Network) -> jax.Array:
+    rows = jnp.arange(spec.max_nodes)
+    return net.node_valid & (rows >= spec.num_inputs) & (net.in_degree > 0)
+
+
+def step(
+    spec: GenomeSpec,
+    network: Network,
+    state: jax.Array,
+    x: jax.Array,
+    *,
+    functions: str | FunctionSet | None = None,
+    outputs: OutputMode | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """One recurrent activation (neat-python's ``RecurrentNetwork.activate``):
+    ``(state [N], x [num_inputs]) -> (state [N], y [num_outputs])``.
+
+    The inputs are written into the state, then every node with an enabled input is updated
+    synchronously from the previous values: ``node_output(agg(w_i * state_i))``. Works for any
+    genome (feedforward ones too: a signal then advances one edge per call).
+    """
+    spec, fs, outputs = _setup(spec, network, functions, outputs)
+    v = _with_inputs(spec, jnp.asarray(state, jnp.float32), x)
+    new = _clamp(_node_values(spec, fs, network, _aggregate(spec, fs, network, v), outputs))
+    v = jnp.where(_updated(spec, network), new, v)
+    return v, _finish(spec, v, outputs)
+
+
+def forward_recurrent(
+    spec: GenomeSpec,
+    network: Network,
+    x: jax.Array,
+    num_steps: int,
+    *,
+    functions: str | FunctionSet | None = None,
+    outputs: OutputMode | None = None,
+) -> jax.Array:
+    """TensorNEAT-style recurrent evaluation: from a zero state, ``num_steps`` :func:`step` calls
+    with the same ``x``; returns ``y [num_outputs]`` (the state is dropped)."""
+    num_steps = check_int(num_steps, "num_steps")
+    state = init_state(spec, network)
+
+    def body(_, carry):
+        s, _y = carry
+        return step(spec, network, s, x, functions=functions, outputs=outputs)
+
+    y0 = jnp.zeros_like(_finish(spec, state, _output_mode(outputs)))
+    _, y = jax.lax.fori_loop(0, num_steps, body, (state, y0))
+    return y
+
+
+def ctrnn_step(
+    spec: GenomeSpec,
+    network: Network,
+    state: jax.Array,
+    x: jax.Array,
+    dt: float | jax.Array,
+    *,
+    functions: str | FunctionSet | None = None,
+    outputs: OutputMode | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """One exponential-Euler CTRNN step of length ``dt`` (neat-python 2.1's ``CTRNN.advance``
+    inner loop): for each node with an enabled input,
+    ``y <- d y + (1 - d) node_output(agg(w_i y_i))`` with ``d = exp(-dt / time_constant)``.
+
+    Needs a node gene with a ``time_constant`` attribute (``NodeGene(ctrnn=True)``).
+    Returns ``(state [N], y [num_outputs])``.
+    """
+    spec, fs, outputs = _setup(spec, network, functions, outputs)
+    if "time_constant" not in spec.node_gene.float_names:
+        raise ArgumentError("ctrnn_step needs a node gene with a time_constant (NodeGene(ctrnn=True))")
+    tau = network.node_attrs[:, spec.node_gene.column("time_constant")]
+    v = _with_inputs(spec, jnp.asarray(state, jnp.float32), x)
+    z = _clamp(_node_values(spec, fs, network, _aggregate(spec, fs, network, v), outputs))
+    decay = jnp.exp(-jnp.asarray(dt, jnp.float32) / jnp.where(_updated(spec, network), tau, 1.0))
+    new = decay * v + (1.0 - decay) * z
+    v = jnp.where(_updated(spec, network), _clamp(new), v)
+    return v, _finish(spec, v, outputs)
+
+
+def ctrnn_time_steps(advance_time: float, time_step: float) -> tuple[float, ...]:
+    """The step lengths neat-python's ``CTRNN.advance(inputs, advance_time, time_step)`` takes from
+    time 0: ``min(time_step, remaining)`` while the (float64) clock is below ``advance_time``."""
+    advance_time = check_positive(advance_time, "advance_time")
+    time_step = check_positive(time_step, "time_step")
+    if advance_time / time_step > 1e6:
+        raise ArgumentError(f"advance_time / time_step = {advance_time / time_step:.3g} steps is too many")
+    t, out = 0.0, []
+    while t < advance_time:
+        dt = min(time_step, advance_time - t)
+        out.append(dt)
+        t += dt
+    return tuple(out)
+
+
+def ctrnn_advance(
+    spec: GenomeSpec,
+    network: Network,
+    state: jax.Array,
+    x: jax.Array,
+    advance_time: float,
+    time_step: float,
+    *,
+    functions: str | FunctionSet | None = None,
+    outputs: OutputMode | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """neat-python's ``CTRNN.advance``: hold ``x`` for ``advance_time`` (a static float), in
+    :func:`ctrnn_step` s of ``time_step`` (the last one shorter, see :func:`ctrnn_time_steps`).
+    Returns ``(state [N], y [num_outputs])``: the outputs after the last step."""
+    dts = jnp.asarray(ctrnn_time_steps(advance_time, time_step), jnp.float32)
+
+    def body(s, dt):
+        s, y = ctrnn_step(spec, network, s, x, dt, functions=functions, outputs=outputs)
+        return s, y
+
+    state, ys = jax.lax.scan(body, jnp.asarray(state, jnp.float32), dts)
+    return state, ys[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# policies for the control problems
+
+
+@dataclasses.dataclass(frozen=True)
+class FeedForwardPolicy:
+    """A stateless NEAT policy: ``policy(network, obs) -> y`` (:func:`forward`); ``decode`` is
+    :func:`transform`. Pass it as ``apply`` to a policy problem with networks as phenotypes."""
+
+    spec: GenomeSpec
+    functions: str | FunctionSet | None = None
+    outputs: OutputMode | None = None
+    method: str = "auto"
+
+    def __post_init__(self):
+        _check_spec(self.spec)
+        if type(self) is FeedForwardPolicy and not self.spec.feed_forward:
+            raise ArgumentError("FeedForwardPolicy needs spec.feed_forward=True; use RecurrentPolicy")
+        resolve_method(self.spec, self.method)
+        function_set(self.functions).check_options(
+            self.spec.node_gene.activation.options, self.spec.node_gene.aggregation.options
+        )
+        _output_mode(self.outputs)
+
+    def decode(self, genomes: Genome) -> Network:
+        """:func:`transform` of one genome or a population."""
+        return transform(self.spec, genomes, self.method)
+
+    def __call__(self, network: Network, obs: jax.Array) -> jax.Array:
+        return forward(self.spec, network, jnp.ravel(obs), functions=self.functions, outputs=self.outputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentPolicy(FeedForwardPolicy):
+    """A stateful NEAT policy (neat-python's ``RecurrentNetwork``), following the control problems'
+    ``StatefulPolicy`` protocol: ``init_state(network) -> state [N]``, ``step(network, state, obs)
+    -> (state, y)``; calling it directly runs one step from a zero state."""
+
+    def init_state(self, network: Network) -> jax.Array:
+        return init_state(self.spec, network)
+
+    def step(self, network: Network, state: jax.Array, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return step(self.spec, network, state, jnp.ravel(obs), functions=self.functions, outputs=self.outputs)
+
+    def __call__(self, network: Network, obs: jax.Array) -> jax.Array:
+        return self.step(network, self.init_state(network), obs)[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class CTRNNPolicy(RecurrentPolicy):
+    """A stateful CTRNN policy: each ``step`` is :func:`ctrnn_advance` by ``advance_time`` in steps
+    of ``time_step`` (neat-python's examples use ``advance(obs, 0.02, 0.02)``-like settings)."""
+
+    advance_time: float = 0.02
+    time_step: float = 0.01
+
+    def __post_init__(self):
+        super().__post_init__()
+        ctrnn_time_steps(self.advance_time, self.time_step)
+        if "time_constant" not in self.spec.node_gene.float_names:
+            raise ArgumentError("CTRNNPolicy needs a node gene with a time_constant (NodeGene(ctrnn=True))")
+
+    def step(self, network: Network, state: jax.Array, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return ctrnn_advance(
+            self.spec,
+            network,
+            state,
+            jnp.ravel(obs),
+            self.advance_time,
+            self.time_step,
+            functions=self.functions,
+            outputs=self.outputs,
+        )
+
+
+def neat_policy(
+    spec: GenomeSpec,
+    kind: str = "auto",
+    *,
+    functions: str | FunctionSet | None = None,
+    outputs: OutputMode | None = None,
+    method: str = "auto",
+    advance_time: float = 0.02,
+    time_step: float = 0.01,
+) -> FeedForwardPolicy:
+    """The policy object for ``spec``: ``kind`` ``"feedforward"``, ``"recurrent"``, ``"ctrnn"`` or
+    ``"auto"`` (ctrnn if the node gene has a ``time_constant``, else feedforward or recurrent per
+    ``spec.feed_forward``)."""
+    _check_spec(spec)
+    check_choice(kind, "kind", ("auto", "feedforward", "recurrent", "ctrnn"))
+    if kind == "auto":
+        if "time_constant" in spec.node_gene.float_names:
+            kind = "ctrnn"
+        else:
+            kind = "feedforward" if spec.feed_forward else "recurrent"
+    if kind == "feedforward":
+        return FeedForwardPolicy(spec, functions, outputs, method)
+    if kind == "recurrent":
+        return RecurrentPolicy(spec, functions, outputs, method)
+    return CTRNNPolicy(spec, functions, outputs, method, advance_time, time_step)

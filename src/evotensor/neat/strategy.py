@@ -1,0 +1,276 @@
+"""The NEAT strategy: ``init / ask / tell`` over a padded genome population, one compiled generation.
+
+One generation, all inside ``jit`` (neat-python 2.1's ``Population.run`` loop, tensorized):
+
+1. ``ask`` returns the current population (``Genome [P]``); the run loop decodes it into
+   networks (:attr:`NEAT.decoder`: :func:`~evotensor.neat.network.transform`) and evaluates them.
+2. ``tell``: fitness (the run loop hands it minimized; NEAT works with "higher is better", so it is
+   negated back, then NaN/inf are sanitized to the worst value before any arithmetic) →
+   best genome kept → stagnation (:func:`~evotensor.neat.species.update_stagnation`) →
+   the reproduction plan (:func:`~evotensor.neat.reproduction.plan`: spawn per species with an
+   exact total, elites, parent pools) → crossover of every child
+   (:func:`~evotensor.neat.crossover.crossover_population`) → mutation of every non-elite child
+   with global innovation numbers deduplicated across the generation
+   (:func:`~evotensor.neat.mutation.mutate`) → speciation of the new population
+   (:func:`~evotensor.neat.species.speciate`, distances by
+   :func:`~evotensor.neat.distance.distance_matrix`).
+3. Extinction (every species stagnant): with ``reset_on_extinction`` (default) slots ``1..P-1``
+   are re-drawn as fresh genomes and slot 0 keeps the best genome ever seen; without it the
+   population freezes as copies of the best genome and ``metrics["extinct"]`` is 1 for the host to
+   stop on (a compiled program cannot raise).
+
+Everything is fixed-shape: ``P`` genomes of ``max_nodes`` x ``max_conns`` rows, ``max_species``
+species slots. Metrics per generation: species count and threshold, mean genome size, structural
+mutations made, capacity skips (mutations refused because ``max_nodes``/``max_conns`` were full),
+species overflow, extinction.
+
+Example::
+
+    strategy = NEAT.from_mode("neat-python", num_inputs=2, num_outputs=1, population_size=150)
+    result = evotensor.run(strategy, XOR(), generations=300, key=jax.random.key(0))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from evotensor.core.checks import ArgumentError, check_int
+from evotensor.core.evaluation import Evaluation
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.neat.config import NEATConfig, neat_mode
+from evotensor.neat.crossover import crossover_population
+from evotensor.neat.distance import distance_matrix
+from evotensor.neat.genome import Genome, GenomeSpec
+from evotensor.neat.innovation import initial_counters
+from evotensor.neat.mutation import mutate
+from evotensor.neat.network import Network, neat_policy
+from evotensor.neat.reproduction import plan as reproduction_plan
+from evotensor.neat.species import (
+    SpeciesState,
+    init_species_state,
+    sanitize_fitness,
+    speciate,
+    update_stagnation,
+)
+
+__all__ = ["NEAT", "NEATDecoder", "NEATState"]
+
+
+@pytree_dataclass
+class NEATState:
+    """NEAT's state (a pytree).
+
+    * ``population: Genome [P]``: the genomes ``ask`` returns.
+    * ``species_of int32 [P]``: each genome's species slot; ``species``: :class:`SpeciesState`.
+    * ``next_node_key``, ``next_innov``: ``int32 []`` global counters.
+    * ``best: Genome`` (one genome) and ``best_fitness float32 []`` (higher is better; the worst
+      float before any evaluation): the best genome ever evaluated.
+    * ``generation int32 []``; ``extinct bool []``: the population died out without a reset.
+    """
+
+    population: Genome
+    species_of: jax.Array
+    species: SpeciesState
+    next_node_key: jax.Array
+    next_innov: jax.Array
+    best: Genome
+    best_fitness: jax.Array
+    generation: jax.Array
+    extinct: jax.Array
+
+
+class NEATDecoder:
+    """Genomes -> networks (``decode``) and how a network runs on an observation (``apply``: the
+    policy object; stateful for recurrent and CTRNN genomes, see
+    :func:`~evotensor.neat.network.neat_policy`)."""
+
+    def __init__(self, spec: GenomeSpec, config: NEATConfig):
+        self.spec = spec
+        self.apply = neat_policy(spec, config.policy, functions=config.functions, outputs=config.outputs)
+
+    def decode(self, genotypes: Genome) -> Network:
+        """``Genome [P]`` -> ``Network [P]``."""
+        return self.apply.decode(genotypes)
+
+    def __repr__(self) -> str:
+        return f"NEATDecoder({type(self.apply).__name__})"
+
+
+class NEAT:
+    """NeuroEvolution of Augmenting Topologies (Stanley & Miikkulainen 2002) as a strategy.
+
+    Args:
+        spec: the genome shape and gene types (:class:`GenomeSpec`).
+        population_size: ``P`` (neat-python's ``pop_size``; >= 2).
+        config: :class:`NEATConfig` (default: neat-python 2.1's settings).
+
+    Use :meth:`from_mode` for a mode's matched spec and config. ``population_size`` must be at
+    least ``max_species * max(min_species_size, elitism)``.
+    """
+
+    def __init__(self, spec: GenomeSpec, population_size: int = 150, config: NEATConfig | None = None):
+        if not isinstance(spec, GenomeSpec):
+            raise ArgumentError(f"spec must be a GenomeSpec, got {type(spec).__name__}")
+        self.spec = spec
+        self.population_size = check_int(population_size, "population_size", minimum=2)
+        config = NEATConfig() if config is None else config
+        if not isinstance(config, NEATConfig):
+            raise ArgumentError(f"config must be a NEATConfig, got {type(config).__name__}")
+        self.config = config
+        need = config.species.max_species * config.reproduction.min_size
+        if need > self.population_size:
+            raise ArgumentError(
+                f"population_size ({self.population_size}) must be >= max_species "
+                f"({config.species.max_species}) * max(min_species_size, elitism) "
+                f"({config.reproduction.min_size}) = {need}; lower config.species.max_species or "
+                "raise population_size"
+            )
+        self.decoder = NEATDecoder(spec, config)
+
+    @classmethod
+    def from_mode(
+        cls,
+        mode: str = "neat-python",
+        num_inputs: int = 2,
+        num_outputs: int = 1,
+        population_size: int = 150,
+        max_nodes: int = 50,
+        max_conns: int = 100,
+        **spec_overrides: Any,
+    ) -> NEAT:
+        """NEAT with ``mode``'s spec and config (:func:`~evotensor.neat.config.neat_mode`)."""
+        spec, config = neat_mode(mode, num_inputs, num_outputs, max_nodes, max_conns, **spec_overrides)
+        if config.species.max_species * config.reproduction.min_size > population_size:
+            slots = max(1, population_size // config.reproduction.min_size)
+            config = config.replace(species={"max_species": slots})
+        return cls(spec, population_size, config)
+
+    def default_params(self) -> None:
+        """NEAT has no dynamic hyperparameters (its settings are static: :attr:`config`)."""
+        return None
+
+    def _distances(self, population: Genome, representatives: Genome) -> jax.Array:
+        return distance_matrix(self.spec, self.config.distance, population, representatives)
+
+    def init(self, key: jax.Array, params: Any = None) -> NEATState:
+        """A fresh population (:meth:`GenomeSpec.initial`), speciated."""
+        del params
+        population = self.spec.initial(key, self.population_size)
+        species, species_of = speciate(
+            self.spec,
+            self.config.species,
+            self._distances,
+            population,
+            init_species_state(self.spec, self.config.species),
+        )
+        node_key, innov = initial_counters(self.spec)
+        return NEATState(
+            population=population,
+            species_of=species_of,
+            species=species,
+            next_node_key=node_key,
+            next_innov=innov,
+            best=population[0],
+            best_fitness=jnp.asarray(jnp.finfo(jnp.float32).min, jnp.float32),
+            generation=jnp.zeros((), jnp.int32),
+            extinct=jnp.zeros((), bool),
+        )
+
+    def ask(self, key: jax.Array, state: NEATState, params: Any = None) -> tuple[Genome, NEATState]:
+        """The current population, ``Genome [P]``."""
+        del key, params
+        return state.population, state
+
+    def tell(
+        self, key: jax.Array, state: NEATState, genotypes: Genome, evaluation: Evaluation, params: Any = None
+    ) -> tuple[NEATState, dict[str, jax.Array]]:
+        """One NEAT generation from the evaluated population (module docstring). ``evaluation.fitness
+        [P]`` is minimized (the run loop's convention)."""
+        del params
+        spec, cfg, P = self.spec, self.config, self.population_size
+        k_plan, k_cross, k_mut, k_reset = jax.random.split(key, 4)
+        population = genotypes
+        fitness = sanitize_fitness(-jnp.asarray(evaluation.fitness, jnp.float32))
+
+        i = jnp.argmax(fitness)
+        improved = fitness[i] > state.best_fitness
+        best = jax.tree_util.tree_map(
+            lambda old, pop: jnp.where(improved, pop[i], old), state.best, population
+        )
+        best_fitness = jnp.where(improved, fitness[i], state.best_fitness)
+
+        species, _ = update_stagnation(cfg.species, state.species, state.species_of, fitness)
+        plan = reproduction_plan(k_plan, cfg.reproduction, species, state.species_of, fitness, P)
+        children = crossover_population(
+            k_cross,
+            spec,
+            population,
+            plan.parent1,
+            plan.parent2,
+            fitness,
+            maximize=True,
+            config=cfg.crossover,
+        )
+        children, next_node_key, next_innov, mutation_metrics = mutate(
+            k_mut, spec, cfg.mutation, children, state.next_node_key, state.next_innov, active=~plan.elite
+        )
+        elites = population[plan.parent1]
+        new = jax.tree_util.tree_map(
+            lambda e, c: jnp.where(plan.elite.reshape((P,) + (1,) * (c.ndim - 1)), e, c), elites, children
+        )
+
+        fresh = spec.initial(k_reset, P)
+        keep_first = (jnp.arange(P) == 0).reshape(P, 1)
+        fresh = jax.tree_util.tree_map(
+            lambda f, b: jnp.where(keep_first.reshape((P,) + (1,) * (f.ndim - 1)), b[None], f), fresh, best
+        )
+        frozen = jax.tree_util.tree_map(lambda b: jnp.broadcast_to(b, (P, *b.shape)), best)
+        extinct = state.extinct | (plan.extinct & ~plan.reset)
+        new = _where_tree(plan.reset, fresh, new)
+        new = _where_tree(extinct, frozen, new)
+        plan_species = plan.species_state
+        species_start = jax.tree_util.tree_map(
+            lambda fresh_s, s: jnp.where(plan.reset, fresh_s, s),
+            init_species_state(spec, cfg.species).replace(
+                generation=plan_species.generation, next_species_key=plan_species.next_species_key
+            ),
+            plan_species,
+        )
+        species, species_of = speciate(spec, cfg.species, self._distances, new, species_start)
+
+        metrics = {
+            "num_species": species.num_species,
+            "compatibility_threshold": species.threshold,
+            "species_overflow": species.overflow,
+            "mean_nodes": jnp.mean(new.num_nodes.astype(jnp.float32)) - spec.num_inputs,
+            "mean_conns": jnp.mean(jnp.sum(new.conn_valid & new.conn_enabled, axis=-1).astype(jnp.float32)),
+            "extinct": extinct.astype(jnp.int32),
+            "resets": plan.reset.astype(jnp.int32),
+            **mutation_metrics,
+        }
+        new_state = NEATState(
+            population=new,
+            species_of=species_of,
+            species=species,
+            next_node_key=next_node_key,
+            next_innov=next_innov,
+            best=best,
+            best_fitness=best_fitness,
+            generation=state.generation + 1,
+            extinct=extinct,
+        )
+        return new_state, metrics
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return (
+            f"NEAT(mode={self.config.mode!r}, inputs={s.num_inputs}, outputs={s.num_outputs}, "
+            f"population_size={self.population_size}, max_nodes={s.max_nodes}, max_conns={s.max_conns})"
+        )
+
+
+def _where_tree(cond: jax.Array, a: Any, b: Any) -> Any:
+    return jax.tree_util.tree_map(lambda x, y: jnp.where(cond, x, y), a, b)

@@ -1,0 +1,109 @@
+"""NEAT tasks: ``neat-xor`` and ``neat-cartpole``.
+
+* ``neat-xor`` — NEAT on XOR (fitness ``4 - SSE``), neat-python 2.1's XOR example settings
+  (``mode`` option: ``neat-python`` (default), ``paper`` or ``tensorneat``), pop 150, 300
+  generations; the report prints the best network's genes and its outputs on the four cases.
+* ``neat-cartpole`` — NEAT on gymnax CartPole-v1 (4 inputs, 2 outputs, argmax action; mean return
+  of one episode, at most 500), pop 1000, 50 generations.
+
+Options (``--set KEY=VALUE``) besides ``pop``/``generations``/``seed``: ``mode``, ``max_nodes``,
+``max_conns``, ``num_inputs`` (XOR only: 3 gives 3-input parity).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evotensor.neat.genome import genome_to_dict
+from evotensor.neat.strategy import NEAT
+from evotensor.tasks import Task, positive_int_option, register_task
+
+
+def genome_text(strategy: NEAT, genome: Any) -> str:
+    """One genome as indented JSON (nodes by key, connections by ``"in->out"``)."""
+    d = genome_to_dict(strategy.spec, genome)
+    out = {
+        "nodes": {str(k): v for k, v in sorted(d["nodes"].items())},
+        "connections": {
+            f"{a}->{b}": v
+            for (a, b), v in sorted(d["connections"].items(), key=lambda kv: kv[1]["innovation"])
+        },
+    }
+    return json.dumps(out, indent=1)
+
+
+def _summary(strategy: NEAT, genome: Any) -> str:
+    d = genome_to_dict(strategy.spec, genome)
+    hidden = [k for k in d["nodes"] if k >= strategy.spec.num_outputs]
+    enabled = sum(1 for c in d["connections"].values() if c["enabled"])
+    return f"{len(hidden)} hidden nodes, {enabled} enabled of {len(d['connections'])} connections"
+
+
+def _xor_report(strategy: NEAT, problem: Any):
+    def report(result: Any, run_dir: Path | None) -> str:
+        import jax
+
+        best = result.best_genotype
+        net = strategy.decoder.decode(best)
+        pred = np.asarray(jax.vmap(lambda x: strategy.decoder.apply(net, x))(problem.x))
+        lines = [f"best network: {_summary(strategy, best)}"]
+        for x, y, p in zip(np.asarray(problem.x), np.asarray(problem.y), pred):
+            lines.append(f"  {x.astype(int).tolist()} -> {p[0]:.3f} (target {int(y[0])})")
+        return "\n".join(lines)
+
+    return report
+
+
+def _strategy(cfg: dict[str, Any], num_inputs: int, num_outputs: int, pop: int) -> NEAT:
+    return NEAT.from_mode(
+        str(cfg["mode"]),
+        num_inputs=num_inputs,
+        num_outputs=num_outputs,
+        population_size=pop,
+        max_nodes=positive_int_option(cfg, "max_nodes"),
+        max_conns=positive_int_option(cfg, "max_conns"),
+    )
+
+
+@register_task(
+    "neat-xor",
+    "NEAT (neat-python 2.1 settings) on XOR, pop 150 x up to 300 generations",
+    defaults={"mode": "neat-python", "max_nodes": 32, "max_conns": 64, "num_inputs": 2},
+)
+def _build_xor(cfg: dict[str, Any]) -> Task:
+    from evotensor.problems.function_fit import XOR
+
+    problem = XOR(positive_int_option(cfg, "num_inputs"))
+    strategy = _strategy(cfg, problem.num_inputs, 1, cfg["pop"] or 150)
+    return Task(
+        strategy=strategy,
+        problem=problem,
+        decoder=strategy.decoder,
+        generations=cfg["generations"] or 300,
+        report=_xor_report(strategy, problem),
+        best_to_text=lambda best: genome_text(strategy, best),
+    )
+
+
+@register_task(
+    "neat-cartpole",
+    "NEAT on gymnax CartPole-v1 (max return 500), pop 1000 x 50 generations",
+    defaults={"mode": "neat-python", "max_nodes": 32, "max_conns": 64},
+)
+def _build_cartpole(cfg: dict[str, Any]) -> Task:
+    from evotensor.problems.control import GymnaxProblem
+
+    problem = GymnaxProblem("CartPole-v1")
+    strategy = _strategy(cfg, 4, 2, cfg["pop"] or 1000)
+    return Task(
+        strategy=strategy,
+        problem=problem,
+        decoder=strategy.decoder,
+        generations=cfg["generations"] or 50,
+        report=lambda result, run_dir: f"best network: {_summary(strategy, result.best_genotype)}",
+        best_to_text=lambda best: genome_text(strategy, best),
+    )

@@ -1,0 +1,146 @@
+"""The NEAT strategy end to end: valid genomes every generation, XOR solved, non-finite fitness never
+reaches the state, bit-identical resume, extinction, configuration errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import evotensor
+from evotensor.core.checks import ArgumentError
+from evotensor.core.evaluation import Evaluation
+from evotensor.core.strategy import Strategy
+from evotensor.neat.config import MODES, NEATConfig, neat_mode
+from evotensor.neat.genome import check_genome
+from evotensor.neat.strategy import NEAT
+from evotensor.problems.function_fit import XOR
+
+
+def small(mode="neat-python", pop=40, **kw):
+    return NEAT.from_mode(mode, 2, 1, population_size=pop, max_nodes=16, max_conns=32, **kw)
+
+
+@pytest.fixture(scope="module")
+def xor_run():
+    strategy = small()
+    return strategy, evotensor.run(strategy, XOR(), 25, jax.random.key(3), chunk_size=5, progress=False)
+
+
+def test_is_a_strategy_and_every_genome_stays_valid(xor_run):
+    strategy, result = xor_run
+    assert isinstance(strategy, Strategy)
+    pop = result.state.population
+    assert pop.node_key.shape == (40, 16)
+    for i in range(40):
+        assert check_genome(strategy.spec, pop[i]) == [], i
+    assert check_genome(strategy.spec, result.best_genotype) == []
+    h = result.history
+    assert np.all(np.diff(h["best_fitness"]) >= 0)
+    assert np.all(h["num_species"] >= 1) and np.all(h["num_species"] <= strategy.config.species.max_species)
+    assert h["nodes_added"].sum() > 0 and h["conns_added"].sum() > 0
+    # counters only grow and are past every key and innovation in use
+    st = result.state
+    assert int(st.next_innov) > int(jnp.max(jnp.where(pop.conn_valid, pop.conn_innov, -1)))
+    assert int(st.next_node_key) > int(jnp.max(jnp.where(pop.node_valid, pop.node_key, -1)))
+
+
+def test_best_genome_reproduces_its_fitness(xor_run):
+    strategy, result = xor_run
+    net = strategy.decoder.decode(jax.tree_util.tree_map(lambda x: x[None], result.best_genotype))
+    fit = XOR().evaluate(None, net, strategy.decoder.apply).fitness[0]
+    assert float(fit) == pytest.approx(result.best_fitness, rel=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_xor_is_solved_at_pop_150(seed):
+    strategy = NEAT.from_mode("neat-python", 2, 1, population_size=150, max_nodes=32, max_conns=64)
+    result = evotensor.run(strategy, XOR(), 300, jax.random.key(seed), chunk_size=50, progress=False)
+    assert result.best_fitness > 3.9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_xor_is_solved_in_ten_of_ten_seeds(mode):
+    strategy = NEAT.from_mode(mode, 2, 1, population_size=150, max_nodes=32, max_conns=64)
+    keys = jax.random.split(jax.random.key(11), 10)
+    results = evotensor.run_many(strategy, XOR(), 300, keys)
+    assert np.all(np.asarray(results.best_fitness) > 3.9), results.best_fitness
+
+
+def test_nonfinite_fitness_never_reaches_the_state():
+    strategy = small(pop=20)
+    state = jax.jit(strategy.init)(jax.random.key(0))
+    tell = jax.jit(strategy.tell)
+    bad = jnp.array([jnp.nan, jnp.inf, -jnp.inf] * 6 + [1.0, 2.0])
+    for g in range(4):
+        pop, state = strategy.ask(None, state)
+        state, metrics = tell(jax.random.key(g), state, pop, Evaluation(fitness=jnp.roll(bad, g)))
+        for leaf in jax.tree_util.tree_leaves(state):
+            if jnp.issubdtype(leaf.dtype, jnp.floating):
+                assert bool(jnp.all(jnp.isfinite(leaf))), leaf
+    for i in range(20):
+        assert check_genome(strategy.spec, state.population[i]) == []
+    # all non-finite: still a valid, finite state
+    state, _ = tell(jax.random.key(9), state, state.population, Evaluation(fitness=jnp.full(20, jnp.nan)))
+    assert all(
+        bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(state) if x.dtype == jnp.float32
+    )
+
+
+def test_resume_is_bit_identical(tmp_path):
+    strategy, key = small(pop=24), jax.random.key(5)
+    full = evotensor.run(strategy, XOR(), 12, key, chunk_size=4, progress=False)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_8(info):
+        if info["generation"] >= 8:
+            raise Stop
+
+    with pytest.raises(Stop):
+        evotensor.run(
+            strategy, XOR(), 12, key, run_dir=tmp_path, chunk_size=4, callback=stop_after_8, progress=False
+        )
+    resumed = evotensor.run(
+        strategy, XOR(), 12, key, run_dir=tmp_path, chunk_size=4, resume=True, progress=False
+    )
+    for a, b in zip(jax.tree_util.tree_leaves(resumed.state), jax.tree_util.tree_leaves(full.state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert resumed.best_fitness == full.best_fitness
+
+
+def test_extinction_resets_keeping_the_best_genome():
+    spec, config = neat_mode("neat-python", 2, 1, max_nodes=16, max_conns=32)
+    config = config.replace(
+        species={"max_stagnation": 1, "species_elitism": 0, "max_species": 5}, reproduction={"elitism": 0}
+    )
+    strategy = NEAT(spec, 20, config)
+    state = jax.jit(strategy.init)(jax.random.key(1))
+    tell = jax.jit(strategy.tell)
+    resets = 0
+    for g in range(4):
+        pop, state = strategy.ask(None, state)
+        fitness = -jnp.arange(20, dtype=jnp.float32) * (g == 0)  # never improves after generation 0
+        state, metrics = tell(jax.random.key(g), state, pop, Evaluation(fitness=fitness))
+        resets += int(metrics["resets"])
+        assert not bool(state.extinct)
+    assert resets >= 1
+    for i in range(20):
+        assert check_genome(spec, state.population[i]) == []
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: NEAT("spec", 10), "spec"),
+        (lambda: NEAT(neat_mode()[0], 1), "population_size"),
+        (lambda: NEAT(neat_mode()[0], 10, config="fast"), "config"),
+        (lambda: NEAT(neat_mode()[0], 10, NEATConfig()), "max_species"),
+        (lambda: NEAT.from_mode("fast"), "mode"),
+        (lambda: NEATConfig(functions="mine"), "functions"),
+    ],
+)
+def test_bad_configuration_names_the_argument(make, match):
+    with pytest.raises(ArgumentError, match=match):
+        make()
