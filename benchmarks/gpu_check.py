@@ -1,7 +1,8 @@
 """The one-command GPU check: tests with compiled kernels, then the benchmark grid of every family.
 
     make gpu-check                                   # on a machine with an NVIDIA GPU
-    python benchmarks/gpu_check.py --mode cpu        # the tiny CPU mode (run by the test suite)
+    python benchmarks/gpu_check.py --mode cpu        # the tiny CPU mode (run by the test suite; JAX
+                                                     # computes on the CPU even on a GPU machine)
 
 Sections (``--sections``, default all):
 
@@ -103,13 +104,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--mode", choices=("gpu", "cpu"), default=None, help="default: gpu if JAX sees one")
+    parser.add_argument(
+        "--mode",
+        choices=("gpu", "cpu"),
+        default=None,
+        help="default: gpu if JAX sees one; cpu runs on the CPU",
+    )
     parser.add_argument("--sections", default="tests,gp,es,qd")
     parser.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "runs", "gpu_check"))
     parser.add_argument("--workers", type=int, default=4, help="pytest-xdist workers for the tests")
     parser.add_argument("--test-files", default=",".join(GPU_TEST_FILES), help="comma-separated test files")
     args = parser.parse_args(argv)
 
+    if args.mode == "cpu":
+        # the tiny CPU mode computes on the CPU also where JAX sees a GPU (set before jax starts)
+        os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
 
     mode = args.mode or ("gpu" if jax.default_backend() == "gpu" else "cpu")

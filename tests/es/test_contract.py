@@ -42,7 +42,7 @@ from tests.es.archive_contract import (
 from tests.es.es_fdg_helpers import make_runner
 from tests.es.scan_runner import check_vmap_over_seeds_and_sigma_init, sphere
 from tests.es.scan_runner import make_run as make_scan_run
-from tests.platforms import assert_equal_on_cpu_close_on_gpu
+from tests.platforms import assert_equal_on_cpu_close_on_gpu, bit_exact_platform
 
 from evotensor.core.fitness_shaping import centered_ranks, z_score
 from evotensor.es import (
@@ -97,10 +97,21 @@ class ArchiveCase:
     dims: int = 10
     shift: float = 1.0
     long_run_in_default_suite: bool = False
+    # generations over which the vmap check compares off CPU (None: all ``gens``); see
+    # test_vmap_equals_separate_runs_bitwise
+    gpu_vmap_horizon: int | None = None
 
     def make_es(self, num_dims: int | None = None) -> Any:
         return self.cls(self.pop, num_dims=self.dims if num_dims is None else num_dims, **self.kwargs)
 
+
+# CEM and iAMaLGaM select by rank and refit their model to the selection: once a reordered GPU sum
+# has moved a sample by an ulp, a near tie flips a rank and the runs follow different (equally good)
+# trajectories. With one float32 ulp of noise injected into every sample of every generation on a
+# CPU, their vmap entries stay within 2e-6 of the separate runs for 10 generations and pass GPU_RTOL
+# (1e-3) after 20-80; on an H200 the full 200 generations failed. Off CPU they are compared over
+# this many generations (the whole run stays checked bit for bit on CPU).
+GPU_VMAP_HORIZON = 10
 
 ARCHIVE = {
     # with mutation std decaying x0.98 per generation, 400 generations reach < 1e-6 (a fixed std
@@ -116,11 +127,15 @@ ARCHIVE = {
     "MR15GA": ArchiveCase(MR15GA, 32, 300, 1e-8, ("adapt_factor", 0.9), {"init_range": 2.0}),
     # CEM is known to collapse prematurely from far starts with few elites; with 10 elites of 100
     # and std_init = 3 it reaches < 1e-6
-    "CEM": ArchiveCase(CEM, 100, 200, 1e-6, ("mean_smoothing", 0.9), {"std_init": 3.0}),
+    "CEM": ArchiveCase(
+        CEM, 100, 200, 1e-6, ("mean_smoothing", 0.9), {"std_init": 3.0}, gpu_vmap_horizon=GPU_VMAP_HORIZON
+    ),
     # DES converges linearly; 400 generations of 16 samples reach < 1e-8
     "DiscoveredES": ArchiveCase(DiscoveredES, 16, 400, 1e-8, ("lr_std", 0.2), long_run_in_default_suite=True),
     # iAMaLGaM converges linearly on the sphere; 200 generations of 32 reach < 1e-8
-    "IAMaLGaMFull": ArchiveCase(IAMaLGaMFull, 32, 200, 1e-8, ("eta_shift", 0.5)),
+    "IAMaLGaMFull": ArchiveCase(
+        IAMaLGaMFull, 32, 200, 1e-8, ("eta_shift", 0.5), gpu_vmap_horizon=GPU_VMAP_HORIZON
+    ),
     # constriction PSO converges linearly on the sphere; 300 generations of 32 particles reach < 1e-8
     "PSO": ArchiveCase(
         PSO, 32, 300, 1e-8, ("inertia", 0.6), {"init_range": 2.0}, long_run_in_default_suite=True
@@ -166,6 +181,17 @@ class ArchiveRun:
     run_one: Callable[..., Any]
     entry_inputs: Callable[[int], tuple[Any, Any, Any]]
     batch: Any
+    es: Any = None
+    _short: dict = dataclasses.field(default_factory=dict)
+
+    def short(self, generations: int) -> tuple[Callable[..., Any], Any]:
+        """``(single-run function, batch of all entries)`` over the first ``generations``, compiled once."""
+        if generations not in self._short:
+            run = make_run(self.es, generations, self.case.shift)
+            inputs = [self.entry_inputs(i) for i in range(len(SEEDS))]
+            stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *inputs)
+            self._short[generations] = (fast_jit(run), fast_jit(jax.vmap(run))(*stacked))
+        return self._short[generations]
 
 
 @pytest.fixture(scope="module", params=list(ARCHIVE), ids=list(ARCHIVE))
@@ -186,7 +212,7 @@ def archive_run(request) -> ArchiveRun:
     inputs = [entry_inputs(i) for i in range(len(SEEDS))]
     stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *inputs)
     batch = fast_jit(jax.vmap(run))(*stacked)
-    return ArchiveRun(case, fast_jit(run), entry_inputs, batch)
+    return ArchiveRun(case, fast_jit(run), entry_inputs, batch, es)
 
 
 def test_solves_shifted_sphere(archive_run):
@@ -199,9 +225,19 @@ def test_solves_shifted_sphere(archive_run):
 
 @pytest.mark.parametrize("entry", [0, 4, 5], ids=["seed", "hyperparameter", "poisoned"])
 def test_vmap_equals_separate_runs_bitwise(archive_run, entry):
-    single = archive_run.run_one(*archive_run.entry_inputs(entry))
-    batched = jax.tree.map(lambda leaf: leaf[entry], archive_run.batch)
-    for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(batched)):
+    case, inputs = archive_run.case, archive_run.entry_inputs(entry)
+    single = archive_run.run_one(*inputs)
+    if case.gpu_vmap_horizon is not None and not bit_exact_platform():
+        # rank-chaotic strategies off CPU (see GPU_VMAP_HORIZON): the separate run solves the sphere
+        # like the batched entries, and the two agree over the first generations
+        if entry == 0:
+            assert float(single[1][0][-1]) < case.tol
+        run_short, batch = archive_run.short(case.gpu_vmap_horizon)
+        single = run_short(*inputs)
+    else:
+        batch = archive_run.batch
+    batched = jax.tree.map(lambda leaf: leaf[entry], batch)
+    for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(batched), strict=True):
         assert_equal_on_cpu_close_on_gpu(b, a)  # bitwise on CPU
 
 

@@ -9,7 +9,7 @@ import pytest
 from tests.es import scan_runner
 from tests.es.scan_runner import sphere
 from tests.es.test_cma_es import eigh_placements
-from tests.platforms import assert_equal_on_cpu_close_on_gpu
+from tests.platforms import assert_equal_on_cpu_close_on_gpu, bit_exact_platform
 
 from evotensor.core.numerics import exact_sum
 from evotensor.es import BIPOPCMAES, CMAES, IPOPCMAES
@@ -117,6 +117,28 @@ def test_bipop_budgets_population_and_sigma_of_small_runs():
     assert 0.02 - 1e-6 <= float(state.run_sigma) <= 2.0 + 1e-6
 
 
+# Off CPU, a campaign cannot be compared to its separate run to the end: the ~1e-4 that XLA:GPU's
+# batched kernels leave after a dozen generations (tests/platforms.py) flips ranks near ties, the runs
+# diverge (with one float32 ulp of noise per sample and generation on a CPU, these campaigns pass
+# GPU_RTOL after 40-55 generations) and the first restart moves by a few generations. So off CPU the
+# per-generation records are compared over the first GPU_HORIZON generations (as test_cma_es compares
+# CMA-ES), and the final states only by what survives: both campaigns restarted and solved the sphere.
+GPU_HORIZON = 12
+
+
+def assert_campaign_equals_separate_run(batched, i, single):
+    """Entry ``i`` of a vmapped ``(state, records)`` campaign equals the separate run ``single``: every
+    leaf bit for bit on CPU; off CPU as explained above."""
+    if bit_exact_platform():
+        for a, b in zip(jax.tree_util.tree_leaves(batched), jax.tree_util.tree_leaves(single), strict=True):
+            assert_equal_on_cpu_close_on_gpu(np.asarray(a)[i], b)
+        return
+    for a, b in zip(batched[1], single[1], strict=True):
+        assert_equal_on_cpu_close_on_gpu(np.asarray(a)[i, :GPU_HORIZON], np.asarray(b)[:GPU_HORIZON])
+    for state in (jax.tree_util.tree_map(lambda leaf: leaf[i], batched[0]), single[0]):
+        assert int(state.restarts) >= 1 and float(state.best_fitness) < 1e-9
+
+
 @pytest.mark.parametrize("step_size", ["csa", "tpa"])
 def test_campaign_vmaps_over_seeds_bit_identically(step_size):
     kw = dict(max_population_size=32, sigma_init=1.0, mean_init=np.full(4, 1.0), step_size=step_size)
@@ -127,14 +149,12 @@ def test_campaign_vmaps_over_seeds_bit_identically(step_size):
     batched = jax.jit(jax.vmap(run, in_axes=(0, None)))(keys, params)
     assert np.all(np.asarray(batched[0].restarts) >= 1)  # restarts happened inside the scan
     for i in range(3):
-        single = run(keys[i], params)
-        for a, b in zip(jax.tree_util.tree_leaves(batched), jax.tree_util.tree_leaves(single)):
-            assert_equal_on_cpu_close_on_gpu(np.asarray(a)[i], b)
+        assert_campaign_equals_separate_run(batched, i, run(keys[i], params))
 
 
 def test_campaign_vmaps_over_hyperparameters_bit_identically():
     """Two ``sigma_init`` values in one vmapped campaign (params ``in_axes=0``, one shared key) equal
-    the two separate runs bit for bit (on CPU; to GPU_RTOL on GPU), restarts included."""
+    the two separate runs bit for bit (on CPU; off CPU see GPU_HORIZON), restarts included."""
     es = IPOPCMAES(num_dims=4, max_population_size=32, sigma_init=1.0, mean_init=np.full(4, 1.0))
     run = make_run(es, sphere, 250)
     base = es.default_params()
@@ -146,9 +166,7 @@ def test_campaign_vmaps_over_hyperparameters_bit_identically():
     # the hyperparameter matters: the two campaigns differ
     assert not np.array_equal(np.asarray(batched[1][0][0]), np.asarray(batched[1][0][1]))
     for i, params in enumerate(variants):
-        single = run(key, params)
-        for a, b in zip(jax.tree_util.tree_leaves(batched), jax.tree_util.tree_leaves(single)):
-            assert_equal_on_cpu_close_on_gpu(np.asarray(a)[i], b)
+        assert_campaign_equals_separate_run(batched, i, run(key, params))
 
 
 def test_all_invalid_real_candidates_freeze_the_state_despite_finite_padding():

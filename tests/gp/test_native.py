@@ -1,6 +1,12 @@
 """The native CPU evaluator (``evotensor.gp._native`` via ``evotensor.gp.native``) against the
-reference interpreter, the documented metrics and the plain-JAX path."""
+reference interpreter, the documented metrics and the plain-JAX path.
 
+Every test runs on JAX's CPU device (the fixture below), where the evaluator's FFI handlers live, so
+the tests mean the same on any host; on a GPU host ``backend="native"`` reaches the same handlers
+through a host callback (``test_native_is_computed_on_the_cpu_from_a_program_for_the_default_device``).
+"""
+
+import functools
 import os
 import subprocess
 import sys
@@ -16,12 +22,20 @@ from tests.gp.eval_helpers import ArrayForest, assert_matches_reference, random_
 from tests.gp.test_evaluate import FULL, PROTECTED, SETS, numpy_metric
 
 from evotensor.gp import native
-from evotensor.gp.evaluate import METRICS, evaluate, fitness
+from evotensor.gp.evaluate import METRICS, choose_backend, evaluate, fitness
 from evotensor.gp.functions import FunctionSet
 from evotensor.gp.reference import reference_eval
 
 ROOT = Path(__file__).resolve().parents[2]
 POP, MAX_LEN, N_VARS = 13, 24, 3
+HOST_DEFAULT_DEVICE = jax.devices()[0]  # a GPU on a GPU host
+CPU = jax.devices("cpu")[0]
+
+
+@pytest.fixture(autouse=True)
+def on_the_cpu_device():
+    with jax.default_device(CPU):
+        yield
 
 
 def test_extension_is_built_and_chosen_by_auto():
@@ -31,12 +45,60 @@ def test_extension_is_built_and_chosen_by_auto():
     assert not native.supported(custom)
     forest = random_forest(0, FULL, POP, MAX_LEN, N_VARS)
     X = random_data(1, 40, N_VARS)
-    # "auto" on CPU is the native path: bit-identical to asking for it
-    np.testing.assert_array_equal(
-        np.asarray(evaluate(forest, X, FULL)), np.asarray(evaluate(forest, X, FULL, backend="native"))
-    )
+    # "auto" is the Pallas kernel where JAX's default backend is a GPU, the native path on a CPU
+    assert choose_backend("auto", FULL) == ("pallas" if jax.default_backend() == "gpu" else "native")
+    if jax.default_backend() == "cpu":  # there "auto" is bit-identical to asking for the native path
+        np.testing.assert_array_equal(
+            np.asarray(evaluate(forest, X, FULL)), np.asarray(evaluate(forest, X, FULL, backend="native"))
+        )
     with pytest.raises(ValueError, match="sq"):
         evaluate(random_forest(0, custom, 3, 8, 1), X[:, :1], custom, backend="native")
+
+
+def test_native_is_computed_on_the_cpu_from_a_program_for_the_default_device():
+    """``backend="native"`` called outside ``jit`` and in a program compiled for the host's default
+    device (on a GPU host: a direct CPU computation, and a host callback) equals the program compiled
+    for the CPU device, under ``jit`` and ``vmap``."""
+    fs = SETS["full"]
+    forests = [random_forest(s, fs, 20, MAX_LEN, N_VARS) for s in (3, 4)]
+    fields = ("opcode", "value", "size", "output")
+    stacked = [np.stack([getattr(f, k) for f in forests]) for k in fields]
+    X = random_data(5, 300, N_VARS)
+    y = np.sin(X[:, 0])
+
+    def both(o, v, s, out):
+        forest = ArrayForest(o, v, s, out)
+        return evaluate(forest, X, fs, backend="native"), fitness(forest, X, y, fs, backend="native")
+
+    on_cpu = jax.jit(jax.vmap(both))(*stacked)
+    with jax.default_device(HOST_DEFAULT_DEVICE):
+        in_program = jax.jit(jax.vmap(both))(*stacked)
+        outside = both(*(a[1] for a in stacked))
+    for i, (pred, fit) in ((slice(None), in_program), (1, outside)):
+        np.testing.assert_array_equal(np.asarray(pred), np.asarray(on_cpu[0])[i])  # all on the CPU
+        # the metric's last division runs on the default device
+        np.testing.assert_allclose(np.asarray(fit), np.asarray(on_cpu[1])[i], rtol=1e-6)
+
+
+def test_the_host_callback_route_computes_the_ffi_call_on_the_cpu():
+    """What a program for another platform (a GPU) runs: a callback (not the FFI call) around
+    ``_compute_on_the_cpu``, which equals the FFI call. (A CPU program never takes this route, and is
+    not made to here: JAX called from a callback of a CPU program can deadlock.)"""
+    fs = SETS["full"]
+    forest = random_forest(6, fs, 20, MAX_LEN, N_VARS)
+    X = random_data(7, 300, N_VARS)
+    args = (forest.opcode, forest.value, forest.size, forest.output, X.T, np.asarray(native._table(fs)))
+    ffi = functools.partial(native._forward_ffi, n_outputs=1, protected=False)
+    direct = native._compute_on_the_cpu(ffi, *args)
+    assert isinstance(direct, np.ndarray) and direct.shape == (20, 300, 1)
+    np.testing.assert_array_equal(direct, np.asarray(evaluate(forest, X, fs, backend="native")))
+    # both routes are staged: the FFI call for the CPU, the callback for every other platform
+    traced = jax.make_jaxpr(lambda *a: native._platform_dependent(ffi, *a))(*args)
+    (switch,) = [e for e in traced.jaxpr.eqns if e.primitive.name == "cond"]
+    routes = sorted(
+        ("callback" in str(b.jaxpr), "ffi_call" in str(b.jaxpr)) for b in switch.params["branches"]
+    )
+    assert routes == [(False, True), (True, False)]
 
 
 @settings(max_examples=12, deadline=None)

@@ -56,7 +56,7 @@ def test_run_directory_contents(tmp_path):
     assert config["task"] == "demo" and config["config"] == {"note": "x"}
     assert config["strategy"]["population_size"] == 10
     assert "['sigma_init']" in "".join(config["params"]) or any("sigma_init" in k for k in config["params"])
-    assert config["versions"]["jax"] and config["device"]["backend"] == "cpu"
+    assert config["versions"]["jax"] and config["device"]["backend"] == jax.default_backend()
     metrics = read_metrics(tmp_path / "metrics.csv")
     np.testing.assert_array_equal(metrics["generation"], np.arange(1, 13))
     np.testing.assert_allclose(metrics["best_fitness"], result.history["best_fitness"], rtol=1e-7)

@@ -433,18 +433,27 @@ def grid(**kwargs):
 
 
 def test_cma_me_beats_random_sampling_with_the_same_budget():
-    dims, gens, sigma0 = 10, 40, 0.2
+    """CMA-ME doubles the coverage and QD score of as many Gaussian samples, on average over 8 seeds.
+
+    The edge is statistical: one run's ratio ranged 2.0-3.3 (QD score) over 24 seeds on a CPU, and a
+    GPU's reordered sums send a run along another, equally likely trajectory, so one seed against the
+    2x bar can fail there; the mean of 8 is ~2.6-2.8 with a spread of ~0.1."""
+    dims, gens, sigma0, runs = 10, 40, 0.2, 8
     emitters = [CMAESEmitter(np.zeros(dims), sigma0, batch_size=16) for _ in range(2)]
     me = MAPElites(grid(qd_score_offset=-10.0), emitters)
-    result = evotensor.run(me, Sphere(), gens, jax.random.key(0), progress=False)
-    stats = me.archive.stats(result.state.archive)
+    result = evotensor.run_many(me, Sphere(), gens, jax.random.split(jax.random.key(0), runs))
+    stats = jax.vmap(me.archive.stats)(result.state.archive)
 
-    x = sigma0 * jax.random.normal(jax.random.key(1), (gens * 32, dims))
-    evaluation = Sphere().evaluate(None, x)
-    random_state, _ = me.archive.add(me.archive.init(), x, evaluation.fitness, evaluation.descriptor)
-    random_stats = me.archive.stats(random_state)
-    assert float(stats["coverage"]) > 2 * float(random_stats["coverage"])
-    assert float(stats["qd_score"]) > 2 * float(random_stats["qd_score"])
+    def random_sampling(key):
+        x = sigma0 * jax.random.normal(key, (gens * 32, dims))
+        evaluation = Sphere().evaluate(None, x)
+        state, _ = me.archive.add(me.archive.init(), x, evaluation.fitness, evaluation.descriptor)
+        return me.archive.stats(state)
+
+    random_stats = jax.vmap(random_sampling)(jax.random.split(jax.random.key(1), runs))
+    for name in ("coverage", "qd_score"):
+        ratio = np.asarray(stats[name]) / np.asarray(random_stats[name])
+        assert ratio.mean() > 2 and ratio.min() > 1.5, (name, ratio)
 
 
 def test_cma_mae_runs_without_nan_and_fills_its_result_archive():

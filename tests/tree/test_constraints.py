@@ -76,13 +76,18 @@ def test_inherited_vs_node_constraints():
 
 
 def test_ndim_device_and_predicate_errors():
-    t = Tree(a=jnp.ones((2, 3)), b=jnp.ones((2, 2)))
+    cpu = jax.devices("cpu")[0]  # explicitly: a GPU host puts new arrays on its GPU
+    t = Tree(a=jax.device_put(jnp.ones((2, 3)), cpu), b=jax.device_put(jnp.ones((2, 2)), cpu))
     assert t.with_constraints(tt.ndim(2), tt.device("cpu")).constraints[1] == tt.device("cpu:0")
     with pytest.raises(ConstraintError, match=r"ndim\(3\) violated at a: ndim is 2"):
         t.with_constraints(tt.ndim(3))
     with pytest.raises(ConstraintError, match=r"device\('gpu:0'\).*expected gpu:0"):
         t.with_constraints(tt.device("gpu:0"))
-    assert t.with_constraints(tt.device(jax.devices()[0])).constraints == (tt.device("cpu:0"),)
+    assert t.with_constraints(tt.device(cpu)).constraints == (tt.device("cpu:0"),)
+    # the default device, whatever it is (a jax Device names its platform and id)
+    default = jax.devices()[0]
+    on_default = Tree(a=jnp.ones(2)).with_constraints(tt.device(default))
+    assert on_default.constraints == (tt.device(f"{default.platform}:{default.id}"),)
     with pytest.raises(ConstraintError, match=r"predicate\(nonneg\) violated at b: predicate is false"):
         Tree(a=t.a, b=-t.b).with_constraints(tt.predicate(lambda x: bool((x >= 0).all()), "nonneg"))
     with pytest.raises(ConstraintError, match="raised"):

@@ -11,6 +11,7 @@ Backends (``backend=``, one of :data:`BACKENDS`):
   traces under ``jit``, runs sequentially under ``vmap``). Each tree is interpreted once per chunk
   of 256 rows, so a node computes only its own function; trees run on XLA's CPU thread pool.
   2-4x the JAX path per CPU-second (``benchmarks/results_gp_eval.md``). Built-in functions only.
+  It always computes on the CPU: a program compiled for a GPU reaches it through a host callback.
 * ``"jax"``: the plain-JAX interpreter of :mod:`evotensor.gp.jax_evaluator`; runs anywhere, any
   function set.
 * ``"pallas"``: the GPU kernel (:mod:`evotensor.gp.pallas_kernel`), Triton-compiled on a GPU; on

@@ -13,12 +13,20 @@ The extension is built by ``pip install`` when a C++ compiler and jaxlib's FFI h
 off (:data:`UNAVAILABLE_REASON` says why it is unavailable). :func:`supported` says whether a
 function set can run here (built-in functions only).
 
-The calls are ``jax.ffi.ffi_call``: they trace under ``jit`` (no host callback), run ``sequential``
-under ``vmap`` (one call per batch element), and have no derivative.
+The calls are ``jax.ffi.ffi_call``: they trace under ``jit`` (no host callback in a program for the
+CPU), run ``sequential`` under ``vmap`` (one call per batch element), and have no derivative.
+
+The handlers exist for the CPU only. A program compiled for another platform (a GPU: the default
+device of a GPU machine) still runs the evaluator on the CPU: ``jax.lax.platform_dependent`` puts
+the FFI call in the CPU lowering, and elsewhere a host callback that copies the operands to the
+host, runs the same call on JAX's CPU device and copies the result back (correct, but a round trip
+per call; on a GPU ``backend="auto"`` is the Pallas kernel). Data already on the CPU device, or a
+call under ``jax.default_device(jax.devices("cpu")[0])``, takes the direct path.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 
@@ -83,16 +91,73 @@ def _check(fs: FunctionSet) -> None:
         raise ValueError(f"backend='native' is not available: {reason}")
 
 
-def evaluate_native(arrays, X: jax.Array, fs: FunctionSet, n_outputs: int) -> jax.Array:
-    """Forward of ``arrays = (opcode, value, size, output)``, each ``[pop, max_len]``, on ``X
-    [n_points, n_vars]``: ``float32 [pop, n_points, n_outputs]``."""
-    _check(fs)
-    _register()
-    opcode, value, size, output = arrays
-    pop, n_points = opcode.shape[0], X.shape[0]
+def _cpu_device() -> jax.Device:
+    try:
+        return jax.devices("cpu")[0]
+    except RuntimeError as e:
+        raise ValueError(
+            "backend='native' runs on the CPU, but JAX has no CPU backend here (JAX_PLATFORMS="
+            f"{os.environ.get('JAX_PLATFORMS', '')!r}): add 'cpu' to it or choose another backend"
+        ) from e
+
+
+def _compute_on_the_cpu(ffi_fn, *args):
+    """The jitted FFI call ``ffi_fn`` on JAX's CPU device, for host (or any device's) arrays
+    ``args``: its outputs as NumPy arrays."""
+    out = ffi_fn(*jax.device_put(args, _cpu_device()))
+    return jax.tree.map(np.asarray, out)
+
+
+def _platform_dependent(ffi_fn, *args):
+    """``ffi_fn(*args)`` in a traced program: the FFI call itself where the program is compiled for
+    the CPU, a host callback running :func:`_compute_on_the_cpu` elsewhere (a GPU)."""
+
+    def via_host_callback(*operands):
+        out_types = jax.eval_shape(ffi_fn, *operands)
+        on_host = functools.partial(_compute_on_the_cpu, ffi_fn)
+        return jax.pure_callback(on_host, out_types, *operands, vmap_method="sequential")
+
+    return jax.lax.platform_dependent(*args, cpu=ffi_fn, default=via_host_callback)
+
+
+@functools.partial(jax.jit, static_argnames=("kind", "options"))
+def _compiled_on_the_cpu(*args, kind: str, options: tuple):
+    # a jit of its own, so that a call outside jit is compiled for the device of its operands
+    return _platform_dependent(functools.partial(_FFI[kind], **dict(options)), *args)
+
+
+def _on_the_cpu(kind: str, *args, **options):
+    """The FFI call ``kind`` (a key of :data:`_FFI`) with static ``options``, computed on the CPU on
+    any host. Traced (under ``jit``), or wherever new arrays go to the CPU: see
+    :func:`_platform_dependent`. Called on concrete arrays where new arrays go to another device (a
+    GPU host): run on the CPU device directly (no callback), and the result handed back like any new
+    array (on the default device)."""
+    if jax.default_backend() == "cpu" or any(isinstance(a, jax.core.Tracer) for a in args):
+        return _compiled_on_the_cpu(*args, kind=kind, options=tuple(sorted(options.items())))
+    out = _compute_on_the_cpu(functools.partial(_FFI[kind], **options), *args)
+    return jax.tree.map(jnp.asarray, out)
+
+
+@functools.partial(jax.jit, static_argnames=("n_outputs", "protected"))
+def _forward_ffi(opcode, value, size, output, XT, table, *, n_outputs: int, protected: bool):
     call = jax.ffi.ffi_call(
         "evotensor_gp_forward",
-        jax.ShapeDtypeStruct((pop, n_points, n_outputs), jnp.float32),
+        jax.ShapeDtypeStruct((opcode.shape[0], XT.shape[1], n_outputs), jnp.float32),
+        vmap_method="sequential",
+    )
+    return call(
+        opcode, value, size, output, XT, table, n_outputs=np.int32(n_outputs), protected=np.int32(protected)
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("n_outputs", "metric_id", "protected"))
+def _fitness_ffi(
+    opcode, value, size, output, XT, yt, table, *, n_outputs: int, metric_id: int, protected: bool
+):
+    pop = opcode.shape[0]
+    call = jax.ffi.ffi_call(
+        "evotensor_gp_fitness",
+        (jax.ShapeDtypeStruct((pop,), jnp.float32), jax.ShapeDtypeStruct((pop,), jnp.float32)),
         vmap_method="sequential",
     )
     return call(
@@ -100,15 +165,32 @@ def evaluate_native(arrays, X: jax.Array, fs: FunctionSet, n_outputs: int) -> ja
         value,
         size,
         output,
-        X.T,
-        _table(fs),
+        XT,
+        yt,
+        table,
         n_outputs=np.int32(n_outputs),
-        protected=np.int32(fs.protected),
+        metric=np.int32(metric_id),
+        protected=np.int32(protected),
+    )
+
+
+_FFI = {"forward": _forward_ffi, "fitness": _fitness_ffi}
+
+
+def evaluate_native(arrays, X: jax.Array, fs: FunctionSet, n_outputs: int) -> jax.Array:
+    """Forward of ``arrays = (opcode, value, size, output)``, each ``[pop, max_len]``, on ``X
+    [n_points, n_vars]``: ``float32 [pop, n_points, n_outputs]``. Computed on the CPU on any host
+    (see the module docstring)."""
+    _check(fs)
+    _register()
+    return _on_the_cpu(
+        "forward", *arrays, X.T, _table(fs), n_outputs=int(n_outputs), protected=bool(fs.protected)
     )
 
 
 def fitness_sums(arrays, X: jax.Array, yt: jax.Array, fs: FunctionSet, n_outputs: int, metric_id: int):
-    """Per-tree sums of :func:`evotensor.gp.metrics.row_terms` over all rows.
+    """Per-tree sums of :func:`evotensor.gp.metrics.row_terms` over all rows, computed on the CPU on
+    any host (see the module docstring).
 
     Args:
         arrays: ``(opcode, value, size, output)``, each ``[pop, max_len]``.
@@ -121,19 +203,13 @@ def fitness_sums(arrays, X: jax.Array, yt: jax.Array, fs: FunctionSet, n_outputs
     """
     _check(fs)
     _register()
-    opcode = arrays[0]
-    pop = opcode.shape[0]
-    call = jax.ffi.ffi_call(
-        "evotensor_gp_fitness",
-        (jax.ShapeDtypeStruct((pop,), jnp.float32), jax.ShapeDtypeStruct((pop,), jnp.float32)),
-        vmap_method="sequential",
-    )
-    return call(
+    return _on_the_cpu(
+        "fitness",
         *arrays,
         X.T,
         yt,
         _table(fs),
-        n_outputs=np.int32(n_outputs),
-        metric=np.int32(metric_id),
-        protected=np.int32(fs.protected),
+        n_outputs=int(n_outputs),
+        metric_id=int(metric_id),
+        protected=bool(fs.protected),
     )
