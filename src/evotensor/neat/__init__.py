@@ -7,15 +7,21 @@ whole generation (stagnation, reproduction plan, crossover, mutation with global
 deduplicated inside the compiled generation, speciation). Networks: :func:`transform` once per
 genome, then :func:`forward` (feedforward, level by level), :func:`step` (recurrent, state kept) or
 :func:`ctrnn_advance`. Modes (:func:`neat_mode`): ``"neat-python"`` (default), ``"paper"``,
-``"tensorneat"``. HyperNEAT and ES-HyperNEAT decoders are in :mod:`evotensor.neat.substrate`.
+``"tensorneat"``. :func:`hyperneat` and :func:`es_hyperneat` evolve CPPNs that paint a substrate
+(:mod:`evotensor.neat.substrate`). Interfaces: neat-python INI files (:func:`read_ini`), exports
+to neat-python's JSON, NumPy, Python source and sympy, :func:`draw` to PNG.
 """
 
 from evotensor.neat.activations import FunctionSet, register_activation, register_aggregation
 from evotensor.neat.config import MODES, NEATConfig, neat_mode
 from evotensor.neat.crossover import CrossoverConfig, crossover, crossover_population
 from evotensor.neat.distance import DistanceConfig, distance, distance_matrix
+from evotensor.neat.draw import draw, plot_fitness, plot_species
+from evotensor.neat.export import to_neat_python_json, to_numpy_function, to_python_source, to_sympy
 from evotensor.neat.genes import ChoiceAttribute, ConnectionGene, FloatAttribute, NodeGene
 from evotensor.neat.genome import EMPTY, Genome, GenomeSpec, check_genome, genome_from_dict, genome_to_dict
+from evotensor.neat.hyperneat import cppn_node_gene, cppn_spec, es_hyperneat, hyperneat
+from evotensor.neat.ini import neat_from_ini, parse_ini, read_ini, to_ini
 from evotensor.neat.mutation import MutationConfig, mutate
 from evotensor.neat.network import (
     Network,
@@ -54,6 +60,21 @@ __all__ = [
     "ReproductionConfig",
     "SpeciesConfig",
     "check_genome",
+    "cppn_node_gene",
+    "cppn_spec",
+    "draw",
+    "es_hyperneat",
+    "hyperneat",
+    "neat_from_ini",
+    "parse_ini",
+    "plot_fitness",
+    "plot_species",
+    "read_ini",
+    "to_ini",
+    "to_neat_python_json",
+    "to_numpy_function",
+    "to_python_source",
+    "to_sympy",
     "crossover",
     "crossover_population",
     "ctrnn_advance",

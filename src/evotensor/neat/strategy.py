@@ -106,12 +106,21 @@ class NEAT:
         spec: the genome shape and gene types (:class:`GenomeSpec`).
         population_size: ``P`` (neat-python's ``pop_size``; >= 2).
         config: :class:`NEATConfig` (default: neat-python 2.1's settings).
+        decoder: how genomes become phenotypes for policy problems (default :class:`NEATDecoder`:
+            the genome's own network); :mod:`evotensor.neat.hyperneat` passes a substrate decoder
+            whose networks are queried from the genomes as CPPNs.
 
     Use :meth:`from_mode` for a mode's matched spec and config. ``population_size`` must be at
     least ``max_species * max(min_species_size, elitism)``.
     """
 
-    def __init__(self, spec: GenomeSpec, population_size: int = 150, config: NEATConfig | None = None):
+    def __init__(
+        self,
+        spec: GenomeSpec,
+        population_size: int = 150,
+        config: NEATConfig | None = None,
+        decoder: Any = None,
+    ):
         if not isinstance(spec, GenomeSpec):
             raise ArgumentError(f"spec must be a GenomeSpec, got {type(spec).__name__}")
         self.spec = spec
@@ -128,7 +137,10 @@ class NEAT:
                 f"({config.reproduction.min_size}) = {need}; lower config.species.max_species or "
                 "raise population_size"
             )
-        self.decoder = NEATDecoder(spec, config)
+        usable = callable(getattr(decoder, "decode", None)) and hasattr(decoder, "apply")
+        if decoder is not None and not usable:
+            raise ArgumentError(f"decoder must have decode() and apply, got {type(decoder).__name__}")
+        self.decoder = NEATDecoder(spec, config) if decoder is None else decoder
 
     @classmethod
     def from_mode(

@@ -43,6 +43,35 @@ def _summary(strategy: NEAT, genome: Any) -> str:
     return f"{len(hidden)} hidden nodes, {enabled} enabled of {len(d['connections'])} connections"
 
 
+def _write_pictures(strategy: NEAT, result: Any, run_dir: Path | None) -> str:
+    """The best network as ``best_network.png`` and in neat-python's JSON format
+    (``best_network.json``), the species history as ``species.png``; returns the report line."""
+    if run_dir is None:
+        return ""
+    from evotensor.neat.draw import draw, plot_species
+    from evotensor.neat.export import to_neat_python_json
+
+    run_dir = Path(run_dir)
+    spec, best = strategy.spec, result.best_genotype
+    draw(spec, best, run_dir / "best_network.png", title="best network")
+    written = ["best_network.png"]
+    cfg = strategy.config
+    if cfg.outputs.transform is None:  # a JAX output transform has no JSON form
+        to_neat_python_json(
+            spec,
+            best,
+            metadata={"fitness": float(result.best_fitness)},
+            functions=cfg.functions,
+            outputs=cfg.outputs,
+            path=run_dir / "best_network.json",
+        )
+        written.append("best_network.json")
+    if "num_species" in result.history or "species_sizes" in result.history:
+        plot_species(result.history, run_dir / "species.png")
+        written.append("species.png")
+    return "\nwrote " + " ".join(written)
+
+
 def _xor_report(strategy: NEAT, problem: Any):
     def report(result: Any, run_dir: Path | None) -> str:
         import jax
@@ -53,7 +82,7 @@ def _xor_report(strategy: NEAT, problem: Any):
         lines = [f"best network: {_summary(strategy, best)}"]
         for x, y, p in zip(np.asarray(problem.x), np.asarray(problem.y), pred):
             lines.append(f"  {x.astype(int).tolist()} -> {p[0]:.3f} (target {int(y[0])})")
-        return "\n".join(lines)
+        return "\n".join(lines) + _write_pictures(strategy, result, run_dir)
 
     return report
 
@@ -104,6 +133,58 @@ def _build_cartpole(cfg: dict[str, Any]) -> Task:
         problem=problem,
         decoder=strategy.decoder,
         generations=cfg["generations"] or 50,
-        report=lambda result, run_dir: f"best network: {_summary(strategy, result.best_genotype)}",
+        report=lambda result, run_dir: (
+            f"best network: {_summary(strategy, result.best_genotype)}"
+            + _write_pictures(strategy, result, run_dir)
+        ),
+        best_to_text=lambda best: genome_text(strategy, best),
+    )
+
+
+@register_task(
+    "hyperneat-xor",
+    "HyperNEAT (NEAT-evolved CPPNs painting a 2-3-1 substrate) on XOR, pop 150 x 200 generations",
+    defaults={"mode": "neat-python", "max_nodes": 32, "max_conns": 64, "es": False},
+)
+def _build_hyperneat_xor(cfg: dict[str, Any]) -> Task:
+    from evotensor.neat.hyperneat import es_hyperneat, hyperneat
+    from evotensor.neat.substrate import Substrate
+    from evotensor.problems.function_fit import XOR
+
+    problem = XOR(2)
+    es = cfg["es"] in (True, "true", "True", 1, "1")
+    substrate = Substrate(
+        inputs=[(-1.0, -1.0), (1.0, -1.0)],
+        outputs=[(0.0, 1.0)],
+        hidden=() if es else [[(-1.0, 0.0), (0.0, 0.0), (1.0, 0.0)]],
+        bias_coordinate=(0.0, -1.0),
+        cppn_bias_input=True,
+    )
+    make = es_hyperneat if es else hyperneat
+    strategy = make(
+        substrate,
+        population_size=cfg["pop"] or 150,
+        mode=str(cfg["mode"]),
+        max_nodes=positive_int_option(cfg, "max_nodes"),
+        max_conns=positive_int_option(cfg, "max_conns"),
+    )
+
+    def report(result: Any, run_dir: Path | None) -> str:
+        import jax
+
+        best = jax.tree_util.tree_map(lambda x: x[None], result.best_genotype)
+        net = jax.tree_util.tree_map(lambda x: x[0], strategy.decoder.decode(best))
+        pred = np.asarray(jax.vmap(lambda x: strategy.decoder.apply(net, x))(problem.x))
+        lines = [f"best CPPN: {_summary(strategy, result.best_genotype)}"]
+        for x, y, p in zip(np.asarray(problem.x), np.asarray(problem.y), pred):
+            lines.append(f"  {x.astype(int).tolist()} -> {float(np.ravel(p)[0]):.3f} (target {int(y[0])})")
+        return "\n".join(lines)
+
+    return Task(
+        strategy=strategy,
+        problem=problem,
+        decoder=strategy.decoder,
+        generations=cfg["generations"] or 200,
+        report=report,
         best_to_text=lambda best: genome_text(strategy, best),
     )
