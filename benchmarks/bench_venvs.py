@@ -7,25 +7,117 @@ as a script) creates the groups, or only those named: ``make bench-venvs VENVS="
 
 The versions are those the figures in ``benchmarks/results_*.md`` were measured with. The torch
 anchors use the CPU wheel of PyTorch (``--index-url https://download.pytorch.org/whl/cpu``).
+
+Two groups install a project that has no usable release on PyPI from a pinned commit of its source
+(:data:`SOURCES`): ``tensorneat`` (TensorNEAT has never been published there) and ``neat21``
+(neat-python 2.1.0, whose version string is in its repository but not on PyPI, where the newest
+release is 2.0.0: that one is the ``neat`` group). The commit is exported with ``git archive`` from
+a local git directory found under ``$EVOTENSOR_BENCH_SOURCES`` (default: ``.mirror`` beside the
+checkout; ``<owner>+<name>/repo``, ``<owner>+<name>`` or ``<name>``, bare or not) into a temporary
+folder outside the repository and pip-installed from there; without a local copy pip installs
+``git+<url>@<commit>``. The source is never copied into the repository. After each install the
+group's ``pip freeze`` (and the commit, for a source group) is written to ``<venv>/versions.txt``.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # group -> pip arguments
 VENVS: dict[str, list[str]] = {
     "es": ["evosax==0.3.2", "jax==0.10.2", "jaxlib==0.10.2"],
+    # neat-python 2.1.0 is not on PyPI (newest there: 2.0.0); "neat21" installs it from source
+    "neat": ["neat-python==2.0.0"],
+    "neat21": [],
+    # TensorNEAT (its own dependencies: brax, gymnax, mujoco, flax, ...) with the project's JAX (CPU
+    # jaxlib; TensorNEAT asks for jax>=0.4.28). gymnax 0.0.9: TensorNEAT's GymNaxEnv unpacks the
+    # 5-tuple `step` of gymnax < 1.0 (1.0 returns terminated and truncated apart); `six`: see control
+    "tensorneat": ["jax==0.10.2", "jaxlib==0.10.2", "gymnax==0.0.9", "six"],
     "evotorch": ["--extra-index-url", "https://download.pytorch.org/whl/cpu", "torch", "evotorch==0.6.1"],
     "evox": ["--extra-index-url", "https://download.pytorch.org/whl/cpu", "torch", "evox==1.4.0"],
     "gp": ["gplearn==0.4.3", "pyoperon", "deap==1.4.4"],
     "qd": ["ribs==0.12.0", "qdax==0.5.0", "jax==0.10.2", "jaxlib==0.10.2"],
     "tree": ["DI-treetensor==0.5.0", "tianshou"],
 }
+
+# groups installed without the project's constraint file (``make`` exports it as PIP_CONSTRAINT for
+# every pip call): it pins gymnax 1.0.1, whose 6-tuple ``step`` TensorNEAT cannot use
+UNCONSTRAINED = {"tensorneat"}
+
+
+@dataclass(frozen=True)
+class Source:
+    """A pinned commit of a project's repository, installed from a ``git archive`` of ``paths``."""
+
+    repo: str  # owner/name on GitHub
+    commit: str
+    paths: tuple[str, ...]
+
+    @property
+    def url(self) -> str:
+        return f"https://github.com/{self.repo}"
+
+
+# group -> the source installed into it, beside the pip arguments of VENVS
+SOURCES: dict[str, Source] = {
+    # neat-python's master of 2026-04-10, version 2.1.0 (untagged; no PyPI release)
+    "neat21": Source(
+        "CodeReclaimers/neat-python",
+        "0b92b9d0c239c5896544e8c87521d0eba4ced0e2",
+        ("pyproject.toml", "README.md", "LICENSE", "neat"),
+    ),
+    # TensorNEAT's main of 2026-05-02 (pyproject version 0.1.0)
+    "tensorneat": Source(
+        "EMI-Group/tensorneat",
+        "ee204900e8e55ffe0ed756651ea871c70230dd34",
+        ("pyproject.toml", "README.md", "LICENSE", "src"),
+    ),
+}
+
+
+def sources_root() -> str:
+    return os.environ.get("EVOTENSOR_BENCH_SOURCES") or os.path.join(os.path.dirname(ROOT), ".mirror")
+
+
+def local_git_dir(source: Source) -> str | None:
+    """A git directory under :func:`sources_root` that holds ``source.commit``, or None."""
+    owner, name = source.repo.split("/")
+    root = sources_root()
+    for candidate in (f"{owner}+{name}/repo", f"{owner}+{name}", name, f"{name}.git"):
+        path = os.path.join(root, candidate)
+        if not os.path.isdir(path):
+            continue
+        for git_dir in (path, os.path.join(path, ".git")):
+            found = subprocess.run(
+                ["git", "--git-dir", git_dir, "cat-file", "-e", f"{source.commit}^{{commit}}"],
+                capture_output=True,
+            )
+            if found.returncode == 0:
+                return git_dir
+    return None
+
+
+def export_source(source: Source, into: str) -> str:
+    """Write ``source``'s files at its commit into a new folder under ``into``; return the folder."""
+    git_dir = local_git_dir(source)
+    if git_dir is None:
+        return f"git+{source.url}.git@{source.commit}"
+    folder = os.path.join(into, source.repo.replace("/", "+"))
+    os.makedirs(folder)
+    archive = subprocess.run(
+        ["git", "--git-dir", git_dir, "archive", "--format=tar", source.commit, *source.paths],
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+    return folder
 
 
 def venv_root() -> str:
@@ -42,12 +134,27 @@ def venv_python(group: str) -> str:
 def create(groups: list[str]) -> None:
     for group in groups or list(VENVS):
         python = venv_python(group)
+        venv = os.path.dirname(os.path.dirname(python))
         if not os.path.exists(python):
-            subprocess.run(
-                [sys.executable, "-m", "venv", os.path.dirname(os.path.dirname(python))], check=True
-            )
+            subprocess.run([sys.executable, "-m", "venv", venv], check=True)
         subprocess.run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True)
-        subprocess.run([python, "-m", "pip", "install", "--quiet", *VENVS[group]], check=True)
+        tmp = tempfile.mkdtemp(prefix=f"evotensor-bench-{group}-")
+        try:
+            source = SOURCES.get(group)
+            extra = [export_source(source, tmp)] if source else []
+            env = dict(os.environ)
+            if group in UNCONSTRAINED:
+                env.pop("PIP_CONSTRAINT", None)
+            pip = [python, "-m", "pip", "install", "--quiet", *VENVS[group], *extra]
+            subprocess.run(pip, check=True, env=env)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        freeze = subprocess.run([python, "-m", "pip", "freeze"], check=True, capture_output=True, text=True)
+        with open(os.path.join(venv, "versions.txt"), "w") as f:
+            if source:
+                origin = local_git_dir(source) or source.url
+                f.write(f"# {source.repo} @ {source.commit}, exported from {origin}\n")
+            f.write(freeze.stdout)
         print(f"{group}: {python}")
 
 
