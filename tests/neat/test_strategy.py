@@ -38,6 +38,10 @@ def test_is_a_strategy_and_every_genome_stays_valid(xor_run):
     assert np.all(np.diff(h["best_fitness"]) >= 0)
     assert np.all(h["num_species"] >= 1) and np.all(h["num_species"] <= strategy.config.species.max_species)
     assert h["nodes_added"].sum() > 0 and h["conns_added"].sum() > 0
+    # per-species sizes (a vector metric the run keeps): every genome in exactly one species
+    assert h["species_sizes"].shape == (25, strategy.config.species.max_species)
+    np.testing.assert_array_equal(h["species_sizes"].sum(axis=1), 40)
+    np.testing.assert_array_equal((h["species_sizes"] > 0).sum(axis=1), h["num_species"])
     # counters only grow and are past every key and innovation in use
     st = result.state
     assert int(st.next_innov) > int(jnp.max(jnp.where(pop.conn_valid, pop.conn_innov, -1)))

@@ -168,8 +168,11 @@ class Loop:
             "generation_std": jnp.sqrt(var),
             "nonfinite": (~finite).sum().astype(jnp.int32),
         }
+        # scalars always; a fixed-shape vector only when the strategy names it in
+        # ``vector_metrics`` (e.g. NEAT's species sizes), kept in the history but not in metrics.csv
+        vectors = getattr(self.strategy, "vector_metrics", ())
         for name, value in (strategy_metrics or {}).items():
-            if jnp.ndim(value) == 0 and name not in metrics:
+            if name not in metrics and (jnp.ndim(value) == 0 or (name in vectors and jnp.ndim(value) == 1)):
                 metrics[name] = value
         return RunState(state, best_genotype, best_fitness, carry.generation + 1), metrics
 

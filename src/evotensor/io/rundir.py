@@ -129,7 +129,7 @@ class RunDirectory:
     def append_metrics(self, metrics: dict[str, np.ndarray], first_generation: int) -> None:
         """Append one CSV row per generation of a chunk (9 significant digits: float32-exact)."""
         path = self.path / "metrics.csv"
-        names = list(metrics)
+        names = [n for n in metrics if np.ndim(metrics[n]) == 1]  # vector metrics live in the history only
         new = not path.exists()
         with path.open("a", newline="") as handle:
             writer = csv.writer(handle)

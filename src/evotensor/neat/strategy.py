@@ -114,6 +114,9 @@ class NEAT:
     least ``max_species * max(min_species_size, elitism)``.
     """
 
+    vector_metrics = ("species_sizes", "species_keys")
+    """Per-species metrics ``[max_species]`` the run loop keeps in the history (not metrics.csv)."""
+
     def __init__(
         self,
         spec: GenomeSpec,
@@ -261,6 +264,8 @@ class NEAT:
             "mean_conns": jnp.mean(jnp.sum(new.conn_valid & new.conn_enabled, axis=-1).astype(jnp.float32)),
             "extinct": extinct.astype(jnp.int32),
             "resets": plan.reset.astype(jnp.int32),
+            "species_sizes": jnp.where(species.valid, species.size, 0),
+            "species_keys": species.species_key,
             **mutation_metrics,
         }
         new_state = NEATState(
