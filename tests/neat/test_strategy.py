@@ -148,3 +148,20 @@ def test_extinction_resets_keeping_the_best_genome():
 def test_bad_configuration_names_the_argument(make, match):
     with pytest.raises(ArgumentError, match=match):
         make()
+
+
+@pytest.mark.slow
+def test_cartpole_reaches_500_within_50_generations_at_pop_1000():
+    from evotensor.problems.control import GymnaxProblem
+
+    strategy = NEAT.from_mode("neat-python", 4, 2, population_size=1000, max_nodes=32, max_conns=64)
+    result = evotensor.run(strategy, GymnaxProblem("CartPole-v1"), 50, jax.random.key(0), progress=False)
+    assert result.best_fitness == 500.0
+
+
+@pytest.mark.slow
+def test_pop_10000_with_1000_connections_runs_a_generation():
+    strategy = NEAT.from_mode("neat-python", 2, 1, population_size=10_000, max_nodes=200, max_conns=1000)
+    result = evotensor.run(strategy, XOR(), 2, jax.random.key(0), chunk_size=1, progress=False)
+    assert np.isfinite(result.best_fitness)
+    assert check_genome(strategy.spec, result.state.population[0]) == []
