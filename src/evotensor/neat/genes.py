@@ -150,8 +150,22 @@ def _names(attrs: tuple[FloatAttribute, ...]) -> tuple[str, ...]:
     return tuple(a.name for a in attrs)
 
 
+class _FloatColumns:
+    """The float-attribute columns a gene type stores (its ``floats``, in order)."""
+
+    floats: tuple[FloatAttribute, ...]
+
+    @property
+    def float_names(self) -> tuple[str, ...]:
+        return _names(self.floats)
+
+    @property
+    def num_floats(self) -> int:
+        return len(self.floats)
+
+
 @dataclasses.dataclass(frozen=True, init=False)
-class NodeGene:
+class NodeGene(_FloatColumns):
     """The node gene: float attributes ``bias``, ``response`` (and ``time_constant`` with
     ``ctrnn=True``, then any ``extra``), an activation and an aggregation.
 
@@ -191,14 +205,6 @@ class NodeGene:
         object.__setattr__(
             self, "aggregation", aggregation or ChoiceAttribute("aggregation", ("sum",), "sum")
         )
-
-    @property
-    def float_names(self) -> tuple[str, ...]:
-        return _names(self.floats)
-
-    @property
-    def num_floats(self) -> int:
-        return len(self.floats)
 
     def column(self, name: str) -> int:
         """The column of float attribute ``name`` in ``Genome.node_attrs``."""
@@ -248,7 +254,7 @@ class NodeGene:
 
 
 @dataclasses.dataclass(frozen=True, init=False)
-class ConnectionGene:
+class ConnectionGene(_FloatColumns):
     """The connection gene: float attribute ``weight`` (then any ``extra``) and the enabled flag
     (a separate boolean column of the genome, mutated with ``enabled_mutate_rate``)."""
 
@@ -272,14 +278,6 @@ class ConnectionGene:
             "enabled_mutate_rate",
             check_fraction(enabled_mutate_rate, "enabled_mutate_rate", allow_zero=True),
         )
-
-    @property
-    def float_names(self) -> tuple[str, ...]:
-        return _names(self.floats)
-
-    @property
-    def num_floats(self) -> int:
-        return len(self.floats)
 
     def init_attrs(self, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
         """Fresh ``attrs float32 [*shape, num_floats]``."""
