@@ -18,6 +18,7 @@ from evotensor.neat.crossover import CrossoverConfig, crossover, crossover_popul
 from evotensor.neat.distance import DistanceConfig, distance, distance_matrix
 from evotensor.neat.draw import draw, plot_fitness, plot_species
 from evotensor.neat.export import to_neat_python_json, to_numpy_function, to_python_source, to_sympy
+from evotensor.neat.fitness import NetworkFitness
 from evotensor.neat.genes import ChoiceAttribute, ConnectionGene, FloatAttribute, NodeGene
 from evotensor.neat.genome import EMPTY, Genome, GenomeSpec, check_genome, genome_from_dict, genome_to_dict
 from evotensor.neat.hyperneat import cppn_node_gene, cppn_spec, es_hyperneat, hyperneat
@@ -54,6 +55,7 @@ __all__ = [
     "NEATConfig",
     "NEATDecoder",
     "NEATState",
+    "NetworkFitness",
     "Network",
     "NodeGene",
     "OutputMode",
