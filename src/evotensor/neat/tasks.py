@@ -16,9 +16,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from evotensor.neat.genome import genome_to_dict
+from evotensor.neat.network import OutputMode
 from evotensor.neat.strategy import NEAT
 from evotensor.tasks import Task, positive_int_option, register_task
 
@@ -87,8 +89,8 @@ def _xor_report(strategy: NEAT, problem: Any):
     return report
 
 
-def _strategy(cfg: dict[str, Any], num_inputs: int, num_outputs: int, pop: int) -> NEAT:
-    return NEAT.from_mode(
+def _strategy(cfg: dict[str, Any], num_inputs: int, num_outputs: int, pop: int, squash: bool = False) -> NEAT:
+    strategy = NEAT.from_mode(
         str(cfg["mode"]),
         num_inputs=num_inputs,
         num_outputs=num_outputs,
@@ -96,6 +98,11 @@ def _strategy(cfg: dict[str, Any], num_inputs: int, num_outputs: int, pop: int) 
         max_nodes=positive_int_option(cfg, "max_nodes"),
         max_conns=positive_int_option(cfg, "max_conns"),
     )
+    if squash and not strategy.config.outputs.activate:
+        # TensorNEAT leaves outputs unactivated; its XOR example squashes them with a sigmoid
+        config = strategy.config.replace(outputs=OutputMode.tensorneat(jax.nn.sigmoid))
+        strategy = NEAT(strategy.spec, strategy.population_size, config)
+    return strategy
 
 
 @register_task(
@@ -107,7 +114,7 @@ def _build_xor(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.function_fit import XOR
 
     problem = XOR(positive_int_option(cfg, "num_inputs"))
-    strategy = _strategy(cfg, problem.num_inputs, 1, cfg["pop"] or 150)
+    strategy = _strategy(cfg, problem.num_inputs, 1, cfg["pop"] or 150, squash=True)
     return Task(
         strategy=strategy,
         problem=problem,
