@@ -13,11 +13,16 @@ Sections (``--sections``, default all):
   with a block sweep, ``sr-pagie`` end to end with a kernel profile).
 * ``es``: ``benchmarks/gpu_check_es.py`` (OpenAI-ES and CMA-ES beside evosax when it imports).
 * ``qd``: ``benchmarks/gpu_check_qd.py`` (MAP-Elites evaluations/s over batch sizes).
+* ``neat``: ``benchmarks/gpu_check_neat.py`` (one NEAT generation on XOR at pop 150 / 1000 / 10000
+  and on CartPole at pop 1000; the network forward pass over pop x genome size, with XLA's
+  memory figures).
 
 Writes ``gpu_check.json`` (every row, with the machine, date and versions) and ``gpu_check.md``
 (one table per section) into ``--out`` (default ``$OUT`` if set, else ``runs/gpu_check``). A
 section that raises is recorded as an error row and the others still run. Fits in about 5 minutes
-of one H100 or H200.
+of one H100 or H200 without ``neat``; the ``neat`` section (new, not yet timed on a GPU) adds an
+estimated 2-4 minutes, mostly the compilations of whole NEAT generations (each part stops adding
+rows after 90 s).
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ GPU_TEST_FILES = (
     "tests/es/test_cma_es.py",
     "tests/es/test_open_es.py",
     "tests/core/test_run.py",
+    "tests/neat/test_network.py",
+    "tests/neat/test_strategy.py",
 )
 
 
@@ -110,7 +117,7 @@ def main(argv=None) -> int:
         default=None,
         help="default: gpu if JAX sees one; cpu runs on the CPU",
     )
-    parser.add_argument("--sections", default="tests,gp,es,qd")
+    parser.add_argument("--sections", default="tests,gp,es,qd,neat")
     parser.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "runs", "gpu_check"))
     parser.add_argument("--workers", type=int, default=4, help="pytest-xdist workers for the tests")
     parser.add_argument("--test-files", default=",".join(GPU_TEST_FILES), help="comma-separated test files")

@@ -14,16 +14,19 @@ best return reached 500 (TensorNEAT's example's target).
 neat-python has no JAX environment; a CartPole in pure Python would time a different simulator,
 so it is not an engine here (its per-generation cost on XOR is in ``neat_xor.py --timing``).
 
-Engines: ``evotensor`` (:func:`run_evotensor`, **not written yet**: the driver says so and runs
-the anchor alone) and ``tensorneat`` (``tensorneat`` venv of ``bench_venvs.py``; TensorNEAT at a
-pinned commit with JAX 0.10.2 CPU and gymnax 0.0.9, the last gymnax whose ``step`` returns the
-5-tuple TensorNEAT's ``GymNaxEnv`` unpacks). On a 2-core CPU a generation takes tens of seconds
-(5000 episodes of up to 500 steps each through TensorNEAT's per-node forward loop), hence the few
-default generations.
+Engines: ``evotensor`` (:func:`run_evotensor`; ``--mode neat-python`` (default) is the
+``neat-cartpole`` task's NEAT, ``--mode tensorneat`` the like-for-like set-up of TensorNEAT's
+example; ``--episodes`` (5) episodes per fitness as TensorNEAT's ``repeat_times``; the
+project's venv: gymnax 1.0.1) and ``tensorneat`` (``tensorneat`` venv of ``bench_venvs.py``;
+TensorNEAT at a pinned commit with JAX 0.10.2 CPU and gymnax 0.0.9, the last gymnax whose
+``step`` returns the 5-tuple TensorNEAT's ``GymNaxEnv`` unpacks). On a 2-core CPU a generation
+takes tens of seconds (5000 episodes of up to 500 steps each through TensorNEAT's per-node
+forward loop), hence the few default generations.
 
 Usage::
 
     .venv/bin/python benchmarks/neat_cartpole.py --seeds 0 --generations 5
+    .venv/bin/python benchmarks/neat_cartpole.py --seeds 0 --generations 5 --mode tensorneat
 """
 
 from __future__ import annotations
@@ -40,36 +43,72 @@ from neat_xor import fmt, machine, parse_seeds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-POP, GENERATIONS, TARGET = 1000, 5, 500.0
+POP, GENERATIONS, TARGET, EPISODES = 1000, 5, 500.0, 5
 ENGINES = ("evotensor", "tensorneat")
 
 
-def run_evotensor(seed: int, *, pop: int = POP, generations: int = GENERATIONS) -> dict:
-    """**evotensor's side: to be plugged in once ``evotensor.neat`` exists.** Runs in a fresh
-    process of the project's venv (``neat_cartpole.py --worker evotensor``); returns one record.
+def run_evotensor(
+    seed: int,
+    *,
+    pop: int = POP,
+    generations: int = GENERATIONS,
+    neat_mode: str = "neat-python",
+    episodes: int = EPISODES,
+    repeats: int = 1,
+) -> dict:
+    """evotensor's side; runs in a fresh process of the project's venv (``neat_cartpole.py
+    --worker evotensor``) and returns one record.
 
-    The workload above on evotensor (gymnax ``CartPole-v1`` through ``evotensor.problems.control``,
-    mean return of 5 episodes, 4 inputs, 2 outputs, argmax action, tanh hidden nodes) for exactly
-    ``generations`` generations at population ``pop``; seed ``jax.random.key(seed)``. Record keys
-    (as ``neat_anchor_tensorneat.py timing`` writes them): ``setup_s``, ``compile_s``,
+    ``NEAT`` (:func:`neat_xor.evotensor_strategy`: mode ``neat_mode``, 4 inputs, 2 outputs,
+    population ``pop``; ``"neat-python"`` is the ``neat-cartpole`` task's strategy,
+    ``"tensorneat"`` is set up like TensorNEAT's ``examples/gymnax/cartpole.py``: tanh bias nodes,
+    20 species slots, threshold 1.0, 50 x 100 rows) on
+    ``evotensor.problems.control.GymnaxProblem("CartPole-v1", num_episodes=episodes)`` (mean
+    return of ``episodes`` episodes, at most 500 steps each, argmax action) for exactly
+    ``generations`` generations, one compiled ``Loop.step`` call each
+    (:func:`neat_xor.evotensor_timing_run`); seed ``jax.random.key(seed)``. Record keys (as
+    ``neat_anchor_tensorneat.py timing`` writes them): ``setup_s``, ``compile_s``,
     ``compile_cpu_s``, ``first_gen_s``, ``rest_s``, ``s_per_generation`` (rest / (generations -
-    1)), ``cpu_s_per_generation``, ``gen_s`` (per-generation list, if the run loop gives one),
-    ``best_per_gen`` (best mean return of each generation), ``species_last``, ``mean_nodes``,
-    ``mean_conns``, and if measured apart ``eval_s`` / ``tell_s`` with ``eval_compile_s`` /
-    ``tell_compile_s``.
+    1)), ``cpu_s_per_generation``, ``gen_s``, ``best_per_gen`` (best mean return of each
+    generation), ``species_last``, ``mean_nodes``, ``mean_conns``, and ``eval_s`` / ``tell_s``
+    (median of ``repeats`` calls on the final state) with ``eval_compile_s`` / ``tell_compile_s``.
     """
-    raise NotImplementedError("evotensor.neat is not written yet: plug it into run_evotensor()")
+    import jax
+    from neat_xor import evotensor_strategy, evotensor_timing_run, evotensor_version
+
+    from evotensor.problems.control import GymnaxProblem
+
+    problem = GymnaxProblem("CartPole-v1", num_episodes=episodes)
+    strategy = evotensor_strategy(neat_mode, 4, 2, pop, "cartpole")
+    rec = evotensor_timing_run(strategy, problem, seed, generations, repeats)
+    rec.update(
+        record="timing",
+        task="cartpole",
+        engine="evotensor",
+        version=evotensor_version(),
+        neat_mode=neat_mode,
+        episodes=episodes,
+        seed=seed,
+        jax=jax.__version__,
+        backend=jax.default_backend(),
+        strategy=repr(strategy),
+    )
+    return rec
 
 
 def run_one(engine: str, seed: int, args) -> list[dict]:
     if engine == "evotensor":
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "evotensor", "--seeds", str(seed)]
-        cmd += ["--pop", str(args.pop), "--generations", str(args.generations)]
+        cmd += ["--pop", str(args.pop), "--generations", str(args.generations), "--mode", args.mode]
+        cmd += ["--episodes", str(args.episodes), "--repeats", str(args.repeats)]
     else:
         cmd = [venv_python("tensorneat"), os.path.join(HERE, "neat_anchor_tensorneat.py"), "timing"]
         cmd += ["--task", "cartpole", "--seeds", str(seed), "--pop", str(args.pop)]
         cmd += ["--generations", str(args.generations), "--repeats", str(args.repeats)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(
+        os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env if engine == "evotensor" else None)
     if proc.returncode != 0:
         if "NotImplementedError" in proc.stderr:
             raise NotImplementedError(proc.stderr.strip().splitlines()[-1])
@@ -89,14 +128,32 @@ def main(argv=None) -> None:
     ap.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     ap.add_argument("--pop", type=int, default=POP)
     ap.add_argument("--generations", type=int, default=GENERATIONS)
-    ap.add_argument("--repeats", type=int, default=1, help="TensorNEAT: calls of eval / tell alone (0: skip)")
+    ap.add_argument("--repeats", type=int, default=1, help="calls of eval / tell alone (0: skip)")
+    ap.add_argument(
+        "--mode",
+        choices=("neat-python", "tensorneat"),
+        default="neat-python",
+        help="evotensor's NEAT mode: neat-python (the neat-cartpole task's) or tensorneat (set up like "
+        "TensorNEAT's cartpole example: like for like)",
+    )
+    ap.add_argument(
+        "--episodes", type=int, default=EPISODES, help="evotensor: episodes per fitness (TensorNEAT: 5)"
+    )
     ap.add_argument("--out", default=None, help="JSON lines file (default .bench/neat/cartpole_<time>.jsonl)")
     ap.add_argument("--worker", choices=["evotensor"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.worker:
         seed = parse_seeds(args.seeds)[0]
-        rec = run_evotensor(seed, pop=args.pop, generations=args.generations)
+        rec = run_evotensor(
+            seed,
+            pop=args.pop,
+            generations=args.generations,
+            neat_mode=args.mode,
+            episodes=args.episodes,
+            repeats=args.repeats,
+        )
+        rec["load"] = os.getloadavg()[0]
         rec.setdefault("record", "timing")
         rec.setdefault("engine", "evotensor")
         rec.setdefault("seed", seed)
@@ -107,6 +164,7 @@ def main(argv=None) -> None:
     out = args.out or os.path.join(ROOT, ".bench", "neat", f"cartpole_{stamp}.jsonl")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     head = machine()
+    head.update(argv=sys.argv[1:], evotensor_mode=args.mode)
     print(f"# {head['date']}, {head['cpu']}, {head['nproc']} CPUs, load {head['load']}; raw -> {out}")
     rows = [head]
     with open(out, "a") as fh:
@@ -139,20 +197,23 @@ def main(argv=None) -> None:
     print(
         "\n| engine | pop | generations | compile s | first gen s | s / generation (rest) "
         "| CPU s / generation | eval s (compile) | tell s (compile) | first generation at 500 "
-        "| mean nodes / conns at end |"
+        "| best return per generation | mean nodes / conns at end | load |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["record"] != "timing":
             continue
+        label = r["engine_label"] + (f" [{r['neat_mode']}]" if r.get("neat_mode") else "")
+        best = " ".join(f"{b:.0f}" for b in r.get("best_per_gen") or [])
         print(
-            f"| {r['engine_label']} (seed {r['seed']}) | {r['pop']} | {r['generations']} "
+            f"| {label} (seed {r['seed']}) | {r['pop']} | {r['generations']} "
             f"| {fmt(r.get('compile_s'))} | {fmt(r.get('first_gen_s'))} | {r['s_per_generation']:.2f} "
             f"| {fmt(r.get('cpu_s_per_generation'))} "
             f"| {fmt(r.get('eval_s'))} ({fmt(r.get('eval_compile_s'))}) "
             f"| {fmt(r.get('tell_s'))} ({fmt(r.get('tell_compile_s'))}) "
             f"| {fmt(r.get('first_generation_at_target'), 'd')} "
-            f"| {fmt(r.get('mean_nodes'), '.1f')} / {fmt(r.get('mean_conns'), '.1f')} |"
+            f"| {best} | {fmt(r.get('mean_nodes'), '.1f')} / {fmt(r.get('mean_conns'), '.1f')} "
+            f"| {fmt(r.get('load'), '.1f')} |"
         )
 
 

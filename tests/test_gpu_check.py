@@ -19,7 +19,7 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
             "--mode",
             "cpu",
             "--sections",
-            "tests,gp,es,qd",
+            "tests,gp,es,qd,neat",
             "--out",
             str(tmp_path),
         ],
@@ -39,7 +39,7 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     for r in rows:
         by_section.setdefault(r.get("section"), []).append(r)
     assert "tests" not in by_section  # the test files run in the default suite on a CPU
-    assert {r["family"] for r in rows} == {"gp", "es", "qd"}
+    assert {r["family"] for r in rows} == {"gp", "es", "qd", "neat"}
 
     # the kernel divides exactly like XLA
     assert by_section["gp-division"][0]["differ"] == 0
@@ -58,5 +58,13 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     qd_rows = [r for r in rows if r["family"] == "qd"]
     assert qd_rows and all(r["evals_per_s"] > 0 and 0 < r["coverage"] <= 1 for r in qd_rows)
 
+    generation = by_section["neat-generation"]
+    assert generation and all(r["ms_per_gen"] > 0 and r["compile_s"] > 0 for r in generation)
+    assert all(np.isfinite(r["best_fitness"]) and r["species"] >= 1 for r in generation)
+    forward = by_section["neat-forward"]
+    assert {r["method"] for r in forward} == {"auto (dense)", "auto (sparse)"}
+    assert all(r["finite_outputs"] and r["samples_per_s"] > 0 and r["mean_depth"] >= 1 for r in forward)
+
     table = (tmp_path / "gpu_check.md").read_text()
     assert "## gp-fitness" in table and "## gp-accuracy" in table
+    assert "## neat-generation" in table and "## neat-forward" in table
