@@ -25,7 +25,10 @@ def _check_vector(fitness: jax.Array, name: str = "fitness") -> jax.Array:
 
 
 def ranks(fitness: jax.Array) -> jax.Array:
-    """Rank of each entry, 0 for the best (smallest); ties broken by index. ``[pop] -> [pop]``."""
+    """Rank of each entry, 0 for the best (smallest); ties broken by index. ``[pop] -> [pop]``.
+
+    XLA flushes subnormal floats to zero, so values below ``finfo.tiny`` in magnitude tie with 0.
+    """
     fitness = _check_vector(fitness)
     order = jnp.argsort(fitness, stable=True)
     return jnp.zeros(fitness.shape[0], jnp.int32).at[order].set(jnp.arange(fitness.shape[0], dtype=jnp.int32))
