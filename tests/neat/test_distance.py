@@ -23,7 +23,14 @@ from evotensor.neat import (
     genome_from_dict,
     genome_to_dict,
 )
-from evotensor.neat.distance import DistanceConfig, distance, distance_matrix, homologous_rows
+from evotensor.neat.distance import (
+    DistanceConfig,
+    SortedTable,
+    distance,
+    distance_matrix,
+    endpoint_rows,
+    homologous_rows,
+)
 
 NODE = NodeGene(
     activation=ChoiceAttribute("activation", ("sigmoid", "tanh", "relu")),
@@ -264,6 +271,60 @@ def test_homologous_rows_handles_extreme_keys():
     row, found = homologous_rows(query, table, jnp.array([True, True, True, False]))
     assert np.asarray(found).tolist() == [True, True, False, True, False]
     assert np.asarray(row)[[0, 1, 3]].tolist() == [2, 0, 1]
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _table_lookup(keys, valid, query, method):
+    payload = (
+        keys ^ 12345,
+        jax.lax.bitcast_convert_type(keys, jnp.float32),
+        keys % 2 == 0,
+        jnp.stack([keys, -keys], 1),
+    )
+    table = SortedTable((keys,), valid, payload, method=method)
+    _, found, got = table.lookup((query,))
+    return found, got, table.perm, table.keys[0]
+
+
+@pytest.mark.parametrize("method", ["rank", "sort"])
+@given(seed=st.integers(0, 2**31 - 1), key_range=st.integers(1, 80))
+def test_sorted_table_lookup_and_payload_match_a_dict(method, seed, key_range):
+    rng = np.random.default_rng(seed)
+    T = 37  # fixed shapes: one compile per method
+    keys = rng.integers(-key_range, key_range, T)
+    valid = rng.random(T) < 0.6
+    keys[valid] = rng.permutation(np.arange(-key_range, key_range + T))[: valid.sum()]  # valid keys unique
+    if rng.random() < 0.3:
+        keys[np.flatnonzero(valid)[:1]] = np.iinfo(np.int32).max  # the padding's key, but valid
+    query = np.concatenate([keys[rng.integers(0, T, 20)], rng.integers(-key_range, key_range, 20)])
+    query[-1] = np.iinfo(np.int32).max
+    found, got, perm, sorted_keys = _table_lookup(
+        jnp.asarray(keys, jnp.int32), jnp.asarray(valid), jnp.asarray(query, jnp.int32), method
+    )
+    lookup = {int(k): i for i, k in enumerate(keys) if valid[i]}
+    for j, q in enumerate(query.tolist()):
+        assert bool(found[j]) == (q in lookup)
+        if q in lookup:
+            k = keys[lookup[q]]
+            assert int(got[0][j]) == k ^ 12345 and int(got[3][j, 1]) == -k
+            assert np.asarray(got[1])[j].view(np.int32) == k and bool(got[2][j]) == (k % 2 == 0)
+    # the sorted keys: the valid keys ascending, then the int32 max padding
+    n = int(valid.sum())
+    assert np.asarray(sorted_keys)[:n].tolist() == sorted(keys[valid].tolist())
+    assert np.all(np.asarray(sorted_keys)[n:] == np.iinfo(np.int32).max)
+    assert sorted(np.asarray(perm)[:n].tolist()) == sorted(np.flatnonzero(valid).tolist())
+
+
+def test_endpoint_rows_find_each_connections_node_rows():
+    spec = SPECS["rec"]
+    for seed in range(3):
+        d, _ = random_pair(spec, 200 + seed)
+        g = genome_from_dict(spec, d)
+        src, dst = (np.asarray(x) for x in jax.jit(endpoint_rows)(g))
+        keys, cv = np.asarray(g.node_key), np.asarray(g.conn_valid)
+        assert cv.any()
+        assert np.array_equal(keys[src[cv]], np.asarray(g.conn_in)[cv])
+        assert np.array_equal(keys[dst[cv]], np.asarray(g.conn_out)[cv])
 
 
 def test_array_sizes_sees_a_c_by_c_comparison():

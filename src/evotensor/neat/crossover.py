@@ -36,6 +36,9 @@ is strictly better, otherwise the second, exactly neat-python's comparison (so o
 *second* parent counts as the fitter one; parents are drawn independently, so this is no bias).
 NaN fitness counts as the worst.
 
+Randomness: a child's coins and redraws are one uniform vector drawn from its key (child ``i`` of
+:func:`crossover_population` is :func:`crossover` with ``jax.random.split(key, n)[i]``).
+
 Cost per pair: two sorts and binary searches, ``O((N + C) log C)``; with ``mode="paper"`` and
 ``feed_forward`` add a cycle check of at most ``N`` sweeps over the edges (``O(N + C)`` memory).
 No ``[C, C]`` array is ever built.
@@ -50,7 +53,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from evotensor.core.checks import ArgumentError, check_choice, check_fraction
-from evotensor.neat.distance import homologous_rows
+from evotensor.neat.distance import SortedTable, endpoint_rows, homologous_rows
 from evotensor.neat.genome import EMPTY, Genome, GenomeSpec
 
 __all__ = ["CROSSOVER_MODES", "CrossoverConfig", "crossover", "crossover_population"]
@@ -80,41 +83,71 @@ class CrossoverConfig:
         )
 
 
-def _coins(key: jax.Array, rows: int, columns: int, per_attribute: bool) -> jax.Array:
-    """``bool [rows, columns]``: take the fitter parent's value."""
+def _layout(spec: GenomeSpec, config: CrossoverConfig) -> dict[str, tuple[int, int]]:
+    """Where each use of randomness sits in a child's uniform vector: ``{name: (start, size)}``
+    (node coins, connection coins, enabled redraws, and the paper union's two keep draws)."""
+    N, C = spec.max_nodes, spec.max_conns
+    per_attribute = config.mode == "neat-python"
+    sizes = {
+        "node": N * (spec.node_gene.num_floats + 2) if per_attribute else N,
+        "conn": C * spec.conn_gene.num_floats if per_attribute else C,
+        "enabled": C,
+    }
+    if config.mode == "paper":
+        sizes.update(keep_fitter=C, keep_other=C)
+    out, start = {}, 0
+    for name, size in sizes.items():
+        out[name] = (start, size)
+        start += size
+    return out
+
+
+def _num_uniforms(spec: GenomeSpec, config: CrossoverConfig) -> int:
+    return sum(size for _, size in _layout(spec, config).values())
+
+
+def _part(u: jax.Array, layout, name: str) -> jax.Array:
+    start, size = layout[name]
+    return u[start : start + size]
+
+
+def _coins(u: jax.Array, rows: int, columns: int, per_attribute: bool) -> jax.Array:
+    """``bool [rows, columns]``: take the fitter parent's value (a fair coin per attribute, or one
+    per row broadcast), from uniforms ``u`` (``[rows * columns]`` or ``[rows]``)."""
     if per_attribute:
-        return jax.random.bernoulli(key, 0.5, (rows, columns))
-    return jnp.broadcast_to(jax.random.bernoulli(key, 0.5, (rows, 1)), (rows, columns))
+        return (u < 0.5).reshape(rows, columns)
+    return jnp.broadcast_to((u < 0.5)[:, None], (rows, columns))
 
 
 def _aligned_child(
-    key: jax.Array, spec: GenomeSpec, config: CrossoverConfig, fitter: Genome, other: Genome
+    u: jax.Array, spec: GenomeSpec, config: CrossoverConfig, fitter: Genome, other: Genome
 ) -> tuple[Genome, jax.Array]:
     """The fitter parent's structure with matching genes crossed; also the connection match mask."""
     N, C = spec.max_nodes, spec.max_conns
     A, B = spec.node_gene.num_floats, spec.conn_gene.num_floats
     per_attribute = config.mode == "neat-python"
-    k_node, k_conn, k_enabled = jax.random.split(key, 3)
+    layout = _layout(spec, config)
 
     genes_f = fitter.node_valid & (fitter.node_key >= 0)
     genes_o = other.node_valid & (other.node_key >= 0)
-    row, found = homologous_rows((fitter.node_key,), (other.node_key,), genes_o)
-    take = _coins(k_node, N, A + 2, per_attribute) | ~(genes_f & found)[:, None]
-    node_attrs = jnp.where(take[:, :A], fitter.node_attrs, other.node_attrs[row])
-    node_act = jnp.where(take[:, A], fitter.node_act, other.node_act[row])
-    node_agg = jnp.where(take[:, A + 1], fitter.node_agg, other.node_agg[row])
+    nodes_o = SortedTable((other.node_key,), genes_o, (other.node_attrs, other.node_act, other.node_agg))
+    _, found, (attrs_o, act_o, agg_o) = nodes_o.lookup((fitter.node_key,))
+    take = _coins(_part(u, layout, "node"), N, A + 2, per_attribute) | ~(genes_f & found)[:, None]
+    node_attrs = jnp.where(take[:, :A], fitter.node_attrs, attrs_o)
+    node_act = jnp.where(take[:, A], fitter.node_act, act_o)
+    node_agg = jnp.where(take[:, A + 1], fitter.node_agg, agg_o)
 
-    crow, cfound = homologous_rows((fitter.conn_innov,), (other.conn_innov,), other.conn_valid)
-    matched = (
-        fitter.conn_valid
-        & cfound
-        & (fitter.conn_in == other.conn_in[crow])
-        & (fitter.conn_out == other.conn_out[crow])
+    conns_o = SortedTable(
+        (other.conn_innov,),
+        other.conn_valid,
+        (other.conn_in, other.conn_out, other.conn_enabled, other.conn_attrs),
     )
-    take = _coins(k_conn, C, B, per_attribute) | ~matched[:, None]
-    conn_attrs = jnp.where(take, fitter.conn_attrs, other.conn_attrs[crow])
-    either_disabled = matched & ~(fitter.conn_enabled & other.conn_enabled[crow])
-    redrawn = jax.random.uniform(k_enabled, (C,)) >= config.disable_inherit_prob
+    _, cfound, (in_o, out_o, enabled_o, cattrs_o) = conns_o.lookup((fitter.conn_innov,))
+    matched = fitter.conn_valid & cfound & (fitter.conn_in == in_o) & (fitter.conn_out == out_o)
+    take = _coins(_part(u, layout, "conn"), C, B, per_attribute) | ~matched[:, None]
+    conn_attrs = jnp.where(take, fitter.conn_attrs, cattrs_o)
+    either_disabled = matched & ~(fitter.conn_enabled & enabled_o)
+    redrawn = _part(u, layout, "enabled") >= config.disable_inherit_prob
     conn_enabled = jnp.where(either_disabled, redrawn, fitter.conn_enabled)
     child = fitter.replace(
         node_attrs=node_attrs,
@@ -157,8 +190,9 @@ def _free_rows(wanted: jax.Array, free: jax.Array) -> tuple[jax.Array, jax.Array
 
 
 def _union_child(
-    key: jax.Array,
+    u: jax.Array,
     spec: GenomeSpec,
+    config: CrossoverConfig,
     aligned: Genome,
     matched: jax.Array,
     fitter: Genome,
@@ -167,19 +201,18 @@ def _union_child(
 ) -> tuple[Genome, jax.Array]:
     """Paper equal-fitness child: unmatched genes of both parents, each with probability 1/2.
     Returns the child and whether to use it (equal fitness, fits, acyclic for feedforward specs)."""
-    N, C = spec.max_nodes, spec.max_conns
-    k_f, k_o = jax.random.split(key)
-    keep_f = fitter.conn_valid & (matched | jax.random.bernoulli(k_f, 0.5, (C,)))
+    N = spec.max_nodes
+    layout = _layout(spec, config)
+    keep_f = fitter.conn_valid & (matched | (_part(u, layout, "keep_fitter") < 0.5))
     _, in_f_innov = homologous_rows((other.conn_innov,), (fitter.conn_innov,), fitter.conn_valid)
     _, in_f_pair = homologous_rows(
         (other.conn_in, other.conn_out), (fitter.conn_in, fitter.conn_out), fitter.conn_valid
     )
-    keep_o = other.conn_valid & ~in_f_innov & ~in_f_pair & jax.random.bernoulli(k_o, 0.5, (C,))
+    keep_o = other.conn_valid & ~in_f_innov & ~in_f_pair & (_part(u, layout, "keep_other") < 0.5)
 
     # the other parent's nodes that its kept connections need and the fitter parent lacks
     _, node_in_f = homologous_rows((other.node_key,), (fitter.node_key,), fitter.node_valid)
-    src_row, _ = homologous_rows((other.conn_in,), (other.node_key,), other.node_valid)
-    dst_row, _ = homologous_rows((other.conn_out,), (other.node_key,), other.node_valid)
+    src_row, dst_row = endpoint_rows(other)
     used = jnp.zeros(N, jnp.int32).at[src_row].add(keep_o.astype(jnp.int32))
     used = used.at[dst_row].add(keep_o.astype(jnp.int32))
     needed = other.node_valid & ~node_in_f & (used > 0)
@@ -212,10 +245,8 @@ def _union_child(
     )
     ok = equal_fitness & nodes_fit & conns_fit
     if spec.feed_forward:
-        valid = child.node_valid
-        src, _ = homologous_rows((child.conn_in,), (child.node_key,), valid)
-        dst, _ = homologous_rows((child.conn_out,), (child.node_key,), valid)
-        ok = ok & ~_has_cycle(valid, src, dst, child.conn_valid, ok)
+        src, dst = endpoint_rows(child)
+        ok = ok & ~_has_cycle(child.node_valid, src, dst, child.conn_valid, ok)
     return child, ok
 
 
@@ -244,12 +275,18 @@ def crossover(
             f"fitter and other must be single genomes [{spec.max_nodes}], [{spec.max_conns}]; "
             f"got {fitter.node_key.shape}, {other.conn_innov.shape} (vmap for a population)"
         )
-    k_aligned, k_union = jax.random.split(key)
-    child, matched = _aligned_child(k_aligned, spec, config, fitter, other)
+    return _crossover(
+        jax.random.uniform(key, (_num_uniforms(spec, config),)), spec, config, fitter, other, equal_fitness
+    )
+
+
+def _crossover(u, spec, config, fitter, other, equal_fitness):
+    """:func:`crossover` from the child's uniforms ``u`` (:func:`_layout`)."""
+    child, matched = _aligned_child(u, spec, config, fitter, other)
     if config.mode != "paper":
         return child
     use_union = jnp.asarray(equal_fitness, bool)
-    union, use_union = _union_child(k_union, spec, child, matched, fitter, other, use_union)
+    union, use_union = _union_child(u, spec, config, child, matched, fitter, other, use_union)
     return jax.tree_util.tree_map(lambda u, c: jnp.where(use_union, u, c), union, child)
 
 
@@ -295,5 +332,7 @@ def crossover_population(
     first_better = f1 > f2 if maximize else f1 < f2
     fitter = population[jnp.where(first_better, p1, p2)]
     other = population[jnp.where(first_better, p2, p1)]
-    keys = jax.random.split(key, p1.shape[0])
-    return jax.vmap(lambda k, a, b, e: crossover(k, spec, a, b, config, e))(keys, fitter, other, f1 == f2)
+    # child i is crossover(split(key, n)[i], ...): one uniform vector per child
+    n, K = p1.shape[0], _num_uniforms(spec, config)
+    u = jax.vmap(lambda k: jax.random.uniform(k, (K,)))(jax.random.split(key, n))
+    return jax.vmap(lambda u, a, b, e: _crossover(u, spec, config, a, b, e))(u, fitter, other, f1 == f2)

@@ -49,12 +49,21 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int, check_positive
 from evotensor.neat.genome import Genome, GenomeSpec
 
-__all__ = ["DISTANCE_MODES", "DistanceConfig", "distance", "distance_matrix", "homologous_rows"]
+__all__ = [
+    "DISTANCE_MODES",
+    "DistanceConfig",
+    "SortedTable",
+    "distance",
+    "distance_matrix",
+    "endpoint_rows",
+    "homologous_rows",
+]
 
 DISTANCE_MODES = ("neat-python", "paper", "tensorneat")
 _WEIGHT_DEFAULT = {"neat-python": 0.5, "paper": 0.4, "tensorneat": 0.4}
@@ -142,12 +151,136 @@ class DistanceConfig:
         return self.disjoint_coefficient if c is None or c == "auto" else c
 
 
+_INT_MAX = int(np.iinfo(np.int32).max)
+
+
 def _lex_less(a: Sequence[jax.Array], b: Sequence[jax.Array]) -> jax.Array:
     """``a < b`` in lexicographic column order (elementwise over rows)."""
     less = a[-1] < b[-1]
     for x, y in zip(a[-2::-1], b[-2::-1]):
         less = (x < y) | ((x == y) & less)
     return less
+
+
+def _as_int32(x: jax.Array) -> jax.Array:
+    if x.dtype == jnp.float32:
+        return lax.bitcast_convert_type(x, jnp.int32)
+    return x.astype(jnp.int32)
+
+
+def _from_int32(x: jax.Array, dtype) -> jax.Array:
+    if dtype == jnp.float32:
+        return lax.bitcast_convert_type(x, jnp.float32)
+    if dtype == jnp.bool_:
+        return x != 0
+    return x.astype(dtype)
+
+
+class SortedTable:
+    """One table's key columns sorted once, for repeated lookups (:meth:`lookup`) that also fetch
+    the matching rows' payload columns in a single packed gather.
+
+    Args:
+        keys: key columns ``int32 [T]`` (one genome's rows); the valid keys must be unique.
+        valid: ``bool [T]``: which rows are in the table.
+        payload: columns ``[T, ...]`` (``int32``, ``float32`` or ``bool``, bit-exact) to fetch with
+            each lookup.
+        method: ``"rank"`` or ``"sort"`` (below).
+
+    Sorted order: ascending lexicographically, valid rows first among equal keys, then by row;
+    invalid rows hold ``int32`` max in every key column. The sorted table is padded to ``L``, the
+    smallest power of two ``>= T + 1``, with such rows, so a lookup never runs off the end.
+    ``perm int32 [L]`` is the table row of each sorted row (``0`` for the padding).
+
+    ``method`` (a single key column only; several columns always sort lexicographically with the
+    row index as one ``lax.sort``): ``"rank"`` sorts the key column alone (a one-operand sort,
+    several times faster on a CPU than one carrying the row index) and places each valid row at
+    its rank, found by the same binary search as a lookup (valid keys are unique), with one
+    scatter; the invalid rows are left out (the padding stands in for them). ``"sort"`` carries
+    the row index through the sort: fewer operations to compile, for tables built once (not per
+    genome of a population).
+    """
+
+    def __init__(self, keys, valid: jax.Array, payload=(), method: str = "rank"):
+        check_choice(method, "method", ("rank", "sort"))
+        keys = [jnp.asarray(c, jnp.int32) for c in keys]
+        T = keys[0].shape[-1]
+        L = 1 << T.bit_length()
+        pad = L - T
+        valid = jnp.asarray(valid, bool)
+        cols = [jnp.where(valid, c, _INT_MAX) for c in keys]
+        payload = [jnp.asarray(c) for c in payload]
+        self._layout = [(c.shape[1:], c.dtype) for c in payload]
+        self.n_valid = jnp.sum(valid, dtype=jnp.int32)
+        rows = [c.reshape(T, -1) for c in (valid.astype(jnp.int32), *cols)]
+        rows += [_as_int32(c).reshape(T, -1) for c in payload]
+        rows = jnp.concatenate(rows, axis=1)
+        if len(cols) == 1 and method == "rank":
+            self.keys = (jnp.concatenate([lax.sort(cols[0]), jnp.full((pad,), _INT_MAX, jnp.int32)]),)
+            # valid keys are unique, so a valid row's lower bound is its position; an invalid row
+            # is sent past the end (distinct indices, dropped), leaving zero padding there
+            iota = jnp.arange(T, dtype=jnp.int32)
+            rank = jnp.where(valid, _lower_bound(self.keys, cols, self.n_valid), L + iota)
+            self.perm = jnp.zeros((L,), jnp.int32).at[rank].set(iota, mode="drop", unique_indices=True)
+            self._packed = (
+                jnp.zeros((L, rows.shape[1]), jnp.int32).at[rank].set(rows, mode="drop", unique_indices=True)
+            )
+            return
+        out = lax.sort(
+            (*cols, (~valid).astype(jnp.int32), jnp.arange(T, dtype=jnp.int32)), num_keys=len(cols) + 1
+        )
+        self.keys = tuple(jnp.concatenate([c, jnp.full((pad,), _INT_MAX, jnp.int32)]) for c in out[:-2])
+        self.perm = jnp.concatenate([out[-1], jnp.zeros((pad,), jnp.int32)])
+        self._packed = jnp.concatenate([rows[out[-1]], jnp.zeros((pad, rows.shape[1]), jnp.int32)])
+
+    def lookup(self, query) -> tuple[jax.Array, jax.Array, tuple]:
+        """For each query row (key columns ``int32 [R]``): ``(pos int32 [R], found bool [R],
+        payload)``: its position in the sorted table, whether a valid row with equal keys is
+        there, and that row's payload columns ``[R, ...]`` (meaningless where not found).
+
+        A branchless lower bound (``log2 L`` steps, each one gather per key column and a select
+        of a single running position), then one gather of the packed row. No ``[R, T]``
+        comparison. A query never matches an invalid row: among equal keys the valid row sorts
+        first, and the found check reads the row's valid flag.
+        """
+        q = [jnp.asarray(c, jnp.int32) for c in query]
+        base = _lower_bound(self.keys, q, self.n_valid)
+        row = self._packed[base]
+        found = row[:, 0] != 0
+        for j, x in enumerate(q):
+            found = found & (row[:, 1 + j] == x)
+        out, col = [], 1 + len(q)
+        for shape, dtype in self._layout:
+            width = int(np.prod(shape, dtype=np.int64))
+            out.append(_from_int32(row[:, col : col + width].reshape(row.shape[:1] + shape), dtype))
+            col += width
+        return base, found, tuple(out)
+
+
+def _lower_bound(sorted_keys, query, n_valid: jax.Array | None = None) -> jax.Array:
+    """Branchless lexicographic lower bound of ``query`` (columns ``[R]``) in ``sorted_keys``
+    (columns ``[L]``, ``L`` a power of two whose last row no query row is above): ``int32 [R]``,
+    the number of sorted rows below each query row.
+
+    With ``n_valid`` (``int32 []``: rows ``n_valid ..`` hold ``int32`` max) only ``bit_length(
+    n_valid)`` steps run (a loop; NEAT genomes usually use a small part of their rows), else all
+    ``log2 L`` steps, unrolled."""
+    L = sorted_keys[0].shape[0]
+    base = jnp.zeros(query[0].shape, jnp.int32)
+
+    def step(base, half):
+        less = _lex_less([c[base + (half - 1)] for c in sorted_keys], query)
+        return jnp.where(less, base + half, base)
+
+    if n_valid is None:
+        half = L // 2
+        while half >= 1:
+            base = step(base, half)
+            half //= 2
+        return base
+    # the first 2**k rows, k = bit_length(n_valid), end in a row no query is above
+    k = 32 - lax.clz(jnp.asarray(n_valid, jnp.int32))
+    return lax.fori_loop(0, k, lambda i, base: step(base, jnp.left_shift(1, k - 1 - i)), base)
 
 
 def homologous_rows(
@@ -160,31 +293,28 @@ def homologous_rows(
     found bool [R])``: ``row`` indexes ``table`` (any in-range row where ``found`` is false). The
     valid table keys must be unique (node keys, innovation numbers, ``(in, out)`` pairs are).
 
-    The table is sorted once (``lax.sort`` on the key columns, invalid rows last) and each query
-    row is placed by a lexicographic binary search of ``ceil(log2(T + 1))`` unrolled steps:
-    ``O((R + T) log T)`` work and ``O(R + T)`` memory, never an ``[R, T]`` comparison.
+    The table is sorted once (:class:`SortedTable`: ``lax.sort`` on the key columns, invalid rows
+    last) and each query row is placed by a branchless lexicographic binary search of
+    ``bit_length(T)`` steps: ``O((R + T) log T)`` work and ``O(R + T)`` memory, never an ``[R, T]``
+    comparison.
     """
     if len(query) != len(table) or not query:
         raise ArgumentError("query and table must have the same, non-zero number of key columns")
-    T = table[0].shape[-1]
-    cols = (jnp.where(table_valid, 0, 1).astype(jnp.int32), *(jnp.asarray(c, jnp.int32) for c in table))
-    out = lax.sort((*cols, jnp.arange(T, dtype=jnp.int32)), num_keys=len(cols))
-    sorted_cols, perm = out[:-1], out[-1]
-    q = (jnp.zeros_like(query[0], jnp.int32), *(jnp.asarray(c, jnp.int32) for c in query))
-    lo = jnp.zeros(q[0].shape, jnp.int32)
-    hi = jnp.full(q[0].shape, T, jnp.int32)
-    for _ in range(T.bit_length()):
-        mid = (lo + hi) // 2
-        at = jnp.minimum(mid, T - 1)
-        less = _lex_less([c[at] for c in sorted_cols], q)
-        active = lo < hi
-        lo = jnp.where(active & less, mid + 1, lo)
-        hi = jnp.where(active & ~less, mid, hi)
-    at = jnp.minimum(lo, T - 1)
-    found = jnp.ones(q[0].shape, bool)
-    for c, x in zip(sorted_cols, q):
-        found = found & (c[at] == x)
-    return perm[at], found
+    sorted_table = SortedTable(table, table_valid)
+    pos, found, _ = sorted_table.lookup(query)
+    return sorted_table.perm[pos], found
+
+
+def endpoint_rows(genome: Genome) -> tuple[jax.Array, jax.Array]:
+    """The node rows of every connection's endpoints in one genome (arrays ``[N]``, ``[C]``):
+    ``(src int32 [C], dst int32 [C])``, meaningless for unused connection rows (and for a key no
+    node holds). One sorted node table (:class:`SortedTable`) and one lookup of both endpoint
+    columns; ``vmap`` it for a population."""
+    C = genome.conn_in.shape[0]
+    table = SortedTable((genome.node_key,), genome.node_valid)
+    pos, _, _ = table.lookup((jnp.concatenate([genome.conn_in, genome.conn_out]),))
+    rows = table.perm[pos]
+    return rows[:C], rows[C:]
 
 
 def _safe_ratio(value: jax.Array, count: jax.Array) -> jax.Array:
@@ -196,11 +326,10 @@ def _node_term(
 ) -> jax.Array:
     gene_a = a.node_valid if with_inputs else a.node_valid & (a.node_key >= 0)
     gene_b = b.node_valid if with_inputs else b.node_valid & (b.node_key >= 0)
-    row, found = homologous_rows((a.node_key,), (b.node_key,), gene_b)
+    table = SortedTable((b.node_key,), gene_b, (b.node_attrs, b.node_act, b.node_agg), method="sort")
+    _, found, (attrs_b, act_b, agg_b) = table.lookup((a.node_key,))
     matched = gene_a & found
-    d = spec.node_gene.attribute_distance(
-        a.node_attrs, a.node_act, a.node_agg, b.node_attrs[row], b.node_act[row], b.node_agg[row]
-    )
+    d = spec.node_gene.attribute_distance(a.node_attrs, a.node_act, a.node_agg, attrs_b, act_b, agg_b)
     homologous = jnp.sum(jnp.where(matched, d, 0.0))
     n_a = jnp.sum(gene_a, dtype=jnp.int32)
     n_b = jnp.sum(gene_b, dtype=jnp.int32)
@@ -214,11 +343,14 @@ def _innovation_stats(spec: GenomeSpec, a: Genome, b: Genome):
     """Matching by innovation number (and equal endpoints): (sum attr dist, #enabled differs,
     #matching, #excess, #disjoint, n_a, n_b)."""
     va, vb = a.conn_valid, b.conn_valid
-    row, found = homologous_rows((a.conn_innov,), (b.conn_innov,), vb)
-    matched = va & found & (a.conn_in == b.conn_in[row]) & (a.conn_out == b.conn_out[row])
-    d = spec.conn_gene.attribute_distance(a.conn_attrs, b.conn_attrs[row])
+    table = SortedTable(
+        (b.conn_innov,), vb, (b.conn_in, b.conn_out, b.conn_enabled, b.conn_attrs), method="sort"
+    )
+    _, found, (in_b, out_b, enabled_b, attrs_b) = table.lookup((a.conn_innov,))
+    matched = va & found & (a.conn_in == in_b) & (a.conn_out == out_b)
+    d = spec.conn_gene.attribute_distance(a.conn_attrs, attrs_b)
     attr = jnp.sum(jnp.where(matched, d, 0.0))
-    enabled_differs = jnp.sum(matched & (a.conn_enabled != b.conn_enabled[row]), dtype=jnp.int32)
+    enabled_differs = jnp.sum(matched & (a.conn_enabled != enabled_b), dtype=jnp.int32)
     n_a = jnp.sum(va, dtype=jnp.int32)
     n_b = jnp.sum(vb, dtype=jnp.int32)
     n_match = jnp.sum(matched, dtype=jnp.int32)
@@ -265,9 +397,10 @@ def distance(spec: GenomeSpec, config: DistanceConfig, a: Genome, b: Genome) -> 
         return total + _safe_ratio(value, jnp.maximum(n_a, n_b))
     # tensorneat: connections homologous by (in, out)
     va, vb = a.conn_valid, b.conn_valid
-    row, found = homologous_rows((a.conn_in, a.conn_out), (b.conn_in, b.conn_out), vb)
+    table = SortedTable((b.conn_in, b.conn_out), vb, (b.conn_attrs,))
+    _, found, (attrs_b,) = table.lookup((a.conn_in, a.conn_out))
     matched = va & found
-    d = spec.conn_gene.attribute_distance(a.conn_attrs, b.conn_attrs[row])
+    d = spec.conn_gene.attribute_distance(a.conn_attrs, attrs_b)
     homologous = jnp.sum(jnp.where(matched, d, 0.0))
     n_a = jnp.sum(va, dtype=jnp.int32)
     n_b = jnp.sum(vb, dtype=jnp.int32)

@@ -56,12 +56,18 @@ an add-connection a free connection row; a mutation that would overflow is skipp
 Everything is pure and ``jit``-able with ``spec`` and ``config`` static; per-genome work is
 ``vmap``-ped, the numbering is one sort over the population's proposals; cycle checks and pruning
 are bounded frontier propagations over the edge list (``segment_max`` in a ``lax.while_loop``),
-never ``[N, N]`` matrices.
+never ``[N, N]`` matrices. The node rows of the connections' endpoints are found once per call
+(one sorted node table per genome, :func:`~evotensor.neat.distance.endpoint_rows`) and kept up to
+date by the steps (node rows never move). The random numbers of the structural steps are one flat
+uniform draw (columns: the four decisions, the split, the fallback's and the added connection's
+endpoints, the deletions), plus one call of the gene types' ``init`` for all new nodes and one for
+all new connections; the gene types mutate the attributes of the flattened population.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -69,6 +75,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from evotensor.core.checks import ArgumentError, check_choice, check_fraction
+from evotensor.neat.distance import endpoint_rows
 from evotensor.neat.genome import EMPTY, Genome, GenomeSpec
 from evotensor.neat.innovation import number_connections, number_splits
 
@@ -238,16 +245,6 @@ def _first_free(valid: jax.Array, exclude: jax.Array | None = None) -> jax.Array
     return jnp.argmax(free).astype(jnp.int32)
 
 
-def _endpoint_rows(g: Genome) -> tuple[jax.Array, jax.Array]:
-    """The node rows of every connection's endpoints, ``int32 [C]`` each (meaningless for unused
-    connection rows): one sort of the node keys and one binary search."""
-    C = g.conn_in.shape[0]
-    order = jnp.argsort(g.node_key)
-    pos = jnp.searchsorted(g.node_key[order], jnp.concatenate([g.conn_in, g.conn_out]))
-    rows = order[jnp.clip(pos, 0, g.node_key.shape[0] - 1)].astype(jnp.int32)
-    return rows[:C], rows[C:]
-
-
 def _reach(
     start: jax.Array, src: jax.Array, dst: jax.Array, edge: jax.Array, target: jax.Array | None = None
 ) -> jax.Array:
@@ -294,7 +291,7 @@ def _clear_conns(g: Genome, rows: jax.Array) -> Genome:
 
 def _remove_nodes(g: Genome, rows: jax.Array, src: jax.Array, dst: jax.Array) -> Genome:
     """Remove the node rows ``rows`` (``bool [N]``) and every connection touching them (``src``,
-    ``dst``: :func:`_endpoint_rows`)."""
+    ``dst``: :func:`~evotensor.neat.distance.endpoint_rows`)."""
     return _clear_nodes(_clear_conns(g, g.conn_valid & (rows[src] | rows[dst])), rows)
 
 
@@ -322,8 +319,7 @@ def _one_required(spec: GenomeSpec, g: Genome, src: jax.Array, dst: jax.Array) -
     return required & g.node_valid & (idx >= spec.num_inputs)
 
 
-def _one_prune(spec: GenomeSpec, g: Genome, when: jax.Array) -> tuple[Genome, jax.Array]:
-    src, dst = _endpoint_rows(g)
+def _one_prune(spec: GenomeSpec, g: Genome, src, dst, when: jax.Array) -> tuple[Genome, jax.Array]:
     hidden = g.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
     # a genome that does not prune starts from an empty frontier: one loop step
     required = _one_required(spec, g.replace(conn_enabled=g.conn_enabled & when), src, dst)
@@ -331,25 +327,22 @@ def _one_prune(spec: GenomeSpec, g: Genome, when: jax.Array) -> tuple[Genome, ja
     return _remove_nodes(g, drop, src, dst), jnp.sum(drop, dtype=jnp.int32)
 
 
-def _one_creates_cycle(g: Genome, in_key: jax.Array, out_key: jax.Array, when: jax.Array) -> jax.Array:
-    """Would ``in_key -> out_key`` close a cycle: ``in == out`` or ``in`` reachable from ``out``
-    through any existing connection (enabled or not)."""
-    N = g.node_key.shape[0]
-    src, dst = _endpoint_rows(g)
-    node = jnp.arange(N)
-    in_row = jnp.argmax(g.node_key == in_key)
-    start = (g.node_key == out_key) & when
+def _one_creates_cycle(g: Genome, src, dst, in_row, out_row, same: jax.Array, when: jax.Array) -> jax.Array:
+    """Would a connection from node row ``in_row`` to node row ``out_row`` close a cycle: the
+    same node (``same``) or ``in`` reachable from ``out`` through any existing connection
+    (enabled or not)."""
+    node = jnp.arange(g.node_key.shape[0])
+    start = (node == out_row) & when
     reached = _reach(start, src, dst, g.conn_valid, target=in_row)
-    return when & ((in_key == out_key) | jnp.any(reached & (node == in_row)))
+    return when & (same | jnp.any(reached & (node == in_row)))
 
 
 def _new_conn_attrs(spec: GenomeSpec, config: MutationConfig, key: jax.Array, shape) -> jax.Array:
+    B = spec.conn_gene.num_floats
     if config.new_conn_attrs == "zero":
-        return jnp.zeros((*shape, spec.conn_gene.num_floats), jnp.float32)
-    return spec.conn_gene.init_attrs(key, shape)
-
-
-# ---- add node
+        return jnp.zeros((*shape, B), jnp.float32)
+    # drawn flat: the same numbers as ``init_attrs(key, shape)`` from a cheaper kernel to compile
+    return spec.conn_gene.init_attrs(key, (math.prod(shape),)).reshape(*shape, B)
 
 
 def _one_split_propose(spec: GenomeSpec, config: MutationConfig, u: jax.Array, g: Genome, do: jax.Array):
@@ -362,10 +355,11 @@ def _one_split_propose(spec: GenomeSpec, config: MutationConfig, u: jax.Array, g
 
 
 def _one_split_apply(
-    spec: GenomeSpec, config: MutationConfig, g: Genome, row, ok, new_key, innov_in, innov_out, new
+    spec: GenomeSpec, config: MutationConfig, g: Genome, src, dst, row, ok, new_key, innov_in, innov_out, new
 ):
     node_attrs, node_act, node_agg, conn_attrs = new
     i_key, o_key = g.conn_in[row], g.conn_out[row]
+    i_row, o_row = src[row], dst[row]
     old_weight = g.conn_attrs[row, 0]
     node_row = _first_free(g.node_valid)
     g = g.replace(
@@ -381,16 +375,38 @@ def _one_split_apply(
     r1 = _first_free(g.conn_valid)
     r2 = _first_free(g.conn_valid, exclude=r1)
     g = _write_conn(g, r1, i_key, new_key, innov_in, conn_attrs[0].at[0].set(1.0), ok)
-    return _write_conn(g, r2, new_key, o_key, innov_out, conn_attrs[1].at[0].set(old_weight), ok)
+    g = _write_conn(g, r2, new_key, o_key, innov_out, conn_attrs[1].at[0].set(old_weight), ok)
+    src = _put(_put(src, r1, i_row, ok), r2, node_row, ok)
+    dst = _put(_put(dst, r1, node_row, ok), r2, o_row, ok)
+    return g, src, dst
 
 
-def _add_node(key, spec, config, population, next_node_key, next_innov, mask):
-    """Splits, numbered; returns the genomes that need the add-connection fallback."""
-    P = population.node_key.shape[0]
+def _new_node_genes(spec: GenomeSpec, config: MutationConfig, key: jax.Array, P: int):
+    """Attributes of ``P`` new nodes: the gene's init, bias 0 (and response 1 for ``"identity"``)."""
     ng = spec.node_gene
+    attrs, act, agg = ng.init_attrs(key, (P,))
+    if "bias" in ng.float_names:
+        attrs = attrs.at[:, ng.column("bias")].set(0.0)
+    if config.new_node_attrs == "identity" and "response" in ng.float_names:
+        attrs = attrs.at[:, ng.column("response")].set(1.0)
+    return attrs, act, agg
+
+
+def _draws(key: jax.Array, spec: GenomeSpec, config: MutationConfig, P: int, uniforms: int, conns: int):
+    """Every random number of one structural pass from few random calls: ``uniforms`` uniform
+    columns ``float32 [P, uniforms]`` (one flat draw), the new nodes' genes (the node gene's
+    ``init``, one call) and ``conns`` new connections' attributes ``[P, conns, B]`` (one call)."""
     k_u, k_node, k_conn = jax.random.split(key, 3)
+    u = jax.random.uniform(k_u, (P * uniforms,)).reshape(P, uniforms)
+    return u, _new_node_genes(spec, config, k_node, P), _new_conn_attrs(spec, config, k_conn, (P, conns))
+
+
+def _add_node(spec, config, population, rows, next_node_key, next_innov, mask, u, node_genes, conn_attrs):
+    """Splits, numbered (``u float32 [P]``: the split choice; ``node_genes``, ``conn_attrs [P, 2, B]``:
+    the new genes); returns the genomes that need the add-connection fallback."""
+    P = population.node_key.shape[0]
     row, ok, skip, no_candidate = jax.vmap(lambda u, g, d: _one_split_propose(spec, config, u, g, d))(
-        jax.random.uniform(k_u, (P,)), population, mask
+        u, population, mask
     )
     take = lambda a: jnp.take_along_axis(a, row[:, None], 1)[:, 0]  # noqa: E731
     if config.split_identity == "pair":
@@ -400,18 +416,13 @@ def _add_node(key, spec, config, population, next_node_key, next_innov, mask):
     new_key, innov_in, innov_out, next_node_key, next_innov = number_splits(
         identity, ok, next_node_key, next_innov
     )
-    attrs, act, agg = ng.init_attrs(k_node, (P,))
-    if "bias" in ng.float_names:
-        attrs = attrs.at[:, ng.column("bias")].set(0.0)
-    if config.new_node_attrs == "identity" and "response" in ng.float_names:
-        attrs = attrs.at[:, ng.column("response")].set(1.0)
-    new = (attrs, act, agg, _new_conn_attrs(spec, config, k_conn, (P, 2)))
-    population = jax.vmap(lambda g, *a: _one_split_apply(spec, config, g, *a))(
-        population, row, ok, new_key, innov_in, innov_out, new
+    new = (*node_genes, conn_attrs)
+    population, src, dst = jax.vmap(lambda g, s, d, *a: _one_split_apply(spec, config, g, s, d, *a))(
+        population, *rows, row, ok, new_key, innov_in, innov_out, new
     )
     metrics = _metrics(nodes_added=ok, capacity_skips=skip)
     fallback = no_candidate if config.surer else jnp.zeros(P, bool)
-    return population, next_node_key, next_innov, metrics, fallback
+    return population, (src, dst), next_node_key, next_innov, metrics, fallback
 
 
 # ---- add connection
@@ -423,6 +434,8 @@ def _one_conn_propose_apply(
     u: jax.Array,
     attrs: jax.Array,
     g: Genome,
+    src: jax.Array,
+    dst: jax.Array,
     do: jax.Array,
     mark: int,
 ):
@@ -440,22 +453,21 @@ def _one_conn_propose_apply(
         g = g.replace(conn_enabled=g.conn_enabled | (match & do))
     want = do & ~exists
     if spec.feed_forward:
-        want = want & ~_one_creates_cycle(g, i_key, o_key, want)
+        want = want & ~_one_creates_cycle(g, src, dst, in_row, out_row, i_key == o_key, want)
     room = jnp.any(~g.conn_valid)
     ok = want & room
-    g = _write_conn(g, _first_free(g.conn_valid), i_key, o_key, jnp.int32(mark), attrs, ok)
-    return g, ok, i_key, o_key, want & ~room
+    free = _first_free(g.conn_valid)
+    g = _write_conn(g, free, i_key, o_key, jnp.int32(mark), attrs, ok)
+    return g, _put(src, free, in_row, ok), _put(dst, free, out_row, ok), ok, i_key, o_key, want & ~room
 
 
-def _add_conn_marked(key, spec, config, population, mask, mark):
-    P = population.node_key.shape[0]
-    k_u, k_attr = jax.random.split(key)
-    u = jax.random.uniform(k_u, (P, 2))
-    attrs = _new_conn_attrs(spec, config, k_attr, (P,))
-    population, ok, i_key, o_key, skip = jax.vmap(
-        lambda u, a, g, d: _one_conn_propose_apply(spec, config, u, a, g, d, mark)
-    )(u, attrs, population, mask)
-    return population, (ok, i_key, o_key, mark), _metrics(conns_added=ok, capacity_skips=skip)
+def _add_conn_marked(spec, config, population, rows, mask, mark, u, attrs):
+    """Add-connection (``u float32 [P, 2]``: the draws of ``out`` and ``in``; ``attrs [P, B]``)."""
+    population, src, dst, ok, i_key, o_key, skip = jax.vmap(
+        lambda u, a, g, s, d, do: _one_conn_propose_apply(spec, config, u, a, g, s, d, do, mark)
+    )(u, attrs, population, *rows, mask)
+    metrics = _metrics(conns_added=ok, capacity_skips=skip)
+    return population, (src, dst), (ok, i_key, o_key, mark), metrics
 
 
 def _number_marked(population: Genome, slots, next_innov):
@@ -474,38 +486,41 @@ def _number_marked(population: Genome, slots, next_innov):
 # ---- deletions
 
 
-def _one_delete_node(spec, config, u, g, do):
+def _one_delete_node(spec, config, u, g, src, dst, do):
     hidden = g.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
     row, has = _random_row(u, hidden)
     ok = do & has
-    src, dst = _endpoint_rows(g)
     g = _remove_nodes(g, (jnp.arange(spec.max_nodes) == row) & ok, src, dst)
     pruned = jnp.int32(0)
     if config.prune_dangling:
-        g, pruned = _one_prune(spec, g, ok)
+        g, pruned = _one_prune(spec, g, src, dst, ok)
     return g, ok, pruned
 
 
-def _one_delete_conn(spec, config, u, g, do):
+def _one_delete_conn(spec, config, u, g, src, dst, do):
     row, has = _random_row(u, g.conn_valid)
     ok = do & has
     g = _clear_conns(g, (jnp.arange(spec.max_conns) == row) & ok)
     pruned = jnp.int32(0)
     if config.prune_dangling:
-        g, pruned = _one_prune(spec, g, ok)
+        g, pruned = _one_prune(spec, g, src, dst, ok)
     return g, ok, pruned
 
 
-def _delete(one, key, spec, config, population, mask):
-    P = population.node_key.shape[0]
-    u = jax.random.uniform(key, (P,))
-    return jax.vmap(lambda u, g, d: one(spec, config, u, g, d))(u, population, mask)
+def _delete(one, spec, config, population, rows, mask, u):
+    """A deletion step (``u float32 [P]``: the choice); the endpoint rows of the remaining
+    connections do not change."""
+    return jax.vmap(lambda u, g, s, d, do: one(spec, config, u, g, s, d, do))(u, population, *rows, mask)
 
 
-def _draw(key: jax.Array, prob: float, P: int, mask: jax.Array | None) -> jax.Array:
+def _draw(u: jax.Array, prob: float, mask: jax.Array | None) -> jax.Array:
     if mask is not None:
-        return jnp.broadcast_to(jnp.asarray(mask, bool), (P,))
-    return jax.random.uniform(key, (P,)) < prob
+        return jnp.broadcast_to(jnp.asarray(mask, bool), u.shape)
+    return u < prob
+
+
+def _rows(population: Genome) -> tuple[jax.Array, jax.Array]:
+    return jax.vmap(endpoint_rows)(population)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -536,13 +551,23 @@ def add_node(
         a genome without a connection to split adds a connection instead (also numbered).
     """
     P = population.node_key.shape[0]
-    k_draw, k_split, k_fb = jax.random.split(key, 3)
-    do = _draw(k_draw, config.node_add_prob, P, mask)
-    population, next_node_key, next_innov, metrics, fallback = _add_node(
-        k_split, spec, config, population, next_node_key, next_innov, do
+    u, nodes, conns = _draws(key, spec, config, P, 4, 3 if config.surer else 2)
+    population, rows, next_node_key, next_innov, metrics, fallback = _add_node(
+        spec,
+        config,
+        population,
+        _rows(population),
+        next_node_key,
+        next_innov,
+        _draw(u[:, 0], config.node_add_prob, mask),
+        u[:, 1],
+        nodes,
+        conns[:, :2],
     )
     if config.surer:
-        population, slot, m = _add_conn_marked(k_fb, spec, config, population, fallback, _FALLBACK_MARK)
+        population, _, slot, m = _add_conn_marked(
+            spec, config, population, rows, fallback, _FALLBACK_MARK, u[:, 2:4], conns[:, 2]
+        )
         population, next_innov = _number_marked(population, [slot], next_innov)
         metrics = _add_metrics(metrics, m)
     return population, next_node_key, next_innov, metrics
@@ -559,9 +584,11 @@ def add_connection(
     """The add-connection step alone: ``(population, next_innov, metrics)``; ``mask``
     (``bool [pop]``) as in :func:`add_node` (``None``: drawn with ``config.conn_add_prob``)."""
     P = population.node_key.shape[0]
-    k_draw, k_add = jax.random.split(key)
-    do = _draw(k_draw, config.conn_add_prob, P, mask)
-    population, slot, metrics = _add_conn_marked(k_add, spec, config, population, do, _ADD_MARK)
+    u, _, conns = _draws(key, spec, config, P, 3, 1)
+    do = _draw(u[:, 0], config.conn_add_prob, mask)
+    population, _, slot, metrics = _add_conn_marked(
+        spec, config, population, _rows(population), do, _ADD_MARK, u[:, 1:3], conns[:, 0]
+    )
     population, next_innov = _number_marked(population, [slot], next_innov)
     return population, next_innov, metrics
 
@@ -575,10 +602,10 @@ def delete_node(
 ) -> tuple[Genome, dict[str, jax.Array]]:
     """The delete-node step alone (with pruning if ``config.prune_dangling``):
     ``(population, metrics)``; ``mask`` as in :func:`add_node` (``None``: ``node_delete_prob``)."""
-    P = population.node_key.shape[0]
-    k_draw, k_del = jax.random.split(key)
-    do = _draw(k_draw, config.node_delete_prob, P, mask)
-    population, ok, pruned = _delete(_one_delete_node, k_del, spec, config, population, do)
+    u = jax.random.uniform(key, (2 * population.node_key.shape[0],)).reshape(-1, 2)
+    do = _draw(u[:, 0], config.node_delete_prob, mask)
+    rows = _rows(population)
+    population, ok, pruned = _delete(_one_delete_node, spec, config, population, rows, do, u[:, 1])
     return population, _metrics(nodes_deleted=ok, nodes_pruned=pruned)
 
 
@@ -591,10 +618,10 @@ def delete_connection(
 ) -> tuple[Genome, dict[str, jax.Array]]:
     """The delete-connection step alone (with pruning if ``config.prune_dangling``):
     ``(population, metrics)``; ``mask`` as in :func:`add_node` (``None``: ``conn_delete_prob``)."""
-    P = population.node_key.shape[0]
-    k_draw, k_del = jax.random.split(key)
-    do = _draw(k_draw, config.conn_delete_prob, P, mask)
-    population, ok, pruned = _delete(_one_delete_conn, k_del, spec, config, population, do)
+    u = jax.random.uniform(key, (2 * population.node_key.shape[0],)).reshape(-1, 2)
+    do = _draw(u[:, 0], config.conn_delete_prob, mask)
+    rows = _rows(population)
+    population, ok, pruned = _delete(_one_delete_conn, spec, config, population, rows, do, u[:, 1])
     return population, _metrics(conns_deleted=ok, nodes_pruned=pruned)
 
 
@@ -603,11 +630,23 @@ def mutate_attributes(key: jax.Array, spec: GenomeSpec, population: Genome) -> G
     ``mutate_attrs``; padding rows and input pins unchanged. ``population``: ``Genome`` with any
     leading axes."""
     k_node, k_conn = jax.random.split(key)
+    # the genes mutate elementwise with draws shaped like their arguments: flat arguments give the
+    # same numbers (the random counter is the flat index) from kernels that compile much faster
+    lead, clead = population.node_key.shape, population.conn_innov.shape
+    A, B = spec.node_gene.num_floats, spec.conn_gene.num_floats
+    n, c = math.prod(lead), math.prod(clead)
     attrs, act, agg = spec.node_gene.mutate_attrs(
-        k_node, population.node_attrs, population.node_act, population.node_agg
+        k_node,
+        population.node_attrs.reshape(n, A),
+        population.node_act.reshape(n),
+        population.node_agg.reshape(n),
     )
+    attrs, act, agg = attrs.reshape(*lead, A), act.reshape(lead), agg.reshape(lead)
     gene = population.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_inputs)
-    cattrs, enabled = spec.conn_gene.mutate_attrs(k_conn, population.conn_attrs, population.conn_enabled)
+    cattrs, enabled = spec.conn_gene.mutate_attrs(
+        k_conn, population.conn_attrs.reshape(c, B), population.conn_enabled.reshape(c)
+    )
+    cattrs, enabled = cattrs.reshape(*clead, B), enabled.reshape(clead)
     cv = population.conn_valid
     return population.replace(
         node_attrs=jnp.where(gene[..., None], attrs, population.node_attrs),
@@ -621,13 +660,13 @@ def mutate_attributes(key: jax.Array, spec: GenomeSpec, population: Genome) -> G
 def required_nodes(spec: GenomeSpec, population: Genome) -> jax.Array:
     """``bool [pop, N]``: nodes (outputs and hidden, not input pins) whose value reaches an output
     through enabled connections (neat-python's ``required_for_output``; outputs always)."""
-    return jax.vmap(lambda g: _one_required(spec, g, *_endpoint_rows(g)))(population)
+    return jax.vmap(lambda g: _one_required(spec, g, *endpoint_rows(g)))(population)
 
 
 def prune_dangling(spec: GenomeSpec, population: Genome) -> tuple[Genome, jax.Array]:
     """Remove every hidden node not in :func:`required_nodes` and all connections touching it:
     ``(population, removed int32 [pop])``."""
-    return jax.vmap(lambda g: _one_prune(spec, g, jnp.bool_(True)))(population)
+    return jax.vmap(lambda g: _one_prune(spec, g, *endpoint_rows(g), jnp.bool_(True)))(population)
 
 
 def creates_cycle(population: Genome, in_key: jax.Array, out_key: jax.Array) -> jax.Array:
@@ -635,19 +674,27 @@ def creates_cycle(population: Genome, in_key: jax.Array, out_key: jax.Array) -> 
     nodes) to genome ``i`` close a cycle through its connections, enabled or disabled (neat-python's
     ``creates_cycle``; a self-loop counts). Frontier propagation from ``out`` with ``segment_max``
     over the edge list, stopping when ``in`` is reached or nothing new is."""
-    return jax.vmap(lambda g, a, b: _one_creates_cycle(g, a, b, jnp.bool_(True)))(population, in_key, out_key)
+
+    def one(g, in_key, out_key):
+        in_row = jnp.argmax(g.node_key == in_key).astype(jnp.int32)
+        is_out = g.node_key == out_key
+        out_row = jnp.where(jnp.any(is_out), jnp.argmax(is_out), -1).astype(jnp.int32)
+        return _one_creates_cycle(g, *endpoint_rows(g), in_row, out_row, in_key == out_key, jnp.bool_(True))
+
+    return jax.vmap(one)(population, in_key, out_key)
 
 
-def _structural_masks(key: jax.Array, config: MutationConfig, P: int):
+def _structural_masks(u: jax.Array, config: MutationConfig):
+    """The four structural decisions from ``u float32 [P, 4]`` (only column 0 with
+    ``single_structural_mutation``)."""
     probs = (config.node_add_prob, config.node_delete_prob, config.conn_add_prob, config.conn_delete_prob)
     if config.single_structural_mutation:
         div = max(1.0, sum(probs))
-        r = jax.random.uniform(key, (P,))
+        r = u[:, 0]
         edges = [sum(probs[: i + 1]) / div for i in range(4)]
         lower = [0.0] + edges[:3]
         return [(r >= lo) & (r < hi) for lo, hi in zip(lower, edges)]
-    r = jax.random.uniform(key, (4, P))
-    return [r[i] < p for i, p in enumerate(probs)]
+    return [u[:, i] < p for i, p in enumerate(probs)]
 
 
 def mutate(
@@ -688,8 +735,13 @@ def mutate(
     P = population.node_key.shape[0]
     next_node_key = jnp.asarray(next_node_key, jnp.int32)
     next_innov = jnp.asarray(next_innov, jnp.int32)
-    k_sel, k_an, k_fb, k_dn, k_ac, k_dc, k_attr = jax.random.split(key, 7)
-    m_add_node, m_del_node, m_add_conn, m_del_conn = _structural_masks(k_sel, config, P)
+    k_struct, k_attr = jax.random.split(key)
+    # u's columns: 0-3 the four structural decisions, 4 the split connection, 5-6 the fallback's
+    # out/in, 7 the deleted node, 8-9 the added connection's out/in, 10 the deleted connection;
+    # new connections: 2 per split, then the fallback's, then the added one
+    fb = 1 if config.surer else 0
+    u, nodes, conns = _draws(k_struct, spec, config, P, 11, 3 + fb)
+    m_add_node, m_del_node, m_add_conn, m_del_conn = _structural_masks(u[:, :4], config)
     if active is not None:
         active = jnp.asarray(active, bool)
         if active.shape != (P,):
@@ -698,20 +750,26 @@ def mutate(
             m & active for m in (m_add_node, m_del_node, m_add_conn, m_del_conn)
         )
     unchanged = population
-    population, next_node_key, next_innov, metrics, fallback = _add_node(
-        k_an, spec, config, population, next_node_key, next_innov, m_add_node
+    # the endpoint rows of every connection, found once and kept up to date by every step
+    rows = _rows(population)
+    population, rows, next_node_key, next_innov, metrics, fallback = _add_node(
+        spec, config, population, rows, next_node_key, next_innov, m_add_node, u[:, 4], nodes, conns[:, :2]
     )
     slots = []
     if config.surer:
-        population, slot, m = _add_conn_marked(k_fb, spec, config, population, fallback, _FALLBACK_MARK)
+        population, rows, slot, m = _add_conn_marked(
+            spec, config, population, rows, fallback, _FALLBACK_MARK, u[:, 5:7], conns[:, 2]
+        )
         slots.append(slot)
         metrics = _add_metrics(metrics, m)
-    population, ok, pruned = _delete(_one_delete_node, k_dn, spec, config, population, m_del_node)
+    population, ok, pruned = _delete(_one_delete_node, spec, config, population, rows, m_del_node, u[:, 7])
     metrics = _add_metrics(metrics, _metrics(nodes_deleted=ok, nodes_pruned=pruned))
-    population, slot, m = _add_conn_marked(k_ac, spec, config, population, m_add_conn, _ADD_MARK)
+    population, rows, slot, m = _add_conn_marked(
+        spec, config, population, rows, m_add_conn, _ADD_MARK, u[:, 8:10], conns[:, 2 + fb]
+    )
     slots.append(slot)
     metrics = _add_metrics(metrics, m)
-    population, ok, pruned = _delete(_one_delete_conn, k_dc, spec, config, population, m_del_conn)
+    population, ok, pruned = _delete(_one_delete_conn, spec, config, population, rows, m_del_conn, u[:, 10])
     metrics = _add_metrics(metrics, _metrics(conns_deleted=ok, nodes_pruned=pruned))
     population, next_innov = _number_marked(population, slots, next_innov)
     mutated = mutate_attributes(k_attr, spec, population)

@@ -51,6 +51,9 @@ Steps (neat-python's, over the species that survived :func:`~evotensor.neat.spec
    Miikkulainen paper uses 0.001) and ``mutate_only_prob`` (a child's second parent is its first:
    mutation without crossover; the paper uses 0.25).
 
+   All of the plan's random numbers come from one draw of 32-bit words: a uniform choice among
+   ``n`` is ``word % n`` (uniform up to a relative bias below ``n / 2**32``).
+
 Slot layout: all elites first, in ascending population index (they keep their old genome ids in
 neat-python, which are smaller than every new id), then the children species by species in
 processing order. So population order keeps standing for neat-python's genome-id order, which
@@ -222,7 +225,7 @@ def rank_shares(mask: jax.Array) -> jax.Array:
     """``float32 [S]``: TensorNEAT's linear rank shares for species given in ascending order (the
     ``mask``-true entries first): the i-th of ``N`` gets ``(i + 1) / (N (N + 1) / 2)``."""
     m = jnp.sum(mask).astype(jnp.float32)
-    pos = jnp.cumsum(mask) - 1
+    pos = _prefix_sum(mask.astype(jnp.int32)) - 1
     return jnp.where(mask, (pos + 1.0) / jnp.maximum(m * (m + 1.0) / 2.0, 1.0), 0.0).astype(jnp.float32)
 
 
@@ -250,43 +253,52 @@ def adjust_spawn_exact(spawn: jax.Array, mask: jax.Array, population_size: int, 
 
     A shortfall ``D`` is handed out one by one, round-robin over the species sorted by ascending
     spawn (stable in the given order): each gets ``D // m`` plus one for the first ``D % m``. An
-    excess is taken round-robin over the species sorted by descending spawn (stable), skipping those
-    at ``min_size``: after ``k`` full rounds species ``j`` lost ``min(k, spawn_j - min_size)``; ``k``
-    is found by bisection and the remainder taken from the first eligible species of the next round.
+    excess ``E`` is taken round-robin over the species sorted by descending spawn (stable), skipping
+    those at ``min_size``: after ``k`` full rounds species ``j`` lost ``min(k, cap_j)`` (``cap_j =
+    spawn_j - min_size``); ``k`` is the largest with ``sum_j min(k, cap_j) <= E`` (exact integer
+    arithmetic over the breakpoints ``cap_j``) and the remainder is taken from the first eligible
+    species of the next round. Orders are stable ranks from ``[S, S]`` comparisons (no sort).
     """
-    S = spawn.shape[0]
     spawn = jnp.where(mask, spawn, 0).astype(jnp.int32)
     m = jnp.sum(mask, dtype=jnp.int32)
     diff = population_size - jnp.sum(spawn)
-    ar = jnp.arange(S, dtype=jnp.int32)
 
-    asc = jnp.argsort(jnp.where(mask, spawn, _INT_MAX), stable=True)
-    pos_asc = jnp.zeros((S,), jnp.int32).at[asc].set(ar)
+    pos_asc = _stable_rank(jnp.where(mask, spawn, _INT_MAX))
     mm = jnp.maximum(m, 1)
     short = jnp.maximum(diff, 0)
     add = jnp.where(mask, short // mm + (pos_asc < short % mm).astype(jnp.int32), 0)
 
     excess = jnp.maximum(-diff, 0)
     cap = jnp.where(mask, jnp.maximum(spawn - min_size, 0), 0)
-
-    def removed(k):
-        return jnp.sum(jnp.minimum(k, cap))
-
-    def bisect(_, lohi):
-        lo, hi = lohi
-        mid = (lo + hi + 1) // 2
-        ok = removed(mid) <= excess
-        go = lo < hi
-        return jnp.where(go & ok, mid, lo), jnp.where(go & ~ok, mid - 1, hi)
-
-    k, _ = jax.lax.fori_loop(0, 32, bisect, (jnp.int32(0), jnp.max(cap)))
-    rest = excess - removed(k)
-    desc = jnp.argsort(jnp.where(mask, -spawn, _INT_MAX), stable=True)
-    eligible_desc = (cap > k)[desc]
-    extra_desc = eligible_desc & (jnp.cumsum(eligible_desc) <= rest)
-    extra = jnp.zeros((S,), bool).at[desc].set(extra_desc)
+    # removed(k) = sum_j min(k, cap_j) is piecewise linear with breakpoints at the caps: the
+    # largest breakpoint within the excess, then whole rounds over the species still above it
+    removed_at_cap = jnp.sum(jnp.minimum(cap[:, None], cap[None, :]), axis=1)
+    base = jnp.max(jnp.where(removed_at_cap <= excess, cap, 0))
+    above = jnp.sum(cap > base, dtype=jnp.int32)
+    removed_base = jnp.sum(jnp.minimum(base, cap))
+    k = jnp.where(above > 0, base + (excess - removed_base) // jnp.maximum(above, 1), base)
+    rest = excess - jnp.sum(jnp.minimum(k, cap))
+    pos_desc = _stable_rank(jnp.where(mask, -spawn, _INT_MAX))
+    eligible = cap > k
+    before = jnp.sum(eligible[None, :] & (pos_desc[None, :] <= pos_desc[:, None]), axis=1)
+    extra = eligible & (before <= rest)
     remove = jnp.minimum(k, cap) + extra.astype(jnp.int32)
     return jnp.where(mask, spawn + add - remove, 0).astype(jnp.int32)
+
+
+def _prefix_sum(x: jax.Array) -> jax.Array:
+    """Inclusive prefix sums of a short integer vector (the species axis) as one ``[S, S]`` masked
+    sum: exact, and it fuses into its consumers (a ``cumsum`` is several kernels on a CPU)."""
+    i = jnp.arange(x.shape[0])
+    return jnp.sum(jnp.where(i[None, :] <= i[:, None], x[None, :], 0), axis=1).astype(x.dtype)
+
+
+def _stable_rank(key: jax.Array) -> jax.Array:
+    """``int32 [S]``: each entry's position in a stable ascending sort of ``key`` (``[S, S]``
+    comparisons; for the small species axis)."""
+    i = jnp.arange(key.shape[0])
+    before = (key[None, :] < key[:, None]) | ((key[None, :] == key[:, None]) & (i[None, :] < i[:, None]))
+    return jnp.sum(before, axis=1, dtype=jnp.int32)
 
 
 def parent_pool_sizes(survival_threshold: float, max_members: int) -> np.ndarray:
@@ -366,7 +378,7 @@ def plan(
     # 3. members ranked within species: fitness descending, ties by larger index first
     idx = jnp.arange(P_in, dtype=jnp.int32)
     ranked = jnp.lexsort((-idx, -f, seg)).astype(jnp.int32)
-    start = jnp.cumsum(n) - n
+    start = _prefix_sum(n) - n
     start_ext = jnp.concatenate([start, jnp.sum(n, keepdims=True)])
     rank_in = jnp.zeros((P_in,), jnp.int32).at[ranked].set(idx - start_ext[seg[ranked]])
     elites_s = jnp.where(alive, jnp.minimum(config.elitism, n), 0)
@@ -379,24 +391,40 @@ def plan(
     is_elite = slot < num_elites
     children_o = jnp.where(alive_o, spawn_o - elites_s[order], 0)
     t = slot - num_elites
-    pos = jnp.clip(jnp.searchsorted(jnp.cumsum(children_o), t, side="right"), 0, S - 1)
+    # the species of child t: searchsorted(cumsum(children_o), t, side="right"), as a count
+    bounds = _prefix_sum(children_o)
+    pos = jnp.clip(jnp.sum(bounds[None, :] <= t[:, None], axis=1, dtype=jnp.int32), 0, S - 1)
     s_child = order[pos]
 
-    k1, k2, k3, k4, k5, k6 = jax.random.split(key, 6)
+    # every random number of the plan from one flat draw of 32-bit words (one random-number kernel
+    # to compile): an integer below n is ``word % n`` (uniform up to a relative bias below
+    # n / 2**32), a uniform in [0, 1) the word's top 24 bits
+    uses = ["a", "b"]
+    if config.interspecies_crossover_prob > 0:
+        uses += ["inter", "other", "other_member"]
+    if config.mutate_only_prob > 0:
+        uses += ["mutate_only"]
+    words = jax.random.bits(key, (len(uses) * P,), jnp.uint32).reshape(len(uses), P)
+
+    def below(use, n):
+        return (words[uses.index(use)] % jnp.maximum(n, 1).astype(jnp.uint32)).astype(jnp.int32)
+
+    def uniform(use):
+        return (words[uses.index(use)] >> 8).astype(jnp.float32) * jnp.float32(2.0**-24)
 
     def member_at(s, u):
         return ranked[jnp.clip(start[s] + u, 0, P_in - 1)]
 
-    a = member_at(s_child, jax.random.randint(k1, (P,), 0, jnp.maximum(pool[s_child], 1)))
-    b = member_at(s_child, jax.random.randint(k2, (P,), 0, jnp.maximum(pool[s_child], 1)))
+    a = member_at(s_child, below("a", pool[s_child]))
+    b = member_at(s_child, below("b", pool[s_child]))
     if config.interspecies_crossover_prob > 0:
-        inter = (jax.random.uniform(k3, (P,)) < config.interspecies_crossover_prob) & (m > 1)
-        v = jax.random.randint(k4, (P,), 0, jnp.maximum(m - 1, 1))
+        inter = (uniform("inter") < config.interspecies_crossover_prob) & (m > 1)
+        v = below("other", m - 1)
         other = order[jnp.clip(v + (v >= pos), 0, S - 1)]
-        b_other = member_at(other, jax.random.randint(k5, (P,), 0, jnp.maximum(n[other], 1)))
+        b_other = member_at(other, below("other_member", n[other]))
         b = jnp.where(inter, b_other, b)
     if config.mutate_only_prob > 0:
-        b = jnp.where(jax.random.uniform(k6, (P,)) < config.mutate_only_prob, a, b)
+        b = jnp.where(uniform("mutate_only") < config.mutate_only_prob, a, b)
     a_fitter = f[a] > f[b]
     p1 = jnp.where(a_fitter, a, b)
     p2 = jnp.where(a_fitter, b, a)

@@ -311,17 +311,16 @@ def speciate(
 
     1. **New representatives.** Existing species in ascending key order each take, as new
        representative, the closest (to the old representative) genome not yet taken; ties go to
-       the lowest index. (A ``lax.scan`` over the ``S`` slots.) A species that finds no genome left
-       (more species than genomes) is removed.
+       the lowest index. A species that finds no genome left (more species than genomes) is
+       removed.
     2. **Founding.** neat-python visits the other genomes in order; each joins the species whose
        representative is closest among those existing *at that moment* with ``d < threshold``,
-       else founds a new species with itself as representative. Here a ``lax.while_loop`` finds
-       the founders one at a time: the next founder is the first unfixed genome with no
-       representative within the threshold; it takes the first free slot and the next species key
-       and one ``distance_fn(population, founder[None])`` column is added. This yields exactly
+       else founds a new species with itself as representative. Here the founders are found one
+       at a time: the next founder is the first unfixed genome with no representative within the
+       threshold; it takes the first free slot and the next species key. This yields exactly
        neat-python's founders (genomes before a founder were covered by earlier representatives,
-       and later representatives only add cover). The loop stops when every genome is covered or
-       all ``S`` slots are used (at most ``S`` iterations).
+       and later representatives only add cover). Founding stops when every genome is covered or
+       all ``S`` slots are used.
     3. **Assignment.** Each remaining genome joins, among the representatives founded before it
        (existing species count as founded before everything) with ``d < threshold``, the closest;
        ties go to the smallest species key (neat-python's dict order). A genome with no such
@@ -330,6 +329,11 @@ def speciate(
     4. Threshold adaptation toward ``target_num_species`` (neat-python 2.1), clamped.
 
     Distances that are NaN or infinite are treated as the largest float32.
+
+    Cost: steps 1 and 2 are one ``lax.while_loop`` that calls ``distance_fn(population, genome[None])``
+    once per iteration (one ``[P]`` column; one call site, so ``distance_fn`` is compiled once):
+    twice per existing species (its old representative, then its new one) and once per founder,
+    so ``2 * live species + founders <= 2 S`` columns, never a column for a free slot.
 
     Args:
         spec: the genome spec (for the padding representatives of free slots).
@@ -351,52 +355,68 @@ def speciate(
     thr = st.threshold
     idx = jnp.arange(P, dtype=jnp.int32)
 
-    # 1. each existing species (ascending key) takes the closest untaken genome as representative
-    d_old = _clean_distance(distance_fn(population, st.representatives))
-    key_order = jnp.argsort(jnp.where(st.valid, st.species_key, _INT_MAX), stable=True)
+    # 1.+2. one loop, one distance column per iteration (one call site of ``distance_fn``), only for
+    # live slots: for each existing species in ascending key order, (a) the column to its old
+    # representative picks the closest untaken genome as the new one, then (b) the column to that
+    # new representative is stored; afterwards (c) founders, one at a time in population order,
+    # each storing its own column, while genomes are uncovered and slots remain.
+    key_order = jnp.argsort(jnp.where(st.valid, st.species_key, _INT_MAX), stable=True).astype(jnp.int32)
+    n_old = jnp.sum(st.valid, dtype=jnp.int32)
+    old_reps = st.representatives
 
-    def recentre(carry, s):
-        taken, rep = carry
-        col = jnp.where(taken, jnp.inf, d_old[:, s])
-        i = jnp.argmin(col).astype(jnp.int32)
-        ok = st.valid[s] & ~taken[i]
-        taken = taken.at[i].set(taken[i] | ok)
-        rep = rep.at[s].set(jnp.where(ok, i, -1))
-        return (taken, rep), None
-
-    init = (jnp.zeros((P,), bool), jnp.full((S,), -1, jnp.int32))
-    (fixed, rep_idx), _ = jax.lax.scan(recentre, init, key_order)
-    valid = rep_idx >= 0
-    keys = jnp.where(valid, st.species_key, -1)
-    found_at = jnp.where(valid, -1, P).astype(jnp.int32)
-    d_new = _clean_distance(distance_fn(population, _take(population, jnp.maximum(rep_idx, 0))))
-
-    # 2. found new species one at a time, in population order, while slots remain
+    # d: the distance columns stored as rows, [S, P] (a column update is one contiguous row)
     def uncovered(d, v, fx):
-        dmin = jnp.min(jnp.where(v[None, :], d, jnp.inf), axis=1)
+        dmin = jnp.min(jnp.where(v[:, None], d, jnp.inf), axis=0)
         return ~fx & ~(dmin < thr)
 
     def cond(carry):
-        d, v, fx, *_ = carry
-        return jnp.any(uncovered(d, v, fx)) & jnp.any(~v)
+        j, _, d, v, fx, *_ = carry
+        return (j < n_old) | (jnp.any(uncovered(d, v, fx)) & jnp.any(~v))
 
-    def found(carry):
-        d, v, fx, rep, fa, k, nk = carry
+    def body(carry):
+        j, second, d, v, fx, rep, fa, k, nk = carry
+        recentring = j < n_old
+        s = key_order[jnp.minimum(j, S - 1)]
+        is_a = recentring & ~second
+        is_b = recentring & second
         g = jnp.argmax(uncovered(d, v, fx)).astype(jnp.int32)
-        slot = jnp.argmax(~v)
-        col = _clean_distance(distance_fn(population, _take(population, g[None])))[:, 0]
-        return (
-            d.at[:, slot].set(col),
-            v.at[slot].set(True),
-            fx.at[g].set(True),
-            rep.at[slot].set(g),
-            fa.at[slot].set(g),
-            k.at[slot].set(nk),
-            nk + 1,
+        free = jnp.argmax(~v).astype(jnp.int32)
+        member = jnp.where(is_b, rep[s], g)
+        target = jax.tree_util.tree_map(
+            lambda o, p: jnp.where(is_a, o[s], p[member])[None], old_reps, population
         )
+        col = _clean_distance(distance_fn(population, target))[:, 0]
+        # (a) the closest untaken genome (ties: lowest index) becomes the representative
+        i = jnp.argmin(jnp.where(fx, jnp.inf, col)).astype(jnp.int32)
+        ok = is_a & ~fx[i]
+        # (c) a founder takes the first free slot and the next species key
+        founding = ~recentring
+        slot = jnp.where(recentring, s, free)
+        write = is_b | founding
+        d = d.at[slot].set(jnp.where(write, col, d[slot]))
+        v = v.at[slot].set(v[slot] | ok | founding)
+        fx = fx.at[jnp.where(founding, g, i)].set(fx[jnp.where(founding, g, i)] | ok | founding)
+        rep = rep.at[slot].set(jnp.where(ok, i, jnp.where(founding, g, rep[slot])))
+        fa = fa.at[slot].set(jnp.where(ok, -1, jnp.where(founding, g, fa[slot])))
+        k = k.at[slot].set(jnp.where(ok, st.species_key[s], jnp.where(founding, nk, k[slot])))
+        nk = nk + founding.astype(jnp.int32)
+        # after (a): (b) if a representative was found, else the next species; after (b): next
+        j = jnp.where(is_a & ok, j, j + recentring.astype(jnp.int32))
+        second = is_a & ok
+        return j, second, d, v, fx, rep, fa, k, nk
 
-    carry = (d_new, valid, fixed, rep_idx, found_at, keys, st.next_species_key)
-    d_new, valid, fixed, rep_idx, found_at, keys, next_key = jax.lax.while_loop(cond, found, carry)
+    carry = (
+        jnp.int32(0),
+        jnp.bool_(False),
+        jnp.full((S, P), _BIG, jnp.float32),
+        jnp.zeros((S,), bool),
+        jnp.zeros((P,), bool),
+        jnp.full((S,), -1, jnp.int32),
+        jnp.full((S,), P, jnp.int32),
+        jnp.full((S,), -1, jnp.int32),
+        st.next_species_key,
+    )
+    _, _, d_new, valid, fixed, rep_idx, found_at, keys, next_key = jax.lax.while_loop(cond, body, carry)
 
     # 3. assignment: representatives keep their species; others join the closest earlier one
     own = (
@@ -405,7 +425,7 @@ def speciate(
         .set(jnp.arange(S, dtype=jnp.int32), mode="drop")
     )
     by_key = jnp.argsort(jnp.where(valid, keys, _INT_MAX), stable=True)  # ties -> smallest key
-    d_k = d_new[:, by_key]
+    d_k = d_new[by_key].T
     valid_k = valid[by_key]
     allowed = valid_k[None, :] & (found_at[by_key][None, :] < idx[:, None]) & (d_k < thr)
     has = jnp.any(allowed, axis=1)
