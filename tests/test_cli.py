@@ -1,9 +1,11 @@
 """The CLI end to end, in subprocesses (as a user runs it)."""
 
+import errno
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,3 +107,68 @@ def test_run_show_and_resume(tmp_path):
 
     refused = evotensor("run", "es-sphere", "--resume", str(run_dir), "--seed", "9")
     assert refused.returncode == 2 and "cannot change when resuming" in refused.stderr
+
+
+def test_full_disk_through_the_cli_entry_then_resume_is_bit_identical(tmp_path, monkeypatch, capsys):
+    """ENOSPC at the second checkpoint: one error line saying the first checkpoint is intact and how
+    to resume; once space is back the resumed run equals an uninterrupted one bit for bit."""
+    from evotensor import cli
+    from evotensor.io import atomic
+
+    monkeypatch.setattr(cli, "_configure_jax", lambda: None)  # keep this process's JAX settings
+    real = atomic.atomic_open
+    checkpoints = []
+
+    def disk_full_at_second_checkpoint(path, mode="wb"):
+        if Path(path).name == "checkpoint.npz":
+            checkpoints.append(path)
+            if len(checkpoints) == 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, mode)
+
+    def main(*args):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["run", "es-sphere", "--set", "dims=2", "--chunk-size", "2", "--quiet", *args])
+        return exit_.value.code, capsys.readouterr()
+
+    run_dir, straight = tmp_path / "run", tmp_path / "straight"
+    monkeypatch.setattr(atomic, "atomic_open", disk_full_at_second_checkpoint)
+    code, out = main("--generations", "6", "--out", str(run_dir))
+    monkeypatch.setattr(atomic, "atomic_open", real)
+    assert code == 2 and "Traceback" not in out.err
+    last = out.err.strip().splitlines()[-1]
+    assert last == (
+        f"error: No space left on device ({run_dir / 'checkpoint.npz'}); resume with "
+        f"`evotensor run es-sphere --resume {run_dir}` (its checkpoint of generation 2 is intact)"
+    )
+    assert [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")] == []
+
+    code, out = main("--resume", str(run_dir))  # space is back
+    assert code == 0, out.err
+    code, out = main("--generations", "6", "--out", str(straight))
+    assert code == 0, out.err
+    a, b = read_metrics(run_dir / "metrics.csv"), read_metrics(straight / "metrics.csv")
+    np.testing.assert_array_equal(a["generation"], np.arange(1, 7))
+    for name in b:
+        np.testing.assert_array_equal(a[name], b[name])
+    assert (
+        json.loads((run_dir / "best.json").read_text())["best_fitness"]
+        == json.loads((straight / "best.json").read_text())["best_fitness"]
+    )
+
+
+def test_in_process_option_errors_are_one_line_naming_the_option(monkeypatch, capsys):
+    from evotensor import cli
+
+    monkeypatch.setattr(cli, "_configure_jax", lambda: None)
+    for args, names in [
+        (["--set", "seed=abc"], "--set seed=abc: seed must be an int"),
+        (["--set", "sigma_frac=abc"], "--set sigma_frac=abc: option sigma_frac must be a finite number"),
+        (["--seed", str(2**64)], f"seed must be an int <= {2**32 - 1}"),
+        (["--set", "generations=0"], "--set generations=0: generations must be an int >= 1"),
+        (["--pop", "1", "--set", "dims=2"], "population_size"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["run", "es-sphere", *args])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.count("\n") == 1 and names in err, (args, err)

@@ -1,18 +1,29 @@
 """Command line: ``evotensor list | run TASK | show RUN_DIR``.
 
-Bad input (unknown task, bad option, missing run directory) prints one clear message and exits
-with status 2, never a traceback. The CLI turns on JAX's persistent compilation cache (repeat runs
-skip most compile time) and stops JAX from preallocating most of a GPU's memory.
+Every problem with the input — an unknown task, command or option, an option value that does not
+parse or is out of range, a missing, damaged or wrong file or directory, a checkpoint of another
+run, an option that would change a resumed run — and every file-system error during a run (a full
+disk, a read-only directory) prints ONE line ``error: ...`` on stderr that names the option, file or
+directory, and exits with status 2, without a traceback (``EVOTENSOR_TRACEBACK=1`` shows tracebacks
+instead, for bug reports). When a run stops on such an error or on Ctrl-C (exit status 130), the
+line says whether its last checkpoint is intact and how to resume it.
+
+The CLI turns on JAX's persistent compilation cache (repeat runs skip most compile time) and stops
+JAX from preallocating most of a GPU's memory.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import shlex
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -23,17 +34,34 @@ app = typer.Typer(
     help="evotensor: evolutionary computation as fixed-shape tensors on JAX.",
 )
 
-# Errors that are the user's input, reported without a traceback.
-_USER_ERRORS = (ValueError, KeyError, TypeError, FileNotFoundError, tomllib.TOMLDecodeError)
+SEED_MAX = 2**32 - 1  # jax.random.key maps larger seeds onto smaller ones (2**32 -> 0)
+INT32_MAX = 2**31 - 1  # the generation counter and population indices are int32
+_RESUME_MAY_CHANGE = "--generations, --chunk-size and --quiet"
+_interrupt_reported = False  # the run command printed its own "interrupted; ..." line
+# click's exception classes, as the click that typer uses defines them (typer may vendor its own)
+_CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+class _Problem(Exception):
+    """A problem with the user's input or files: one line on stderr, exit status 2."""
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s*\n\s*", " ", str(text).strip())
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {_one_line(message)}", err=True)
     raise typer.Exit(code=2)
 
 
 def _message(err: BaseException) -> str:
     return str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+
+
+def _traceback_wanted() -> bool:
+    return os.environ.get("EVOTENSOR_TRACEBACK", "") not in ("", "0")
 
 
 def _configure_jax() -> None:
@@ -58,6 +86,233 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+# ---- files and directories ------------------------------------------------------------------------
+
+
+def _path_option(value: str | None, flag: str) -> Path | None:
+    if value is None:
+        return None
+    if not value.strip():
+        raise _Problem(f"{flag} needs a path, got an empty string")
+    return Path(value)
+
+
+def _read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of the file ``path``; ``what`` names it in errors (e.g. ``--config c.toml``)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise _Problem(f"{what}: file not found") from None
+    except IsADirectoryError:
+        raise _Problem(f"{what}: is a directory, not a file") from None
+    except OSError as err:
+        raise _Problem(f"{what}: cannot read it ({err.strerror or err})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _Problem(f"{what}: not a text file (invalid UTF-8 at byte {err.start})") from None
+
+
+def _read_json_object(path: Path, what: str) -> dict[str, Any]:
+    text = _read_text(path, what)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise _Problem(f"{what} is damaged (not valid JSON: {err})") from None
+    if not isinstance(value, dict):
+        raise _Problem(f"{what} is damaged (not a JSON object)")
+    return value
+
+
+def _run_record(run_dir: Path, flag: str) -> dict[str, Any]:
+    """``run_dir/config.json`` of a run directory, checked for the fields the CLI reads."""
+    where = f"{flag} {run_dir}".strip()
+    if not run_dir.exists():
+        raise _Problem(f"{where} is not a run directory (no such directory)")
+    if not run_dir.is_dir():
+        raise _Problem(f"{where} is not a run directory (not a directory)")
+    record_path = run_dir / "config.json"
+    if not record_path.exists():
+        raise _Problem(f"{where} is not a run directory (no config.json)")
+    record = _read_json_object(record_path, str(record_path))
+    if not isinstance(record.get("task"), str) or not isinstance(record.get("config"), dict):
+        raise _Problem(f"{record_path} is damaged or not a run record (no 'task' name and 'config' table)")
+    return record
+
+
+def _prepare_run_dir(path: Path, flag: str) -> None:
+    """Create the run directory ``path`` if needed and make sure a run can write there."""
+    if path.exists() and not path.is_dir():
+        raise _Problem(f"{flag} {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise _Problem(f"{flag} {path}: a parent of it is not a directory") from None
+    except OSError as err:
+        raise _Problem(f"{flag} {path}: cannot create the directory ({err.strerror or err})") from None
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise _Problem(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
+
+
+# ---- options --------------------------------------------------------------------------------------
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _check_type(name: str, value: Any, default: Any) -> None:
+    """Refuse a value whose kind does not fit the option's default (a float option needs a number,
+    a bool option true/false, an int option an int; ints and strings are left to the task builder,
+    which names the option, where an option takes several forms such as ``hidden = "32,32"``)."""
+    if default is None or isinstance(default, (list, tuple, dict)):
+        return
+    if isinstance(default, bool):
+        ok = (
+            isinstance(value, bool)
+            or (type(value) is int and value in (0, 1))
+            or (isinstance(value, str) and value.lower() in ("true", "false", "0", "1"))
+        )
+        if not ok:
+            raise _Problem(f"option {name} must be true or false, got {value!r}")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _Problem(f"option {name} must be a finite number, got {value!r}")
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise _Problem(f"option {name} must be an int, got {value!r}")
+    elif isinstance(default, str):
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise _Problem(f"option {name} must be a string, got {value!r}")
+
+
+def _check_common(name: str, value: Any) -> Any:
+    """``pop``, ``generations`` and ``seed``, whatever their source (``None``: the task default)."""
+    from evotensor.core.checks import ArgumentError, check_int
+
+    if value is None and name in ("pop", "generations"):
+        return None
+    bounds = {"pop": (1, INT32_MAX), "generations": (1, INT32_MAX), "seed": (0, SEED_MAX)}[name]
+    try:
+        return check_int(value, name, minimum=bounds[0], maximum=bounds[1])
+    except ArgumentError as err:
+        raise _Problem(str(err)) from None
+
+
+def _collect_options(task, pop, generations, seed, config, set_, resume) -> dict[str, Any]:
+    """Merge config.json (resume) < TOML file < --set < flags into one task config.
+
+    Returns ``{"task", "config", "generations", "given": {option: where it came from},
+    "recorded": the resumed run's config or None}``.
+    """
+    cfg: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    recorded = None
+    if resume is not None:
+        record = _run_record(resume, "--resume")
+        if record["task"] != task:
+            raise _Problem(f"--resume {resume} is a run of task {record['task']!r}, not {task!r}")
+        recorded = dict(record["config"])
+        cfg.update(recorded)
+    if config is not None:
+        where = f"--config {config}"
+        try:
+            table = tomllib.loads(_read_text(config, where))
+        except tomllib.TOMLDecodeError as err:
+            raise _Problem(f"{where}: invalid TOML ({err})") from None
+        cfg.update(table)
+        given.update({key: where for key in table})
+    for item in set_:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise _Problem(f"--set expects KEY=VALUE, got {item!r}")
+        cfg[key.strip()] = _parse_value(value.strip())
+        given[key.strip()] = f"--set {item}"
+    for key, value in (("pop", pop), ("seed", seed), ("generations", generations)):
+        if value is not None:
+            cfg[key] = value
+            given[key] = f"--{key} {value}"
+    for key in ("pop", "generations", "seed"):
+        if key in cfg:
+            try:
+                cfg[key] = _check_common(key, cfg[key])
+            except _Problem as problem:
+                where = given.get(key, f"{resume}/config.json")
+                raise _Problem(f"{where}: {problem}") from None
+    total = cfg.get("generations")
+    if resume is not None:
+        cfg.pop("generations", None)
+        given.pop("generations", None)
+    return {"task": task, "config": cfg, "generations": total, "given": given, "recorded": recorded}
+
+
+def _check_options(spec: Any, options: dict[str, Any], resume: Path | None) -> None:
+    """Unknown options, values of the wrong kind, and (on resume) options that would change the run."""
+    given, cfg = options["given"], options["config"]
+    for name in cfg:
+        if name not in spec.defaults:
+            where = given.get(name, f"{resume}/config.json")
+            raise _Problem(
+                f"{where}: task {spec.name!r} has no option(s) {name}; "
+                f"valid options: {', '.join(sorted(spec.defaults))}"
+            )
+    for name, value in cfg.items():
+        if name not in ("pop", "generations", "seed"):
+            try:
+                _check_type(name, value, spec.defaults[name])
+            except _Problem as problem:
+                raise _Problem(f"{given.get(name, f'{resume}/config.json')}: {problem}") from None
+    if resume is not None:
+        before = {**spec.defaults, **options["recorded"]}
+        for name, where in given.items():
+            if not _same_value(cfg[name], before.get(name)):
+                raise _Problem(
+                    f"{where}: {name} cannot change when resuming (the run used {before.get(name)!r}); "
+                    f"a resumed run keeps its problem and strategy, only {_RESUME_MAY_CHANGE} may be given"
+                )
+
+
+def _build(spec: Any, options: dict[str, Any]) -> Any:
+    """The task built from its options; any failure is a one-line problem naming the options."""
+    try:
+        return spec.build(options["config"])
+    except Exception as err:
+        if _traceback_wanted():
+            raise
+        message = _one_line(_message(err))
+        if not isinstance(err, (ValueError, TypeError, KeyError)):
+            message = f"{type(err).__name__}: {message}"
+        given = options["given"]
+        if given and not any(re.search(rf"\b{re.escape(name)}\b", message) for name in given):
+            message += f" (options given: {', '.join(given.values())})"
+        raise _Problem(f"task {spec.name}: {message}") from None
+
+
+def _resume_hint(run_dir: Path, task: str, resume: bool) -> str:
+    """What survives in ``run_dir`` and the command that continues it (``"; ..."``), or ``""`` when a
+    resumed run's own checkpoint is unreadable (the error is about that checkpoint)."""
+    from evotensor.io.rundir import RunDirectory
+
+    try:
+        generation = RunDirectory.checkpoint_generation(run_dir)
+    except Exception:  # no checkpoint, or an unreadable one
+        return "" if resume else "; no checkpoint was written, start the run again"
+    command = f"evotensor run {task} --resume {shlex.quote(str(run_dir))}"
+    return f"; resume with `{command}` (its checkpoint of generation {generation} is intact)"
+
+
+# ---- commands -------------------------------------------------------------------------------------
+
+
 @app.command("list")
 def list_tasks() -> None:
     """List the registered tasks with one-line descriptions."""
@@ -80,36 +335,65 @@ def run_task(
     task: str = typer.Argument(..., help="task name (see `evotensor list`)"),
     pop: int | None = typer.Option(None, "--pop", min=1, help="population size"),
     generations: int | None = typer.Option(None, "--generations", min=1, help="number of generations"),
-    seed: int | None = typer.Option(None, "--seed", min=0, help="random seed (default 0)"),
-    out: Path | None = typer.Option(None, "--out", help="run directory (default runs/<task>-<time>)"),
-    resume: Path | None = typer.Option(None, "--resume", help="continue the run in this directory"),
-    config: Path | None = typer.Option(None, "--config", help="TOML file of task options"),
+    seed: int | None = typer.Option(None, "--seed", min=0, help=f"random seed, 0 to {SEED_MAX} (default 0)"),
+    out: str | None = typer.Option(None, "--out", help="run directory (default runs/<task>-<time>)"),
+    resume: str | None = typer.Option(None, "--resume", help="continue the run in this directory"),
+    config: str | None = typer.Option(None, "--config", help="TOML file of task options"),
     set_: list[str] = typer.Option([], "--set", help="task option KEY=VALUE (repeatable)"),
     chunk_size: int | None = typer.Option(None, "--chunk-size", min=1, help="generations per compiled chunk"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress output"),
 ) -> None:
-    """Run TASK and write a run directory (config, metrics, checkpoint, best solution, plots)."""
-    try:
-        options = _collect_options(task, pop, generations, seed, config, set_, resume)
-    except _USER_ERRORS as err:
-        _fail(_message(err))
-        return
-    _configure_jax()
-    import jax
+    """Run TASK and write a run directory (config, metrics, checkpoint, best solution, plots).
 
-    import evotensor
+    With --resume DIR the run continues from DIR's checkpoint, bit-identically; its task options,
+    --pop and --seed cannot change (only --generations, --chunk-size and --quiet may be given).
+    """
+    try:
+        prepared = _prepare_run(task, pop, generations, seed, out, resume, config, set_)
+    except _Problem as problem:
+        _fail(str(problem))
+    _execute(*prepared, chunk_size=chunk_size, quiet=quiet, resume=resume is not None)
+
+
+def _prepare_run(task, pop, generations, seed, out, resume, config, set_) -> tuple[Any, ...]:
+    resume_dir = _path_option(resume, "--resume")
+    config_path = _path_option(config, "--config")
+    out_dir = _path_option(out, "--out")
+    if resume_dir is not None and out_dir is not None:
+        raise _Problem("--out cannot be combined with --resume (a resumed run stays in its directory)")
+    options = _collect_options(task, pop, generations, seed, config_path, set_, resume_dir)
+    _configure_jax()
     from evotensor.io.rundir import default_run_dir
     from evotensor.tasks import get_task
 
     try:
         spec = get_task(options["task"])
-        built = spec.build(options["config"])
-    except _USER_ERRORS as err:
-        _fail(_message(err))
-        return
+    except KeyError as err:
+        raise _Problem(_message(err)) from None
+    _check_options(spec, options, resume_dir)
+    built = _build(spec, options)
     cfg = {**spec.defaults, **options["config"]}
-    run_dir = resume if resume is not None else (out or default_run_dir(spec.name))
-    total = options["generations"] or built.generations
+    if resume_dir is not None:
+        run_dir, flag = resume_dir, "--resume"
+    else:
+        run_dir, flag = (
+            (out_dir, "--out") if out_dir is not None else (default_run_dir(spec.name), "run directory")
+        )
+    _prepare_run_dir(run_dir, flag)
+    total = options["generations"] if options["generations"] is not None else built.generations
+    try:
+        total = _check_common("generations", total)
+    except _Problem as problem:
+        raise _Problem(f"task {spec.name}: {problem}") from None
+    return spec, built, cfg, run_dir, total
+
+
+def _execute(spec, built, cfg, run_dir, total, *, chunk_size, quiet, resume) -> None:
+    import jax
+
+    import evotensor
+    from evotensor.io.checkpoint import CheckpointError
+
     typer.echo(f"task {spec.name}: {spec.description}", err=True)
     typer.echo(f"run directory: {run_dir}", err=True)
     try:
@@ -121,106 +405,140 @@ def run_task(
             decoder=built.decoder,
             chunk_size=chunk_size,
             run_dir=run_dir,
-            resume=resume is not None,
+            resume=resume,
             progress=not quiet,
             config={**cfg, "generations": total},
             task_name=spec.name,
             best_to_text=built.best_to_text,
         )
-    except _USER_ERRORS as err:
+        direction = "maximizes" if built.problem.maximize else "minimizes"
+        typer.echo(f"best fitness: {result.best_fitness:.6g}  (problem {direction})")
+        typer.echo(
+            f"{result.generations} generations, {result.evaluations:,} evaluations, "
+            f"compile {result.compile_seconds:.1f}s, run {result.run_seconds:.1f}s"
+        )
+        if built.report is not None:
+            typer.echo(built.report(result, Path(run_dir)))
+    except KeyboardInterrupt:
+        global _interrupt_reported
+        _interrupt_reported = True
+        typer.echo(f"interrupted{_resume_hint(run_dir, spec.name, resume)}", err=True)
+        raise typer.Exit(code=130) from None
+    except (CheckpointError, FileNotFoundError) as err:
+        if _traceback_wanted():
+            raise
+        _fail(f"--resume {run_dir}: {_message(err)}" if resume else _message(err))
+    except OSError as err:
+        if _traceback_wanted():
+            raise
+        where = f" ({err.filename})" if err.filename else ""
+        _fail(f"{err.strerror or err}{where}{_resume_hint(run_dir, spec.name, resume)}")
+    except ValueError as err:  # e.g. --generations below the checkpoint's generation
+        if _traceback_wanted():
+            raise
         _fail(_message(err))
-        return
-    direction = "maximizes" if built.problem.maximize else "minimizes"
-    typer.echo(f"best fitness: {result.best_fitness:.6g}  (problem {direction})")
-    typer.echo(
-        f"{result.generations} generations, {result.evaluations:,} evaluations, "
-        f"compile {result.compile_seconds:.1f}s, run {result.run_seconds:.1f}s"
-    )
-    if built.report is not None:
-        typer.echo(built.report(result, Path(run_dir)))
+    except Exception as err:
+        if "RESOURCE_EXHAUSTED" not in str(err) or _traceback_wanted():
+            raise
+        _fail(
+            f"out of memory running task {spec.name} (reduce --pop or the task's size options)"
+            f"{_resume_hint(run_dir, spec.name, resume)}"
+        )
     typer.echo(
         f"wrote {run_dir}/: config.json metrics.csv checkpoint.npz best.npz best.txt best.json fitness.png"
     )
 
 
-def _collect_options(task, pop, generations, seed, config, set_, resume) -> dict[str, Any]:
-    """Merge config.json (resume) < TOML file < --set < flags into one task config."""
-    cfg: dict[str, Any] = {}
-    if resume is not None:
-        record_path = Path(resume) / "config.json"
-        if not record_path.exists():
-            raise FileNotFoundError(f"--resume {resume}: no config.json there (not a run directory)")
-        record = json.loads(record_path.read_text())
-        if record["task"] != task:
-            raise ValueError(f"--resume {resume} is a run of task {record['task']!r}, not {task!r}")
-        cfg.update(record["config"])
-    if config is not None:
-        if not Path(config).exists():
-            raise FileNotFoundError(f"--config {config}: file not found")
-        cfg.update(tomllib.loads(Path(config).read_text()))
-    for item in set_:
-        if "=" not in item:
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        cfg[key.strip()] = _parse_value(value.strip())
-    for key, value in (("pop", pop), ("seed", seed)):
-        if value is not None:
-            if resume is not None and cfg.get(key) != value:
-                raise ValueError(f"--{key} cannot change when resuming (the run used {cfg.get(key)})")
-            cfg[key] = value
-    total = generations if generations is not None else cfg.get("generations")
-    if resume is not None:
-        cfg.pop("generations", None)
-    return {"task": task, "config": cfg, "generations": total}
-
-
 @app.command("show")
-def show(run_dir: Path = typer.Argument(..., help="a run directory written by `evotensor run`")) -> None:
+def show(run_dir: str = typer.Argument(..., help="a run directory written by `evotensor run`")) -> None:
     """Summarize a run directory: configuration, best result, last metrics and the plots."""
+    try:
+        table, plots = _show_table(run_dir)
+    except _Problem as problem:
+        _fail(str(problem))
     from rich.console import Console
-    from rich.table import Table
 
-    from evotensor.io.rundir import read_metrics
-
-    record_path = run_dir / "config.json"
-    if not record_path.exists():
-        _fail(f"{run_dir} is not a run directory (no config.json)")
-    record = json.loads(record_path.read_text())
-    table = Table("field", "value", title=f"run {run_dir}")
-    table.add_row("task", record["task"])
-    for key, value in record["config"].items():
-        table.add_row(f"  {key}", str(value))
-    table.add_row("device", ", ".join(record["device"]["devices"]))
-    table.add_row("versions", ", ".join(f"{k} {v}" for k, v in record["versions"].items()))
-    best_path = run_dir / "best.json"
-    if best_path.exists():
-        best = json.loads(best_path.read_text())
-        for key, value in best.items():
-            table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
-    else:
-        table.add_row("status", "unfinished (resume with --resume)")
-    metrics_path = run_dir / "metrics.csv"
-    if metrics_path.exists() and metrics_path.stat().st_size > 0:
-        metrics = read_metrics(metrics_path)
-        if len(metrics["generation"]):
-            table.add_row("generations logged", str(int(metrics["generation"][-1])))
-            for key, values in metrics.items():
-                if key != "generation":
-                    table.add_row(f"  last {key}", f"{values[-1]:.6g}")
-    plots = sorted(run_dir.glob("*.png"))
-    table.add_row("plots", ", ".join(p.name for p in plots) or "none")
     Console().print(table)
     for plot in plots:  # full paths outside the table, so they are never truncated
         typer.echo(f"plot: {plot}")
 
 
-def main() -> None:
-    """Entry point of the ``evotensor`` command."""
+def _show_table(run_dir_text: str) -> tuple[Any, list[Path]]:
+    from rich.table import Table
+
+    from evotensor.io.rundir import MetricsError, read_metrics
+
+    if not run_dir_text.strip():
+        raise _Problem("show needs a run directory, got an empty string")
+    run_dir = Path(run_dir_text)
+    record = _run_record(run_dir, "")
+
+    def text(value: Any) -> str:
+        return value if isinstance(value, str) else json.dumps(value)
+
+    table = Table("field", "value", title=f"run {run_dir}")
+    table.add_row("task", record["task"])
+    for key, value in record["config"].items():
+        table.add_row(f"  {key}", text(value))
+    device = record.get("device")
+    devices = device.get("devices") if isinstance(device, dict) else None
+    table.add_row("device", ", ".join(map(str, devices)) if isinstance(devices, list) else "not recorded")
+    versions = record.get("versions")
+    if isinstance(versions, dict):
+        table.add_row("versions", ", ".join(f"{k} {v}" for k, v in versions.items()))
+    best_path = run_dir / "best.json"
+    if best_path.exists():
+        best = _read_json_object(best_path, str(best_path))
+        for key, value in best.items():
+            table.add_row(key, f"{value:.6g}" if isinstance(value, float) else text(value))
+    else:
+        table.add_row("status", f"unfinished (resume with `evotensor run {record['task']} --resume DIR`)")
+    metrics_path = run_dir / "metrics.csv"
+    if metrics_path.is_file() and metrics_path.stat().st_size > 0:
+        try:
+            metrics = read_metrics(metrics_path)
+        except MetricsError as err:
+            raise _Problem(f"{err} (resuming the run rewrites it from the checkpoint)") from None
+        except OSError as err:
+            raise _Problem(f"{metrics_path}: cannot read it ({err.strerror or err})") from None
+        if len(metrics["generation"]):
+            table.add_row("generations logged", str(int(metrics["generation"][-1])))
+            for key, values in metrics.items():
+                if key != "generation":
+                    table.add_row(f"  last {key}", f"{values[-1]:.6g}")
+    elif metrics_path.exists() and not metrics_path.is_file():
+        raise _Problem(f"{metrics_path}: is a directory, not a file")
+    plots = sorted(p for p in run_dir.glob("*.png") if p.is_file())
+    table.add_row("plots", ", ".join(p.name for p in plots) or "none")
+    return table, plots
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Entry point of the ``evotensor`` command (``argv``: the arguments, default ``sys.argv[1:]``).
+
+    Exits with 0 on success, 2 on any problem with the input or the files (one ``error:`` line on
+    stderr), 130 on Ctrl-C.
+    """
+    command = typer.main.get_command(app)
     try:
-        app()
+        code = command.main(args=argv, prog_name="evotensor", standalone_mode=False)
+    except _CLICK_EXCEPTION as err:
+        if type(err).__name__ == "NoArgsIsHelpError":  # bare `evotensor`: the help text
+            err.show()
+        else:
+            hint = ""
+            if isinstance(err, _USAGE_ERROR) and getattr(err, "ctx", None) is not None:
+                hint = f" (see `{err.ctx.command_path} --help`)"
+            typer.echo(f"error: {_one_line(err.format_message())}{hint}", err=True)
+        code = err.exit_code
+    except typer.Abort:
+        typer.echo("error: aborted (end of input)", err=True)
+        code = 1
     except KeyboardInterrupt:
-        typer.echo("interrupted; resume with `evotensor run TASK --resume RUN_DIR`", err=True)
-        sys.exit(130)
+        code = 130
+    if code == 130 and not _interrupt_reported:
+        typer.echo("interrupted", err=True)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import jax
 import jax.extend.core
@@ -202,6 +206,47 @@ def test_pytree_solution_and_mean_solution():
 def test_vmap_over_seeds_and_sigma_init_is_bit_identical(n, step_size):
     es = CMAES(num_dims=n, mean_init=np.full(n, 2.0), step_size=step_size)
     check_vmap_over_seeds_and_sigma_init(es, generations=20)
+
+
+_RUN_MANY_CHECK = """
+import sys
+import jax, numpy as np
+import evotensor
+from evotensor.es import CMAES
+from evotensor.problems import Sphere
+for n in map(int, sys.argv[1:]):
+    es, problem = CMAES(16, num_dims=n, mean_init=np.full(n, 1.5)), Sphere(n)
+    keys = jax.random.split(jax.random.key(n), 2)
+    many = evotensor.run_many(es, problem, 20, keys)
+    single = evotensor.run(es, problem, 20, keys[1], chunk_size=20)
+    pairs = list(zip(jax.tree_util.tree_leaves(single.state), jax.tree_util.tree_leaves(many.state)))
+    pairs += [(single.history[k], many.history[k]) for k in single.history]
+    same = all(np.array_equal(np.asarray(a), np.asarray(b)[1]) for a, b in pairs)
+    print(n, "same" if same else "DIFFERENT")
+"""
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="bit-identity is promised on CPU only")
+@pytest.mark.parametrize("dims", [(6,), pytest.param((2, 3, 4, 5, 7, 8), marks=pytest.mark.slow)], ids=str)
+def test_run_many_equals_run_at_population_16(dims):
+    """``evotensor.run_many`` equals ``evotensor.run`` bit for bit on CPU at population 16, where it
+    used to differ in every seed (issue 16): ``sample``'s ``mean + sigma * y`` was contracted into an
+    FMA inside the ranking's gather in one program and rounded separately in the other (the
+    candidates returned were equal, the ones ranked were not); ``sample`` now pins the product with
+    ``rounded``. XLA's default CPU options are needed to see it (the suite's fast compile options do
+    not contract), hence a subprocess without them."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    out = subprocess.run(
+        [sys.executable, "-c", _RUN_MANY_CHECK, *map(str, dims)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [w for n in dims for w in (str(n), "same")], out.stdout
 
 
 _traced_constants = {}

@@ -95,3 +95,50 @@ def check_ranges(
     if count is not None and len(out) != count:
         raise ArgumentError(f"{name} has {len(out)} pairs but must have {count}")
     return tuple(out)
+
+
+# -- spreads and bounded reals (added for issue 16) ----------------------------------------------------
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+MAX_SPREAD = 1e15
+"""The largest spread a strategy accepts: every standard deviation, step size, radius, initial
+range, noise level and multiplicative step factor (``sigma_init``, ``std_init``, ``std_max``,
+``init_range``, ``radius``, ...). A spread is squared and summed over coordinates (variances, norms,
+covariance matrices); ``1e15**2 = 1e30`` summed over up to ``10**8`` coordinates stays below float32's
+largest value (``3.4e38``), while ``1e30`` (or ``inf``) overflowed to inf/NaN states."""
+
+
+def check_real(
+    value: Any,
+    name: str,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """``value`` as a ``float`` that is finite *in float32* (``|x| <= 3.4e38``: a Python float such
+    as ``1e300`` would become ``inf`` on the device) and lies in ``[low, high]`` (``None``: unbounded;
+    ``low_open`` / ``high_open`` exclude the end). NaN and inf are refused."""
+    x = _number(value, name)
+    if not (math.isfinite(x) and abs(x) <= FLOAT32_MAX):
+        raise ArgumentError(f"{name} must be a finite float32 number, got {value!r}")
+    if low is not None and (x <= low if low_open else x < low):
+        raise ArgumentError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {value!r}")
+    if high is not None and (x >= high if high_open else x > high):
+        raise ArgumentError(f"{name} must be {'<' if high_open else '<='} {high:g}, got {value!r}")
+    return x
+
+
+def check_spread(value: Any, name: str, allow_zero: bool = False, maximum: float = MAX_SPREAD) -> float:
+    """``value`` as a finite spread ``> 0`` (``>= 0`` with ``allow_zero``) and ``<= maximum``
+    (default :data:`MAX_SPREAD`, ``1e15``: larger spreads overflow float32 once squared)."""
+    x = check_positive(value, name, allow_zero=allow_zero)
+    if x > maximum:
+        raise ArgumentError(
+            f"{name} must be <= {maximum:g} (a larger spread overflows float32 once squared), got {value!r}"
+        )
+    return x
+
+
+__all__ += ["FLOAT32_MAX", "MAX_SPREAD", "check_real", "check_spread"]

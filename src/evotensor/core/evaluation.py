@@ -60,10 +60,19 @@ def worst_for_nonfinite(fitness: jax.Array) -> jax.Array:
 
 def to_minimization(evaluation: Evaluation, maximize: bool, keep_nonfinite: bool = False) -> Evaluation:
     """Evaluation as strategies see it: negated if ``maximize``; non-finite values made worst unless
-    ``keep_nonfinite`` (for strategies that drop them themselves, e.g. a MAP-Elites archive)."""
+    ``keep_nonfinite`` (for strategies that drop them themselves, e.g. a MAP-Elites archive).
+
+    Non-finite entries become :func:`worst_for_nonfinite`'s stand-ins, except in a column (a
+    generation, per objective) without a single finite entry: that column becomes all ``+inf``,
+    never NaN and never the zeros :func:`worst_for_nonfinite` would give, so ``tell`` still sees that
+    the generation carried no information and applies its own rule (a vector strategy keeps its
+    state, an archive takes nothing in), exactly as in a loop that hands it the raw fitness.
+    """
     fitness = -evaluation.fitness if maximize else evaluation.fitness
     if not keep_nonfinite:
-        fitness = worst_for_nonfinite(fitness)
+        fitness = jnp.asarray(fitness)
+        none_finite = ~jnp.any(jnp.isfinite(fitness), axis=0)
+        fitness = jnp.where(none_finite, jnp.asarray(jnp.inf, fitness.dtype), worst_for_nonfinite(fitness))
     return evaluation.replace(fitness=fitness)  # type: ignore[attr-defined]
 
 

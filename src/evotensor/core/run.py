@@ -12,14 +12,22 @@ change results::
 
 (:func:`generation_keys` returns the three keys.) A hand-written loop that follows this schedule
 reproduces :func:`run` exactly.
+
+Every argument of :func:`run` and :func:`run_many` is checked before anything is compiled or
+written (:class:`~evotensor.core.checks.ArgumentError` naming it): ``generations`` and
+``chunk_size`` must be ints (``chunk_size=2.7`` is refused, not truncated), ``params`` must have the
+tree structure and leaf shapes of ``strategy.default_params()`` and no NaN (nor an infinity where
+the default is finite). The metric history is copied chunk by chunk into NumPy arrays allocated
+once for the whole run, so host memory does not grow with the number of chunks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.evaluation import Evaluation, to_minimization, to_natural
 from evotensor.core.problem import is_policy_problem
 from evotensor.core.pytree import pytree_dataclass
@@ -95,19 +104,121 @@ def generation_keys(
 
 def _check_key(key: Any) -> jax.Array:
     if not (isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)):
-        raise TypeError("key must be a new-style PRNG key from jax.random.key(seed)")
+        raise ArgumentError(
+            f"key must be a new-style PRNG key from jax.random.key(seed), got {_describe(key)}"
+        )
+    if key.ndim != 0:
+        raise ArgumentError(
+            f"key must be a single key (shape ()), got shape {key.shape}; run_many takes a batch of keys"
+        )
     return key
+
+
+def _describe(value: Any) -> str:
+    """A short description of ``value`` for an error message (type, shape and dtype of arrays)."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"{type(value).__name__} of shape {tuple(value.shape)} and dtype {value.dtype}"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{type(value).__name__} {text[:77]}..."
+
+
+def _check_optional(value: Any, name: str, check: Callable[[Any], bool], what: str) -> Any:
+    if value is not None and not check(value):
+        raise ArgumentError(f"{name} must be {what} or None, got {_describe(value)}")
+    return value
+
+
+def check_params(strategy: Any, params: Any, runs: int | None = None) -> Any:
+    """``params``, or ``strategy.default_params()`` when it is ``None``, after checking it against the
+    defaults: the same tree structure, numeric leaves of the same shapes (with a leading ``[runs]``
+    axis when ``runs`` is given: a batch of params for :func:`run_many`), no NaN, and no infinity
+    where the default is finite. Raises :class:`~evotensor.core.checks.ArgumentError` naming the
+    leaf (``params.<field>``)."""
+    default = strategy.default_params()
+    if params is None:
+        return default
+    default_leaves, treedef = jax.tree_util.tree_flatten(default)
+    if jax.tree_util.tree_structure(params) != treedef:
+        raise ArgumentError(
+            f"params must have the structure of strategy.default_params() ({type(default).__name__}: "
+            f"{treedef}), got {type(params).__name__}: {jax.tree_util.tree_structure(params)}"
+        )
+    paths = [path for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+    for path, leaf, reference in zip(paths, jax.tree_util.tree_leaves(params), default_leaves):
+        name = f"params{jax.tree_util.keystr(path)}"
+        if isinstance(leaf, jax.core.Tracer):
+            continue
+        if isinstance(leaf, (str, bytes)) or (
+            hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+        ):
+            raise ArgumentError(f"{name} must be a number or a numeric array, got {_describe(leaf)}")
+        value = np.asarray(leaf)
+        if value.dtype.kind not in "biuf":
+            raise ArgumentError(f"{name} must be a number or a numeric array, got {_describe(leaf)}")
+        expected = np.shape(reference) if runs is None else (runs, *np.shape(reference))
+        if value.shape != expected:
+            raise ArgumentError(f"{name} must have shape {expected}, got {value.shape}")
+        if value.dtype.kind == "f":
+            allowed_inf = ~np.isfinite(np.asarray(reference, np.float64)) & ~np.isnan(
+                np.asarray(reference, np.float64)
+            )
+            bad = np.isnan(value) | (np.isinf(value) & ~allowed_inf)
+            if bad.any():
+                raise ArgumentError(f"{name} must be finite, got {leaf!r}")
+    return params
+
+
+class _History:
+    """The per-generation metrics of a run: one NumPy array per metric, allocated once for
+    ``capacity`` generations (grown if ever needed), filled chunk by chunk with *copies*. A list of
+    per-chunk arrays held the device buffers alive through NumPy views (~22 KB per chunk, without
+    bound); this holds nothing but the history itself."""
+
+    def __init__(self, capacity: int):
+        self.capacity = max(int(capacity), 1)
+        self.length = 0
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def extend(self, metrics: Mapping[str, Any]) -> None:
+        """Append the rows of one chunk: every value ``[length, ...]`` (host or device arrays)."""
+        if not metrics:
+            return
+        values = {k: np.asarray(v) for k, v in metrics.items()}
+        n = len(next(iter(values.values())))
+        if self.length + n > self.capacity:
+            self.capacity = max(self.length + n, 2 * self.capacity)
+            for k, a in self.arrays.items():
+                grown = np.zeros((self.capacity, *a.shape[1:]), a.dtype)
+                grown[: self.length] = a[: self.length]
+                self.arrays[k] = grown
+        for k, v in values.items():
+            if k not in self.arrays:
+                self.arrays[k] = np.zeros((self.capacity, *v.shape[1:]), v.dtype)
+            self.arrays[k][self.length : self.length + n] = v  # a copy into our own storage
+        self.length += n
+
+    def view(self) -> dict[str, np.ndarray]:
+        """The history so far (views of the storage, ``[generations so far, ...]`` each)."""
+        return {k: a[: self.length] for k, a in self.arrays.items()}
+
+    def result(self) -> dict[str, np.ndarray]:
+        """The final history: the storage itself when it is full, else a trimmed copy."""
+        return {k: a if len(a) == self.length else a[: self.length].copy() for k, a in self.arrays.items()}
 
 
 class Loop:
     """The pure, jit-able pieces of a run for one (strategy, problem, decoder) triple."""
 
     def __init__(self, strategy: Any, problem: Any, decoder: Any = None):
-        for method in ("init", "ask", "tell"):
+        for method in ("init", "ask", "tell", "default_params"):
             if not callable(getattr(strategy, method, None)):
-                raise TypeError(f"strategy must have an {method}() method (got {type(strategy).__name__})")
+                raise ArgumentError(
+                    f"strategy must have an {method}() method (got {type(strategy).__name__})"
+                )
         if not callable(getattr(problem, "evaluate", None)):
-            raise TypeError(f"problem must have an evaluate() method (got {type(problem).__name__})")
+            raise ArgumentError(f"problem must have an evaluate() method (got {type(problem).__name__})")
+        if decoder is not None and not callable(getattr(decoder, "decode", None)):
+            raise ArgumentError(f"decoder must have a decode() method (got {type(decoder).__name__})")
         # a family may carry its own decoder (GP trees run directly on data)
         decoder = decoder if decoder is not None else getattr(strategy, "decoder", None)
         if is_policy_problem(problem) and decoder is None:
@@ -192,13 +303,8 @@ def _default_chunk(generations: int) -> int:
 
 
 def _as_numpy(metrics: dict[str, jax.Array]) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v) for k, v in metrics.items()}
-
-
-def _concat_history(parts: list[dict[str, np.ndarray]], axis: int = 0) -> dict[str, np.ndarray]:
-    if not parts:
-        return {}
-    return {k: np.concatenate([p[k] for p in parts], axis=axis) for k in parts[0]}
+    """Host *copies* (``np.array``, not ``np.asarray``: a view would keep the device buffer alive)."""
+    return {k: np.array(v, copy=True) for k, v in metrics.items()}
 
 
 def run(
@@ -231,7 +337,12 @@ def run(
         chunk_size: generations per compiled ``lax.scan`` chunk (default: ~20 chunks).
         run_dir: if given, write ``config.json``, ``metrics.csv``, ``checkpoint.npz``,
             ``best.npz``/``best.txt``/``best.json`` and ``fitness.png`` there.
-        resume: continue from ``run_dir/checkpoint.npz`` (bit-identical to an uninterrupted run).
+        resume: continue from ``run_dir/checkpoint.npz`` (bit-identical to an uninterrupted run). The
+            checkpoint must belong to this run: the same ``task_name``, ``config`` (``generations``
+            aside), strategy and its static configuration, ``params``, problem and ``key``;
+            otherwise, or when it is damaged, :class:`evotensor.io.checkpoint.CheckpointError` (a
+            ``ValueError``) is raised. Without ``resume``, a run into a directory that holds an
+            earlier run removes that run's checkpoint, metrics and ``best.*`` files first.
         progress: show progress (default: on when ``run_dir`` is given).
         callback: called on the host after every chunk with a dict (generation, best_fitness,
             evals_per_second, metrics of the chunk); it may raise to stop the run (the checkpoint
@@ -246,25 +357,35 @@ def run(
     from evotensor.io.progress import ProgressReporter
     from evotensor.io.rundir import RunDirectory
 
-    if isinstance(generations, bool) or not isinstance(generations, int) or generations < 1:
-        raise ValueError(f"generations must be a positive int, got {generations!r}")
+    generations = check_int(generations, "generations")
     key = _check_key(key)
-    chunk_size = _default_chunk(generations) if chunk_size is None else int(chunk_size)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    params = strategy.default_params() if params is None else params
+    chunk_size = _default_chunk(generations) if chunk_size is None else check_int(chunk_size, "chunk_size")
     loop = Loop(strategy, problem, decoder)
+    params = check_params(strategy, params)
+    _check_optional(run_dir, "run_dir", lambda v: isinstance(v, (str, os.PathLike)), "a path (str or Path)")
+    for name, flag in (("resume", resume), ("progress", progress)):
+        if not isinstance(flag, (bool, np.bool_)) and not (name == "progress" and flag is None):
+            raise ArgumentError(
+                f"{name} must be a bool{' or None' if name == 'progress' else ''}, got {flag!r}"
+            )
+    _check_optional(callback, "callback", callable, "a callable")
+    _check_optional(best_to_text, "best_to_text", callable, "a callable")
+    _check_optional(config, "config", lambda v: isinstance(v, Mapping), "a dict")
+    if not isinstance(task_name, str) or not task_name:
+        raise ArgumentError(f"task_name must be a non-empty str, got {task_name!r}")
     population_size = int(getattr(strategy, "population_size", 0))
 
     init = jax.jit(loop.init)
     carry, loop_key = init(key, params)
-    history_parts: list[dict[str, np.ndarray]] = []
+    store = _History(generations)
     directory = None
     if run_dir is not None:
         directory = RunDirectory(Path(run_dir), task_name=task_name)
         if resume:
-            carry, history = directory.load_checkpoint(carry)
-            history_parts.append(history)
+            carry, history = directory.resume(
+                carry, config or {}, strategy=strategy, problem=problem, params=params, key=key
+            )
+            store.extend(history)
         else:
             directory.start(config or {}, strategy=strategy, problem=problem, params=params, key=key)
     elif resume:
@@ -294,11 +415,11 @@ def run(
             elapsed = time.perf_counter() - t0
             run_seconds += elapsed
             generation += length
-            history_parts.append(metrics)
+            store.extend(metrics)
             evals_per_second = population_size * length / max(elapsed, 1e-12)
             if directory is not None:
                 directory.append_metrics(metrics, first_generation=generation - length)
-                directory.save_checkpoint(carry, _concat_history(history_parts))
+                directory.save_checkpoint(carry, store.view())
             reporter.update(generation, metrics, evals_per_second, run_seconds)
             if callback is not None:
                 callback(
@@ -312,7 +433,7 @@ def run(
     finally:
         reporter.close()
 
-    history = _concat_history(history_parts)
+    history = store.result()
     best_fitness = float(to_natural(carry.best_fitness, loop.maximize))
     result = RunResult(
         state=carry.strategy_state,
@@ -353,22 +474,32 @@ def run_many(
     Returns:
         :class:`RunManyResult` whose arrays have a leading ``[runs]`` axis.
     """
-    if isinstance(generations, bool) or not isinstance(generations, int) or generations < 1:
-        raise ValueError(f"generations must be a positive int, got {generations!r}")
+    generations = check_int(generations, "generations")
     if not (
-        isinstance(keys, jax.Array) and jnp.issubdtype(keys.dtype, jax.dtypes.prng_key) and keys.ndim == 1
+        isinstance(keys, jax.Array)
+        and jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
+        and keys.ndim == 1
+        and keys.shape[0] >= 1
     ):
-        raise TypeError("keys must be a 1-d array of typed keys, e.g. jax.random.split(jax.random.key(0), 8)")
+        raise ArgumentError(
+            "keys must be a 1-d array of typed keys, e.g. jax.random.split(jax.random.key(0), 8), "
+            f"got {_describe(keys)}"
+        )
     runs = keys.shape[0]
+    if not isinstance(params_batched, (bool, np.bool_)):
+        raise ArgumentError(f"params_batched must be a bool, got {params_batched!r}")
+    loop = Loop(strategy, problem, decoder)
+    if params is None and params_batched:
+        raise ArgumentError("params_batched=True needs params with a leading [runs] axis, got params=None")
     params = strategy.default_params() if params is None else params
     if params_batched:
         for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
             if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != runs:
-                raise ValueError(
+                raise ArgumentError(
                     f"params_batched=True: leaf {jax.tree_util.keystr(path)} must have a leading "
                     f"axis of {runs} runs, got shape {jnp.shape(leaf)}"
                 )
-    loop = Loop(strategy, problem, decoder)
+    params = check_params(strategy, params, runs if params_batched else None)
     p_axis = 0 if params_batched else None
 
     def whole(key, p):
@@ -386,7 +517,7 @@ def run_many(
         state=carry.strategy_state,
         best_genotype=carry.best_genotype,
         best_fitness=np.asarray(to_natural(carry.best_fitness, loop.maximize)),
-        history=_as_numpy(metrics),
+        history=_as_numpy(metrics),  # one copy of the whole history: no view keeps device buffers
         generations=generations,
         evaluations=runs * generations * population_size,
         compile_seconds=compile_seconds,

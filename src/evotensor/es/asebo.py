@@ -100,6 +100,14 @@ class ASEBO(GradientES):
     """
 
     name = "asebo"
+
+    def memory_elements(self, population_size: int, num_dims: int) -> int:
+        """The vector strategies' estimate plus the ``[k, n]`` gradient buffer and basis and the
+        ``[pop/2, n, k]`` projection products, for the default ``k = min(70, n)`` or more."""
+        k = min(70, num_dims)
+        extra = (2 * k + (population_size // 2) * k) * num_dims
+        return super().memory_elements(population_size, num_dims) + extra
+
     default_sigma_init = 0.1
     default_learning_rate = 0.05
     default_fitness_shaping = staticmethod(z_score)

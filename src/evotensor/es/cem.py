@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax.lax import Precision
 
-from evotensor.core.checks import check_fraction, check_positive
+from evotensor.core.checks import check_fraction, check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.diagonal_gaussian import DiagonalGaussianStrategy
 
@@ -100,7 +100,7 @@ class CEM(DiagonalGaussianStrategy):
         self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
         self.mean_smoothing = check_fraction(mean_smoothing, "mean_smoothing")
         self.std_smoothing = check_fraction(std_smoothing, "std_smoothing")
-        self.extra_noise = check_positive(extra_noise, "extra_noise", allow_zero=True)
+        self.extra_noise = check_spread(extra_noise, "extra_noise", allow_zero=True)
 
     def _refit(self, state, x, fitness, params):
         w = elite_weights(fitness, params.elite_ratio)

@@ -35,9 +35,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from evotensor.core.checks import ArgumentError, check_choice, check_positive
+from evotensor.core.checks import ArgumentError, check_choice, check_spread
 from evotensor.es._moved import moved_names
-from evotensor.es.core.base import VectorStrategy, float_dtype, population_size_or_default
+from evotensor.es.core.base import (
+    VectorStrategy,
+    check_finite_template,
+    float_dtype,
+    population_size_or_default,
+)
 from evotensor.es.core.cma import (
     PRESETS,
     CMAESParams,
@@ -71,6 +76,7 @@ class CMAES(VectorStrategy):
     """
 
     name = "cma_es"
+    square_matrices = 4  # C, B, the updated C, the eigendecomposition's workspace
     min_population_size = 2
 
     def __init__(
@@ -88,7 +94,7 @@ class CMAES(VectorStrategy):
         n, population_size = self.num_dims, self.population_size
         self.preset = check_choice(preset, "preset", PRESETS)
         self.step_size = resolve_step_size(step_size, n, preset)
-        self.sigma_init = check_positive(sigma_init, "sigma_init")
+        self.sigma_init = check_spread(sigma_init, "sigma_init")
         if n > LARGE_DIMS:
             warnings.warn(
                 f"CMAES with num_dims={n} stores n x n matrices ({4 * n * n / 2**20:.0f} MiB each in "
@@ -113,8 +119,7 @@ class CMAES(VectorStrategy):
                 raise ArgumentError(f"mean_init could not be flattened: {err}") from err
         if flat.shape != (self.num_dims,):
             raise ArgumentError(f"mean_init must flatten to shape ({self.num_dims},), got {flat.shape}")
-        if not np.all(np.isfinite(flat)):
-            raise ArgumentError("mean_init must be finite")
+        check_finite_template(flat, "mean_init")
         return flat
 
     def default_params(self) -> CMAESParams:

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import check_positive
+from evotensor.core.checks import check_spread
 from evotensor.core.fitness_shaping import ranks
 from evotensor.core.numerics import exact_matvec, exact_sum, exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
@@ -120,7 +120,7 @@ class CRFMNES(VectorStrategy):
             num_dims,
         )
         check_even(self.population_size, "CR-FM-NES's mirrored sampling")
-        self._sigma_init = check_positive(sigma_init, "sigma_init")
+        self._sigma_init = check_spread(sigma_init, "sigma_init")
         lam = self.population_size
         k = jnp.arange(1, lam + 1, dtype=jnp.float32)
         self._w_hat = jnp.maximum(0.0, math.log(lam / 2.0 + 1.0) - jnp.log(k))  # [lam] by rank

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import check_choice, check_fraction, check_positive
+from evotensor.core.checks import check_choice, check_fraction, check_real, check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.base import (
     InvalidAsInfStrategy,
@@ -42,7 +42,7 @@ class DEParams:
     """Dynamic hyperparameters (Storn & Price 1997).
 
     Attributes:
-        differential_weight: F (default 0.5).
+        differential_weight: F, in ``(0, 2]`` (Storn & Price's range; default 0.5).
         crossover_rate: CR (default 0.9).
         init_range: half-width of the initial uniform box around the template (default 1.0).
     """
@@ -168,9 +168,11 @@ class DE(InvalidAsInfStrategy):
             num_dims,
         )
         self.variant = check_choice(variant, "variant", VARIANTS)
-        self.differential_weight = check_positive(differential_weight, "differential_weight")
+        self.differential_weight = check_real(
+            differential_weight, "differential_weight", 0.0, 2.0, low_open=True
+        )
         self.crossover_rate = check_fraction(crossover_rate, "crossover_rate", allow_zero=True)
-        self.init_range = check_positive(init_range, "init_range")
+        self.init_range = check_spread(init_range, "init_range")
 
     def default_params(self) -> DEParams:
         return float32_params(DEParams, self)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.lax import Precision
 
-from evotensor.core.checks import check_positive
+from evotensor.core.checks import check_fraction, check_real
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.diagonal_gaussian import DiagonalGaussianStrategy
 
@@ -34,8 +34,9 @@ class DiscoveredESParams:
 
     Attributes:
         temperature: sharpness of the sigmoid over normalized ranks (default 12.5).
-        lr_mean: mean learning rate (default 1.0).
-        lr_std: standard-deviation learning rate (default 0.1).
+        lr_mean: mean learning rate, in ``(0, 1]`` (default 1.0).
+        lr_std: standard-deviation learning rate, in ``(0, 1]`` (default 0.1; above 1 the
+            interpolation could make ``std`` negative).
         std_init: initial standard deviation (default 1.0).
     """
 
@@ -95,9 +96,9 @@ class DiscoveredES(DiagonalGaussianStrategy):
         **options,
     ):
         super().__init__(population_size, solution, num_dims, **options)
-        self.temperature = check_positive(temperature, "temperature", allow_zero=True)
-        self.lr_mean = check_positive(lr_mean, "lr_mean")
-        self.lr_std = check_positive(lr_std, "lr_std")
+        self.temperature = check_real(temperature, "temperature", 0.0)
+        self.lr_mean = check_fraction(lr_mean, "lr_mean")
+        self.lr_std = check_fraction(lr_std, "lr_std")
 
     def _refit(self, state, x, fitness, params):
         order = jnp.argsort(fitness, stable=True)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax.lax import Precision
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError, check_positive
+from evotensor.core.checks import ArgumentError, check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.base import InvalidAsInfStrategy, float32_params
 
@@ -77,8 +77,8 @@ class GLD(InvalidAsInfStrategy):
 
     def __init__(self, population_size, solution=None, num_dims=None, *, radius_max=1.0, radius_min=1e-6):
         super().__init__(population_size, solution, num_dims)
-        self.radius_max = check_positive(radius_max, "radius_max")
-        self.radius_min = check_positive(radius_min, "radius_min")
+        self.radius_max = check_spread(radius_max, "radius_max")
+        self.radius_min = check_spread(radius_min, "radius_min")
         if self.radius_min > self.radius_max:
             raise ArgumentError(f"radius_min ({radius_min}) must be <= radius_max ({radius_max})")
 

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax.lax import Precision
 
 from evotensor.core import rng
-from evotensor.core.checks import check_fraction, check_int, check_positive
+from evotensor.core.checks import check_fraction, check_int, check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.gradient_es import GradientES, identity_shaping, pair_sum, tell_by_statistics
 from evotensor.es.core.optimizers import safe_normalize
@@ -118,7 +118,7 @@ class GuidedES(GradientES):
         super().__init__(population_size, solution, num_dims, **options)
         self.subspace_dims = check_int(subspace_dims, "subspace_dims", 1, self.num_dims)
         self._alpha = check_fraction(alpha, "alpha", allow_zero=True)
-        self._beta = check_positive(beta, "beta")
+        self._beta = check_spread(beta, "beta")
         self.es_gradient_as_surrogate = bool(es_gradient_as_surrogate)
 
     def default_params(self) -> GuidedESParams:

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import check_positive
+from evotensor.core.checks import check_fraction, check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.base import InvalidAsInfStrategy, float32_params
 
@@ -24,7 +24,8 @@ class HillClimbingParams:
 
     Attributes:
         std_init: initial step size (default 1.0).
-        std_decay: per-generation multiplicative decay of the step size (default 1.0 = fixed).
+        std_decay: per-generation multiplicative decay of the step size, in ``(0, 1]`` (default 1.0 =
+            fixed; a factor above 1 is refused: it is not a decay).
         std_min: lower bound of the step size (default 0.0).
     """
 
@@ -67,9 +68,9 @@ class HillClimbing(InvalidAsInfStrategy):
         self, population_size, solution=None, num_dims=None, *, std_init=1.0, std_decay=1.0, std_min=0.0
     ):
         super().__init__(population_size, solution, num_dims)
-        self.std_init = check_positive(std_init, "std_init")
-        self.std_decay = check_positive(std_decay, "std_decay")
-        self.std_min = check_positive(std_min, "std_min", allow_zero=True)
+        self.std_init = check_spread(std_init, "std_init")
+        self.std_decay = check_fraction(std_decay, "std_decay")
+        self.std_min = check_spread(std_min, "std_min", allow_zero=True)
 
     def default_params(self) -> HillClimbingParams:
         return float32_params(HillClimbingParams, self)

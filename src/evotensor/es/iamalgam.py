@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from jax.lax import Precision
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError, check_fraction, check_positive
+from evotensor.core.checks import ArgumentError, check_fraction, check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.base import InvalidAsInfStrategy, population_size_or_default
 
@@ -139,6 +139,7 @@ class IAMaLGaMFull(InvalidAsInfStrategy):
     """
 
     name = "iamalgam_full"
+    square_matrices = 3  # the covariance, its Cholesky factor, the refit
     # an all-invalid generation would re-estimate the model from an arbitrary "selection": skip it
     freeze_on_all_invalid = True
     min_population_size = 2
@@ -163,7 +164,7 @@ class IAMaLGaMFull(InvalidAsInfStrategy):
             )
         alpha_ams = 0.5 * self.selection_ratio * self.population_size / (self.population_size - 1)
         self.num_ams = int(math.floor(alpha_ams * (self.population_size - 1)))
-        self.std_init = check_positive(std_init, "std_init")
+        self.std_init = check_spread(std_init, "std_init")
         if not self.univariate and self.num_dims > 5000:
             warnings.warn(
                 f"IAMaLGaMFull stores a {self.num_dims}x{self.num_dims} covariance and factorizes it every "
@@ -265,6 +266,7 @@ class IAMaLGaMUnivariate(IAMaLGaMFull):
     """
 
     name = "iamalgam_univariate"
+    square_matrices = 0
     univariate = True
 
     def _initial_cov(self, std_init):

@@ -83,6 +83,7 @@ class MAES(MeanSigmaStrategy):
     """
 
     name = "ma_es"
+    square_matrices = 3  # M, the identity and the updated M
 
     def default_params(self) -> MAESParams:
         n = float(self.num_dims)

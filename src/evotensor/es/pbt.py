@@ -19,7 +19,8 @@ with probability ``resample_probability``, resampling it from the initial distri
 top members keep their hyperparameters. Defaults follow Jaderberg et al. (truncation 20 %,
 perturbation factors 0.8 and 1.2); the asynchronous "ready" schedule of the paper becomes one
 synchronous round per ``tell``. The stored ``fitness`` of a copied member is its donor's score (the
-score of the weights it now holds).
+score of the weights it now holds). A round in which no score is finite replaces nobody (``parents``
+is the identity); the stored scores become ``+inf`` (unknown).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError, check_fraction, check_positive
+from evotensor.core.checks import ArgumentError, check_fraction, check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.base import InvalidAsInfStrategy, float32_params, initial_population
 from evotensor.es.core.ga_base import num_elites
@@ -40,7 +41,8 @@ class PBTParams:
 
     Attributes:
         truncation: fraction replaced / used as donors, in (0, 0.5] (default 0.2).
-        perturb_low, perturb_high: explore factors (defaults 0.8, 1.2).
+        perturb_low, perturb_high: explore factors, ``0 < perturb_low <= perturb_high <= 1e15``
+            (defaults 0.8, 1.2).
         resample_probability: per-hyperparameter probability of resampling instead (default 0.0).
         init_range: half-width of the initial (and resampling) uniform box (default 1.0).
     """
@@ -106,12 +108,14 @@ class PBT(InvalidAsInfStrategy):
         self.truncation = check_fraction(truncation, "truncation")
         if self.truncation > 0.5:  # donors and replaced members would overlap
             raise ArgumentError(f"truncation must be in (0, 0.5], got {truncation}")
-        self.perturb_low = check_positive(perturb_low, "perturb_low")
-        self.perturb_high = check_positive(perturb_high, "perturb_high")
+        self.perturb_low = check_spread(perturb_low, "perturb_low")
+        self.perturb_high = check_spread(perturb_high, "perturb_high")
+        if self.perturb_low > self.perturb_high:
+            raise ArgumentError(f"perturb_low ({perturb_low}) must be <= perturb_high ({perturb_high})")
         self.resample_probability = check_fraction(
             resample_probability, "resample_probability", allow_zero=True
         )
-        self.init_range = check_positive(init_range, "init_range")
+        self.init_range = check_spread(init_range, "init_range")
 
     def default_params(self) -> PBTParams:
         return float32_params(PBTParams, self)
@@ -133,7 +137,9 @@ class PBT(InvalidAsInfStrategy):
         order = jnp.argsort(fitness, stable=True)
         rank = jnp.zeros(n, jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32))
         k = jnp.minimum(num_elites(params.truncation, n), n // 2)
-        replaced = rank >= n - k
+        # a round without one valid score ranks nobody: no member is replaced (``parents`` is the
+        # identity, the population stays), instead of copying by the tie-break of the +inf stand-ins
+        replaced = (rank >= n - k) & jnp.any(jnp.isfinite(fitness))
         u = rng.uniform(k_donor, (n,), jnp.float32)
         donors = order[jnp.minimum((u * k).astype(jnp.int32), k - 1)]
         parents = jnp.where(replaced, donors, jnp.arange(n, dtype=jnp.int32))

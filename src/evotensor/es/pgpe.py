@@ -26,7 +26,7 @@ import optax
 from jax.lax import Precision
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError, check_fraction, check_positive
+from evotensor.core.checks import MAX_SPREAD, ArgumentError, check_fraction, check_real, check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.base import float32_params
 from evotensor.es.core.gradient_es import OptimizerStrategy, tell_by_statistics, track_best_row
@@ -135,12 +135,12 @@ class PGPE(OptimizerStrategy):
         **options,
     ):
         super().__init__(population_size, solution, num_dims, **options)
-        self.sigma_init = check_positive(sigma_init, "sigma_init")
-        self.sigma_learning_rate = check_positive(sigma_learning_rate, "sigma_learning_rate", allow_zero=True)
+        self.sigma_init = check_spread(sigma_init, "sigma_init")
+        self.sigma_learning_rate = check_real(sigma_learning_rate, "sigma_learning_rate", 0.0, MAX_SPREAD)
         self.sigma_max_change = check_fraction(sigma_max_change, "sigma_max_change", allow_zero=True)
         if self.sigma_max_change == 1.0:  # a change of -100% would set sigma to 0
             raise ArgumentError(f"sigma_max_change must be in [0, 1), got {sigma_max_change!r}")
-        self.sigma_min = check_positive(sigma_min, "sigma_min")
+        self.sigma_min = check_spread(sigma_min, "sigma_min")
 
     def default_optimizer(self) -> optax.GradientTransformation:
         """``clipup(learning_rate=0.15)`` (``max_speed = 0.3``; the ClipUp paper recommends step size =

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import check_positive
+from evotensor.core.checks import check_fraction, check_real, check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.base import (
     InvalidAsInfStrategy,
@@ -42,9 +42,9 @@ class PSOParams:
     """Dynamic hyperparameters (Clerc & Kennedy 2002 constriction-equivalent defaults).
 
     Attributes:
-        inertia: inertia weight w (default 0.7298).
-        cognitive: c1, attraction to the personal best (default 1.49618).
-        social: c2, attraction to the global best (default 1.49618).
+        inertia: inertia weight w, in ``[0, 1]`` (default 0.7298).
+        cognitive: c1, attraction to the personal best, in ``[0, 4]`` (default 1.49618).
+        social: c2, attraction to the global best, in ``[0, 4]`` (default 1.49618).
         init_range: half-width of the initial uniform box around the template (default 1.0).
     """
 
@@ -140,10 +140,12 @@ class PSO(InvalidAsInfStrategy):
             solution,
             num_dims,
         )
-        self.inertia = check_positive(inertia, "inertia", allow_zero=True)
-        self.cognitive = check_positive(cognitive, "cognitive", allow_zero=True)
-        self.social = check_positive(social, "social", allow_zero=True)
-        self.init_range = check_positive(init_range, "init_range")
+        # inertia > 1 makes velocities grow without bound; acceleration coefficients above 4 lie outside
+        # every studied setting (Kennedy & Eberhart's original c = 2; Clerc & Kennedy's phi = c1 + c2 > 4)
+        self.inertia = check_fraction(inertia, "inertia", allow_zero=True)
+        self.cognitive = check_real(cognitive, "cognitive", 0.0, 4.0)
+        self.social = check_real(social, "social", 0.0, 4.0)
+        self.init_range = check_spread(init_range, "init_range")
 
     def default_params(self) -> PSOParams:
         return float32_params(PSOParams, self)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import check_positive
+from evotensor.core.checks import check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.base import InvalidAsInfStrategy, float32_params
 
@@ -60,7 +60,7 @@ class RandomSearch(InvalidAsInfStrategy):
 
     def __init__(self, population_size, solution=None, num_dims=None, *, radius=1.0):
         super().__init__(population_size, solution, num_dims)
-        self.radius = check_positive(radius, "radius")
+        self.radius = check_spread(radius, "radius")
 
     def default_params(self) -> RandomSearchParams:
         return float32_params(RandomSearchParams, self)

@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError, check_fraction, check_positive
+from evotensor.core.checks import ArgumentError, check_fraction, check_spread
 from evotensor.core.numerics import exact_vecmat
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.es.core.base import VectorStrategy
+from evotensor.es.core.base import VectorStrategy, check_finite_template
 
 
 @pytree_dataclass
@@ -83,7 +83,7 @@ class SimpleES(VectorStrategy):
         super().__init__(population_size, solution, num_dims)
         self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
         self.num_elites = max(1, math.ceil(self.elite_ratio * self.population_size))
-        self.sigma_init = check_positive(sigma_init, "sigma_init")
+        self.sigma_init = check_spread(sigma_init, "sigma_init")
         self._mean_init = self._check_mean_init(mean_init)
         weights = jnp.log(self.num_elites + 0.5) - jnp.log(jnp.arange(1, self.num_elites + 1))
         self.weights = weights / weights.sum()
@@ -91,6 +91,7 @@ class SimpleES(VectorStrategy):
     def _check_mean_init(self, mean_init: Any) -> jax.Array:
         if mean_init is None:
             return self.initial_mean()
+        check_finite_template(mean_init, "mean_init")  # before the float32 cast turns 1e39 into inf
         mean_init = jnp.asarray(mean_init, jnp.float32).reshape(-1)
         if mean_init.shape != (self.num_dims,):
             raise ArgumentError(f"mean_init must have {self.num_dims} elements, got {mean_init.shape[0]}")

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import check_fraction, check_positive
+from evotensor.core.checks import check_fraction, check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.ga_base import ElitistGA, mutate
 
@@ -34,7 +34,8 @@ class SimpleGAParams:
         crossover_rate: probability that a child uses uniform crossover (default 0.0: mutation
             only, as in Such et al. 2017).
         std_init: mutation step size (default 1.0).
-        std_decay: per-generation multiplicative decay of the step size (default 1.0 = fixed).
+        std_decay: per-generation multiplicative decay of the step size, in ``(0, 1]`` (default 1.0 =
+            fixed).
         std_min: step-size floor (default 0.0).
         init_range: half-width of the initial uniform box (default 1.0).
     """
@@ -95,8 +96,8 @@ class SimpleGA(ElitistGA):
     ):
         super().__init__(population_size, solution, num_dims, **options)
         self.crossover_rate = check_fraction(crossover_rate, "crossover_rate", allow_zero=True)
-        self.std_decay = check_positive(std_decay, "std_decay")
-        self.std_min = check_positive(std_min, "std_min", allow_zero=True)
+        self.std_decay = check_fraction(std_decay, "std_decay")
+        self.std_min = check_spread(std_min, "std_min", allow_zero=True)
 
     def _initial_fields(self, params):
         return {"std": jnp.asarray(params.std_init, jnp.float32)}

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import check_positive
+from evotensor.core.checks import check_fraction, check_real, check_spread
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.base import InvalidAsInfStrategy, float32_params
 
@@ -26,10 +26,10 @@ class SimulatedAnnealingParams:
 
     Attributes:
         temp_init: initial temperature T0 (default 1.0, in units of fitness).
-        temp_decay: cooling factor per generation (default 0.99).
+        temp_decay: cooling factor per generation, in ``(0, 1]`` (default 0.99).
         temp_min: temperature floor (default 1e-10).
         std_init: initial neighbourhood step size (default 1.0).
-        std_decay: step-size decay per generation (default 0.99).
+        std_decay: step-size decay per generation, in ``(0, 1]`` (default 0.99).
         std_min: step-size floor (default 0.0).
     """
 
@@ -100,12 +100,12 @@ class SimulatedAnnealing(InvalidAsInfStrategy):
         std_min=0.0,
     ):
         super().__init__(population_size, solution, num_dims)
-        self.temp_init = check_positive(temp_init, "temp_init", allow_zero=True)
-        self.temp_decay = check_positive(temp_decay, "temp_decay")
-        self.temp_min = check_positive(temp_min, "temp_min", allow_zero=True)
-        self.std_init = check_positive(std_init, "std_init")
-        self.std_decay = check_positive(std_decay, "std_decay")
-        self.std_min = check_positive(std_min, "std_min", allow_zero=True)
+        self.temp_init = check_real(temp_init, "temp_init", 0.0)
+        self.temp_decay = check_fraction(temp_decay, "temp_decay")
+        self.temp_min = check_real(temp_min, "temp_min", 0.0)
+        self.std_init = check_spread(std_init, "std_init")
+        self.std_decay = check_fraction(std_decay, "std_decay")
+        self.std_min = check_spread(std_min, "std_min", allow_zero=True)
 
     def default_params(self) -> SimulatedAnnealingParams:
         return float32_params(SimulatedAnnealingParams, self)

@@ -99,6 +99,8 @@ class XNES(NaturalES):
     """
 
     name = "xnes"
+    square_matrices = 3  # B, the natural gradient, its exponential
+    member_square_matrices = 1  # the per-sample outer products z z^T of the gradient
 
     def default_params(self) -> XNESParams:
         d = self.num_dims

@@ -5,12 +5,20 @@ readable across JAX versions); typed PRNG keys are stored as their raw key data 
 on load. Loading needs a *template* pytree of the same structure (e.g. a freshly initialized
 state): its treedef, dtypes and key types are used to rebuild the saved values exactly, so a resumed
 run continues bit-identically.
+
+A file that cannot be read as such a checkpoint (empty, truncated, corrupted, random bytes, another
+kind of ``.npz``) or that does not fit the template raises :class:`CheckpointError`, a ``ValueError``
+whose message names the file. File-system errors (a missing file, a directory) stay ``OSError``
+exceptions, which name the file too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +26,64 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evotensor.io.atomic import atomic_open
+from evotensor.io import atomic
+
+__all__ = ["CheckpointError", "load_extra_arrays", "load_metadata", "load_pytree", "save_pytree"]
 
 _META = "__meta__"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: damaged, not written by :func:`save_pytree`, or not matching
+    the template (or the run) it is loaded for. The message names the file."""
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[Any]:
+    """``np.load(path)`` as an ``NpzFile``; any failure to parse it (also while reading its members
+    inside the ``with`` block) becomes a :class:`CheckpointError` naming ``path``."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (EOFError, zipfile.BadZipFile, ValueError, KeyError, IndexError) as err:
+        raise CheckpointError(_damaged(path, err)) from err
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise CheckpointError(f"{path} is a single .npy array, not a checkpoint (.npz) written by evotensor")
+    try:
+        with data:
+            yield data
+    except CheckpointError:
+        raise
+    except (
+        EOFError,
+        zipfile.BadZipFile,
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+        UnicodeDecodeError,
+    ) as err:
+        raise CheckpointError(_damaged(path, err)) from err
+
+
+def _damaged(path: Path, err: BaseException) -> str:
+    if isinstance(err, KeyError):
+        detail = f"entry {err.args[0] if err.args else ''} is missing"
+    elif isinstance(err, EOFError) or (isinstance(err, zipfile.BadZipFile) and "not a zip" in str(err)):
+        detail = "empty, truncated or not an .npz archive"
+    elif isinstance(err, ValueError) and "pickle" in str(err):
+        detail = "not an .npz archive"
+    else:
+        detail = f"{type(err).__name__}: {err}"
+    return f"{path} is damaged or is not a checkpoint written by evotensor ({detail})"
+
+
+def _meta(data: Any, path: Path) -> dict[str, Any]:
+    if _META not in data.files:
+        raise CheckpointError(f"{path} is not a checkpoint written by evotensor (no {_META} entry)")
+    meta = json.loads(bytes(data[_META]).decode())
+    if not isinstance(meta, dict) or not isinstance(meta.get("kinds"), dict):
+        raise CheckpointError(f"{path} is damaged (its {_META} entry is not a checkpoint record)")
+    return meta
 
 
 def _is_prng_key(leaf: Any) -> bool:
@@ -61,57 +124,77 @@ def save_pytree(
         kinds[slot + ":path"] = name
     meta = {"kinds": kinds, "metadata": metadata or {}}
     arrays[_META] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    with atomic_open(Path(path), "wb") as handle:
+    with atomic.atomic_open(Path(path), "wb") as handle:
         np.savez(handle, **arrays)
 
 
 def load_extra_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The ``extra_arrays`` stored by :func:`save_pytree`."""
-    with np.load(Path(path)) as data:
+    """The ``extra_arrays`` stored by :func:`save_pytree`.
+
+    Raises:
+        CheckpointError: the file is damaged or not such a checkpoint.
+    """
+    path = Path(path)
+    with _reading(path) as data:
+        _meta(data, path)
         return {k[len(_EXTRA) :]: data[k] for k in data.files if k.startswith(_EXTRA)}
 
 
 def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
-    """The JSON metadata stored by :func:`save_pytree`."""
-    with np.load(Path(path)) as data:
-        return json.loads(bytes(data[_META]).decode())["metadata"]
+    """The JSON metadata stored by :func:`save_pytree`.
+
+    Raises:
+        CheckpointError: the file is damaged or not such a checkpoint.
+    """
+    path = Path(path)
+    with _reading(path) as data:
+        metadata = _meta(data, path).get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"{path} is damaged (its metadata is not a JSON object)")
+    return metadata
 
 
 def load_pytree(path: str | os.PathLike, template: Any) -> Any:
     """Load a pytree saved by :func:`save_pytree`, using ``template`` for its structure.
 
     Raises:
-        ValueError: naming the first leaf path whose structure, shape or dtype differs.
+        CheckpointError: (a ``ValueError``) the file is damaged or not such a checkpoint, or it
+            differs from the template; the message names the file and the first leaf path whose
+            structure, shape or dtype differs.
     """
+    path = Path(path)
     leaves_t, treedef = jax.tree_util.tree_flatten(template)
     names = [name for name, _ in _leaf_names(template)]
-    with np.load(Path(path)) as data:
-        kinds = json.loads(bytes(data[_META]).decode())["kinds"]
+    with _reading(path) as data:
+        kinds = _meta(data, path)["kinds"]
         n_saved = sum(1 for k in kinds if not k.endswith(":path"))
         if n_saved != len(leaves_t):
-            raise ValueError(f"checkpoint {path} has {n_saved} leaves, the template has {len(leaves_t)}")
+            raise CheckpointError(f"checkpoint {path} has {n_saved} leaves, the template has {len(leaves_t)}")
         out = []
         for i, (name, ref) in enumerate(zip(names, leaves_t)):
             slot = f"{i:05d}"
             saved_name = kinds[slot + ":path"]
             if saved_name != name:
-                raise ValueError(f"checkpoint leaf {i} is {saved_name}, the template has {name}")
+                raise CheckpointError(f"checkpoint {path}: leaf {i} is {saved_name}, the template has {name}")
             value = data[slot]
             if kinds[slot].startswith("key:"):
                 if not _is_prng_key(ref):
-                    raise ValueError(f"checkpoint leaf {name} is a PRNG key, the template's is not")
+                    raise CheckpointError(
+                        f"checkpoint {path}: leaf {name} is a PRNG key, the template's is not"
+                    )
                 out.append(jax.random.wrap_key_data(jnp.asarray(value), impl=jax.random.key_impl(ref)))
                 continue
             ref_arr = np.asarray(ref)
             if kinds[slot].startswith("bits:"):
                 if ref_arr.dtype.name != kinds[slot][5:]:
-                    raise ValueError(
-                        f"checkpoint leaf {name} has dtype {kinds[slot][5:]}, the template {ref_arr.dtype}"
+                    raise CheckpointError(
+                        f"checkpoint {path}: leaf {name} has dtype {kinds[slot][5:]}, "
+                        f"the template {ref_arr.dtype}"
                     )
                 value = value.view(ref_arr.dtype)
             if value.shape != ref_arr.shape or value.dtype != ref_arr.dtype:
-                raise ValueError(
-                    f"checkpoint leaf {name} has shape {value.shape} dtype {value.dtype}, "
+                raise CheckpointError(
+                    f"checkpoint {path}: leaf {name} has shape {value.shape} dtype {value.dtype}, "
                     f"the template expects {ref_arr.shape} {ref_arr.dtype}"
                 )
             out.append(jnp.asarray(value) if isinstance(ref, jax.Array) else value)

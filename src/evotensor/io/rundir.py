@@ -7,16 +7,28 @@
 * ``checkpoint.npz`` — the full run state after the last completed chunk (atomic write);
 * ``best.npz`` / ``best.json`` / ``best.txt`` — the best solution, reloadable, and its fitness;
 * ``fitness.png`` — best-so-far and generation-mean fitness curves (plus task-specific plots).
+
+Every file but ``metrics.csv`` (appended row by row, rebuilt from the checkpoint on resume) is
+written atomically (:mod:`evotensor.io.atomic`). The checkpoint carries the *identity* of its run
+(:func:`run_identity`: task, configuration, strategy, params, problem, key); resuming checks it and
+refuses a checkpoint of another run. A fresh run into a directory removes the files of the run that
+was there before (so a later resume cannot pick up that run's checkpoint), and starting or resuming
+removes the temporary files that a killed write left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
+import errno
 import io
 import json
+import math
 import platform
+import re
 import sys
+from collections.abc import Iterator
 from importlib import metadata as _metadata
 from pathlib import Path
 from typing import Any
@@ -24,11 +36,23 @@ from typing import Any
 import jax
 import numpy as np
 
-from evotensor.io.atomic import write_text_atomic
-from evotensor.io.checkpoint import load_extra_arrays, load_metadata, load_pytree, save_pytree
+from evotensor.io import atomic
+from evotensor.io.checkpoint import (
+    CheckpointError,
+    load_extra_arrays,
+    load_metadata,
+    load_pytree,
+    save_pytree,
+)
 
 CHECKPOINT = "checkpoint.npz"
 _HISTORY = "history/"
+# the files a run writes into its directory (a fresh run removes those of an earlier run)
+RUN_FILES = ("config.json", "metrics.csv", CHECKPOINT, "best.npz", "best.json", "best.txt", "fitness.png")
+
+
+class MetricsError(ValueError):
+    """A ``metrics.csv`` that cannot be parsed; the message names the file and the line."""
 
 
 def default_run_dir(task: str, root: str | Path = "runs") -> Path:
@@ -97,19 +121,156 @@ def params_to_dict(params: Any) -> dict[str, Any]:
     return {jax.tree_util.keystr(path) or "<root>": _jsonable(leaf) for path, leaf in flat}
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _canonical(value: Any) -> Any:
+    """JSON-ready ``value`` without memory addresses (``<object at 0x...>`` differs per process)."""
+    if isinstance(value, str):
+        return _ADDRESS.sub("", value)
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def run_identity(
+    task_name: str, config: dict[str, Any] | None, *, strategy: Any, problem: Any, params: Any, key: jax.Array
+) -> dict[str, Any]:
+    """What makes a run *this* run, as JSON: the task name, its configuration (without
+    ``generations``, which a resume may extend), the strategy's class and static configuration, its
+    params, the problem's class and static configuration, and the key's data.
+
+    Two runs with equal identities compute the same generations; a checkpoint stores the identity of
+    its run and :meth:`RunDirectory.load_checkpoint` refuses one whose identity differs.
+    """
+    config = {k: v for k, v in (config or {}).items() if k != "generations"}
+    return _canonical(
+        {
+            "task": task_name,
+            "config": _jsonable(config),
+            "strategy": _static_config(strategy),
+            "params": params_to_dict(params),
+            "problem": _static_config(problem),
+            "key_data": np.asarray(jax.random.key_data(key)).tolist(),
+        }
+    )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal JSON values; floats to a relative 1e-5 (params and derived constants may be computed on
+    another device or libm), NaN equal to NaN."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    numbers = (int, float)
+    if (
+        isinstance(a, numbers)
+        and isinstance(b, numbers)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+    ):
+        if isinstance(a, int) and isinstance(b, int):
+            return a == b
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-30)
+    return type(a) is type(b) and a == b
+
+
+def _first_difference(saved: Any, current: Any, where: str = "") -> str:
+    """Where two identities first differ, e.g. ``config['function']: 'rastrigin' vs 'sphere'``."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        for k in sorted(set(saved) | set(current)):
+            if k not in saved or k not in current:
+                side = "the checkpoint's" if k in saved else "this run's"
+                return f"{where}[{k!r}] is only in {side}"
+            if not _same(saved[k], current[k]):
+                return _first_difference(saved[k], current[k], f"{where}[{k!r}]")
+    if isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current):
+        for i, (x, y) in enumerate(zip(saved, current)):
+            if not _same(x, y):
+                return _first_difference(x, y, f"{where}[{i}]")
+
+    def short(v: Any) -> str:
+        text = repr(v)
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    return f"{where}: checkpoint {short(saved)}, this run {short(current)}"
+
+
+def check_identity(path: Path, saved: Any, current: dict[str, Any]) -> None:
+    """Refuse (:class:`CheckpointError`) a checkpoint whose stored identity ``saved`` is not
+    ``current``, naming the first difference."""
+    if not isinstance(saved, dict):
+        raise CheckpointError(
+            f"checkpoint {path} carries no run identity (written by an older evotensor), so it cannot "
+            "be checked against this run; start a new run"
+        )
+    if not _same(saved, current):
+        part = next((k for k in current if not _same(saved.get(k), current[k])), "task")
+        what = {"key_data": "key (seed)", "params": "strategy params"}.get(part, part)
+        raise CheckpointError(
+            f"checkpoint {path} belongs to another run: mismatch in its {what} "
+            f"({part}{_first_difference(saved.get(part), current[part])}); resume with the task, "
+            "configuration, strategy, problem and key the run was started with, or start a new run"
+        )
+
+
 class RunDirectory:
-    """Writes (and resumes from) one run directory."""
+    """Writes (and resumes from) one run directory.
+
+    Raises:
+        NotADirectoryError: ``path`` (or a parent) exists and is not a directory.
+        OSError: the directory cannot be created.
+    """
 
     def __init__(self, path: Path, task_name: str = "run"):
         self.path = Path(path)
         self.task_name = task_name
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.identity: dict[str, Any] | None = None
+        if self.path.exists() and not self.path.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory", str(self.path))
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except FileExistsError as err:  # a parent is a file
+            raise NotADirectoryError(errno.ENOTDIR, "a parent is not a directory", str(self.path)) from err
+        atomic.remove_stale_temp_files(self.path, RUN_FILES)
+
+    @contextlib.contextmanager
+    def _writing(self, name: str) -> Iterator[None]:
+        """Give an ``OSError`` while writing ``name`` the file's path and a note on what survives."""
+        try:
+            yield
+        except OSError as err:
+            if err.filename is None:
+                err.filename = str(self.path / name)
+            try:
+                generation: int | None = self.checkpoint_generation(self.path)
+            except (OSError, ValueError):
+                generation = None
+            if generation is None:
+                err.add_note(f"no checkpoint of this run in {self.path} yet: start the run again")
+            else:
+                err.add_note(
+                    f"{self.path / CHECKPOINT} (generation {generation}) is intact: resume with "
+                    f"run(..., run_dir={str(self.path)!r}, resume=True) once the cause is fixed"
+                )
+            raise
 
     # -- start -----------------------------------------------------------------------------
     def start(
         self, config: dict[str, Any], *, strategy: Any, problem: Any, params: Any, key: jax.Array
     ) -> None:
-        """Write ``config.json`` and an empty ``metrics.csv``."""
+        """Begin a fresh run: remove the files of an earlier run in this directory, write
+        ``config.json``; checkpoints written from now on carry this run's identity."""
+        self.identity = run_identity(
+            self.task_name, config, strategy=strategy, problem=problem, params=params, key=key
+        )
+        for name in RUN_FILES:  # the checkpoint first: a kill in between leaves nothing to resume
+            (self.path / name).unlink(missing_ok=True)
         record = {
             "task": self.task_name,
             "config": _jsonable(config),
@@ -122,57 +283,113 @@ class RunDirectory:
             "command": sys.argv,
             "created": _dt.datetime.now().isoformat(timespec="seconds"),
         }
-        write_text_atomic(self.path / "config.json", json.dumps(record, indent=2) + "\n")
-        (self.path / "metrics.csv").unlink(missing_ok=True)
+        with self._writing("config.json"):
+            atomic.write_text_atomic(self.path / "config.json", json.dumps(record, indent=2) + "\n")
+
+    def resume(
+        self,
+        template: Any,
+        config: dict[str, Any],
+        *,
+        strategy: Any,
+        problem: Any,
+        params: Any,
+        key: jax.Array,
+    ) -> tuple[Any, dict[str, np.ndarray]]:
+        """Continue the run whose checkpoint is here: ``(carry, history)``, after checking that the
+        checkpoint belongs to the run described by the arguments (as for :meth:`start`).
+
+        Raises:
+            FileNotFoundError: there is no checkpoint.
+            CheckpointError: it is damaged, or it belongs to another run (task, configuration,
+                strategy, params, problem or key differ), or its state does not fit ``template``.
+        """
+        self.identity = run_identity(
+            self.task_name, config, strategy=strategy, problem=problem, params=params, key=key
+        )
+        return self.load_checkpoint(template, identity=self.identity)
 
     # -- per chunk -------------------------------------------------------------------------
     def append_metrics(self, metrics: dict[str, np.ndarray], first_generation: int) -> None:
         """Append one CSV row per generation of a chunk (9 significant digits: float32-exact)."""
         path = self.path / "metrics.csv"
-        names = [n for n in metrics if np.ndim(metrics[n]) == 1]  # vector metrics live in the history only
         new = not path.exists()
-        with path.open("a", newline="") as handle:
-            writer = csv.writer(handle)
-            if new:
-                writer.writerow(["generation", *names])
-            for row in range(len(metrics[names[0]])):
-                writer.writerow(
-                    [first_generation + row + 1] + [format(float(metrics[n][row]), ".9g") for n in names]
-                )
+        with self._writing("metrics.csv"), path.open("a", newline="", encoding="utf-8") as handle:
+            handle.write(_metrics_csv(metrics, first_generation, header=new))
 
     def save_checkpoint(self, carry: Any, history: dict[str, np.ndarray]) -> None:
-        """Atomically write the run state and the metric history so far."""
-        save_pytree(
-            self.path / CHECKPOINT,
-            carry,
-            metadata={"generation": int(carry.generation), "task": self.task_name},
-            extra_arrays={_HISTORY + k: v for k, v in history.items()},
-        )
+        """Atomically write the run state, the metric history so far and the run's identity."""
+        with self._writing(CHECKPOINT):
+            save_pytree(
+                self.path / CHECKPOINT,
+                carry,
+                metadata={
+                    "generation": int(carry.generation),
+                    "task": self.task_name,
+                    "identity": self.identity,
+                },
+                extra_arrays={_HISTORY + k: v for k, v in history.items()},
+            )
 
-    def load_checkpoint(self, template: Any) -> tuple[Any, dict[str, np.ndarray]]:
-        """``(carry, history)`` from ``checkpoint.npz``; rewrites ``metrics.csv`` to match it."""
+    def load_checkpoint(
+        self, template: Any, identity: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, np.ndarray]]:
+        """``(carry, history)`` from ``checkpoint.npz``; rewrites ``metrics.csv`` to match it.
+
+        With ``identity`` (see :func:`run_identity`), a checkpoint of another run is refused.
+
+        Raises:
+            FileNotFoundError: there is no checkpoint.
+            CheckpointError: it is damaged, belongs to another run, or does not fit ``template``.
+        """
         path = self.path / CHECKPOINT
         if not path.exists():
             raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist")
-        carry = load_pytree(path, template)
+        metadata = load_metadata(path)
+        if identity is not None:
+            check_identity(path, metadata.get("identity"), identity)
+        try:
+            carry = load_pytree(path, template)
+        except CheckpointError as err:
+            raise CheckpointError(f"{err} (the checkpoint does not fit this run's strategy state)") from err
         history = {
             k[len(_HISTORY) :]: v for k, v in load_extra_arrays(path).items() if k.startswith(_HISTORY)
         }
+        generation = int(np.asarray(getattr(carry, "generation", metadata.get("generation", 0))))
+        if metadata.get("generation") != generation or len({len(v) for v in history.values()}) > 1:
+            raise CheckpointError(
+                f"{path} is damaged: its metadata (generation {metadata.get('generation')!r}), its state "
+                f"(generation {generation}) and its metric history do not agree"
+            )
         # metrics.csv may hold rows past the checkpoint (a crash between the two writes): rebuild it.
-        (self.path / "metrics.csv").unlink(missing_ok=True)
-        if history:
-            self.append_metrics(history, first_generation=0)
+        with self._writing("metrics.csv"):
+            if history:
+                atomic.write_text_atomic(self.path / "metrics.csv", _metrics_csv(history, 0, header=True))
+            else:
+                (self.path / "metrics.csv").unlink(missing_ok=True)
+        self.identity = identity if identity is not None else metadata.get("identity")
         return carry, history
 
     @staticmethod
     def checkpoint_generation(path: Path) -> int:
-        """The generation a run directory's checkpoint was written at."""
-        return int(load_metadata(Path(path) / CHECKPOINT)["generation"])
+        """The generation a run directory's checkpoint was written at.
+
+        Raises:
+            FileNotFoundError: no checkpoint. CheckpointError: a damaged one.
+        """
+        checkpoint = Path(path) / CHECKPOINT
+        generation = load_metadata(checkpoint).get("generation")
+        if isinstance(generation, bool) or not isinstance(generation, int):
+            raise CheckpointError(f"{checkpoint} is damaged (no generation in its metadata)")
+        return generation
 
     # -- end -------------------------------------------------------------------------------
     def finish(self, result: Any, best_to_text: Any = None) -> None:
         """Write ``best.*`` and ``fitness.png``."""
-        save_pytree(self.path / "best.npz", result.best_genotype, metadata={"fitness": result.best_fitness})
+        with self._writing("best.npz"):
+            save_pytree(
+                self.path / "best.npz", result.best_genotype, metadata={"fitness": result.best_fitness}
+            )
         summary = {
             "best_fitness": result.best_fitness,
             "generations": result.generations,
@@ -180,7 +397,8 @@ class RunDirectory:
             "compile_seconds": round(result.compile_seconds, 3),
             "run_seconds": round(result.run_seconds, 3),
         }
-        write_text_atomic(self.path / "best.json", json.dumps(summary, indent=2) + "\n")
+        with self._writing("best.json"):
+            atomic.write_text_atomic(self.path / "best.json", json.dumps(summary, indent=2) + "\n")
         if best_to_text is not None:
             text = best_to_text(result.best_genotype)
         else:
@@ -189,8 +407,10 @@ class RunDirectory:
                 name = jax.tree_util.keystr(path) or "best"
                 buffer.write(f"{name} = {np.array2string(np.asarray(leaf), precision=6, threshold=100000)}\n")
             text = buffer.getvalue()
-        write_text_atomic(self.path / "best.txt", text if text.endswith("\n") else text + "\n")
-        plot_fitness(result.history, self.path / "fitness.png", title=self.task_name)
+        with self._writing("best.txt"):
+            atomic.write_text_atomic(self.path / "best.txt", text if text.endswith("\n") else text + "\n")
+        with self._writing("fitness.png"):
+            plot_fitness(result.history, self.path / "fitness.png", title=self.task_name)
 
 
 def plot_fitness(history: dict[str, np.ndarray], path: Path, title: str = "") -> None:
@@ -214,15 +434,59 @@ def plot_fitness(history: dict[str, np.ndarray], path: Path, title: str = "") ->
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_name("." + path.name + ".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with atomic.atomic_open(path, "wb") as handle:
+            fig.savefig(handle, format="png")
+    finally:
+        plt.close(fig)
+
+
+def _metrics_csv(metrics: dict[str, np.ndarray], first_generation: int, header: bool) -> str:
+    """CSV rows (9 significant digits: float32-exact) of the scalar metrics, one per generation."""
+    names = [n for n in metrics if np.ndim(metrics[n]) == 1]  # vector metrics live in the history only
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    if header:
+        writer.writerow(["generation", *names])
+    for row in range(len(metrics[names[0]]) if names else 0):
+        writer.writerow([first_generation + row + 1] + [format(float(metrics[n][row]), ".9g") for n in names])
+    return buffer.getvalue()
 
 
 def read_metrics(path: str | Path) -> dict[str, np.ndarray]:
-    """``metrics.csv`` as ``{column: array}``."""
-    with Path(path).open() as handle:
-        rows = list(csv.reader(handle))
+    """``metrics.csv`` as ``{column: array}``.
+
+    A last line without its line end (an append cut short by a kill) is left out.
+
+    Raises:
+        MetricsError: (a ``ValueError``) the file is not such a table; the message names the file
+            and the line.
+        OSError: it cannot be read.
+    """
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise MetricsError(f"{path} is damaged (not UTF-8 text: byte {err.start})") from err
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith(("\n", "\r")):
+        lines = lines[:-1]
+    try:
+        rows = list(csv.reader(lines))
+    except csv.Error as err:
+        raise MetricsError(f"{path} is damaged ({err})") from err
+    if not rows or not rows[0] or rows[0][0] != "generation" or len(set(rows[0])) != len(rows[0]):
+        raise MetricsError(
+            f"{path} is damaged or not a metrics file (line 1 must be a header starting 'generation')"
+        )
     header, body = rows[0], rows[1:]
-    return {name: np.array([float(r[i]) for r in body]) for i, name in enumerate(header)}
+    columns: list[list[float]] = [[] for _ in header]
+    for line, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise MetricsError(f"{path}, line {line}: {len(row)} fields, the header has {len(header)}")
+        for i, value in enumerate(row):
+            try:
+                columns[i].append(float(value))
+            except ValueError:
+                raise MetricsError(f"{path}, line {line}: {header[i]} {value!r} is not a number") from None
+    return {name: np.array(values, dtype=np.float64) for name, values in zip(header, columns)}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -104,8 +105,29 @@ def load(file: str | os.PathLike | Any, allow_pickle: bool = False, cls: type[Tr
 
     ``allow_pickle`` must be ``True`` to restore pickled (non-array, non-scalar) leaves: only
     load such files from sources you trust.
+
+    Raises:
+        ValueError: the file is damaged (empty, truncated, corrupted) or was not written by
+            :func:`save`; the message names the file. ``OSError`` when it cannot be opened.
     """
-    with np.load(file, allow_pickle=False) as data:
+    try:
+        return _load(file, allow_pickle, cls)
+    except (EOFError, zipfile.BadZipFile, KeyError, IndexError, TypeError, pickle.UnpicklingError) as err:
+        detail = f"{type(err).__name__}: {err}"
+    except ValueError as err:
+        if str(err).startswith("load: "):  # our own messages name the file or the leaf already
+            raise
+        # numpy reads any file that is neither .npy nor .npz as a pickle
+        detail = "not an .npz archive" if "pickle" in str(err) else f"{type(err).__name__}: {err}"
+    name = os.fspath(file) if isinstance(file, str | os.PathLike) else repr(file)
+    raise ValueError(f"load: {name} is damaged or was not written by evotensor.tree.save ({detail})")
+
+
+def _load(file: str | os.PathLike | Any, allow_pickle: bool, cls: type[Tree]) -> Tree:
+    data = np.load(file, allow_pickle=False)
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"load: {file!r} is a single .npy array, not a tree written by evotensor.tree.save")
+    with data:
         if _MANIFEST not in data.files:
             raise ValueError(f"load: {file!r} was not written by evotensor.tree.save (no manifest)")
         manifest = json.loads(bytes(data[_MANIFEST]).decode())

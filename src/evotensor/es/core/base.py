@@ -15,6 +15,15 @@ strategies); and a generation without one finite fitness among its real candidat
 (:meth:`VectorStrategy.active_mask`, all of them unless a strategy pads its population) leaves the
 state as it was, apart from the schedule counters in ``counter_fields`` (see
 :func:`keep_state_if_all_invalid`).
+
+Construction checks what can be checked before anything is allocated: ``num_dims`` and
+``population_size`` are ints (``>= 1``, ``>= min_population_size``; floats and bools refused), the
+template's values are finite, and the memory the state and one generation will need
+(:meth:`VectorStrategy.memory_elements`, 4 bytes each) fits :func:`memory_limit_bytes` (the default
+device's memory, or ``EVOTENSOR_MAX_STATE_BYTES``): ``num_dims=10**12``, or CMA-ES's ``[n, n]``
+matrices at ``n = 100000``, fail at construction with an error naming ``num_dims`` and the size, not
+inside XLA with ``RESOURCE_EXHAUSTED``. Float hyperparameters are checked by each strategy with
+:mod:`evotensor.core.checks` (spreads with ``check_spread``: finite, ``> 0`` and ``<= 1e15``).
 """
 
 from __future__ import annotations
@@ -22,14 +31,16 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError, check_positive
+from evotensor.core.checks import ArgumentError, check_int, check_spread
 from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
 from evotensor.core.strategy import as_solution_space, check_population_size
 
@@ -62,11 +73,21 @@ class VectorStrategy(abc.ABC):
     # ``"best_solution"`` for archives and incumbent searches, which have no mean
     mean_field: str = "mean"
     min_population_size: int = 1
+    # how many ``[n, n]`` float arrays the state and one generation's update hold at once (CMA-ES: C,
+    # B, the updated C and the eigendecomposition's workspace), and how many ``[pop, n, n]`` ones
+    # (xNES's per-sample outer products); see :meth:`memory_elements`
+    square_matrices: int = 0
+    member_square_matrices: int = 0
 
     def __init__(self, population_size: int, solution: Any = None, num_dims: int | None = None):
+        n = resolve_num_dims(solution, num_dims)
+        population_size = check_int(population_size, "population_size", self.min_population_size)
+        check_memory(self, population_size, n)
         self.space = as_solution_space(solution, num_dims)
         self.num_dims = self.space.num_dims
         self.population_size = check_population_size(population_size, self.min_population_size)
+        if solution is not None:
+            check_finite_template(self.space.template, "solution")
 
     # -- public protocol -------------------------------------------------------------------
     @abc.abstractmethod
@@ -119,6 +140,14 @@ class VectorStrategy(abc.ABC):
         """The centre of the search as a solution pytree: ``state.<mean_field>``, the distribution
         mean (or, for strategies without one, the best solution so far)."""
         return self.space.unravel(getattr(state, self.mean_field))
+
+    def memory_elements(self, population_size: int, num_dims: int) -> int:
+        """An upper estimate of the float32 elements the state and one generation need at once:
+        ``(3 pop + 16) n`` (the population, its samples, the state's vectors) plus
+        ``square_matrices * n^2`` plus ``member_square_matrices * pop * n^2``. Called by the
+        constructor before anything is allocated (only class attributes may be read here)."""
+        n, pop = num_dims, population_size
+        return (3 * pop + 16) * n + self.square_matrices * n * n + self.member_square_matrices * pop * n * n
 
     # -- hooks -------------------------------------------------------------------------------
     def active_mask(self, state: Any) -> jax.Array:
@@ -194,6 +223,65 @@ class InvalidAsInfStrategy(VectorStrategy):
         best_x, best_f = update_best(state.best_solution, state.best_fitness, x, fitness)
         fields = dict(best_solution=best_x, best_fitness=best_f, generation=state.generation + 1)
         return fields, {"best_fitness": best_f, "generation_best_fitness": fitness.min()}
+
+
+def resolve_num_dims(solution: Any, num_dims: Any) -> int:
+    """The flat dimension of ``solution`` (a template pytree) or ``num_dims`` (exactly one), checked
+    and computed without allocating anything (``num_dims`` an int ``>= 1``, bools refused)."""
+    if (solution is None) == (num_dims is None):
+        raise ArgumentError("give exactly one of `solution` (a template pytree) or `num_dims`")
+    if num_dims is not None:
+        return check_int(num_dims, "num_dims")
+    return sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(solution))
+
+
+def memory_limit_bytes() -> int:
+    """The most memory a strategy's state may need: ``EVOTENSOR_MAX_STATE_BYTES`` if set, else the
+    default device's memory (a GPU's ``bytes_limit``; on a CPU, the machine's physical memory)."""
+    override = os.environ.get("EVOTENSOR_MAX_STATE_BYTES")
+    if override:
+        return int(float(override))
+    stats = None
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # noqa: BLE001 - a backend without memory statistics
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 2**40
+
+
+def check_memory(strategy: Any, population_size: int, num_dims: int) -> None:
+    """Raise :class:`~evotensor.core.checks.ArgumentError` naming ``num_dims`` (and
+    ``population_size``) when ``strategy.memory_elements(population_size, num_dims)`` float32 values
+    exceed :func:`memory_limit_bytes`."""
+    need = 4 * strategy.memory_elements(population_size, num_dims)
+    limit = memory_limit_bytes()
+    if need > limit:
+        raise ArgumentError(
+            f"num_dims={num_dims} with population_size={population_size} needs about "
+            f"{need / 2**30:.3g} GiB for {type(strategy).__name__}'s state and one generation, more than "
+            f"the {limit / 2**30:.3g} GiB available (the default device's memory; set "
+            "EVOTENSOR_MAX_STATE_BYTES to change the limit)"
+        )
+
+
+def check_finite_template(values: Any, name: str) -> None:
+    """Raise unless every value of ``values`` (a concrete array) is finite in float32."""
+    if isinstance(values, jax.core.Tracer):
+        return
+    if isinstance(values, jax.Array) and bool(jnp.all(jnp.isfinite(values))):
+        return  # decided on the device: a large template is not copied to the host
+    array = np.asarray(values, np.float64)
+    bad = ~np.isfinite(array) | (np.abs(array) > np.finfo(np.float32).max)
+    if bad.any():
+        where = np.flatnonzero(bad)[:3].tolist()
+        raise ArgumentError(
+            f"{name} must be finite (in float32), got {array.ravel()[where]} at flat index {where}"
+        )
 
 
 def float_dtype() -> Any:
@@ -305,13 +393,13 @@ def population_size_or_default(
     :func:`default_population_size`)."""
     if population_size is not None:
         return population_size
-    return default(as_solution_space(solution, num_dims).num_dims)
+    return default(resolve_num_dims(solution, num_dims))
 
 
 def check_std_bounds(std_min: Any, std_max: Any) -> tuple[float, float]:
     """Validated mutation-step bounds ``0 <= std_min <= std_max``, ``std_max > 0`` (both finite)."""
-    lo = check_positive(std_min, "std_min", allow_zero=True)
-    hi = check_positive(std_max, "std_max")
+    lo = check_spread(std_min, "std_min", allow_zero=True)
+    hi = check_spread(std_max, "std_max")
     if lo > hi:
         raise ArgumentError(f"std_min ({std_min}) must be <= std_max ({std_max})")
     return lo, hi

@@ -59,7 +59,7 @@ from jax.lax import Precision
 
 from evotensor.core import rng
 from evotensor.core.checks import check_choice
-from evotensor.core.numerics import exact_sum
+from evotensor.core.numerics import exact_sum, rounded
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.lazy_eigen import decompose, lazy_eigen_update
 
@@ -341,7 +341,7 @@ def sample(key: jax.Array, state: CMAESState, population_size: int, two_point: b
         y0 = dm * jnp.where(maha > 0, length / jnp.where(maha > 0, maha, 1), 0.0)
         line = jnp.stack([y0, -y0])
         y = y.at[:2].set(jnp.where(state.generation > 0, line, y[:2]))
-    return state.mean + state.sigma * y
+    return state.mean + rounded(state.sigma * y)
 
 
 # --------------------------------------------------------------------------------------------------

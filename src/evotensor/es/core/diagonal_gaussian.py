@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import check_positive
+from evotensor.core.checks import check_spread
 from evotensor.es.core.base import InvalidAsInfStrategy, float32_params
 
 
@@ -40,7 +40,7 @@ class DiagonalGaussianStrategy(InvalidAsInfStrategy):
 
     def __init__(self, population_size, solution=None, num_dims=None, *, std_init=1.0):
         super().__init__(population_size, solution, num_dims)
-        self.std_init = check_positive(std_init, "std_init")
+        self.std_init = check_spread(std_init, "std_init")
 
     def default_params(self) -> Any:
         return float32_params(self.params_cls, self)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import check_fraction, check_positive
+from evotensor.core.checks import check_fraction, check_spread
 from evotensor.es.core.base import InvalidAsInfStrategy, check_std_bounds, float32_params, initial_population
 
 
@@ -89,8 +89,8 @@ class ElitistGA(InvalidAsInfStrategy):
     ):
         super().__init__(population_size, solution, num_dims)
         self.elite_ratio = check_fraction(elite_ratio, "elite_ratio")
-        self.std_init = check_positive(std_init, "std_init")
-        self.init_range = check_positive(init_range, "init_range")
+        self.std_init = check_spread(std_init, "std_init")
+        self.init_range = check_spread(init_range, "init_range")
 
     def default_params(self) -> Any:
         return float32_params(self.params_cls, self)
@@ -188,7 +188,7 @@ class SelfAdaptiveGA(ElitistGA):
         **options,
     ):
         super().__init__(population_size, solution, num_dims, **options)
-        self.std_meta = check_positive(std_meta, "std_meta")
+        self.std_meta = check_spread(std_meta, "std_meta")
         self.std_min, self.std_max = check_std_bounds(std_min, std_max)
 
     def _meta_mutate(self, key: jax.Array, std: jax.Array, params: Any) -> jax.Array:

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import optax
 from jax.lax import Precision
 
+from evotensor.core.checks import ArgumentError
 from evotensor.core.fitness_shaping import centered_ranks
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.base import VectorStrategy, check_even
@@ -137,6 +138,24 @@ def identity_shaping(fitness: jax.Array) -> jax.Array:
     return jnp.asarray(fitness, jnp.float32)
 
 
+def check_finite_steps(optimizer: Any, name: str = "optimizer") -> Any:
+    """Raise :class:`~evotensor.core.checks.ArgumentError` when ``optimizer``'s first step on a
+    one-element parameter with a unit gradient is not finite: a NaN or infinite learning rate
+    (``optax.adam(float("nan"))``), found at construction instead of freezing every update. An
+    optimizer that cannot take a one-element parameter (one built for a given pytree) is not probed."""
+    try:
+        params = jnp.zeros((1,), jnp.float32)
+        updates, _ = optimizer.update(jnp.ones((1,), jnp.float32), optimizer.init(params), params)
+        leaves = [jnp.asarray(leaf) for leaf in jax.tree_util.tree_leaves(updates)]
+    except Exception:  # noqa: BLE001 - not probeable this way; the run's finite guard remains
+        return optimizer
+    if not all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in leaves):
+        raise ArgumentError(
+            f"{name}'s first step on a unit gradient is not finite (a NaN or infinite learning rate?)"
+        )
+    return optimizer
+
+
 class _StrategyDefault:
     """The value of an argument left at the strategy's own default (shown in signatures)."""
 
@@ -181,7 +200,9 @@ class OptimizerStrategy(VectorStrategy):
         fitness_shaping: FitnessShaping = STRATEGY_DEFAULT,
     ):
         super().__init__(population_size, solution, num_dims)
-        self.optimizer = check_optimizer(self.default_optimizer() if optimizer is None else optimizer)
+        self.optimizer = check_finite_steps(
+            check_optimizer(self.default_optimizer() if optimizer is None else optimizer)
+        )
         if fitness_shaping is STRATEGY_DEFAULT:
             fitness_shaping = self.default_fitness_shaping
         self.fitness_shaping = check_shaping(fitness_shaping)

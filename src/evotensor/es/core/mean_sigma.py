@@ -21,9 +21,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError, check_positive
+from evotensor.core.checks import ArgumentError, check_spread
 from evotensor.core.numerics import exact_sum
-from evotensor.es.core.base import VectorStrategy, float_dtype, population_size_or_default, update_best
+from evotensor.es.core.base import (
+    VectorStrategy,
+    check_finite_template,
+    float_dtype,
+    population_size_or_default,
+    update_best,
+)
 
 
 def expected_norm(num_dims: int) -> float:
@@ -41,8 +47,9 @@ def positive_log_weights(population_size: int) -> np.ndarray:
 
 
 def check_sigma_init(sigma_init: Any) -> float:
-    """A validated initial step size: positive and finite (:func:`evotensor.core.checks.check_positive`)."""
-    return check_positive(sigma_init, "sigma_init")
+    """A validated initial step size: positive, finite and at most ``1e15``
+    (:func:`evotensor.core.checks.check_spread`)."""
+    return check_spread(sigma_init, "sigma_init")
 
 
 def check_mean_init(mean_init: Any, default: Any, num_dims: int) -> np.ndarray:
@@ -50,6 +57,7 @@ def check_mean_init(mean_init: Any, default: Any, num_dims: int) -> np.ndarray:
     mean = np.asarray(default if mean_init is None else mean_init, np.float64)
     if mean.shape != (num_dims,):
         raise ArgumentError(f"mean_init must have shape ({num_dims},), got {mean.shape}")
+    check_finite_template(mean, "mean_init")
     return mean
 
 

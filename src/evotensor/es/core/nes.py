@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from evotensor.core.checks import check_positive
+from evotensor.core.checks import check_spread
 from evotensor.core.fitness_shaping import nes_weights
 from evotensor.es.core.base import VectorStrategy, population_size_or_default
 from evotensor.es.core.gradient_es import FitnessShaping, check_shaping
@@ -43,7 +43,7 @@ class NaturalES(VectorStrategy):
         fitness_shaping: FitnessShaping = nes_weights,
     ):
         super().__init__(population_size_or_default(population_size, solution, num_dims), solution, num_dims)
-        self._sigma_init = check_positive(sigma_init, "sigma_init")
+        self._sigma_init = check_spread(sigma_init, "sigma_init")
         self.fitness_shaping = check_shaping(fitness_shaping)
 
     def _utilities(self, fitness: jax.Array) -> jax.Array:

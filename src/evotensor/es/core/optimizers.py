@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
-from evotensor.core.checks import ArgumentError, check_fraction, check_positive
+from evotensor.core.checks import ArgumentError, check_fraction, check_positive, check_spread
 
 
 def safe_norm(x: jax.Array) -> jax.Array:
@@ -79,10 +79,13 @@ def clipup(
         updates, state = opt.update(grads, state)
         params = optax.apply_updates(params, updates)
     """
-    lr0 = learning_rate(0) if callable(learning_rate) else check_positive(learning_rate, "learning_rate")
+    if callable(learning_rate):
+        lr0 = check_positive(float(learning_rate(0)), "learning_rate(0)")
+    else:
+        lr0 = check_spread(learning_rate, "learning_rate")
     if not 0.0 <= check_fraction(momentum, "momentum", allow_zero=True) < 1.0:  # 1 would never forget
         raise ArgumentError(f"momentum must be in [0, 1), got {momentum!r}")
-    max_speed = check_positive(2.0 * float(lr0) if max_speed is None else max_speed, "max_speed")
+    max_speed = check_spread(2.0 * float(lr0) if max_speed is None else max_speed, "max_speed")
 
     def init_fn(params: Any) -> ClipUpState:
         velocity = jax.tree_util.tree_map(lambda p: jnp.zeros_like(p, dtype=jnp.float32), params)
@@ -129,4 +132,4 @@ def resolve_sigma_init(sigma_init: float | None, schedule: Callable | None, defa
         raise ArgumentError(
             "give either sigma_init (constant sigma) or sigma_schedule (step -> sigma), not both"
         )
-    return check_positive(default if sigma_init is None else sigma_init, "sigma_init")
+    return check_spread(default if sigma_init is None else sigma_init, "sigma_init")

@@ -36,16 +36,16 @@ candidates (``z`` divided by ``lambda - 1`` of the current run).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import check_ranges
+from evotensor.core.checks import MAX_SPREAD, check_int, check_ranges, check_real
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.core.strategy import as_solution_space, check_population_size
-from evotensor.es.core.base import VectorStrategy, default_population_size, float_dtype
+from evotensor.es.core.base import VectorStrategy, default_population_size, float_dtype, resolve_num_dims
 from evotensor.es.core.cma import (
     GUARDS,
     CMAESParams,
@@ -134,6 +134,15 @@ class RestartCMAES(VectorStrategy):
 
     bipop: bool = False
     min_population_size = 2
+    square_matrices = 4  # as CMAES: C, B, the updated C, the eigendecomposition's workspace
+
+    def memory_elements(self, population_size: int, num_dims: int) -> int:
+        """As :class:`~evotensor.es.CMAES`, plus the termination criteria's fitness histories (two of
+        ``100 + 100 n^1.5 / lambda_0`` entries, one of ``10 + 30 n / lambda_0``; ``lambda_0 >= 2``) and
+        the padded per-run constants."""
+        n = num_dims
+        histories = 2 * (100 + 50 * math.ceil(n**1.5)) + 10 + 15 * n + 64
+        return super().memory_elements(population_size, num_dims) + histories + 2 * population_size
 
     def __init__(
         self,
@@ -147,10 +156,10 @@ class RestartCMAES(VectorStrategy):
         init_bounds: tuple[float, float] | None = None,
         step_size: str = "auto",
     ):
-        n = as_solution_space(solution, num_dims).num_dims
+        n = resolve_num_dims(solution, num_dims)
         lam0 = default_population_size(n) if base_population_size is None else base_population_size
-        lam0 = check_population_size(lam0, 2, "base_population_size")
-        max_pop = check_population_size(max_population_size, lam0, "max_population_size")
+        lam0 = check_int(lam0, "base_population_size", 2)
+        max_pop = check_int(max_population_size, "max_population_size", lam0)
         super().__init__(max_pop, solution, num_dims)
         self.base_population_size = lam0
         self.max_population_size = max_pop
@@ -158,6 +167,8 @@ class RestartCMAES(VectorStrategy):
         self._mean_init = check_mean_init(mean_init, self.initial_mean(), self.num_dims)
         if init_bounds is not None:
             init_bounds = check_ranges([init_bounds], "init_bounds", count=1)[0]
+            for bound in init_bounds:
+                check_real(bound, "init_bounds", -MAX_SPREAD, MAX_SPREAD)
         self.init_bounds = init_bounds
         self.termination = Termination(n, max_pop, lam0)
         self.step_size = resolve_step_size(step_size, n)
