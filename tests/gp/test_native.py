@@ -197,12 +197,20 @@ def test_malformed_trees_get_the_worst_fitness_and_nan_predictions():
     opcode[1, :2], size[1, :2] = (fs.opcode("add"), 2), (2, 1)
     forest = ArrayForest(opcode, value, size, np.full((3, 6), -1, np.int32))
     X = np.linspace(-1, 1, 10, dtype=np.float32)[:, None]
-    pred = np.asarray(evaluate(forest, X, fs, backend="native"))
+    # a concrete malformed forest is refused at the boundary, naming the first bad tree
+    with pytest.raises(ValueError, match="tree 1 is malformed.*2 malformed trees"):
+        evaluate(forest, X, fs, backend="native")
+    # inside jit: NaN predictions and the worst fitness for the malformed trees
+    arrays = {k: getattr(forest, k) for k in ("opcode", "value", "size", "output")}
+    pred = np.asarray(jax.jit(lambda a: evaluate(ArrayForest(**a), X, fs, backend="native"))(arrays))
     np.testing.assert_allclose(pred[0, :, 0], 2 * X[:, 0])
     assert np.isnan(pred[1:]).all()
-    fit = np.asarray(fitness(forest, X, 2 * X[:, 0], fs, backend="native"))
+    fit_of = lambda metric: jax.jit(  # noqa: E731
+        lambda a: fitness(ArrayForest(**a), X, 2 * X[:, 0], fs, metric, backend="native")
+    )(arrays)
+    fit = np.asarray(fit_of("mse"))
     assert fit[0] == 0.0 and np.isposinf(fit[1:]).all()
-    assert np.isneginf(np.asarray(fitness(forest, X, 2 * X[:, 0], fs, "r2", backend="native"))[1:]).all()
+    assert np.isneginf(np.asarray(fit_of("r2"))[1:]).all()
 
 
 def test_jit_vmap_and_determinism():
@@ -293,9 +301,12 @@ def test_nonfinite_data_and_protected_exp_keep_nan():
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
     np.testing.assert_allclose(out[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=1e-6)
     labels = np.array([0, 1, 0, 1, 1], np.float32)
+    with pytest.raises(ValueError, match=r"X must be finite, but X\[0, 0\] = nan \(row 0, column 0"):
+        fitness(forest, X, labels, fs, "accuracy", backend="native")  # concrete data is checked
     for metric, worst in (("accuracy", -np.inf), ("cross_entropy", np.inf), ("mse", np.inf)):
         y = labels if metric != "mse" else np.zeros(5, np.float32)
-        assert np.asarray(fitness(forest, X, y, fs, metric, backend="native"))[0] == worst, metric
+        fit = jax.jit(lambda X, y, m=metric: fitness(forest, X, y, fs, m, backend="native"))(X, y)
+        assert np.asarray(fit)[0] == worst, metric
 
 
 def test_bad_forest_shapes_and_labels_are_rejected_by_name():

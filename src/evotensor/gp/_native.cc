@@ -28,6 +28,9 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -272,13 +275,23 @@ struct Forest {
 // Per-thread working memory: one row chunk per node position (a node writes only its own slot, so a
 // child's values stay valid for its parent and for Modi pass-through), the stack of value pointers,
 // and the outputs of a multi-output tree.
+// fit() throws std::bad_alloc when the memory is not there; it then releases what it holds (a
+// failed call must not leave a thread holding a huge half-grown buffer) and rethrows, and the
+// handler turns the exception into an error (see parallel_trees).
 struct Scratch {
   std::vector<float> slots, outs;
   std::vector<const float*> stack;
   void fit(const Forest& f) {
-    slots.resize(static_cast<size_t>(f.max_len) * kRows);
-    stack.resize(static_cast<size_t>(f.max_len) + 1);
-    outs.resize(static_cast<size_t>(f.n_outputs) * kRows);
+    try {
+      slots.resize(static_cast<size_t>(f.max_len) * kRows);
+      stack.resize(static_cast<size_t>(f.max_len) + 1);
+      outs.resize(static_cast<size_t>(f.n_outputs) * kRows);
+    } catch (...) {
+      std::vector<float>().swap(slots);
+      std::vector<float>().swap(outs);
+      std::vector<const float*>().swap(stack);
+      throw;
+    }
   }
 };
 
@@ -347,21 +360,54 @@ bool eval_tree(const Forest& f, int64_t t, int64_t r0, int n, Scratch& s, const 
 // num_threads pool workers, and returns when every range is done. The caller waits only for ranges
 // some thread has claimed (a worker that starts late finds nothing left and touches only `shared`),
 // so a busy pool cannot deadlock it.
+//
+// An exception thrown by body (std::bad_alloc when a thread's working memory is not there) must not
+// leave its thread: on a pool worker it would call std::terminate and abort the process. It is
+// caught on every thread, the ranges not yet started are skipped, and the first error comes back
+// as an ffi::Error (RESOURCE_EXHAUSTED for memory), which JAX raises as a Python exception.
 template <class Body>
-void parallel_trees(ffi::ThreadPool& pool, int64_t pop, const Body& body) {
+ffi::Error parallel_trees(ffi::ThreadPool& pool, int64_t pop, const Body& body) {
   const int64_t n_tasks = (pop + kTreesPerTask - 1) / kTreesPerTask;
-  if (n_tasks == 0) return;
+  if (n_tasks == 0) return ffi::Error::Success();
   struct Shared {
     std::atomic<int64_t> next{0};
     std::atomic<int64_t> done{0};
+    std::atomic<bool> failed{false};
     std::mutex m;
     std::condition_variable cv;
+    ffi::ErrorCode code = ffi::ErrorCode::kOk;  // the first failure, under m
+    std::string message;
   };
   auto shared = std::make_shared<Shared>();
   const Body* body_ptr = &body;
-  auto drain = [shared, pop, n_tasks, body_ptr]() {
+  auto drain = [shared, pop, n_tasks, body_ptr]() noexcept {
     for (int64_t k = shared->next.fetch_add(1); k < n_tasks; k = shared->next.fetch_add(1)) {
-      (*body_ptr)(k * kTreesPerTask, std::min(pop, (k + 1) * kTreesPerTask));
+      if (!shared->failed.load()) {
+        ffi::ErrorCode code = ffi::ErrorCode::kOk;
+        const char* what = nullptr;
+        try {
+          (*body_ptr)(k * kTreesPerTask, std::min(pop, (k + 1) * kTreesPerTask));
+        } catch (const std::bad_alloc&) {
+          code = ffi::ErrorCode::kResourceExhausted;
+          what = "out of memory for the working buffers of a thread (they grow with max_len and n_outputs)";
+        } catch (const std::exception& e) {
+          code = ffi::ErrorCode::kInternal;
+          what = e.what();
+        } catch (...) {
+          code = ffi::ErrorCode::kInternal;
+          what = "unknown C++ exception";
+        }
+        if (code != ffi::ErrorCode::kOk) {
+          std::lock_guard<std::mutex> lock(shared->m);
+          if (!shared->failed.exchange(true)) {
+            shared->code = code;
+            try {
+              shared->message = what;
+            } catch (...) {
+            }
+          }
+        }
+      }
       if (shared->done.fetch_add(1) + 1 == n_tasks) {
         std::lock_guard<std::mutex> lock(shared->m);
         shared->cv.notify_all();
@@ -373,6 +419,8 @@ void parallel_trees(ffi::ThreadPool& pool, int64_t pop, const Body& body) {
   drain();
   std::unique_lock<std::mutex> lock(shared->m);
   shared->cv.wait(lock, [&] { return shared->done.load() == n_tasks; });
+  if (!shared->failed.load()) return ffi::Error::Success();
+  return ffi::Error(shared->code, "evotensor GP native evaluator: " + shared->message);
 }
 
 // ---- argument checks ---------------------------------------------------------------------------------
@@ -428,7 +476,7 @@ ffi::Error forward_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi:
   if (dp.size() != 3 || dp[0] != f.pop || dp[1] != f.n_points || dp[2] != f.n_outputs)
     return ffi::Error::InvalidArgument("pred must be [pop, n_points, n_outputs]");
   float* p = pred->typed_data();
-  parallel_trees(pool, f.pop, [&](int64_t t0, int64_t t1) {
+  return parallel_trees(pool, f.pop, [&](int64_t t0, int64_t t1) {
     thread_local Scratch s;
     s.fit(f);
     std::vector<const float*> res(f.n_outputs);
@@ -442,7 +490,6 @@ ffi::Error forward_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi:
       }
     }
   });
-  return ffi::Error::Success();
 }
 
 // ---- fused fitness ----------------------------------------------------------------------------------
@@ -533,7 +580,7 @@ ffi::Error fitness_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi:
   float* term_out = term_sum->typed_data();
   float* bad_out = bad_sum->typed_data();
   const float* y = yt.typed_data();
-  parallel_trees(pool, f.pop, [&](int64_t t0, int64_t t1) {
+  return parallel_trees(pool, f.pop, [&](int64_t t0, int64_t t1) {
     thread_local Scratch s;
     s.fit(f);
     std::vector<const float*> res(f.n_outputs);
@@ -550,7 +597,6 @@ ffi::Error fitness_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi:
       bad_out[t] = ok ? static_cast<float>(bad) : 1.0f;
     }
   });
-  return ffi::Error::Success();
 }
 
 }  // namespace

@@ -28,9 +28,9 @@ from evotensor.core.checks import (
     check_int,
     check_positive,
 )
-from evotensor.core.strategy import check_population_size
 from evotensor.gp import selection as sel
-from evotensor.gp.metrics import check_function_set
+from evotensor.gp.generate import METHODS
+from evotensor.gp.metrics import check_function_set, memory_limit
 from evotensor.gp.variation import OperatorRegistry, default_registry
 
 __all__ = ["SELECTIONS", "GPConfig", "ParentSelection", "get_selection"]
@@ -133,7 +133,67 @@ def get_selection(selection: Any, config: GPConfig) -> ParentSelection:
 def _pair(value: Any, name: str) -> tuple[int, int]:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
         raise ArgumentError(f"{name} must be a (min, max) pair of ints, got {value!r}")
-    return check_int(value[0], f"{name}[0]", minimum=0), check_int(value[1], f"{name}[1]", minimum=0)
+    low = check_int(value[0], f"{name}[0]", minimum=0, maximum=_MAX_DEPTH)
+    high = check_int(value[1], f"{name}[1]", minimum=0, maximum=_MAX_DEPTH)
+    if low > high:
+        raise ArgumentError(f"{name} must be (min, max) with min <= max, got {value!r}")
+    return low, high
+
+
+# Depth bounds above this are refused: a tree of max_len nodes is never deeper than max_len, and
+# the generators' depth tables have max_len + 1 entries.
+_MAX_DEPTH = 2**20
+
+
+def _leaf_prob(value: Any) -> float | tuple[float, ...]:
+    """A probability, or a non-empty sequence of them (one per depth), each in ``[0, 1]``."""
+    if isinstance(value, (str, bytes)):
+        raise ArgumentError(f"leaf_prob must be a probability or a sequence of them, got {value!r}")
+    if not hasattr(value, "__len__") or getattr(value, "shape", None) == ():
+        return check_fraction(value, "leaf_prob", allow_zero=True)
+    if len(value) < 1:
+        raise ArgumentError(f"leaf_prob must be a probability or a non-empty sequence of them, got {value!r}")
+    # hashable: the generators are static
+    return tuple(check_fraction(p, f"leaf_prob[{i}]", allow_zero=True) for i, p in enumerate(value))
+
+
+def _const_range(value: Any) -> tuple[float, float]:
+    """A finite ``(low, high)`` with ``low <= high``."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+        raise ArgumentError(f"const_range must be a (low, high) pair of numbers, got {value!r}")
+    low, high = (_check_number(v, f"const_range[{i}]") for i, v in enumerate(value))
+    if not low <= high:
+        raise ArgumentError(f"const_range must have low <= high, got {value!r}")
+    return low, high
+
+
+def _check_number(value: Any, name: str) -> float:
+    """A finite real number (not a bool)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        if not (
+            getattr(value, "shape", None) == () and np.issubdtype(getattr(value, "dtype", object), np.number)
+        ):
+            raise ArgumentError(f"{name} must be a finite number, got {value!r}")
+    x = float(value)
+    if not math.isfinite(x):
+        raise ArgumentError(f"{name} must be a finite number, got {value!r}")
+    return x
+
+
+# One forest [pop, max_len] is 16 bytes per slot; a generation holds a handful of them (the state's,
+# the parents', the children, the operators' intermediates), counted here as 8.
+_FOREST_COPIES = 8
+
+
+def _check_forest_memory(population_size: int, max_len: int) -> None:
+    need = _FOREST_COPIES * 16 * population_size * max_len
+    limit = memory_limit()
+    if need > limit:
+        raise ArgumentError(
+            f"max_len={max_len} with population_size={population_size} is too large: a generation's "
+            f"forests need about {need / 2**30:.3g} GiB, over the limit of {limit / 2**30:.3g} GiB "
+            "(evotensor.gp.metrics.memory_limit(): the physical memory, or EVOTENSOR_GP_MEMORY_LIMIT bytes)"
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -144,15 +204,23 @@ class GPConfig:
         population_size: trees per generation (``>= 2``).
         function_set: :class:`evotensor.gp.functions.FunctionSet`.
         n_vars: number of input variables.
-        max_len: slots per tree; the hard length cap of every operator. Default 128.
-        n_outputs: outputs of a tree (Modi nodes when ``> 1``). Default 1.
-        init_depth: ``(min, max)`` depth of the initial trees (root depth 0). Default (2, 6), gplearn.
+        max_len: slots per tree; the hard length cap of every operator. Default 128. Refused when
+            the generation's forests (about ``8 * 16 * population_size * max_len`` bytes) would
+            exceed :func:`evotensor.gp.metrics.memory_limit`.
+        n_outputs: outputs of a tree (Modi nodes when ``> 1``). Default 1. Must equal the problem's
+            outputs (checked when a run evaluates the GP's forest, see
+            :class:`~evotensor.gp.encoding.DecodedForest`); ``n_vars`` likewise must equal the data's
+            columns.
+        init_depth: ``(min, max)`` depth of the initial trees (root depth 0; ``min <= max``).
+            Default (2, 6), gplearn.
         init_method: ``"half_and_half"`` (default), ``"full"`` or ``"grow"``.
-        leaf_prob: grow's per-depth leaf probability (float or sequence). Default 0.3.
-        const_prob: probability that a new leaf is a constant. Default 0.5.
-        const_range: continuous range of new constants. Default (-1, 1), gplearn.
-        modi_prob: probability that a new function node is a Modi node (``n_outputs > 1``). 0.5 if
-            ``n_outputs > 1`` (EvoGP), else 0.
+        leaf_prob: grow's per-depth leaf probability (float or non-empty sequence, each in
+            ``[0, 1]``; NaN is refused). Default 0.3.
+        const_prob: probability that a new leaf is a constant, in ``[0, 1]``. Default 0.5.
+        const_range: continuous range of new constants, finite with ``low <= high``. Default (-1, 1),
+            gplearn.
+        modi_prob: probability that a new function node is a Modi node (``n_outputs > 1``), in
+            ``[0, 1]``. 0.5 if ``n_outputs > 1`` (EvoGP), else 0.
         mutation_depth: ``(min, max)`` depth of the subtrees of subtree mutation. Default (0, 3).
         selection: a name of :data:`SELECTIONS`, a :class:`ParentSelection` or a keyed selector (see
             the module docstring). ``"truncation"`` (EvoGP's default: parents uniform among the
@@ -217,19 +285,21 @@ class GPConfig:
 
     def __post_init__(self):
         put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen)
-        put("population_size", check_population_size(self.population_size, 2))
+        put("population_size", check_int(self.population_size, "population_size", minimum=2))
         put("function_set", check_function_set(self.function_set))
         put("n_vars", check_int(self.n_vars, "n_vars", minimum=0))
         put("max_len", check_int(self.max_len, "max_len"))
         put("n_outputs", check_int(self.n_outputs, "n_outputs"))
+        _check_forest_memory(self.population_size, self.max_len)
         put("init_depth", _pair(self.init_depth, "init_depth"))
         put("mutation_depth", _pair(self.mutation_depth, "mutation_depth"))
-        if not isinstance(self.leaf_prob, (int, float, np.floating)):
-            put("leaf_prob", tuple(self.leaf_prob))  # hashable: the generators are static
-        put("const_prob", float(self.const_prob))
-        put("const_range", tuple(float(c) for c in self.const_range))
+        check_choice(self.init_method, "init_method", METHODS)
+        put("leaf_prob", _leaf_prob(self.leaf_prob))
+        put("const_prob", check_fraction(self.const_prob, "const_prob", allow_zero=True))
+        put("const_range", _const_range(self.const_range))
         if self.modi_prob is None:
             put("modi_prob", 0.5 if self.n_outputs > 1 else 0.0)
+        put("modi_prob", check_fraction(self.modi_prob, "modi_prob", allow_zero=True))
         put("tournament_size", check_int(self.tournament_size, "tournament_size"))
         put("survival_rate", check_fraction(self.survival_rate, "survival_rate"))
         if check_positive(self.elite_rate, "elite_rate", allow_zero=True) >= 1.0:

@@ -22,10 +22,15 @@ Nested-tuple form (:meth:`Forest.from_tuples` / :meth:`Forest.to_tuples`)::
 
 ``("modi", k, node)`` marks ``node`` (usually a function node; a leaf is allowed) as a Modi node
 writing to output ``k`` (see :mod:`evotensor.gp.reference` for the Modi semantics).
+
+Conversions (:meth:`Forest.from_tuples`, :meth:`Forest.to_tuples`, :meth:`Forest.to_infix`) walk
+trees iteratively, so a tree of any depth that fits ``max_len`` converts (no ``RecursionError``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import reprlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,10 +38,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evotensor.core.pytree import pytree_dataclass
-from evotensor.gp.functions import CONST, PAD, VAR
+from evotensor.core.checks import ArgumentError
+from evotensor.core.pytree import pytree_dataclass, static_field
+from evotensor.gp.functions import CONST, PAD, VAR, FunctionSet
 
-__all__ = ["CONST", "PAD", "VAR", "Forest", "subtree_sizes", "subtree_sizes_numpy"]
+__all__ = ["CONST", "PAD", "VAR", "DecodedForest", "Forest", "subtree_sizes", "subtree_sizes_numpy"]
 
 MODI_TAG = "modi"
 
@@ -86,6 +92,7 @@ class Forest:
             raise TypeError("trees must be a list of nested tuples; wrap a single tree in a list")
         if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 1:
             raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+        _check_function_set(function_set)
         arity = np.asarray(function_set.arity)
         n = len(trees)
         op = np.zeros((n, max_len), np.int32)
@@ -123,6 +130,10 @@ class Forest:
     def __getitem__(self, index: Any) -> Forest:
         if not self.batch_shape:
             raise IndexError("a single tree (no leading axes) cannot be indexed")
+        if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+            n = self.batch_shape[0]
+            if not -n <= index < n:  # JAX would clamp it to the last tree
+                raise IndexError(f"tree index {index} is out of range for a forest of {n} trees")
         return jax.tree_util.tree_map(lambda a: a[index], self)
 
     def __len__(self) -> int:
@@ -152,6 +163,7 @@ class Forest:
         ``output >= -1`` (``< n_outputs`` if given); padding exactly
         ``(PAD, 0, 0, -1)``.
         """
+        _check_function_set(function_set)
         arity = np.asarray(function_set.arity)
         n_op = len(arity)
         shapes = {f: np.shape(getattr(self, f)) for f in ("opcode", "value", "size", "output")}
@@ -206,29 +218,22 @@ class Forest:
     # -- conversion ------------------------------------------------------------------------------
     def to_tuples(self, function_set: Any) -> Any:
         """Nested tuples (module docstring) of a single tree, or a (nested) list for leading axes."""
+        _check_function_set(function_set)
         op = np.asarray(self.opcode)
         if op.ndim > 1:
             return [self[i].to_tuples(function_set) for i in range(op.shape[0])]
         val, out = np.asarray(self.value), np.asarray(self.output)
-        arity = np.asarray(function_set.arity)
 
-        def build(i: int) -> tuple[Any, int]:
-            o = int(op[i])
-            j, kids = i + 1, []
-            if o == CONST:
-                node: tuple = ("const", float(val[i]))
-            elif o == VAR:
-                node = ("var", int(val[i]))
-            else:
-                for _ in range(int(arity[o])):
-                    kid, j = build(j)
-                    kids.append(kid)
-                node = (function_set.name(o), *kids)
-            if out[i] >= 0:
-                node = (MODI_TAG, int(out[i]), node)
-            return node, j
+        def leaf(i: int) -> tuple:
+            return ("const", float(val[i])) if op[i] == CONST else ("var", int(val[i]))
 
-        return build(0)[0]
+        def function(i: int, kids: list) -> tuple:
+            return (function_set.name(int(op[i])), *kids)
+
+        def mark(i: int, node: tuple) -> tuple:
+            return (MODI_TAG, int(out[i]), node) if out[i] >= 0 else node
+
+        return _walk_prefix(op, np.asarray(function_set.arity), leaf, function, mark)
 
     def to_infix(self, function_set: Any, precision: int = 3) -> Any:
         """Human-readable infix string of a single tree (a list of strings for a forest).
@@ -238,76 +243,135 @@ class Forest:
         function arguments or at the root), other functions print as ``name(a, b)``, and a Modi node
         prints as ``out[k]=<expr>`` (its value goes to output ``k``; its parent sees its last child).
         """
+        _check_function_set(function_set)
         op = np.asarray(self.opcode)
         if op.ndim > 1:
             return [self[i].to_infix(function_set, precision) for i in range(op.shape[0])]
         val, out = np.asarray(self.value), np.asarray(self.output)
-        arity = np.asarray(function_set.arity)
         symbols = function_set.symbols
+        # each node is (text, bare): ``text`` is safe as an operand of an infix operator, ``bare``
+        # drops the outer grouping parentheses (used for function arguments and the root)
 
-        def build(i: int) -> tuple[str, str, int]:
-            """``(text, bare, next)``: ``text`` is safe as an operand of an infix operator, ``bare``
-            drops the outer grouping parentheses (used for function arguments and the root)."""
-            o = int(op[i])
-            j, kids, bare_kids = i + 1, [], []
-            if o == CONST:
+        def leaf(i: int) -> tuple[str, str]:
+            if op[i] == CONST:
                 bare = f"{float(val[i]):.{precision}g}"
-                text = f"({bare})" if bare.startswith("-") else bare
-            elif o == VAR:
-                text = bare = f"x{int(val[i])}"
-            else:
-                for _ in range(int(arity[o])):
-                    kid, kid_bare, j = build(j)
-                    kids.append(kid)
-                    bare_kids.append(kid_bare)
-                sym = symbols[o]
-                if len(kids) == 2 and function_set.is_infix(o):
-                    bare = f"{kids[0]} {sym} {kids[1]}"
-                    text = f"({bare})"
-                else:
-                    text = bare = f"{sym}({', '.join(bare_kids)})"
+                return (f"({bare})" if bare.startswith("-") else bare), bare
+            return f"x{int(val[i])}", f"x{int(val[i])}"
+
+        def function(i: int, kids: list) -> tuple[str, str]:
+            o = int(op[i])
+            sym = symbols[o]
+            if len(kids) == 2 and function_set.is_infix(o):
+                bare = f"{kids[0][0]} {sym} {kids[1][0]}"
+                return f"({bare})", bare
+            text = f"{sym}({', '.join(k[1] for k in kids)})"
+            return text, text
+
+        def mark(i: int, node: tuple[str, str]) -> tuple[str, str]:
             if out[i] >= 0:
-                text = bare = f"out[{int(out[i])}]={text}"
-            return text, bare, j
+                text = f"out[{int(out[i])}]={node[0]}"
+                return text, text
+            return node
 
         if int(np.asarray(self.size)[0]) < 1:
             return "<empty>"
-        return build(0)[1]
+        return _walk_prefix(op, np.asarray(function_set.arity), leaf, function, mark)[1]
 
 
-def _flatten(node: Any, function_set: Any, arity: np.ndarray, nodes: list) -> None:
-    """Append ``(opcode, value, output)`` for ``node`` and its descendants in prefix order."""
-    if not isinstance(node, tuple) or not node or not isinstance(node[0], str):
-        raise TypeError(f"expected a tuple starting with a name, got {node!r}")
-    head = node[0]
-    if head == "const":
-        if len(node) != 2 or not np.isfinite(float(node[1])):
-            raise ValueError(f"bad constant {node!r}")
-        nodes.append((CONST, float(node[1]), -1))
-        return
-    if head == "var":
-        if len(node) != 2 or int(node[1]) != node[1] or node[1] < 0:
-            raise ValueError(f"bad variable {node!r}")
-        nodes.append((VAR, float(node[1]), -1))
-        return
-    if head == MODI_TAG:
-        if len(node) != 3 or int(node[1]) != node[1] or node[1] < 0:
-            raise ValueError(f"bad Modi node {node!r}; expected ('modi', k, function_node)")
-        inner = node[2]
-        if not isinstance(inner, tuple) or not inner or inner[0] == MODI_TAG:
-            raise ValueError(f"a Modi node must wrap one (non-Modi) node, got {inner!r}")
-        start = len(nodes)
-        _flatten(inner, function_set, arity, nodes)
-        o, v, _ = nodes[start]
-        nodes[start] = (o, v, int(node[1]))
-        return
-    o = int(function_set.opcode(head))
-    a = int(arity[o])
-    if len(node) - 1 != a:
-        raise ValueError(f"{head!r} takes {a} argument(s), got {len(node) - 1}")
-    nodes.append((o, 0.0, -1))
-    for kid in node[1:]:
-        _flatten(kid, function_set, arity, nodes)
+class _Frame:
+    """A function node of :func:`_walk_prefix` waiting for its children."""
+
+    __slots__ = ("i", "arity", "kids")
+
+    def __init__(self, i: int, arity: int):
+        self.i, self.arity, self.kids = i, arity, []
+
+
+def _walk_prefix(op: np.ndarray, arity: np.ndarray, leaf: Any, function: Any, mark: Any) -> Any:
+    """Fold one prefix-ordered tree bottom-up without recursion: ``leaf(i)`` for a leaf,
+    ``function(i, children)`` for a function node, then ``mark(i, node)`` for every node (Modi
+    marking). Children are found by the arities from position 0 (``size`` is not read)."""
+    L = op.shape[0]
+    stack: list[_Frame] = []
+    i = 0
+    while True:
+        if i >= L:
+            raise ValueError(f"the tree runs past max_len={L}: a function node lacks children")
+        o = int(op[i])
+        if o in (CONST, VAR):
+            node = mark(i, leaf(i))
+            i += 1
+        elif o == PAD or not 0 <= o < len(arity):
+            raise ValueError(f"position {i}: opcode {o} is not a node of the function set")
+        else:
+            stack.append(_Frame(i, int(arity[o])))
+            i += 1
+            continue
+        while True:  # hand the finished node to its parent; finish parents that are complete
+            if not stack:
+                return node
+            frame = stack[-1]
+            frame.kids.append(node)
+            if len(frame.kids) < frame.arity:
+                break
+            stack.pop()
+            node = mark(frame.i, function(frame.i, frame.kids))
+
+
+def _check_function_set(function_set: Any) -> None:
+    if not isinstance(function_set, FunctionSet):
+        raise ArgumentError(f"function_set must be a FunctionSet, got {type(function_set).__name__}")
+
+
+@pytree_dataclass
+@dataclasses.dataclass(frozen=True)
+class DecodedForest(Forest):
+    """A forest as :attr:`evotensor.gp.GP.decoder` hands it to a problem: the trees plus the static
+    ``n_vars`` and ``n_outputs`` of the GP that evolved them (``None``: unknown).
+
+    :func:`evotensor.gp.evaluate` and :func:`evotensor.gp.fitness` check them against the data (the
+    columns of ``X`` and the outputs asked for), so a GP built for 5 variables fails with a clear
+    error on 2-column data instead of evolving trees that read variables the data lacks. It is a
+    :class:`Forest` in every other respect.
+    """
+
+    n_vars: int | None = static_field(default=None)
+    n_outputs: int | None = static_field(default=None)
+
+
+def _flatten(tree: Any, function_set: Any, arity: np.ndarray, nodes: list) -> None:
+    """Append ``(opcode, value, output)`` for ``tree`` and its descendants in prefix order (an
+    explicit stack: any depth)."""
+    pending: list[tuple[Any, int]] = [(tree, -1)]  # (node, output of an enclosing Modi tag)
+    while pending:
+        node, output = pending.pop()
+        if not isinstance(node, tuple) or not node or not isinstance(node[0], str):
+            raise TypeError(f"expected a tuple starting with a name, got {reprlib.repr(node)}")
+        head = node[0]
+        if head == "const":
+            if len(node) != 2 or not np.isfinite(float(node[1])):
+                raise ValueError(f"bad constant {reprlib.repr(node)}")
+            nodes.append((CONST, float(node[1]), output))
+            continue
+        if head == "var":
+            if len(node) != 2 or int(node[1]) != node[1] or node[1] < 0:
+                raise ValueError(f"bad variable {reprlib.repr(node)}")
+            nodes.append((VAR, float(node[1]), output))
+            continue
+        if head == MODI_TAG:
+            if len(node) != 3 or int(node[1]) != node[1] or node[1] < 0:
+                raise ValueError(f"bad Modi node {reprlib.repr(node)}; expected ('modi', k, function_node)")
+            inner = node[2]
+            if not isinstance(inner, tuple) or not inner or inner[0] == MODI_TAG:
+                raise ValueError(f"a Modi node must wrap one (non-Modi) node, got {reprlib.repr(inner)}")
+            pending.append((inner, int(node[1])))
+            continue
+        o = int(function_set.opcode(head))
+        a = int(arity[o])
+        if len(node) - 1 != a:
+            raise ValueError(f"{head!r} takes {a} argument(s), got {len(node) - 1}")
+        nodes.append((o, 0.0, output))
+        pending.extend((kid, -1) for kid in reversed(node[1:]))
 
 
 def _sizes_one(op: np.ndarray, arity: np.ndarray, where: str) -> np.ndarray:

@@ -21,6 +21,25 @@ Backends (``backend=``, one of :data:`BACKENDS`):
   JAX path is written for CPU caches and is never picked on a GPU (it runs there, slowly, when
   asked for by name).
 
+Checks at this boundary, shared by every backend:
+
+* **Malformed trees** (:func:`evotensor.gp.metrics.tree_validity`: a length outside ``[1,
+  max_len]``, unknown or ``PAD`` opcodes inside a tree, opcodes that do not form one prefix tree,
+  wrong subtree sizes, a variable index that is not a whole number below ``X``'s column count). A
+  concrete forest with one is refused with an :class:`~evotensor.core.checks.ArgumentError` naming
+  the tree and position; inside ``jit`` (a traced forest) such a tree is never run (it costs no
+  time whatever its stored size) and gets NaN predictions and the metric's worst fitness, on every
+  backend alike. ``opcode``, ``size`` and ``output`` must have integer dtypes.
+* **Sizes**: an evaluation whose memory (predictions plus working memory, see
+  :func:`evotensor.gp.metrics.check_evaluation_size`) exceeds
+  :func:`evotensor.gp.metrics.memory_limit` (the physical memory, or ``EVOTENSOR_GP_MEMORY_LIMIT``
+  bytes) is refused up front, naming ``n_outputs``, ``max_len`` or the data.
+* **Data**: :func:`fitness` refuses NaN/inf in ``X`` or ``y`` (when concrete), naming the row and
+  column; :func:`evaluate` computes on non-finite inputs as they are.
+* **A GP's own forest** (:class:`evotensor.gp.encoding.DecodedForest`, what ``GP.decoder`` hands a
+  problem) must match the data: its ``n_vars`` must equal ``X``'s columns and its ``n_outputs``
+  the outputs asked for.
+
 Dependencies run one way: this module -> the backends -> :mod:`evotensor.gp.metrics`.
 """
 
@@ -29,21 +48,28 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
-from evotensor.core.checks import check_choice, check_int
+from evotensor.core.checks import ArgumentError, check_choice, check_int
 from evotensor.gp import native, pallas_kernel
-from evotensor.gp.functions import FunctionSet
+from evotensor.gp.encoding import DecodedForest
+from evotensor.gp.functions import CONST, PAD, FunctionSet
 from evotensor.gp.jax_evaluator import block_sizes, evaluate_jax, fitness_jax
 from evotensor.gp.metrics import (
     MAXIMIZED_METRICS,
     METRICS,
+    check_evaluation_size,
+    check_finite_data,
     check_function_set,
     check_X,
     check_y,
     finalize_metric,
+    first_invalid_tree,
     forest_fields,
+    is_concrete,
     metric_from_predictions,
     total_sum_of_squares,
+    tree_validity,
 )
 
 # METRICS, MAXIMIZED_METRICS and metric_from_predictions are re-exported: they were defined here
@@ -75,6 +101,65 @@ def choose_backend(backend: str, fs: FunctionSet) -> str:
     return "jax"
 
 
+def _forest_shape(forest: Any) -> tuple[int, int] | None:
+    """``(pop, max_len)`` read from ``forest.opcode``'s shape without converting it (``None`` if it
+    has no such field or an odd shape: :func:`~evotensor.gp.metrics.forest_fields` then says why)."""
+    shape = tuple(getattr(getattr(forest, "opcode", None), "shape", ()) or ())
+    if len(shape) == 1:
+        return 1, int(shape[0])
+    if len(shape) == 2:
+        return int(shape[0]), int(shape[1])
+    return None
+
+
+def _check_decoded(forest: Any, n_vars: int, n_outputs: int) -> None:
+    """A GP's decoded forest carries the ``n_vars`` / ``n_outputs`` it was evolved for: they must be
+    the data's."""
+    if not isinstance(forest, DecodedForest):
+        return
+    if forest.n_vars is not None and forest.n_vars != n_vars:
+        raise ArgumentError(
+            f"n_vars mismatch: the GP was built with n_vars={forest.n_vars} but the data X has {n_vars} "
+            f"column(s), so its trees would read variables the data does not have (or never read some); "
+            f"build GP(..., n_vars={n_vars})"
+        )
+    if forest.n_outputs is not None and forest.n_outputs != n_outputs:
+        raise ArgumentError(
+            f"n_outputs mismatch: the GP was built with n_outputs={forest.n_outputs} but the problem "
+            f"evaluates {n_outputs} output(s) (its targets y); build GP(..., n_outputs={n_outputs}) or "
+            f"give y {forest.n_outputs} columns"
+        )
+
+
+def _checked_forest(forest: Any, X: jax.Array, fs: FunctionSet, n_outputs: int, materialize: bool):
+    """The forest's arrays for a backend, ``(arrays, single, valid)``, after the boundary checks of
+    the module docstring. ``valid`` is ``None`` for a concrete forest (a malformed one raised);
+    for a traced one it is ``bool [pop]``, and its malformed trees are replaced by a one-node tree
+    (so no backend runs them) whose results the caller masks."""
+    shape = _forest_shape(forest)
+    if shape is not None:
+        check_evaluation_size(shape[0], shape[1], X.shape[0], n_outputs, materialize)
+    _check_decoded(forest, X.shape[1], n_outputs)
+    *arrays, single = forest_fields(forest)
+    arrays = tuple(arrays)
+    if is_concrete(*arrays):
+        message = first_invalid_tree(arrays, fs, X.shape[1])
+        if message is not None:
+            raise ArgumentError(message)
+        return arrays, single, None
+    opcode, value, size, output = arrays
+    valid = tree_validity(opcode, value, size, fs.arity, X.shape[1])
+    ok = valid[:, None]
+    first = jnp.arange(opcode.shape[1]) == 0
+    arrays = (
+        jnp.where(ok, opcode, jnp.where(first, CONST, PAD)),
+        jnp.where(ok, value, 0.0),
+        jnp.where(ok, size, jnp.where(first, 1, 0)),
+        jnp.where(ok, output, -1),
+    )
+    return arrays, single, valid
+
+
 def evaluate(
     forest: Any,
     X: Any,
@@ -89,8 +174,9 @@ def evaluate(
 
     Args:
         forest: a :class:`evotensor.gp.Forest` (or anything with fields ``opcode, value, size,
-            output``) of shape ``[pop, max_len]``, or one tree ``[max_len]``. Variable indices must be
-            ``< n_vars`` (out-of-range ones are clamped; ``Forest.check`` catches them).
+            output``) of shape ``[pop, max_len]``, or one tree ``[max_len]``. A malformed tree
+            (including a variable index ``>= n_vars``) is refused when the forest is concrete and
+            gives NaN predictions inside ``jit`` (see the module docstring).
         X: ``[n_points, n_vars]`` data.
         function_set: the opcodes' :class:`FunctionSet`.
         n_outputs: outputs per tree (``> 1``: Modi semantics, see :mod:`evotensor.gp.reference`).
@@ -104,14 +190,18 @@ def evaluate(
         ``float32 [pop, n_points, n_outputs]`` (``[n_points, n_outputs]`` for a single tree).
         Non-finite values are kept as computed (raw semantics).
 
+    Raises:
+        ArgumentError: a malformed concrete forest (naming the tree and position), an evaluation
+            over the memory limit (naming ``n_outputs``, ``max_len`` or the data), bad arguments.
+
     Works under ``jax.jit`` (the forest may be traced; the function set, ``n_outputs`` and block
     sizes are static).
     """
     fs = check_function_set(function_set)
     n_outputs = check_int(n_outputs, "n_outputs")
+    check_choice(backend, "backend", BACKENDS)
     X = check_X(X)
-    *arrays, single = forest_fields(forest)
-    arrays = tuple(arrays)
+    arrays, single, valid = _checked_forest(forest, X, fs, n_outputs, materialize=True)
     path = choose_backend(backend, fs)
     if path == "pallas":
         out = pallas_kernel.evaluate_pallas(
@@ -122,6 +212,8 @@ def evaluate(
     else:
         tb, rb = block_sizes(arrays[0].shape[0], X.shape[0], tree_block, row_block)
         out = evaluate_jax(arrays, X, fs, n_outputs, tb, rb)
+    if valid is not None:
+        out = jnp.where(valid[:, None, None], out, jnp.nan)
     return out[0] if single else out
 
 
@@ -153,13 +245,21 @@ def fitness(
 
     Returns:
         ``float32 [pop]`` (a scalar for a single tree) in natural orientation; a tree with any
-        non-finite prediction gets ``+inf`` (minimized metrics) or ``-inf`` (``r2``, ``accuracy``).
+        non-finite prediction gets ``+inf`` (minimized metrics) or ``-inf`` (``r2``, ``accuracy``),
+        and so does a malformed tree inside ``jit``.
+
+    Raises:
+        ArgumentError: NaN/inf in a concrete ``X`` or ``y`` (naming the row and column), a malformed
+            concrete forest, an evaluation over the memory limit, bad arguments (see
+            :func:`evaluate`).
     """
     fs = check_function_set(function_set)
+    check_choice(backend, "backend", BACKENDS)
     X = check_X(X)
     yt, n_out = check_y(y, X.shape[0], metric, n_outputs)
-    *arrays, single = forest_fields(forest)
-    arrays = tuple(arrays)
+    check_finite_data(X, "X")
+    check_finite_data(jnp.asarray(y, jnp.float32), "y")
+    arrays, single, valid = _checked_forest(forest, X, fs, n_out, materialize=False)
     path = choose_backend(backend, fs)
     if path == "pallas":
         out = pallas_kernel.fitness_pallas(
@@ -171,4 +271,6 @@ def fitness(
     else:
         tb, rb = block_sizes(arrays[0].shape[0], X.shape[0], tree_block, row_block)
         out = fitness_jax(arrays, X, yt, fs, n_out, metric, tb, rb)
+    if valid is not None:
+        out = jnp.where(valid, out, -jnp.inf if metric in MAXIMIZED_METRICS else jnp.inf)
     return out[0] if single else out

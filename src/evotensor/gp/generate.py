@@ -31,7 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core import rng
+from evotensor.core.checks import ArgumentError
 from evotensor.gp.encoding import CONST, PAD, VAR, Forest
+from evotensor.gp.functions import FunctionSet
 
 METHODS = ("full", "grow", "half_and_half")
 
@@ -103,8 +105,11 @@ class TreeGenerator:
             raise ValueError(f"need 0 <= min_depth <= max_depth, got ({self.min_depth}, {self.max_depth})")
         if self.method not in METHODS:
             bad("method", f"must be one of {METHODS}")
-        lp = np.atleast_1d(np.asarray(self.leaf_prob, np.float64))
-        if lp.ndim != 1 or lp.size == 0 or np.any((lp < 0) | (lp > 1)):
+        try:
+            lp = np.atleast_1d(np.asarray(self.leaf_prob, np.float64))
+        except (TypeError, ValueError):
+            lp = np.full(0, np.nan)
+        if lp.ndim != 1 or lp.size == 0 or not np.all((lp >= 0) & (lp <= 1)):  # NaN fails too
             bad("leaf_prob", "must be a probability or a sequence of probabilities")
         if not 0 <= self.const_prob <= 1:
             bad("const_prob", "must be in [0, 1]")
@@ -115,6 +120,8 @@ class TreeGenerator:
             bad("n_outputs", "must be >= 1")
         if not 0 <= self.modi_prob <= 1:
             bad("modi_prob", "must be in [0, 1]")
+        if not isinstance(self.function_set, FunctionSet):
+            raise ArgumentError(f"function_set must be a FunctionSet, got {type(self.function_set).__name__}")
         arity = np.asarray(self.function_set.arity)
         n_funcs = int(np.sum(arity > 0))
         if n_funcs == 0:

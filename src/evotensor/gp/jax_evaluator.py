@@ -257,7 +257,9 @@ def _blocked(forest_arrays, X: jax.Array, tree_block: int, row_block: int):
     opcode, value, size, output = forest_arrays
     pop, L = opcode.shape
     n_points, n_vars = X.shape
-    lengths = size[:, 0]
+    # a block runs as many node steps as its longest tree; clipped to max_len, so a malformed
+    # stored length cannot make the loop run longer (evaluate() never sends malformed trees here)
+    lengths = jnp.clip(size[:, 0], 0, L)
     order = jnp.argsort(lengths, stable=True)
     c2, c3 = child_slots(size)
     n_tb = -(-pop // tree_block)

@@ -4,8 +4,10 @@ Every backend (:mod:`evotensor.gp.jax_evaluator`, :mod:`evotensor.gp.native`,
 :mod:`evotensor.gp.pallas_kernel`) reduces per-row terms (:func:`row_terms`) to per-tree sums and
 turns them into the metric with :func:`finalize_metric`, so the metric semantics are defined once,
 here. The checks (:func:`forest_fields`, :func:`check_function_set`, :func:`check_X`,
-:func:`check_y`) turn user input into the arrays the backends take; a failed check raises
-:class:`evotensor.core.checks.ArgumentError` (a ``ValueError`` and a ``TypeError``).
+:func:`check_y`, :func:`check_finite_data`, :func:`check_evaluation_size`, and
+:func:`tree_validity` / :func:`first_invalid_tree` for malformed trees) turn user input into the
+arrays the backends take; a failed check raises :class:`evotensor.core.checks.ArgumentError` (a
+``ValueError`` and a ``TypeError``).
 
 Fitness metrics (``metric=``), in natural orientation:
 
@@ -24,6 +26,7 @@ fitness to the worst finite value, see :func:`evotensor.core.worst_for_nonfinite
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
@@ -31,17 +34,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int
-from evotensor.gp.functions import FunctionSet
+from evotensor.gp.functions import CONST, PAD, VAR, FunctionSet
 
 __all__ = [
     "CLASSIFICATION_METRICS",
     "MAXIMIZED_METRICS",
     "METRICS",
     "check_X",
+    "check_evaluation_size",
+    "check_finite_data",
     "check_function_set",
     "check_y",
+    "describe_invalid_tree",
     "finalize_metric",
+    "first_invalid_tree",
     "forest_fields",
+    "is_concrete",
+    "memory_limit",
+    "tree_validity",
     "metric_from_predictions",
     "row_terms",
     "total_sum_of_squares",
@@ -61,7 +71,8 @@ def forest_fields(forest: Any) -> tuple[jax.Array, jax.Array, jax.Array, jax.Arr
 
     Args:
         forest: anything with fields ``opcode, value, size, output`` of one shape ``[pop, max_len]``
-            (or ``[max_len]``: one tree).
+            (or ``[max_len]``: one tree). ``opcode``, ``size`` and ``output`` must have an integer
+            dtype (a float opcode is refused, not rounded), ``value`` a real one.
 
     Returns:
         ``(opcode int32, value float32, size int32, output int32, single)``, each array
@@ -71,25 +82,235 @@ def forest_fields(forest: Any) -> tuple[jax.Array, jax.Array, jax.Array, jax.Arr
     for name in ("opcode", "value", "size", "output"):
         if not hasattr(forest, name):
             raise ArgumentError(f"forest has no field {name!r} (expected opcode, value, size, output)")
-        arrays.append(jnp.asarray(getattr(forest, name)))
-    shape = arrays[0].shape
-    if any(a.shape != shape for a in arrays) or len(shape) not in (1, 2):
+        a = getattr(forest, name)
+        if not isinstance(a, (jax.Array, np.ndarray)):
+            a = np.asarray(a)
+        kind = np.dtype(a.dtype).kind
+        if name == "value" and kind not in "iuf":
+            raise ArgumentError(f"forest.value must be a real (float or int) array, got dtype {a.dtype}")
+        if name != "value" and kind not in "iu":
+            raise ArgumentError(
+                f"forest.{name} must be an integer array, got dtype {a.dtype} (values are not rounded: "
+                f"cast it with .astype(int32) if it holds whole numbers)"
+            )
+        arrays.append(a)
+    shape = tuple(arrays[0].shape)
+    if any(tuple(a.shape) != shape for a in arrays) or len(shape) not in (1, 2):
         raise ArgumentError(
             "forest fields opcode, value, size, output must share one shape [pop, max_len] or [max_len], "
-            f"got {[a.shape for a in arrays]}"
+            f"got {[tuple(a.shape) for a in arrays]}"
         )
     single = len(shape) == 1
-    if single:
-        arrays = [a[None] for a in arrays]
-    if arrays[0].shape[0] < 1 or arrays[0].shape[1] < 1:
+    pop, max_len = (1, shape[0]) if single else shape
+    if pop < 1 or max_len < 1:
         raise ArgumentError(f"forest must have at least one tree and max_len >= 1, got shape {shape}")
-    opcode, value, size, output = arrays
+    if max_len > _MAX_INT32:
+        raise ArgumentError(f"forest max_len={max_len} is over 2**31 - 1 slots")
+    opcode, value, size, output = (jnp.asarray(a) for a in arrays)
+    if single:
+        opcode, value, size, output = (a[None] for a in (opcode, value, size, output))
     return (
-        opcode.astype(jnp.int32),
+        _to_int32(opcode),
         value.astype(jnp.float32),
-        size.astype(jnp.int32),
-        output.astype(jnp.int32),
+        _to_int32(size),
+        _to_int32(output),
         single,
+    )
+
+
+_MAX_INT32 = 2**31 - 1
+
+
+def _to_int32(a: jax.Array) -> jax.Array:
+    """An integer array as int32, values outside int32 clamped (not wrapped) so that a huge size or
+    opcode stays out of range instead of turning into a valid one."""
+    if a.dtype == jnp.int32:
+        return a
+    info = np.iinfo(a.dtype)
+    if info.min < -_MAX_INT32 - 1 or info.max > _MAX_INT32:
+        a = jnp.clip(a, -_MAX_INT32 - 1, _MAX_INT32)
+    return a.astype(jnp.int32)
+
+
+def is_concrete(*arrays: Any) -> bool:
+    """Whether none of ``arrays`` is traced (their values can be read on the host now)."""
+    return not any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
+# ---- malformed trees -------------------------------------------------------------------------------
+
+
+def tree_validity(opcode: Any, value: Any, size: Any, arity: np.ndarray, n_vars: int, xp: Any = jnp) -> Any:
+    """Which trees every evaluation path can run: ``bool [pop]`` (``xp``: ``jnp``, also traced, or ``np``).
+
+    A tree ``[max_len]`` is valid when ``1 <= size[0] <= max_len``; its first ``size[0]`` opcodes are
+    known non-``PAD`` opcodes that form exactly one prefix tree (by the arities) and every slot after
+    it is ``PAD``; every ``size[i]`` of the tree is its subtree's node count; and every ``VAR`` node's
+    value is a whole number in ``[0, n_vars)``. Constants and ``output`` indices are not checked
+    (non-finite constants compute as they are; out-of-range outputs contribute nothing, see
+    :mod:`evotensor.gp.reference`). ``O(pop * max_len)``.
+
+    Sizes are checked locally (``size[i] = 1 + sum of the children's sizes``, children found
+    through the sizes); with a valid opcode sequence that implies every size is right (by induction
+    from the last node).
+    """
+    pop, L = xp.shape(opcode)
+    # int32 is wide enough once sizes are clipped to [-1, L + 1] (an out-of-range size stays out of
+    # range, so it still fails the check below); sums stay below 4 * L + 4
+    wide = np.int64 if L >= 2**28 else np.int32
+    opcode = xp.asarray(opcode).astype(wide)
+    size = xp.clip(xp.asarray(size).astype(wide), -1, L + 1)
+    value = xp.asarray(value)
+    n_op = len(arity)
+    pos = xp.arange(L)[None, :]
+    n = size[:, :1]
+    length_ok = (n[:, 0] >= 1) & (n[:, 0] <= L)
+    inside = pos < n
+    known = (opcode >= CONST) & (opcode < n_op)
+    opcodes_ok = xp.all(xp.where(inside, known, opcode == PAD), axis=1)
+    ar = xp.asarray(np.asarray(arity, np.int32)).astype(wide)[xp.where(known, opcode, 0)]
+    # prefix order: with c_i = sum_{j <= i} (arity_j - 1), a tree of n nodes has c_i >= 0 for
+    # i < n - 1 (a child is still pending) and c_{n-1} = -1 (nothing is)
+    c = xp.cumsum(xp.where(inside, ar - 1, 0), axis=1)
+    last = pos == n - 1
+    sequence_ok = xp.all(xp.where(inside & ~last, c >= 0, True), axis=1) & xp.any(last & (c == -1), axis=1)
+    # sizes: children at i + 1, then + size of the previous child (positions clipped into [0, L])
+    padded = xp.concatenate([xp.clip(size, 0, L), xp.zeros((pop, 1), size.dtype)], axis=1)
+
+    def size_at(p):
+        return xp.take_along_axis(padded, p, axis=1)
+
+    c1 = xp.minimum(xp.broadcast_to(pos + 1, (pop, L)), L)
+    c2 = xp.minimum(c1 + size_at(c1), L)
+    c3 = xp.minimum(c2 + size_at(c2), L)
+    expected = 1 + xp.where(ar >= 1, size_at(c1), 0) + xp.where(ar >= 2, size_at(c2), 0)
+    expected = expected + xp.where(ar >= 3, size_at(c3), 0)
+    sizes_ok = xp.all(xp.where(inside, size == expected, True), axis=1)
+    is_var = inside & (opcode == VAR)
+    whole = (value == xp.floor(value)) & (value >= 0) & (value < n_vars)
+    vars_ok = xp.all(xp.where(is_var, whole, True), axis=1)
+    return length_ok & opcodes_ok & sequence_ok & sizes_ok & vars_ok
+
+
+def describe_invalid_tree(opcode: Any, value: Any, size: Any, arity: np.ndarray, n_vars: int) -> str:
+    """Why one tree (NumPy rows ``[max_len]``) fails :func:`tree_validity`: a short reason naming
+    the position (``""`` if it is valid)."""
+    opcode, value, size = (np.asarray(a) for a in (opcode, value, size))
+    L, n_op = opcode.shape[0], len(arity)
+    n = int(size[0])
+    if not 1 <= n <= L:
+        return f"its length size[0]={n} is outside [1, max_len={L}]"
+    for i in range(L):
+        o = int(opcode[i])
+        if i < n and not CONST <= o < n_op:
+            what = "PAD" if o == PAD else "not in the function set"
+            return f"position {i}: opcode {o} is {what} inside the tree"
+        if i >= n and o != PAD:
+            return (
+                f"position {i}: opcode {o} after the tree's last node (size[0]={n}); padding must be PAD (0)"
+            )
+    pending = 1
+    for i in range(n):
+        if pending == 0:
+            return f"the nodes before position {i} already form a whole tree, but size[0]={n}"
+        pending += int(arity[opcode[i]]) - 1
+    if pending > 0:
+        return f"the tree of size[0]={n} nodes ends while {pending} child(ren) are still missing"
+    stack: list[int] = []
+    true = np.zeros(n, np.int64)
+    for i in range(n - 1, -1, -1):
+        a = int(arity[opcode[i]])
+        true[i] = 1 + sum(stack[len(stack) - a :]) if a else 1
+        del stack[len(stack) - a :]
+        stack.append(int(true[i]))
+    for i in range(n):
+        if int(size[i]) != true[i]:
+            return f"position {i}: size {int(size[i])} but its subtree has {int(true[i])} nodes"
+    for i in range(n):
+        if int(opcode[i]) == VAR:
+            v = float(value[i])
+            if not (v == np.floor(v) and 0 <= v < n_vars):
+                return f"position {i}: variable index {v} is not a whole number in [0, n_vars={n_vars})"
+    return ""
+
+
+def first_invalid_tree(arrays: tuple, fs: FunctionSet, n_vars: int) -> str | None:
+    """For concrete forest arrays ``(opcode, value, size, output)`` ``[pop, max_len]``: ``None`` if
+    every tree is valid (:func:`tree_validity`), else a message naming the first invalid tree."""
+    opcode, value, size = (np.asarray(a) for a in arrays[:3])
+    pop, L = opcode.shape
+    step = max(1, 2**20 // L)  # trees per check: bounded temporaries for any forest
+    valid = np.concatenate(
+        [
+            tree_validity(opcode[i : i + step], value[i : i + step], size[i : i + step], fs.arity, n_vars, np)
+            for i in range(0, pop, step)
+        ]
+    )
+    if valid.all():
+        return None
+    bad = np.flatnonzero(~valid)
+    t = int(bad[0])
+    reason = describe_invalid_tree(opcode[t], value[t], size[t], fs.arity, n_vars)
+    more = f" ({len(bad)} malformed trees in all)" if len(bad) > 1 else ""
+    return f"forest tree {t} is malformed: {reason}{more}; Forest.check(function_set, n_vars) lists the rules"
+
+
+# ---- sizes ---------------------------------------------------------------------------------------------
+
+ROWS_PER_CHUNK = 256
+"""Rows a backend works on at once (the native evaluator's chunk, the JAX path's default row block)."""
+
+
+def memory_limit() -> int:
+    """Bytes one GP evaluation may need before it is refused up front: the environment variable
+    ``EVOTENSOR_GP_MEMORY_LIMIT`` (bytes) when set, else the machine's physical memory."""
+    env = os.environ.get("EVOTENSOR_GP_MEMORY_LIMIT", "").strip()
+    if env:
+        try:
+            return int(float(env))
+        except ValueError:
+            raise ArgumentError(f"EVOTENSOR_GP_MEMORY_LIMIT must be a number of bytes, got {env!r}") from None
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return 2**36
+
+
+def check_evaluation_size(pop: int, max_len: int, n_points: int, n_outputs: int, materialize: bool) -> None:
+    """Refuse an evaluation whose memory would exceed :func:`memory_limit`, naming the argument.
+
+    The estimate: the predictions ``[pop, n_points, n_outputs]`` float32 (``materialize``, i.e.
+    :func:`evotensor.gp.evaluate`; the fused fitness never builds them), plus the working memory of
+    the trees evaluated at once (one per CPU thread, at least 8: ``max_len`` node values and
+    ``2 * n_outputs`` output values of :data:`ROWS_PER_CHUNK` rows each, float32). Raises
+    :class:`ArgumentError` naming ``n_outputs``, ``max_len`` or the data, with the bytes needed.
+    """
+    in_flight = max(os.cpu_count() or 1, 8)
+    chunk = ROWS_PER_CHUNK * 4 * in_flight  # the native evaluator works on whole chunks
+    parts = {
+        "max_len": (max_len + 1) * chunk,
+        "n_outputs": 2 * n_outputs * chunk,
+        "predictions": pop * n_points * n_outputs * 4 if materialize else 0,
+    }
+    need, limit = sum(parts.values()), memory_limit()
+    if need <= limit:
+        return
+    culprit = max(parts, key=parts.get)
+    gib = lambda b: f"{b / 2**30:.3g} GiB"  # noqa: E731
+    if culprit == "predictions":
+        what = (
+            f"n_outputs={n_outputs} with the data's n_points={n_points} and pop={pop}: the predictions "
+            f"[pop, n_points, n_outputs] need {gib(parts['predictions'])}"
+        )
+        name = "n_outputs" if n_outputs > 1 else "X (n_points)"
+    else:
+        name = culprit
+        value = max_len if culprit == "max_len" else n_outputs
+        what = f"{culprit}={value} needs {gib(parts[culprit])} of working memory"
+    raise ArgumentError(
+        f"{name} too large for one GP evaluation: {what} ({gib(need)} in all), over the limit of "
+        f"{gib(limit)} (evotensor.gp.metrics.memory_limit(): the physical memory, or "
+        "EVOTENSOR_GP_MEMORY_LIMIT bytes)"
     )
 
 
@@ -106,6 +327,24 @@ def check_X(X: Any) -> jax.Array:
     if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
         raise ArgumentError(f"X must be [n_points >= 1, n_vars >= 1], got shape {X.shape}")
     return X
+
+
+def check_finite_data(a: Any, name: str) -> None:
+    """Refuse NaN or inf in data ``a`` (``[n_points]`` or ``[n_points, k]``, concrete), naming the row and
+    column of the first one. Traced data is not checked."""
+    if not is_concrete(a):
+        return
+    host = np.asarray(a)  # NumPy: inside a trace, jnp on a concrete array would give a tracer
+    if np.isfinite(host).all():
+        return
+    bad = np.argwhere(~np.isfinite(host))
+    where = bad[0]
+    at = f"row {where[0]}" + (f", column {where[1]}" if host.ndim > 1 else "")
+    raise ArgumentError(
+        f"{name} must be finite, but {name}[{', '.join(str(int(i)) for i in where)}] = {host[tuple(where)]} "
+        f"({at}; {len(bad)} non-finite value(s) in all): a non-finite target or input makes every tree's "
+        "fitness the worst value"
+    )
 
 
 def check_y(y: Any, n_points: int, metric: str, n_outputs: int | None) -> tuple[jax.Array, int]:

@@ -16,6 +16,12 @@ function set can run here (built-in functions only).
 The calls are ``jax.ffi.ffi_call``: they trace under ``jit`` (no host callback in a program for the
 CPU), run ``sequential`` under ``vmap`` (one call per batch element), and have no derivative.
 
+Memory: each thread holds ``(max_len + n_outputs) * 256`` float32 of working memory;
+:func:`evotensor.gp.evaluate` refuses up front a call whose memory exceeds
+:func:`evotensor.gp.metrics.memory_limit`. An allocation that still fails inside the evaluator (on
+any of its threads) is caught there and raised as ``jax.errors.JaxRuntimeError`` with
+``RESOURCE_EXHAUSTED``; the process and the evaluator stay usable.
+
 The handlers exist for the CPU only. A program compiled for another platform (a GPU: the default
 device of a GPU machine) still runs the evaluator on the CPU: ``jax.lax.platform_dependent`` puts
 the FFI call in the CPU lowering, and elsewhere a host callback that copies the operands to the

@@ -50,6 +50,7 @@ from evotensor.gp.functions import FunctionSet
 from evotensor.gp.metrics import (
     MAXIMIZED_METRICS,
     METRICS,
+    check_finite_data,
     check_function_set,
     check_X,
     check_y,
@@ -87,6 +88,12 @@ class SymbolicRegression:
         metric: ``"mse" | "rmse" | "r2" | "accuracy" | "cross_entropy"``.
         n_outputs: outputs per tree (inferred from ``y`` for regression; default 1 otherwise).
         X_test, y_test: optional held-out data for :meth:`test_evaluate`.
+
+    NaN or inf anywhere in ``X``, ``y``, ``X_test`` or ``y_test`` is refused here
+    (:class:`~evotensor.core.checks.ArgumentError` naming the row and column): it would make every
+    tree's fitness the worst value. A GP run on this problem must have ``GP(n_vars=...)`` equal to
+    ``X``'s columns and ``GP(n_outputs=...)`` equal to the problem's outputs (checked when the run
+    traces its evaluation).
         backend: evaluation path, one of :data:`evotensor.gp.evaluate.BACKENDS` (``"auto"``,
             ``"jax"``, ``"native"``, ``"pallas"``; see :func:`evotensor.gp.evaluate`).
         case_errors: also return per-row errors, ``info=CaseErrors(case_errors=[pop, n_points])``
@@ -119,15 +126,25 @@ class SymbolicRegression:
         X = check_X(X)
         _, self.n_outputs = check_y(y, X.shape[0], metric, n_outputs)
         y = jnp.asarray(y, jnp.float32)
+        check_finite_data(X, "X")
+        check_finite_data(y, "y")
         if (X_test is None) != (y_test is None):
             raise ArgumentError("give both X_test and y_test, or neither")
         if X_test is not None:
             X_test = jnp.asarray(X_test, jnp.float32)
             y_test = jnp.asarray(y_test, jnp.float32)
-            if X_test.ndim != 2 or X_test.shape[1] != X.shape[1] or y_test.shape[1:] != y.shape[1:]:
+            if (
+                X_test.ndim != 2
+                or X_test.shape[0] < 1
+                or X_test.shape[1] != X.shape[1]
+                or y_test.shape != (X_test.shape[0], *y.shape[1:])
+            ):
                 raise ArgumentError(
                     f"X_test/y_test shapes {X_test.shape}/{y_test.shape} do not match X/y {X.shape}/{y.shape}"
                 )
+            check_y(y_test, X_test.shape[0], metric, self.n_outputs)
+            check_finite_data(X_test, "X_test")
+            check_finite_data(y_test, "y_test")
         self.function_set = function_set
         self.metric = metric
         self.maximize = metric in MAXIMIZED_METRICS

@@ -70,7 +70,7 @@ from evotensor.core.pytree import pytree_dataclass
 from evotensor.gp import selection as sel
 from evotensor.gp.config import SELECTIONS as _SELECTION_FACTORIES
 from evotensor.gp.config import GPConfig
-from evotensor.gp.encoding import Forest
+from evotensor.gp.encoding import DecodedForest, Forest
 from evotensor.gp.evaluate import evaluate
 from evotensor.gp.generate import TreeGenerator
 from evotensor.gp.operators import default_insert_generator
@@ -92,15 +92,28 @@ _SELECTION_KEY = 0x5E1EC7
 
 
 class ForestDecoder:
-    """GP needs no decoding: the tree is executed directly. ``decode`` is the identity and
-    ``apply(tree, X [n_points, n_vars]) -> [n_points, n_outputs]`` runs one tree."""
+    """GP needs no decoding: the tree is executed directly. ``decode`` hands the same arrays on as a
+    :class:`~evotensor.gp.encoding.DecodedForest` that carries the GP's ``n_vars`` and ``n_outputs``
+    (static), so that evaluating it on data with another number of columns or outputs raises an
+    error naming them (:func:`evotensor.gp.evaluate`); ``apply(tree, X [n_points, n_vars]) ->
+    [n_points, n_outputs]`` runs one tree."""
 
-    def __init__(self, function_set: Any, n_outputs: int = 1):
+    def __init__(self, function_set: Any, n_outputs: int = 1, n_vars: int | None = None):
         self.function_set = function_set
         self.n_outputs = n_outputs
+        self.n_vars = n_vars
 
     def decode(self, genotypes: Forest) -> Forest:
-        return genotypes
+        if not isinstance(genotypes, Forest):
+            return genotypes
+        return DecodedForest(
+            genotypes.opcode,
+            genotypes.value,
+            genotypes.size,
+            genotypes.output,
+            n_vars=self.n_vars or None,  # 0: constants only, the trees read no column
+            n_outputs=self.n_outputs,
+        )
 
     def apply(self, phenotype: Forest, x: jax.Array) -> jax.Array:
         return evaluate(phenotype, x, self.function_set, self.n_outputs)
@@ -505,7 +518,7 @@ class GP:
         uses it when it is given no explicit decoder (its identity ``decode`` hands the forest to a
         function problem such as :class:`~evotensor.gp.regression.SymbolicRegression`; a policy
         problem gets ``apply`` as well)."""
-        return ForestDecoder(self.function_set, self.n_outputs)
+        return ForestDecoder(self.function_set, self.n_outputs, self.n_vars)
 
 
 def bits_to_uniform(bits: jax.Array) -> jax.Array:

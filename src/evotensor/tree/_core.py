@@ -116,6 +116,9 @@ class raw:  # noqa: N801 - lower case like treevalue's `raw`
 # `issubclass(type(value), _DICT_OR_RAW)`, cheaper than `isinstance` (which also looks up
 # `value.__class__` when the type check fails); they differ only for objects that fake `__class__`.
 _DICT_OR_RAW = (dict, raw)
+# Values the hot set paths leave to set_child: those it converts, and Trees (set_child refuses a
+# Tree that would become its own descendant). Tree is added once the class exists (below it).
+_SLOW_VALUES: tuple[type, ...] = _DICT_OR_RAW
 
 
 class _Each:
@@ -148,7 +151,7 @@ def _setattr(self: Tree, name: str, value: Any) -> None:
     if (
         name in d
         and not self._cons
-        and not issubclass(type(value), _DICT_OR_RAW)
+        and not issubclass(type(value), _SLOW_VALUES)
         and name not in type(self)._reserved_names
     ):
         d[name] = value
@@ -178,7 +181,7 @@ def _getitem(self: Tree, key: Any) -> Any:
 def _setitem(self: Tree, key: Any, value: Any) -> None:
     if type(key) is str:
         d = self.__dict__
-        if key in d and not self._cons and not issubclass(type(value), _DICT_OR_RAW):
+        if key in d and not self._cons and not issubclass(type(value), _SLOW_VALUES):
             d[key] = value  # fast path: replace an existing child of an unconstrained node
             return
         set_child(self, key, value)
@@ -401,6 +404,8 @@ class Tree(_sp.TreeBase if SPEEDUPS else object):
         return tree_repr(self)
 
 
+_SLOW_VALUES = (dict, raw, Tree)
+
 _CONS = Tree._cons  # the slot descriptor: sets the constraints without going through __setattr__
 _set_cons = _CONS.__set__  # bound once: `_CONS.__set__(...)` builds a method wrapper per call
 
@@ -477,6 +482,8 @@ def set_child(node: Tree, key: str, value: Any) -> None:
         value = from_dict(value, type(node))
     elif type(value) is raw:
         value = value.value
+    if isinstance(value, Tree):
+        _refuse_cycle(node, key, value)
     cons = node._cons
     if not cons:
         _insert_sorted(node.__dict__, key, value)
@@ -497,6 +504,28 @@ def set_child(node: Tree, key: str, value: Any) -> None:
         else:
             del d[key]
         raise
+
+
+def _refuse_cycle(node: Tree, key: str, value: Tree) -> None:
+    """Raise if ``value`` is ``node`` or holds it: ``node[key] = value`` would make a tree that
+    contains itself, which no walk (flatten, ``jit``, repr, copy) could finish."""
+    seen: set[int] = set()
+    pending: list[tuple[Tree, tuple[str, ...]]] = [(value, ())]
+    while pending:
+        current, path = pending.pop()
+        if current is node:
+            where = "is this node itself" if not path else f"holds this node at {_c.format_path(path)}"
+            raise ValueError(
+                f"cannot set key {key!r}: the Tree being set {where}, so the tree would contain itself "
+                "(a cycle, which flatten and jit cannot walk); set a copy instead, e.g. "
+                "jax.tree.map(lambda x: x, subtree)"
+            )
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for k, v in current.__dict__.items():
+            if isinstance(v, Tree):
+                pending.append((v, (*path, k)))
 
 
 def delete_child(node: Tree, key: str) -> None:
@@ -978,6 +1007,11 @@ def index_leaves(node: Tree, index: Any) -> Tree:
     leaves: list = []
     slots: list[tuple[dict, str, tuple[str, ...]]] = []
     out = _index_walk(node, index, (), leaves, slots)
+    if leaves:  # bounds first: JAX would clamp an out-of-range integer where NumPy raises
+        bounds = _integer_bounds(index)
+        if bounds:
+            for x, (_, k, path) in zip(leaves, slots):
+                _check_bounds(x, bounds, (*path, k))
     if leaves:  # planned only now: trees without JAX leaves pay nothing for it
         plan = _plan(index)
         if plan is None:
@@ -1025,6 +1059,69 @@ def _index_walk(node: Tree, index: Any, path: tuple[str, ...], leaves: list, slo
                 annotate(exc, path + (k,), v)
                 raise
     return out
+
+
+def _integer_bounds(index: Any) -> list[tuple[int, bool, int, int]] | None:
+    """The concrete integer parts of ``index`` as ``(position, from_end, low, high)``: the smallest
+    and largest integer indexing one axis, ``position`` counting the axes consumed before it (from
+    the end, after an ``...``). ``None`` when there are none or the index is not understood (a
+    tracer, a list, ...): such leaves are left to JAX."""
+    entries = index if isinstance(index, tuple) else (index,)
+    out: list[tuple[int, bool, int, int]] = []
+    before, after, seen_ellipsis = 0, [], False
+    for e in entries:
+        if e is None:
+            continue
+        if e is Ellipsis:
+            if seen_ellipsis:
+                return None
+            seen_ellipsis = True
+            continue
+        if isinstance(e, slice):
+            consumed, bound = 1, None
+        elif isinstance(e, (int, np.integer)) and not isinstance(e, (bool, np.bool_)):
+            consumed, bound = 1, (int(e), int(e))
+        elif isinstance(e, (np.ndarray, jax.Array)) and not isinstance(e, _Tracer):
+            if e.dtype == bool:
+                consumed, bound = e.ndim, None
+            elif np.issubdtype(e.dtype, np.integer):
+                if e.size == 0:
+                    consumed, bound = 1, None
+                else:
+                    host = np.asarray(e)
+                    consumed, bound = 1, (int(host.min()), int(host.max()))
+            else:
+                return None
+        else:
+            return None
+        if seen_ellipsis:
+            after.append((consumed, bound))
+        else:
+            if bound is not None:
+                out.append((before, False, *bound))
+            before += consumed
+    remaining = sum(c for c, _ in after)
+    for consumed, bound in after:
+        if bound is not None:
+            out.append((remaining, True, *bound))
+        remaining -= consumed
+    return out or None
+
+
+def _check_bounds(x: Any, bounds: list[tuple[int, bool, int, int]], path: tuple[str, ...]) -> None:
+    """IndexError naming the leaf if an integer of the index is out of range for ``x``'s axis."""
+    shape = x.shape
+    for position, from_end, low, high in bounds:
+        axis = len(shape) - position if from_end else position
+        if not 0 <= axis < len(shape):
+            return  # too many indices: JAX's own error (with the leaf path) follows
+        n = shape[axis]
+        bad = high if high >= n else low if low < -n else None
+        if bad is not None:
+            raise IndexError(
+                f"index {bad} is out of bounds for axis {axis} with size {n} of the leaf at "
+                f"{_c.format_path(path)} (shape {tuple(shape)})"
+            )
 
 
 def _one_by_one(leaves: list, slots: list, index: Any) -> list:

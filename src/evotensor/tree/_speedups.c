@@ -141,8 +141,9 @@ tb_dealloc(TreeBaseObject *self)
 }
 
 /* t.name = value. Hot path (what Tree.__setattr__ inlines in pure Python): replace an existing
- * child of an unconstrained node with a value that needs no conversion, the name not being a Tree
- * attribute. Everything else -- new keys (sorted insertion), constraints, dict/raw values,
+ * child of an unconstrained node with a value that needs no conversion and is not a Tree (a Tree
+ * value goes to the Python path, which refuses one that would make a cycle), the name not being a
+ * Tree attribute. Everything else -- new keys (sorted insertion), constraints, dict/raw values,
  * reserved names and their error -- is _core.py's _setattr. Deletion is _core.py's _delattr. */
 static int
 tb_setattro(PyObject *self, PyObject *name, PyObject *value)
@@ -151,7 +152,7 @@ tb_setattro(PyObject *self, PyObject *name, PyObject *value)
         return call_void2(delattr_slow, self, name);
     PyObject *d = ((TreeBaseObject *)self)->dict;
     if (d != NULL && PyUnicode_CheckExact(name) && cons_empty(((TreeBaseObject *)self)->cons)
-        && !dict_or_raw(value)) {
+        && !dict_or_raw(value) && !PyObject_TypeCheck(value, &TreeBase_Type)) {
         /* Reserved names are the class's attributes (type(self)._reserved_names is dir(cls) taken
          * when the class was made). A name the class does not have -- answered from the type's
          * method cache, faster than hashing into the frozenset -- is not reserved; a name it has
@@ -190,7 +191,7 @@ tb_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
         return call_void2(delitem_slow, self, key);
     PyObject *d = ((TreeBaseObject *)self)->dict;
     if (d != NULL && PyUnicode_CheckExact(key) && cons_empty(((TreeBaseObject *)self)->cons)
-        && !dict_or_raw(value)) {
+        && !dict_or_raw(value) && !PyObject_TypeCheck(value, &TreeBase_Type)) {
         int r = replace_existing(d, key, value);
         if (r <= 0)
             return r;

@@ -8,9 +8,10 @@ directly (no XLA involved), and so is every leaf inside traced code.
 
 The index goes into the call as a static *spec* plus dynamic operands:
 - Python/NumPy integers and integer arrays (NumPy or JAX) are dynamic operands, so ``t[i]`` in a
-  loop over ``i`` compiles once per tree structure, not once per ``i``. An eager ``x[i]`` and a
-  traced one give the same result for every ``i`` (JAX clamps out-of-bounds integers in both;
-  checked against the eager path in the tests).
+  loop over ``i`` compiles once per tree structure, not once per ``i``. A concrete integer (or an
+  integer array's entry) out of range for a leaf's axis raises ``IndexError`` naming the leaf path
+  and the axis size, as NumPy does; JAX alone would clamp it to the last element. Inside traced
+  code (traced leaves or a traced index) JAX's clamping applies: nothing can raise there.
 - slices (with integer or None bounds), ``None`` and ``...`` are static, so each distinct slice
   compiles once per tree structure (an eager slice also compiles per distinct bounds).
 - anything else (booleans, boolean masks, lists, tracers, floats) is indexed leaf by leaf with

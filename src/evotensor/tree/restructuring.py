@@ -97,17 +97,38 @@ class _Stop:
 _STOP = _Stop()
 
 
-def _infer(values: list) -> Any:
+def _infer(values: list, where: list[str], top: bool = True) -> Any:
+    """The template every value fits (``where``: each value's location, for errors). Below a lifted
+    level, ragged values stop the inference (they stay leaves: TreeTensor's rule, the docstring
+    example of :func:`rise`). At the top, values that are all lists/tuples of one type but of
+    different lengths (or all dicts of one type with different keys) would make ``rise`` lift
+    nothing and return the tree as it was, silently: that raises ValueError naming two leaves that
+    differ."""
     first = values[0]
     if isinstance(first, dict) and first:
         keys = first.keys()
         if all(type(v) is type(first) and v.keys() == keys for v in values):
-            return {k: _infer([v[k] for v in values]) for k in first}
+            return {k: _infer([v[k] for v in values], [f"{w}[{k!r}]" for w in where], False) for k in first}
+        if top and all(type(v) is type(first) for v in values):
+            i = next(i for i, v in enumerate(values) if v.keys() != keys)
+            raise ValueError(
+                f"rise: ragged dicts: the leaf at {where[0]} has keys {sorted(map(str, keys))}, the one at "
+                f"{where[i]} has {sorted(map(str, values[i].keys()))}; every leaf needs the same structure "
+                "(pass template= to lift less)"
+            )
         return _STOP
     if isinstance(first, list | tuple) and first:
         n = len(first)
         if all(type(v) is type(first) and len(v) == n for v in values):
-            return _make_seq(first, [_infer([v[i] for v in values]) for i in range(n)])
+            items = [_infer([v[i] for v in values], [f"{w}[{i}]" for w in where], False) for i in range(n)]
+            return _make_seq(first, items)
+        if top and all(type(v) is type(first) for v in values):
+            i = next(i for i, v in enumerate(values) if len(v) != n)
+            raise ValueError(
+                f"rise: ragged {type(first).__name__}s: the leaf at {where[0]} has {n} items, the one at "
+                f"{where[i]} has {len(values[i])}; every leaf needs the same length (pass template= to "
+                "lift less)"
+            )
     return _STOP
 
 
@@ -151,7 +172,11 @@ def rise(t: Tree, template: Any = None) -> Any:
     dict/list/tuple; ``[sub, ...]`` (a trailing ``Ellipsis``) repeats ``sub`` for any length
     (items before it are fixed, so ``[a, b, sub, ...]`` needs at least 2 items); ``None`` stops;
     the types ``list``/``tuple``/``dict`` lift one level of that kind. A leaf that does not fit
-    the template raises ValueError naming its path.
+    the template raises ValueError naming its path. Inferring from leaves that are ragged at the top
+    (all lists/tuples of one type but of different lengths, or all dicts of one type with different
+    keys), where nothing could be lifted, raises ValueError naming two leaves and their lengths
+    (keys) instead of returning the tree unchanged; below a lifted level ragged values stop the
+    inference, as in the example.
 
     Example::
 
@@ -165,7 +190,10 @@ def rise(t: Tree, template: Any = None) -> Any:
     leaves = _leaves_with_paths(t)
     if not leaves:
         return t
-    tmpl = _infer([v for _, v in leaves]) if template is None else _normalize_template(template)
+    if template is None:
+        tmpl = _infer([v for _, v in leaves], [_c.format_path(p) for p, _ in leaves])
+    else:
+        tmpl = _normalize_template(template)
     return _rise(t, leaves, tmpl)
 
 
