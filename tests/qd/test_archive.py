@@ -24,8 +24,13 @@ def reference_add(archive, state, solutions, objective, measures):
     batch = len(objective)
     cells = np.asarray(archive.index_of(jnp.asarray(np.nan_to_num(measures)))) if batch else np.zeros(0, int)
     status, value, index, can = [], [], [], []
+    solutions = np.asarray(solutions, np.float32)
     for i in range(batch):
-        valid = np.isfinite(objective[i]) and np.all(np.isfinite(measures[i]))
+        valid = (
+            np.isfinite(objective[i])
+            and np.all(np.isfinite(measures[i]))
+            and np.all(np.isfinite(solutions[i]))
+        )
         if not valid:
             status.append(NOT_ADDED), value.append(-np.inf), index.append(-1), can.append(False)
             continue
@@ -117,6 +122,57 @@ def test_cma_mae_thresholds_equal_reference(data, lr):
         ref = reference_add(archive, state, solutions, objective, measures)
         state, info = add(state, solutions, objective, measures)
         assert_matches(archive, state, info, ref, threshold_rtol=1e-5)  # float32 vs float64 means
+
+
+# solution entries and objectives/measures including NaN, inf and huge values (float64 1e300 is inf
+# in float32; 3e38 is finite): a candidate with any non-finite entry never enters
+EXTREMES = st.sampled_from([0.0, 1.0, -2.5, 3e38, -3e38, 1e300, np.nan, np.inf, -np.inf])
+HUGE_MEASURES = st.sampled_from([-1e30, -0.5, 0.0, 0.3, 0.99, 1e30, 1e300, np.nan, -np.inf])
+
+
+@st.composite
+def extreme_batches(draw, max_batch=10):
+    n = draw(st.integers(0, max_batch))
+    solutions = draw(st.lists(st.tuples(EXTREMES, EXTREMES, EXTREMES), min_size=n, max_size=n))
+    objective = draw(st.lists(st.one_of(VALUES, EXTREMES), min_size=n, max_size=n))
+    measures = draw(st.lists(st.tuples(HUGE_MEASURES, MEASURES), min_size=n, max_size=n))
+    with np.errstate(over="ignore"):
+        return (
+            np.array(solutions, np.float64).astype(np.float32).reshape(n, 3),
+            np.array(objective, np.float64).astype(np.float32),
+            np.array(measures, np.float64).astype(np.float32).reshape(n, 2),
+        )
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.lists(extreme_batches(), min_size=1, max_size=3))
+def test_add_with_nonfinite_huge_or_empty_inputs_equals_reference(data):
+    """NaN/inf/huge entries anywhere in a candidate (solution, objective, measures), empty batches:
+    the archive equals the sequential reference and every stored elite is finite."""
+    archive, add = GRID, GRID_ADD
+    state = archive.init()
+    for solutions, objective, measures in data:
+        ref = reference_add(archive, state, solutions, objective, measures)
+        state, info = add(state, solutions, objective, measures)
+        assert_matches(archive, state, info, ref)
+        invalid = ~(np.isfinite(objective) & np.isfinite(measures).all(1) & np.isfinite(solutions).all(1))
+        assert np.all(np.asarray(info.status)[invalid] == NOT_ADDED)
+        assert np.all(np.asarray(info.index)[invalid] == -1)
+        occupied = np.asarray(state.occupied)
+        for name in ("solutions", "objective", "measures"):
+            assert np.isfinite(np.asarray(getattr(state, name))[occupied]).all(), name
+
+
+def test_a_nonfinite_solution_never_enters_even_with_a_finite_objective():
+    archive = GridArchive(solution_dim=2, dims=(4,), ranges=[(0, 1)])
+    solutions = np.array([[np.nan, 0.0], [0.0, np.inf], [1.0, -np.inf], [1.0, 2.0]], np.float32)
+    objective = np.array([5.0, 5.0, 5.0, 1.0], np.float32)
+    measures = np.array([[0.1], [0.1], [0.1], [0.1]], np.float32)
+    state, info = archive.add(archive.init(), solutions, objective, measures)
+    np.testing.assert_array_equal(info.status, [NOT_ADDED, NOT_ADDED, NOT_ADDED, NEW])
+    np.testing.assert_array_equal(info.index, [-1, -1, -1, 0])
+    np.testing.assert_array_equal(state.solutions[0], [1.0, 2.0])
+    assert float(state.objective[0]) == 1.0
 
 
 def test_ties_go_to_the_first_and_all_fields_come_from_one_candidate():

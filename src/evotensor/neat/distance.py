@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from evotensor.core.checks import ArgumentError, check_choice, check_int, check_positive
+from evotensor.core.checks import ArgumentError, check_choice, check_int, check_real
 from evotensor.neat.genome import Genome, GenomeSpec
 
 __all__ = [
@@ -105,7 +105,7 @@ class DistanceConfig:
         for name in ("compatibility_disjoint_coefficient", "compatibility_weight_coefficient"):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, check_positive(value, name, allow_zero=True))
+                object.__setattr__(self, name, check_real(value, name, 0.0))
         excess = self.compatibility_excess_coefficient
         if isinstance(excess, str):
             if excess != "auto":
@@ -116,7 +116,7 @@ class DistanceConfig:
             object.__setattr__(
                 self,
                 "compatibility_excess_coefficient",
-                check_positive(excess, "compatibility_excess_coefficient", allow_zero=True),
+                check_real(excess, "compatibility_excess_coefficient", 0.0),
             )
         if not isinstance(self.compatibility_include_node_genes, bool):
             raise ArgumentError(
@@ -126,11 +126,14 @@ class DistanceConfig:
         object.__setattr__(
             self,
             "compatibility_enable_penalty",
-            check_positive(
-                self.compatibility_enable_penalty, "compatibility_enable_penalty", allow_zero=True
-            ),
+            check_real(self.compatibility_enable_penalty, "compatibility_enable_penalty", 0.0),
         )
-        check_int(self.normalize_small_genomes_threshold, "normalize_small_genomes_threshold", minimum=0)
+        check_int(
+            self.normalize_small_genomes_threshold,
+            "normalize_small_genomes_threshold",
+            minimum=0,
+            maximum=2**31 - 1,
+        )
 
     @property
     def disjoint_coefficient(self) -> float:

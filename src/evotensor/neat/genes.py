@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from evotensor.core.checks import ArgumentError, check_choice, check_fraction
+from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_real
 
 __all__ = ["ChoiceAttribute", "ConnectionGene", "FloatAttribute", "NodeGene"]
 
@@ -63,6 +63,8 @@ class FloatAttribute:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ArgumentError(f"{self.name}_{field} must be a finite number, got {value!r}")
+            # stored and mutated in float32 on the device: 1e39 would be inf there
+            check_real(value, f"{self.name}_{field}")
         if self.init_std < 0 or self.mutate_power < 0:
             raise ArgumentError(f"{self.name}: init_std and mutate_power must be >= 0")
         if self.min_value > self.max_value:

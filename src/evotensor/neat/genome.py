@@ -45,6 +45,7 @@ past the end. Memory is ``pop * (max_nodes * (A + 3) + max_conns * (B + 4)) * 4`
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -127,10 +128,10 @@ class GenomeSpec:
     connection_fraction: float = 1.0
 
     def __post_init__(self):
-        check_int(self.num_inputs, "num_inputs")
-        check_int(self.num_outputs, "num_outputs")
-        check_int(self.max_nodes, "max_nodes", minimum=self.num_inputs + self.num_outputs)
-        check_int(self.max_conns, "max_conns")
+        check_int(self.num_inputs, "num_inputs", maximum=2**31 - 1)
+        check_int(self.num_outputs, "num_outputs", maximum=2**31 - 1)
+        check_int(self.max_nodes, "max_nodes", minimum=self.num_inputs + self.num_outputs, maximum=2**31 - 1)
+        check_int(self.max_conns, "max_conns", maximum=2**31 - 1)
         if not isinstance(self.feed_forward, bool):
             raise ArgumentError(f"feed_forward must be a bool, got {self.feed_forward!r}")
         if not isinstance(self.node_gene, NodeGene):
@@ -328,15 +329,52 @@ def genome_to_dict(spec: GenomeSpec, genome: Genome) -> dict[str, Any]:
     return {"nodes": nodes, "connections": conns}
 
 
+def _dict_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ArgumentError(f"{where} must be an int, got {value!r}")
+    if not -(2**31) <= value < 2**31 - 1:
+        raise ArgumentError(f"{where} must fit int32, got {value!r}")
+    return int(value)
+
+
+def _dict_float(gene: dict[str, Any], name: str, default: float, where: str) -> float:
+    value = gene.get(name, default)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ArgumentError(f"{where}[{name!r}] must be a number, got {value!r}")
+    if not (math.isfinite(float(value)) and abs(float(value)) <= float(np.finfo(np.float32).max)):
+        raise ArgumentError(f"{where}[{name!r}] must be a finite float32 number, got {value!r}")
+    return float(value)
+
+
+def _dict_choice(gene: dict[str, Any], attribute: Any, where: str) -> int:
+    name = gene.get(attribute.name, attribute.options[0])
+    if not isinstance(name, str) or name not in attribute.options:
+        raise ArgumentError(f"{where}[{attribute.name!r}] must be one of {attribute.options}, got {name!r}")
+    return attribute.options.index(name)
+
+
 def genome_from_dict(spec: GenomeSpec, data: dict[str, Any]) -> Genome:
     """Inverse of :func:`genome_to_dict` (hidden nodes in ascending key order, connections in
-    ascending innovation order); raises :class:`ArgumentError` naming what does not fit."""
+    ascending innovation order); raises :class:`ArgumentError` naming what does not fit: a field
+    of the wrong type, a non-finite attribute, an unknown activation, or a genome that breaks an
+    invariant of :func:`check_genome` (e.g. a connection to a node that does not exist)."""
+    if not isinstance(spec, GenomeSpec):
+        raise ArgumentError(f"spec must be a GenomeSpec, got {type(spec).__name__}")
+    if not isinstance(data, dict):
+        raise ArgumentError(f"data must be a dict with 'nodes' and 'connections', got {type(data).__name__}")
+    unknown = sorted(set(data) - {"nodes", "connections"}, key=str)
+    if unknown:
+        raise ArgumentError(f"data has unknown keys {unknown}; it holds 'nodes' and 'connections'")
+    nodes, conns = data.get("nodes", {}), data.get("connections", {})
+    for name, value in (("nodes", nodes), ("connections", conns)):
+        if not isinstance(value, dict):
+            raise ArgumentError(f"data[{name!r}] must be a dict, got {type(value).__name__}")
     ng, cg = spec.node_gene, spec.conn_gene
     g = jax.tree_util.tree_map(np.array, spec.empty())
     n_in = spec.num_inputs
     g.node_key[: spec.num_io] = np.concatenate([-1 - np.arange(n_in), np.arange(spec.num_outputs)])
-    nodes = data.get("nodes", {})
-    hidden = sorted(k for k in nodes if k >= spec.num_outputs)
+    keys = [_dict_int(k, f"nodes key {k!r}") for k in nodes]
+    hidden = sorted(k for k in keys if k >= spec.num_outputs)
     if spec.num_io + len(hidden) > spec.max_nodes:
         raise ArgumentError(f"genome has {spec.num_io + len(hidden)} nodes but max_nodes is {spec.max_nodes}")
     rows = {k: n_in + k for k in range(spec.num_outputs)}
@@ -344,19 +382,37 @@ def genome_from_dict(spec: GenomeSpec, data: dict[str, Any]) -> Genome:
     for key, gene in nodes.items():
         if key not in rows:
             raise ArgumentError(f"nodes[{key}]: not an output or hidden key")
+        if not isinstance(gene, dict):
+            raise ArgumentError(f"nodes[{key}] must be a dict of attributes, got {type(gene).__name__}")
         r = rows[key]
         g.node_key[r] = key
         for i, name in enumerate(ng.float_names):
-            g.node_attrs[r, i] = gene.get(name, ng.floats[i].init_mean)
-        g.node_act[r] = ng.activation.index(gene.get("activation", ng.activation.options[0]))
-        g.node_agg[r] = ng.aggregation.index(gene.get("aggregation", ng.aggregation.options[0]))
-    conns = sorted(data.get("connections", {}).items(), key=lambda kv: kv[1]["innovation"])
+            g.node_attrs[r, i] = _dict_float(gene, name, ng.floats[i].init_mean, f"nodes[{key}]")
+        g.node_act[r] = _dict_choice(gene, ng.activation, f"nodes[{key}]")
+        g.node_agg[r] = _dict_choice(gene, ng.aggregation, f"nodes[{key}]")
+    for pair, gene in conns.items():
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise ArgumentError(f"connections key {pair!r} must be an (in, out) pair of node keys")
+        if not isinstance(gene, dict):
+            raise ArgumentError(
+                f"connections[{pair}] must be a dict of attributes, got {type(gene).__name__}"
+            )
+        if "innovation" not in gene:
+            raise ArgumentError(f"connections[{pair}] has no 'innovation'")
+        _dict_int(gene["innovation"], f"connections[{pair}]['innovation']")
+        if not isinstance(gene.get("enabled", True), (bool, np.bool_)):
+            raise ArgumentError(f"connections[{pair}]['enabled'] must be a bool, got {gene['enabled']!r}")
+    conns = sorted(conns.items(), key=lambda kv: kv[1]["innovation"])
     if len(conns) > spec.max_conns:
         raise ArgumentError(f"genome has {len(conns)} connections but max_conns is {spec.max_conns}")
     for r, ((a, b), gene) in enumerate(conns):
-        g.conn_in[r], g.conn_out[r] = a, b
+        where = f"connections[{(a, b)}]"
+        g.conn_in[r], g.conn_out[r] = _dict_int(a, f"{where} in"), _dict_int(b, f"{where} out")
         g.conn_innov[r] = gene["innovation"]
         g.conn_enabled[r] = bool(gene.get("enabled", True))
         for i, name in enumerate(cg.float_names):
-            g.conn_attrs[r, i] = gene.get(name, cg.floats[i].init_mean)
+            g.conn_attrs[r, i] = _dict_float(gene, name, cg.floats[i].init_mean, where)
+    problems = check_genome(spec, g)
+    if problems:
+        raise ArgumentError(f"data is not a valid genome: {'; '.join(problems[:3])}")
     return jax.tree_util.tree_map(jnp.asarray, g)

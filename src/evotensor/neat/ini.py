@@ -603,21 +603,28 @@ def read_ini(
         ArgumentError: naming ``[section] key`` for an unknown section or key, a missing required
             key, a bad value, or a setting evotensor cannot express.
     """
+    if not isinstance(path, (str, Path)):
+        raise ArgumentError(f"path must be a str or Path, got {path!r}")
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise ArgumentError(f"path: cannot read the neat-python config {str(path)!r}: {exc}") from None
-    return parse_ini(
-        text,
-        max_nodes=max_nodes,
-        max_conns=max_conns,
-        max_species=max_species,
-        policy=policy,
-        functions=functions,
-        initial_self_loops=initial_self_loops,
-        source=str(path),
-    )
+    try:
+        return parse_ini(
+            text,
+            max_nodes=max_nodes,
+            max_conns=max_conns,
+            max_species=max_species,
+            policy=policy,
+            functions=functions,
+            initial_self_loops=initial_self_loops,
+            source=str(path),
+        )
+    except ArgumentError as err:  # every error names the file as well as [section] key
+        if str(path) in str(err):
+            raise
+        raise ArgumentError(f"{path}: {err}") from None
 
 
 def neat_from_ini(path: str | Path, **kw: Any) -> tuple[NEAT, dict[str, Any]]:

@@ -360,8 +360,23 @@ def _finish(spec: GenomeSpec, v: jax.Array, outputs: OutputMode) -> jax.Array:
     return y if outputs.transform is None else outputs.transform(y)
 
 
+def _real_input(x: Any) -> jax.Array:
+    """``x`` as a float32 array; an :class:`ArgumentError` naming ``x`` if it is not real numbers."""
+    if isinstance(x, (str, bytes)) or x is None:
+        raise ArgumentError(f"x must be an array of numbers, got {x!r}")
+    try:
+        out = jnp.asarray(x)
+    except (TypeError, ValueError) as err:
+        raise ArgumentError(f"x must be an array of numbers, got {x!r}") from err
+    if not (jnp.issubdtype(out.dtype, jnp.number) or out.dtype == jnp.bool_) or jnp.issubdtype(
+        out.dtype, jnp.complexfloating
+    ):
+        raise ArgumentError(f"x must be an array of real numbers, got dtype {out.dtype}")
+    return out.astype(jnp.float32)
+
+
 def _with_inputs(spec: GenomeSpec, v: jax.Array, x: jax.Array) -> jax.Array:
-    x = jnp.asarray(x, jnp.float32)
+    x = _real_input(x)
     if x.shape != (spec.num_inputs,):
         raise ArgumentError(f"x must have shape ({spec.num_inputs},), got {x.shape}; vmap for batches")
     return v.at[: spec.num_inputs].set(_clamp(x))
@@ -438,8 +453,9 @@ def forward_batch(
     outputs: OutputMode | None = None,
 ) -> jax.Array:
     """:func:`forward` over a batch: ``x [B, num_inputs] -> y [B, num_outputs]`` (one network)."""
-    x = jnp.asarray(x, jnp.float32)
-    if x.ndim != 2:
+    spec = _check_spec(spec)
+    x = _real_input(x)
+    if x.ndim != 2 or x.shape[1] != spec.num_inputs:
         raise ArgumentError(f"x must have shape (B, {spec.num_inputs}), got {x.shape}")
     return jax.vmap(lambda xi: forward(spec, network, xi, functions=functions, outputs=outputs))(x)
 

@@ -137,9 +137,9 @@ class ReproductionConfig:
     reset_on_extinction: bool = True
 
     def __post_init__(self):
-        check_int(self.elitism, "elitism", minimum=0)
+        check_int(self.elitism, "elitism", minimum=0, maximum=2**31 - 1)
         check_fraction(self.survival_threshold, "survival_threshold", allow_zero=True)
-        check_int(self.min_species_size, "min_species_size")
+        check_int(self.min_species_size, "min_species_size", maximum=2**31 - 1)
         check_choice(self.fitness_sharing, "fitness_sharing", FITNESS_SHARING)
         check_choice(self.spawn_method, "spawn_method", SPAWN_METHODS)
         check_fraction(self.spawn_number_change_rate, "spawn_number_change_rate", allow_zero=True)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evotensor.core.checks import ArgumentError, check_choice, check_int, check_positive
+from evotensor.core.checks import ArgumentError, check_choice, check_int, check_real
 from evotensor.core.evaluation import worst_for_nonfinite
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.neat.genome import Genome, GenomeSpec
@@ -98,20 +98,20 @@ class SpeciesConfig:
     species_elitism: int = 2
 
     def __post_init__(self):
-        check_positive(self.compatibility_threshold, "compatibility_threshold")
+        check_real(self.compatibility_threshold, "compatibility_threshold", 0.0, low_open=True)
         if self.target_num_species is not None:
-            check_int(self.target_num_species, "target_num_species")
-        check_positive(self.threshold_adjust_rate, "threshold_adjust_rate", allow_zero=True)
-        check_positive(self.threshold_min, "threshold_min")
-        check_positive(self.threshold_max, "threshold_max")
+            check_int(self.target_num_species, "target_num_species", maximum=2**31 - 1)
+        check_real(self.threshold_adjust_rate, "threshold_adjust_rate", 0.0)
+        check_real(self.threshold_min, "threshold_min", 0.0, low_open=True)
+        check_real(self.threshold_max, "threshold_max", 0.0, low_open=True)
         if self.threshold_min > self.threshold_max:
             raise ArgumentError(
                 f"threshold_min ({self.threshold_min}) must be <= threshold_max ({self.threshold_max})"
             )
-        check_int(self.max_species, "max_species")
+        check_int(self.max_species, "max_species", maximum=2**31 - 1)
         check_choice(self.species_fitness_func, "species_fitness_func", SPECIES_FITNESS_FUNCS)
-        check_int(self.max_stagnation, "max_stagnation")
-        check_int(self.species_elitism, "species_elitism", minimum=0)
+        check_int(self.max_stagnation, "max_stagnation", maximum=2**31 - 1)
+        check_int(self.species_elitism, "species_elitism", minimum=0, maximum=2**31 - 1)
 
 
 @pytree_dataclass

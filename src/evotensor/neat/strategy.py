@@ -127,7 +127,7 @@ class NEAT:
         if not isinstance(spec, GenomeSpec):
             raise ArgumentError(f"spec must be a GenomeSpec, got {type(spec).__name__}")
         self.spec = spec
-        self.population_size = check_int(population_size, "population_size", minimum=2)
+        self.population_size = check_int(population_size, "population_size", minimum=2, maximum=2**31 - 1)
         config = NEATConfig() if config is None else config
         if not isinstance(config, NEATConfig):
             raise ArgumentError(f"config must be a NEATConfig, got {type(config).__name__}")

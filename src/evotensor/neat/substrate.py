@@ -109,7 +109,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evotensor.core.checks import ArgumentError, check_choice, check_int, check_positive
+from evotensor.core.checks import ArgumentError, check_choice, check_int, check_real
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.problems.networks import ACTIVATIONS
 
@@ -157,8 +157,8 @@ def _coords(value: Any, name: str, dim: int | None = None, allow_empty: bool = F
         raise ArgumentError(f"{name} must be an [n, d] array of coordinates, got {value!r}") from None
     if arr.ndim != 2 or (arr.shape[0] == 0 and not allow_empty) or arr.shape[1] == 0:
         raise ArgumentError(f"{name} must be a non-empty [n, d] array of coordinates, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ArgumentError(f"{name} must be finite, got {value!r}")
+    if not np.all(np.isfinite(arr)) or not np.all(np.isfinite(arr.astype(np.float32))):
+        raise ArgumentError(f"{name} must be finite (in float32), got {value!r}")
     if dim is not None and arr.shape[1] != dim:
         raise ArgumentError(f"{name} must have {dim} columns (the inputs' dimension), got {arr.shape[1]}")
     return tuple(tuple(float(v) for v in row) for row in arr.astype(np.float32))
@@ -335,7 +335,7 @@ def _resolve_activation(value: Activation, name: str) -> Callable[[jax.Array], j
 
 
 def _check_threshold(value: float, name: str) -> float:
-    x = check_positive(value, name, allow_zero=True)
+    x = check_real(value, name, 0.0)
     if x >= 1.0:
         raise ArgumentError(f"{name} must be in [0, 1), got {value!r}")
     return x
@@ -364,10 +364,10 @@ class HyperNEATConfig:
 
     def __post_init__(self):
         _check_threshold(self.weight_threshold, "weight_threshold")
-        check_positive(self.max_weight, "max_weight")
+        check_real(self.max_weight, "max_weight", 0.0, low_open=True)
         _resolve_activation(self.activation, "activation")
         _resolve_activation(self.output_activation, "output_activation")
-        check_int(self.activate_time, "activate_time", minimum=1)
+        check_int(self.activate_time, "activate_time", minimum=1, maximum=2**31 - 1)
 
 
 def scale_weights(w: jax.Array, weight_threshold: float = 0.3, max_weight: float = 5.0) -> jax.Array:
@@ -595,21 +595,21 @@ class ESHyperNEATConfig:
     def __post_init__(self):
         check_int(self.max_depth, "max_depth", minimum=1, maximum=10)
         check_int(self.initial_depth, "initial_depth", minimum=0, maximum=self.max_depth)
-        check_positive(self.variance_threshold, "variance_threshold", allow_zero=True)
-        check_positive(self.band_threshold, "band_threshold", allow_zero=True)
-        check_int(self.iteration_level, "iteration_level", minimum=0)
-        check_positive(self.division_threshold, "division_threshold", allow_zero=True)
+        check_real(self.variance_threshold, "variance_threshold", 0.0)
+        check_real(self.band_threshold, "band_threshold", 0.0)
+        check_int(self.iteration_level, "iteration_level", minimum=0, maximum=2**31 - 1)
+        check_real(self.division_threshold, "division_threshold", 0.0)
         _check_threshold(self.weight_threshold, "weight_threshold")
-        check_positive(self.max_weight, "max_weight")
-        check_int(self.max_hidden, "max_hidden", minimum=1)
+        check_real(self.max_weight, "max_weight", 0.0, low_open=True)
+        check_int(self.max_hidden, "max_hidden", minimum=1, maximum=2**31 - 1)
         _resolve_activation(self.activation, "activation")
         _resolve_activation(self.output_activation, "output_activation")
-        check_int(self.activate_time, "activate_time", minimum=1)
+        check_int(self.activate_time, "activate_time", minimum=1, maximum=2**31 - 1)
         if not isinstance(self.exact_feedforward, bool):
             raise ArgumentError(f"exact_feedforward must be a bool, got {self.exact_feedforward!r}")
         center = _coords([self.center], "center", 2)[0]
         object.__setattr__(self, "center", center)
-        check_positive(self.width, "width")
+        check_real(self.width, "width", 0.0, low_open=True)
 
     @property
     def num_points(self) -> int:

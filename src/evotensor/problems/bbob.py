@@ -49,6 +49,7 @@ from jax.flatten_util import ravel_pytree
 from jax.lax import Precision
 
 from evotensor.core import rng
+from evotensor.core.checks import ArgumentError
 from evotensor.core.evaluation import Evaluation
 from evotensor.core.pytree import pytree_dataclass
 
@@ -131,16 +132,27 @@ def function_id(function: int | str) -> int:
         if name.startswith("f") and name[1:].isdigit():
             return function_id(int(name[1:]))
         if name not in BBOB_NAMES:
-            raise ValueError(f"unknown BBOB function {function!r}; names: {', '.join(BBOB_NAMES)}")
+            raise ArgumentError(
+                f"unknown BBOB function {function!r}; names: {', '.join(BBOB_NAMES)} "
+                "(or a number 1..24, 'f1'..'f24')"
+            )
         return BBOB_NAMES.index(name) + 1
     if isinstance(function, bool) or not isinstance(function, (int, np.integer)) or not 1 <= function <= 24:
-        raise ValueError(f"function must be an int in 1..24 or a BBOB name, got {function!r}")
+        raise ArgumentError(f"function must be an int in 1..24 or a BBOB name, got {function!r}")
     return int(function)
+
+
+MAX_DIMS = 2**14
+"""The largest BBOB dimension: an instance holds two ``D x D`` float32 rotations (2 GiB at ``2**14``)."""
 
 
 def _check_dims(num_dims: Any) -> int:
     if isinstance(num_dims, bool) or not isinstance(num_dims, (int, np.integer)) or num_dims < 2:
-        raise ValueError(f"num_dims must be an int >= 2 (BBOB scales by i/(D-1)), got {num_dims!r}")
+        raise ArgumentError(f"num_dims must be an int >= 2 (BBOB scales by i/(D-1)), got {num_dims!r}")
+    if num_dims > MAX_DIMS:
+        raise ArgumentError(
+            f"num_dims must be <= {MAX_DIMS} (an instance holds two D x D rotations), got {num_dims!r}"
+        )
     return int(num_dims)
 
 
@@ -439,7 +451,7 @@ def _raw(fn_id: int, inst: BBOBInstance, x: jax.Array) -> jax.Array:
             + 10.0 * (d - jnp.sum(jnp.cos(2.0 * jnp.pi * z), axis=-1))
             + 1e4 * f_pen(x)
         )
-    raise ValueError(f"fn_id must be in 1..24, got {fn_id!r}")
+    raise ArgumentError(f"fn_id must be in 1..24, got {fn_id!r}")
 
 
 def bbob_value(fn_id: int, instance: BBOBInstance, x: jax.Array) -> jax.Array:
@@ -474,7 +486,7 @@ def apply_noise(key: jax.Array, f: jax.Array, f_opt: jax.Array, noise: str, num_
 
 def _check_noise(noise: Any) -> tuple[str, tuple[float, float]]:
     if noise not in NOISE_MODELS:
-        raise ValueError(f"noise must be one of {', '.join(NOISE_MODELS)} or None, got {noise!r}")
+        raise ArgumentError(f"noise must be one of {', '.join(NOISE_MODELS)} or None, got {noise!r}")
     return NOISE_MODELS[noise]
 
 
@@ -529,12 +541,12 @@ def build_instance(
     ``rule_id``'s instance rule (default ``fn_id``); the shared part compiles once per dimension."""
     if isinstance(instance, (int, np.integer)) and not isinstance(instance, bool):
         if instance < 0:
-            raise ValueError(f"instance must be a non-negative int or a jax.random.key, got {instance!r}")
+            raise ArgumentError(f"instance must be a non-negative int or a jax.random.key, got {instance!r}")
         key = key_of(fn_id, num_dims, int(instance))
     elif isinstance(instance, jax.Array) and jnp.issubdtype(instance.dtype, jax.dtypes.prng_key):
         key = instance
     else:
-        raise TypeError(f"instance must be an int or a jax.random.key, got {type(instance).__name__}")
+        raise ArgumentError(f"instance must be an int or a jax.random.key, got {type(instance).__name__}")
     base, k_peaks = _common_jit(num_dims, key)
     return _specialize(fn_id if rule_id is None else rule_id, base, k_peaks, _gallagher_peaks_jit)
 
@@ -562,8 +574,8 @@ class BBOB:
         self.fn_id = function_id(function)
         self.name = BBOB_NAMES[self.fn_id - 1]
         self.num_dims = _check_dims(num_dims)
-        if noise is not None and noise not in NOISE_MODELS:
-            raise ValueError(f"noise must be None or one of {', '.join(NOISE_MODELS)}, got {noise!r}")
+        if noise is not None and (not isinstance(noise, str) or noise not in NOISE_MODELS):
+            raise ArgumentError(f"noise must be None or one of {', '.join(NOISE_MODELS)}, got {noise!r}")
         self.noise = noise
         # Same draws as sample_instance(), but the shared part compiles once per dimension.
         self.instance = build_instance(self.fn_id, self.num_dims, instance, instance_key)
@@ -592,7 +604,9 @@ class BBOB:
         else:
             x = jax.vmap(lambda g: ravel_pytree(g)[0])(genotypes)
         if x.ndim != 2 or x.shape[1] != self.num_dims:
-            raise ValueError(f"BBOB f{self.fn_id}: genotypes must be [pop, {self.num_dims}], got {x.shape}")
+            raise ArgumentError(
+                f"BBOB f{self.fn_id}: genotypes must be [pop, {self.num_dims}], got {x.shape}"
+            )
         if self.noise is None:
             return Evaluation(fitness=self(x))
         noisy = _noisy_value_jit(self.fn_id, self.noise, self.instance, key, x.astype(jnp.float32))

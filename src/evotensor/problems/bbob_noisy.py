@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from evotensor.core.checks import ArgumentError
 from evotensor.core.evaluation import Evaluation
 from evotensor.problems import bbob
 from evotensor.problems.bbob import BBOBInstance
@@ -93,8 +94,9 @@ def noisy_function_id(function: int | str) -> int:
         if name.startswith("f") and name[1:].isdigit():
             return noisy_function_id(int(name[1:]))
         if name not in BBOB_NOISY_NAMES:
-            raise ValueError(
-                f"unknown noisy BBOB function {function!r}; names: {', '.join(BBOB_NOISY_NAMES)}"
+            raise ArgumentError(
+                f"unknown noisy BBOB function {function!r}; names: "
+                f"{', '.join(BBOB_NOISY_NAMES)} (or a number 101..130, 'f101'..'f130')"
             )
         return BBOB_NOISY_NAMES.index(name) + 101
     if (
@@ -102,7 +104,7 @@ def noisy_function_id(function: int | str) -> int:
         or not isinstance(function, (int, np.integer))
         or not 101 <= function <= 130
     ):
-        raise ValueError(f"function must be an int in 101..130 or a noisy BBOB name, got {function!r}")
+        raise ArgumentError(f"function must be an int in 101..130 or a noisy BBOB name, got {function!r}")
     return int(function)
 
 
@@ -276,7 +278,7 @@ class BBOBNoisy:
     def _check_points(self, x: jax.Array) -> jax.Array:
         x = jnp.asarray(x, jnp.float32)
         if x.ndim < 1 or x.shape[-1] != self.num_dims:
-            raise ValueError(f"BBOB f{self.fn_id}: x must be [..., {self.num_dims}], got {x.shape}")
+            raise ArgumentError(f"BBOB f{self.fn_id}: x must be [..., {self.num_dims}], got {x.shape}")
         return x
 
     def evaluate(self, key: jax.Array, genotypes: Any) -> Evaluation:
@@ -285,7 +287,7 @@ class BBOBNoisy:
         ``key`` (a ``jax.random.key``) draws the noise: the same key gives the same values.
         """
         if key is None:
-            raise ValueError(
+            raise ArgumentError(
                 f"BBOB f{self.fn_id}: key must be a jax.random.key (it draws the noise), got None"
             )
         if isinstance(genotypes, jax.Array | np.ndarray):
@@ -293,7 +295,9 @@ class BBOBNoisy:
         else:
             x = jax.vmap(lambda g: ravel_pytree(g)[0])(genotypes)
         if x.ndim != 2 or x.shape[1] != self.num_dims:
-            raise ValueError(f"BBOB f{self.fn_id}: genotypes must be [pop, {self.num_dims}], got {x.shape}")
+            raise ArgumentError(
+                f"BBOB f{self.fn_id}: genotypes must be [pop, {self.num_dims}], got {x.shape}"
+            )
         core, offset = _core_and_offset_jit(self.base_id, self.instance, x.astype(jnp.float32))
         return Evaluation(fitness=_noisy_from_core_jit(key, core, offset, self.noise, self.num_dims))
 

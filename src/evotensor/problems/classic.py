@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.evaluation import Evaluation
 
 
@@ -66,12 +67,11 @@ class ClassicFunction:
     kind: str = dataclasses.field(default="function", init=False)
 
     def __post_init__(self):
-        if self.name not in _FUNCTIONS:
-            raise ValueError(f"unknown function name {self.name!r}; choose from {', '.join(_FUNCTIONS)}")
-        if isinstance(self.num_dims, bool) or not isinstance(self.num_dims, int) or self.num_dims < 1:
-            raise ValueError(f"num_dims must be a positive int, got {self.num_dims!r}")
+        if not isinstance(self.name, str) or self.name not in _FUNCTIONS:
+            raise ArgumentError(f"unknown function name {self.name!r}; choose from {', '.join(_FUNCTIONS)}")
+        check_int(self.num_dims, "num_dims")
         if self.name == "rosenbrock" and self.num_dims < 2:
-            raise ValueError("num_dims must be >= 2 for rosenbrock")
+            raise ArgumentError(f"num_dims must be >= 2 for rosenbrock, got {self.num_dims!r}")
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -93,7 +93,7 @@ class ClassicFunction:
             else jax.vmap(lambda g: ravel_pytree(g)[0])(genotypes)
         )
         if x.ndim != 2 or x.shape[1] != self.num_dims:
-            raise ValueError(f"{self.name}: genotypes must be [pop, {self.num_dims}], got {x.shape}")
+            raise ArgumentError(f"{self.name}: genotypes must be [pop, {self.num_dims}], got {x.shape}")
         return Evaluation(fitness=self(x.astype(jnp.float32)))
 
 

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core import rng
+from evotensor.core.checks import ArgumentError, check_int, check_real
 from evotensor.core.evaluation import Evaluation
 
 METRICS = ("accuracy", "neg_cross_entropy")
@@ -39,7 +40,7 @@ Apply = Callable[[Any, jax.Array], jax.Array]
 def _population_size(phenotypes: Any) -> int:
     leaves = jax.tree_util.tree_leaves(phenotypes)
     if not leaves:
-        raise ValueError("phenotypes has no array leaves")
+        raise ArgumentError("phenotypes has no array leaves")
     return int(leaves[0].shape[0])
 
 
@@ -80,13 +81,15 @@ class DigitsClassification:
         batch_size: int | None = None,
         flatten: bool = True,
     ):
+        if not isinstance(metric, str) or metric not in METRICS:
+            raise ArgumentError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+        check_real(test_fraction, "test_fraction", 0.0, 1.0, low_open=True, high_open=True)
+        seed = check_int(seed, "seed", minimum=0, maximum=2**32 - 1)
+        if not isinstance(flatten, bool):
+            raise ArgumentError(f"flatten must be a bool, got {flatten!r}")
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
 
-        if metric not in METRICS:
-            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
-        if not 0.0 < float(test_fraction) < 1.0:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         data = load_digits()
         x = (data.data / 16.0).astype(np.float32)
         y = data.target.astype(np.int32)
@@ -96,7 +99,7 @@ class DigitsClassification:
         is_int = isinstance(batch_size, int) and not isinstance(batch_size, bool)
         valid_batch = is_int and 1 <= batch_size <= len(y_tr)
         if batch_size is not None and not valid_batch:
-            raise ValueError(f"batch_size must be an int in 1..{len(y_tr)} or None, got {batch_size!r}")
+            raise ArgumentError(f"batch_size must be an int in 1..{len(y_tr)} or None, got {batch_size!r}")
         self.metric = metric
         self.batch_size = batch_size
         self.input_shape = (64,) if flatten else (8, 8, 1)
@@ -111,7 +114,7 @@ class DigitsClassification:
         logits = jax.vmap(lambda p: jax.vmap(lambda xi: apply(p, xi))(x))(phenotypes)  # [pop, n, 10]
         if logits.shape[-1] != NUM_CLASSES:
             got = logits.shape[2:]
-            raise ValueError(f"apply must return {NUM_CLASSES} logits per example, got shape {got}")
+            raise ArgumentError(f"apply must return {NUM_CLASSES} logits per example, got shape {got}")
         info = jax.vmap(scores, in_axes=(0, None))(logits, y)
         fitness = info["accuracy"] if self.metric == "accuracy" else -info["cross_entropy"]
         return Evaluation(fitness=fitness, info=info)

@@ -40,7 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 
-from evotensor.core.checks import check_int
+from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.evaluation import Evaluation
 
 Apply = Callable[[Any, jax.Array], jax.Array]
@@ -78,10 +78,10 @@ def population_size_of(phenotypes: Any) -> int:
     """The common leading (population) axis of a batch of phenotypes (a pytree of arrays)."""
     leaves = jax.tree_util.tree_leaves(phenotypes)
     if not leaves:
-        raise ValueError("phenotypes has no array leaves")
+        raise ArgumentError("phenotypes has no array leaves")
     sizes = {leaf.shape[0] if getattr(leaf, "ndim", 0) else None for leaf in leaves}
     if len(sizes) != 1 or None in sizes:
-        raise ValueError(f"every phenotype leaf needs the same leading population axis, got sizes {sizes}")
+        raise ArgumentError(f"every phenotype leaf needs the same leading population axis, got sizes {sizes}")
     return sizes.pop()
 
 
@@ -133,7 +133,7 @@ def _split_step_output(out: tuple) -> tuple[Any, Any, jax.Array, jax.Array]:
     if rest and isinstance(rest[-1], dict):
         rest = rest[:-1]
     if not rest:
-        raise ValueError("gymnax step() returned no done flag")
+        raise ArgumentError("gymnax step() returned no done flag")
     done = jnp.zeros((), bool)
     for flag in rest:
         done = done | jnp.asarray(flag, bool)
@@ -172,9 +172,9 @@ class GymnaxProblem:
         import gymnax  # optional dependency
         from gymnax.environments import spaces
 
-        if env_name not in gymnax.registered_envs:
+        if not isinstance(env_name, str) or env_name not in gymnax.registered_envs:
             known = ", ".join(gymnax.registered_envs)
-            raise ValueError(f"unknown gymnax env_name {env_name!r}; known: {known}")
+            raise ArgumentError(f"unknown gymnax env_name {env_name!r}; known: {known}")
         self.env_name = env_name
         self.env, default_params = gymnax.make(env_name)
         self.env_params = default_params if env_params is None else env_params
@@ -196,7 +196,7 @@ class GymnaxProblem:
             self._low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), self._action_shape)
             self._high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), self._action_shape)
         else:
-            raise ValueError(f"{env_name}: unsupported action space {type(space).__name__}")
+            raise ArgumentError(f"{env_name}: unsupported action space {type(space).__name__}")
 
     def action(self, y: jax.Array) -> jax.Array:
         """Policy output ``[output_size]`` -> environment action."""
@@ -267,8 +267,8 @@ class BraxProblem:
         from brax import envs  # optional dependency
 
         known = sorted(envs._envs) if hasattr(envs, "_envs") else None
-        if known is not None and env_name not in known:
-            raise ValueError(f"unknown brax env_name {env_name!r}; known: {', '.join(known)}")
+        if not isinstance(env_name, str) or (known is not None and env_name not in known):
+            raise ArgumentError(f"unknown brax env_name {env_name!r}; known: {', '.join(known or ())}")
         self.env_name = env_name
         self.episode_length = check_int(episode_length, "episode_length")
         self.num_episodes = check_int(num_episodes, "num_episodes")

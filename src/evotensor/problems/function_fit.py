@@ -51,6 +51,22 @@ def _predict_all(phenotypes: Any, apply: Apply, x: jax.Array) -> jax.Array:
     return jax.vmap(one)(phenotypes)
 
 
+def _real_array(value: Any, name: str) -> np.ndarray:
+    """``value`` as a float32 array; an :class:`ArgumentError` naming ``name`` if it is not numbers."""
+    if isinstance(value, (str, bytes)) or value is None:
+        raise ArgumentError(f"{name} must be an array of numbers, got {value!r}")
+    try:
+        array = np.asarray(value)
+        if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.number):
+            raise TypeError(array.dtype)
+        if np.issubdtype(array.dtype, np.complexfloating):
+            raise TypeError(array.dtype)
+        with np.errstate(over="ignore"):
+            return array.astype(np.float32)
+    except (TypeError, ValueError) as err:
+        raise ArgumentError(f"{name} must be an array of real numbers, got {value!r}") from err
+
+
 class XOR:
     """``num_inputs``-input parity (2: XOR), fitness ``2 ** num_inputs - SSE`` (maximized).
 
@@ -92,18 +108,18 @@ class FunctionFit:
     LOSSES = ("mse", "rmse", "mae", "sse")
 
     def __init__(self, x: Any, y: Any, loss: str = "mse"):
-        x = np.asarray(x, np.float32)
-        y = np.asarray(y, np.float32)
-        if x.ndim != 2 or x.shape[0] < 1:
+        x, y = _real_array(x, "x"), _real_array(y, "y")
+        if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
             raise ArgumentError(f"x must be a non-empty [n, d] array, got shape {x.shape}")
         if y.ndim == 1:
             y = y[:, None]
-        if y.ndim != 2 or y.shape[0] != x.shape[0]:
+        if y.ndim != 2 or y.shape[0] != x.shape[0] or y.shape[1] < 1:
             raise ArgumentError(
                 f"y must be [n] or [n, k] with n = {x.shape[0]} (x's rows), got shape {y.shape}"
             )
-        if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
-            raise ArgumentError("x and y must be finite")
+        for name, value in (("x", x), ("y", y)):
+            if not np.all(np.isfinite(value)):
+                raise ArgumentError(f"{name} must be finite (in float32): it holds NaN, inf or |v| > 3.4e38")
         self.loss = check_choice(loss, "loss", self.LOSSES)
         self.x, self.y = jnp.asarray(x), jnp.asarray(y)
         self.num_inputs, self.num_outputs = x.shape[1], y.shape[1]

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
+from evotensor.core.checks import ArgumentError
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "tanh": jnp.tanh,
@@ -43,17 +44,17 @@ def _activation(name: str | Callable[[jax.Array], jax.Array], arg: str) -> Calla
     if callable(name):
         return name
     if name not in ACTIVATIONS:
-        raise ValueError(f"{arg} must be a callable or one of {', '.join(ACTIVATIONS)}, got {name!r}")
+        raise ArgumentError(f"{arg} must be a callable or one of {', '.join(ACTIVATIONS)}, got {name!r}")
     return ACTIVATIONS[name]
 
 
 def _check_sizes(sizes: Sequence[int], arg: str, minimum: int) -> tuple[int, ...]:
     sizes = tuple(sizes)
     if len(sizes) < minimum:
-        raise ValueError(f"{arg} needs at least {minimum} entries, got {sizes!r}")
+        raise ArgumentError(f"{arg} needs at least {minimum} entries, got {sizes!r}")
     for s in sizes:
         if isinstance(s, bool) or not isinstance(s, int) or s < 1:
-            raise ValueError(f"{arg} must contain positive ints, got {sizes!r}")
+            raise ArgumentError(f"{arg} must contain positive ints, got {sizes!r}")
     return sizes
 
 
@@ -113,7 +114,7 @@ def init_cnn(
     """
     input_shape = _check_sizes(input_shape, "input_shape", 3)
     if len(input_shape) != 3:
-        raise ValueError(f"input_shape must be (H, W, C), got {input_shape!r}")
+        raise ArgumentError(f"input_shape must be (H, W, C), got {input_shape!r}")
     channels = _check_sizes(channels, "channels", 1)
     dense_sizes = _check_sizes(dense_sizes, "dense_sizes", 1)
     _check_sizes((kernel_size,), "kernel_size", 1)
@@ -127,7 +128,9 @@ def init_cnn(
         conv.append({"w": w, "b": jnp.zeros((c_out,), jnp.float32)})
         height, width, c_in = height // 2, width // 2, c_out  # the 2x2 max-pool (floor)
         if height < 1 or width < 1:
-            raise ValueError(f"input_shape {input_shape!r} is too small for {len(channels)} pooling layers")
+            raise ArgumentError(
+                f"input_shape {input_shape!r} is too small for {len(channels)} pooling layers"
+            )
     flat = height * width * c_in
     return {"conv": tuple(conv), "dense": init_mlp(k_dense, (flat, *dense_sizes))}
 
@@ -141,7 +144,7 @@ def cnn_apply(
     """Run the CNN on images ``x [..., H, W, C] -> [..., out]`` (any leading batch axes)."""
     x = jnp.asarray(x, jnp.float32)
     if x.ndim < 3:
-        raise ValueError(f"cnn_apply expects images [..., H, W, C], got shape {x.shape}")
+        raise ArgumentError(f"cnn_apply expects images [..., H, W, C], got shape {x.shape}")
     lead = x.shape[:-3]
     h = x.reshape((-1, *x.shape[-3:]))  # NHWC
     for layer in params["conv"]:
@@ -171,7 +174,7 @@ class ParamsDecoder:
 
     def __init__(self, apply_fn: Callable[..., jax.Array], **kwargs: Any):
         if not callable(apply_fn):
-            raise TypeError(f"apply_fn must be callable, got {type(apply_fn).__name__}")
+            raise ArgumentError(f"apply_fn must be callable, got {type(apply_fn).__name__}")
         object.__setattr__(self, "apply_fn", apply_fn)
         object.__setattr__(self, "kwargs", tuple(sorted(kwargs.items())))
 

@@ -43,7 +43,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from evotensor.core import rng
-from evotensor.core.checks import check_int, check_positive
+from evotensor.core.checks import ArgumentError, check_int, check_spread
 from evotensor.core.evaluation import Evaluation
 
 _LIMIT = 5.12  # the Rastrigin box half-width used by the projection benchmarks
@@ -61,7 +61,7 @@ def _as_matrix(genotypes: Any, num_dims: int, who: str) -> jax.Array:
     else:
         x = jax.vmap(lambda g: ravel_pytree(g)[0])(genotypes)
     if x.ndim != 2 or x.shape[1] != num_dims:
-        raise ValueError(f"{who}: genotypes must be [pop, {num_dims}], got {tuple(x.shape)}")
+        raise ArgumentError(f"{who}: genotypes must be [pop, {num_dims}], got {tuple(x.shape)}")
     return x.astype(jnp.float32)
 
 
@@ -210,7 +210,7 @@ class NoisyArm(Arm):
     def __post_init__(self):
         super().__post_init__()
         for name in ("fitness_noise", "descriptor_noise", "params_noise"):
-            object.__setattr__(self, name, check_positive(getattr(self, name), name, allow_zero=True))
+            object.__setattr__(self, name, check_spread(getattr(self, name), name, allow_zero=True))
 
     def evaluate(self, key: jax.Array, genotypes: Any) -> Evaluation:
         """``genotypes``: ``[pop, num_joints]`` or a pytree; the noise is drawn from ``key``."""
@@ -407,9 +407,9 @@ class LinearProjection:
     def __post_init__(self):
         object.__setattr__(self, "num_dims", check_int(self.num_dims, "num_dims", 2))
         if not isinstance(self.function, str):
-            raise TypeError(f"function must be a str, got {self.function!r}")
+            raise ArgumentError(f"function must be a str, got {self.function!r}")
         if self.function not in _PROJECTION_FUNCTIONS:
-            raise ValueError(
+            raise ArgumentError(
                 f"function must be one of {', '.join(_PROJECTION_FUNCTIONS)}, got {self.function!r}"
             )
 

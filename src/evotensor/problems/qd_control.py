@@ -84,7 +84,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evotensor.core.checks import check_int
+from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.evaluation import Evaluation
 from evotensor.problems.control import Apply, population_size_of
 
@@ -193,13 +193,13 @@ class BraxQDProblem:
         backend: str | None = None,
     ):
         if not isinstance(task, str) or task not in TASKS:
-            raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
+            raise ArgumentError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
         self.episode_length = check_int(episode_length, "episode_length")
         self.num_episodes = check_int(num_episodes, "num_episodes")
         if backend is None:
             backend = "spring"
         if backend not in _BACKENDS:
-            raise ValueError(
+            raise ArgumentError(
                 f"backend must be None or one of {', '.join(_BACKENDS)} (their pipeline state carries "
                 f"the contacts the descriptors need), got {backend!r}"
             )

@@ -14,9 +14,9 @@ explicit ``occupied`` mask, never a sentinel value.
 
 Batch semantics (pyribs' ``add``, made deterministic on every backend):
 
-* A candidate may enter its cell iff its objective and measures are finite and
-  ``objective > threshold``; the threshold of an empty cell is ``threshold_min``, of an occupied cell
-  the elite's objective (MAP-Elites) or the CMA-MAE annealed threshold.
+* A candidate may enter its cell iff its objective, measures and every entry of its solution are
+  finite and ``objective > threshold``; the threshold of an empty cell is ``threshold_min``, of an
+  occupied cell the elite's objective (MAP-Elites) or the CMA-MAE annealed threshold.
 * Among the candidates that may enter one cell, the highest objective wins; exact ties go to the
   lowest batch position. Every field of the new elite is taken from that one candidate.
 * ``status`` (0 not added, 1 improved an occupied cell, 2 discovered a new cell) and ``value`` are
@@ -26,7 +26,9 @@ Batch semantics (pyribs' ``add``, made deterministic on every backend):
 * New threshold of a cell that received candidates: the winner's objective when
   ``threshold_min = -inf``; otherwise the CMA-MAE batch rule of Fontaine & Nikolaidis (2023),
   ``t <- (1 - a)^n t + (1 - (1 - a)^n) mean(f)`` over the ``n`` candidates that beat ``t``.
-* Non-finite objectives or measures are never added (status 0, value ``-inf``, index -1).
+* A candidate with a non-finite objective, measure or solution entry is never added (status 0,
+  value ``-inf``, index -1), so an archive's elites are always finite (extra ``fields`` are stored
+  as given).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core import rng
-from evotensor.core.checks import check_ranges
+from evotensor.core.checks import ArgumentError, check_fraction, check_int, check_ranges, check_real
 from evotensor.core.numerics import deterministic_segment_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.centroids import kmeans_centroids, nearest_centroid
@@ -78,7 +80,8 @@ class AddInfo:
     Attributes:
         status: int32, 0 not added, 1 improved an occupied cell, 2 discovered a new cell.
         value: float32 ``objective - threshold`` (see the module docstring); ``-inf`` if invalid.
-        index: int32 cell of the candidate's measures; -1 if its measures are not finite.
+        index: int32 cell of the candidate's measures; -1 if it is invalid (a non-finite objective,
+            measure or solution entry).
     """
 
     status: jax.Array
@@ -87,43 +90,47 @@ class AddInfo:
 
 
 def _check_solution_dim(solution_dim: Any) -> int:
-    if isinstance(solution_dim, bool) or not isinstance(solution_dim, (int, np.integer)) or solution_dim < 1:
-        raise ValueError(f"solution_dim must be a positive int, got {solution_dim!r}")
-    return int(solution_dim)
+    return check_int(solution_dim, "solution_dim")
 
 
 def _check_cma_mae(learning_rate: Any, threshold_min: Any) -> tuple[float, float]:
     """pyribs' rule: a finite ``threshold_min`` needs a ``learning_rate`` (CMA-MAE); ``-inf`` needs 1."""
+    if not (isinstance(threshold_min, (int, float, np.integer, np.floating)) and threshold_min == -math.inf):
+        threshold_min = check_real(threshold_min, "threshold_min")  # finite (in float32) or -inf
     threshold_min = float(threshold_min)
-    if math.isnan(threshold_min) or threshold_min == math.inf:
-        raise ValueError(f"threshold_min must be finite or -inf, got {threshold_min}")
     if learning_rate is None:
         if threshold_min != -math.inf:
-            raise ValueError(
+            raise ArgumentError(
                 "threshold_min was set without learning_rate: a finite threshold_min is CMA-MAE's "
                 "annealing threshold, not a filter; set learning_rate too (e.g. 0.01)"
             )
         return 1.0, threshold_min
-    learning_rate = float(learning_rate)
-    if not 0.0 <= learning_rate <= 1.0:
-        raise ValueError(f"learning_rate must be in [0, 1], got {learning_rate}")
+    learning_rate = check_fraction(learning_rate, "learning_rate", allow_zero=True)
     if threshold_min == -math.inf and learning_rate != 1.0:
-        raise ValueError("learning_rate other than 1 needs a finite threshold_min (CMA-MAE)")
+        raise ArgumentError(
+            f"learning_rate other than 1 needs a finite threshold_min (CMA-MAE), got {learning_rate!r}"
+        )
     return learning_rate, threshold_min
 
 
 def _check_extra_fields(extra_fields: Any) -> dict[str, tuple[tuple[int, ...], Any]]:
     reserved = {"solutions", "objective", "measures", "threshold", "occupied", "index"}
     out = {}
-    for name, spec in dict(extra_fields or {}).items():
+    try:
+        items = dict(extra_fields or {}).items()
+    except (TypeError, ValueError) as err:
+        raise ArgumentError(
+            f"extra_fields must be a mapping {{name: (shape, dtype)}}, got {extra_fields!r}"
+        ) from err
+    for name, spec in items:
         if not isinstance(name, str) or not name.isidentifier() or name in reserved:
-            raise ValueError(f"extra_fields name {name!r} must be an identifier not in {sorted(reserved)}")
+            raise ArgumentError(f"extra_fields name {name!r} must be an identifier not in {sorted(reserved)}")
         try:
             shape, dtype = spec
-            shape = tuple(int(s) for s in shape)
+            shape = tuple(check_int(s, f"extra_fields[{name!r}] shape", minimum=0) for s in shape)
             dtype = jnp.dtype(dtype)
         except (TypeError, ValueError) as err:
-            raise ValueError(f"extra_fields[{name!r}] must be (shape, dtype), got {spec!r}") from err
+            raise ArgumentError(f"extra_fields[{name!r}] must be (shape, dtype), got {spec!r}") from err
         out[name] = (shape, dtype)
     return out
 
@@ -154,9 +161,7 @@ class Archive:
     ):
         self.solution_dim = _check_solution_dim(solution_dim)
         self.learning_rate, self.threshold_min = _check_cma_mae(learning_rate, threshold_min)
-        self.qd_score_offset = float(qd_score_offset)
-        if not math.isfinite(self.qd_score_offset):
-            raise ValueError(f"qd_score_offset must be finite, got {qd_score_offset}")
+        self.qd_score_offset = check_real(qd_score_offset, "qd_score_offset")
         self.extra_fields = _check_extra_fields(extra_fields)
 
     # -- cells ---------------------------------------------------------------------------------
@@ -184,22 +189,24 @@ class Archive:
         objective = jnp.asarray(objective, jnp.float32)
         measures = jnp.asarray(measures, jnp.float32)
         if solutions.ndim != 2 or solutions.shape[1] != self.solution_dim:
-            raise ValueError(f"solutions must have shape [B, {self.solution_dim}], got {solutions.shape}")
+            raise ArgumentError(f"solutions must have shape [B, {self.solution_dim}], got {solutions.shape}")
         batch = solutions.shape[0]
         if objective.shape != (batch,):
-            raise ValueError(f"objective must have shape [{batch}], got {objective.shape}")
+            raise ArgumentError(f"objective must have shape [{batch}], got {objective.shape}")
         if measures.shape != (batch, self.measure_dim):
-            raise ValueError(f"measures must have shape [{batch}, {self.measure_dim}], got {measures.shape}")
+            raise ArgumentError(
+                f"measures must have shape [{batch}, {self.measure_dim}], got {measures.shape}"
+            )
         fields = dict(fields or {})
         if set(fields) != set(self.extra_fields):
-            raise ValueError(
+            raise ArgumentError(
                 f"fields must have exactly the keys {sorted(self.extra_fields)}, got {sorted(fields)}"
             )
         checked = {}
         for name, (shape, dtype) in self.extra_fields.items():
             value = jnp.asarray(fields[name], dtype)
             if value.shape != (batch, *shape):
-                raise ValueError(f"fields[{name!r}] must have shape {(batch, *shape)}, got {value.shape}")
+                raise ArgumentError(f"fields[{name!r}] must have shape {(batch, *shape)}, got {value.shape}")
             checked[name] = value
         return solutions, objective, measures, checked
 
@@ -226,7 +233,12 @@ class Archive:
         """
         solutions, objective, measures, fields = self._check_batch(solutions, objective, measures, fields)
         batch, cells = objective.shape[0], self.num_cells
-        valid = jnp.isfinite(objective) & jnp.all(jnp.isfinite(measures), axis=1)
+        # a candidate with any NaN/inf in its objective, measures or solution never enters
+        valid = (
+            jnp.isfinite(objective)
+            & jnp.all(jnp.isfinite(measures), axis=1)
+            & jnp.all(jnp.isfinite(solutions), axis=1)
+        )
         index = jnp.where(valid, self.index_of(measures), 0).astype(jnp.int32)
         occupied = state.occupied[index]
         threshold = jnp.where(occupied, state.threshold[index], self.threshold_min)
@@ -349,21 +361,15 @@ class GridArchive(Archive):
         **kwargs: Any,
     ):
         super().__init__(solution_dim=solution_dim, **kwargs)
-        dims = tuple(dims)
-        for i, d in enumerate(dims):
-            if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
-                raise ValueError(f"dims[{i}] must be a positive int, got {d!r}")
-        if not dims:
-            raise ValueError("dims must have at least one entry")
-        self.dims = tuple(int(d) for d in dims)
+        if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__") or len(dims) < 1:
+            raise ArgumentError(f"dims must be a non-empty sequence of ints, got {dims!r}")
+        self.dims = tuple(check_int(d, f"dims[{i}]") for i, d in enumerate(dims))
         self.ranges = check_ranges(ranges, "ranges", count=len(self.dims))
-        self.epsilon = float(epsilon)
-        if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
-            raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
+        self.epsilon = check_real(epsilon, "epsilon", low=0.0)
         self.measure_dim = len(self.dims)
         self.num_cells = math.prod(self.dims)
         if self.num_cells >= 2**31 - 1:
-            raise ValueError(f"dims {self.dims} give {self.num_cells} cells; at most 2**31 - 2 fit int32")
+            raise ArgumentError(f"dims {self.dims} give {self.num_cells} cells; at most 2**31 - 2 fit int32")
         self.thresholds = tuple(self._thresholds(d) for d in range(self.measure_dim))
 
     def cell_formula(self, axis: int, measures: np.ndarray) -> np.ndarray:
@@ -456,17 +462,33 @@ class CVTArchive(Archive):
     ):
         super().__init__(solution_dim=solution_dim, **kwargs)
         self.ranges = check_ranges(ranges)
-        if isinstance(centroids, (int, np.integer)) and not isinstance(centroids, bool):
-            centroids, _ = kmeans_centroids(
-                jax.random.key(seed), int(centroids), self.ranges, samples=samples
-            )
-        centroids = np.asarray(centroids, np.float32)
+        self.chunk_size = check_int(chunk_size, "chunk_size")
+        seed = check_int(seed, "seed", minimum=None)
+        if isinstance(centroids, (bool, np.bool_, float, np.floating, str, bytes)):
+            raise ArgumentError(f"centroids must be a number of cells or a [C, D] array, got {centroids!r}")
+        if isinstance(centroids, (int, np.integer)):
+            centroids = check_int(centroids, "centroids")
+            if isinstance(samples, (int, np.integer)) and not isinstance(samples, bool):
+                samples = check_int(samples, "samples")
+                if centroids > samples:
+                    raise ArgumentError(
+                        f"centroids ({centroids} cells) must be <= samples ({samples}): k-means needs "
+                        "at least one sample per cell"
+                    )
+            centroids, _ = kmeans_centroids(jax.random.key(seed), centroids, self.ranges, samples=samples)
+        try:
+            centroids = np.asarray(centroids, np.float32)
+        except (TypeError, ValueError) as err:
+            raise ArgumentError(
+                f"centroids must be a number of cells or a [C, D] array, got {centroids!r}"
+            ) from err
         if centroids.ndim != 2 or centroids.shape[0] < 1 or centroids.shape[1] != len(self.ranges):
-            raise ValueError(f"centroids must have shape [C, {len(self.ranges)}], got {centroids.shape}")
+            raise ArgumentError(f"centroids must have shape [C, {len(self.ranges)}], got {centroids.shape}")
         if not np.all(np.isfinite(centroids)):
-            raise ValueError("centroids must be finite")
+            raise ArgumentError("centroids must be finite (in float32)")
+        if centroids.shape[0] >= 2**31 - 1:
+            raise ArgumentError(f"centroids gives {centroids.shape[0]} cells; at most 2**31 - 2 fit int32")
         self.centroids = jnp.asarray(centroids)
-        self.chunk_size = int(chunk_size)
         self.measure_dim = centroids.shape[1]
         self.num_cells = centroids.shape[0]
 

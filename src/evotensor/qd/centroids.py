@@ -26,7 +26,7 @@ import numpy as np
 from jax import lax
 
 from evotensor.core import rng
-from evotensor.core.checks import check_int, check_ranges
+from evotensor.core.checks import ArgumentError, check_int, check_ranges
 from evotensor.core.numerics import deterministic_segment_sum, exact_sum
 
 _UNIT_ROUNDOFF = 2.0**-24  # float32
@@ -45,11 +45,11 @@ def grid_centroids(dims: Sequence[int], ranges: Sequence[tuple[float, float]]) -
         is ``k``, i.e. of the cell ``np.unravel_index(k, dims)``.
     """
     if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__") or len(dims) < 1:
-        raise ValueError(f"dims must be a non-empty sequence of ints, got {dims!r}")
+        raise ArgumentError(f"dims must be a non-empty sequence of ints, got {dims!r}")
     dims = tuple(check_int(n, f"dims[{i}]") for i, n in enumerate(dims))
     ranges = check_ranges(ranges)
     if len(dims) != len(ranges):
-        raise ValueError(f"dims and ranges must have the same length, got {len(dims)} and {len(ranges)}")
+        raise ArgumentError(f"dims and ranges must have the same length, got {len(dims)} and {len(ranges)}")
     # float64 on the host, rounded once to float32: each centre is the nearest float32 to the true one
     axes = [low + (high - low) * (np.arange(n) + 0.5) / n for n, (low, high) in zip(dims, ranges)]
     mesh = np.meshgrid(*axes, indexing="ij")  # "ij": the last dimension varies fastest (row-major)
@@ -101,10 +101,10 @@ def nearest_centroid(points: jax.Array, centroids: jax.Array, *, chunk_size: int
     centroids = jnp.asarray(centroids, jnp.float32)
     if points.ndim != 2 or centroids.ndim != 2 or points.shape[1] != centroids.shape[1]:
         shapes = f"{points.shape} and {centroids.shape}"
-        raise ValueError(f"points must be [B, D] and centroids [C, D] (same D), got {shapes}")
+        raise ArgumentError(f"points must be [B, D] and centroids [C, D] (same D), got {shapes}")
     num, dim = centroids.shape
     if num < 1 or dim < 1:
-        raise ValueError(f"centroids must be [C, D] with C >= 1 and D >= 1, got {centroids.shape}")
+        raise ArgumentError(f"centroids must be [C, D] with C >= 1 and D >= 1, got {centroids.shape}")
     chunk = min(check_int(chunk_size, "chunk_size"), num, 2**24)
     num_chunks = -(-num // chunk)
     batch = points.shape[0]
@@ -241,9 +241,9 @@ def kmeans_centroids(
     num_centroids = check_int(num_centroids, "num_centroids")
     iterations = check_int(iterations, "iterations", minimum=0)
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating, np.integer)):
-        raise TypeError(f"tol must be a number, got {tol!r}")
+        raise ArgumentError(f"tol must be a number, got {tol!r}")
     if not (math.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol must be finite and >= 0, got {tol}")
+        raise ArgumentError(f"tol must be finite and >= 0, got {tol}")
     sample_key, init_key = jax.random.split(key)
     if isinstance(samples, (int, np.integer)) and not isinstance(samples, bool):
         n = check_int(samples, "samples")
@@ -251,20 +251,20 @@ def kmeans_centroids(
         points = rng.uniform(sample_key, (n, dim), jnp.float32, low, high)
     else:
         if isinstance(samples, bool):
-            raise TypeError("samples must be an int or an [n, D] array, got a bool")
+            raise ArgumentError("samples must be an int or an [n, D] array, got a bool")
         host = np.asarray(samples)
         if host.ndim != 2 or host.shape[0] < 1 or host.shape[1] != dim:
-            raise ValueError(f"samples must be an int or an [n, {dim}] array, got shape {host.shape}")
+            raise ArgumentError(f"samples must be an int or an [n, {dim}] array, got shape {host.shape}")
         if not (np.issubdtype(host.dtype, np.integer) or np.issubdtype(host.dtype, np.floating)):
-            raise TypeError(f"samples must be real numbers, got dtype {host.dtype}")
+            raise ArgumentError(f"samples must be real numbers, got dtype {host.dtype}")
         with np.errstate(over="ignore"):  # reported below, as non-finite
             host = host.astype(np.float32)
         if not np.all(np.isfinite(host)):  # after the cast: values beyond float32's range count too
-            raise ValueError("samples must be finite (in float32)")
+            raise ArgumentError("samples must be finite (in float32)")
         points = jnp.asarray(host)
     n = points.shape[0]
     if num_centroids > n:
-        raise ValueError(f"num_centroids ({num_centroids}) must be <= the number of samples ({n})")
+        raise ArgumentError(f"num_centroids ({num_centroids}) must be <= the number of samples ({n})")
 
     start = points[rng.choice(init_key, n, (num_centroids,), replace=False)]
     centroids, counts = _lloyd(
@@ -276,7 +276,7 @@ def kmeans_centroids(
     )
     empty = int(np.sum(np.asarray(counts) == 0))
     if empty:
-        raise ValueError(
+        raise ArgumentError(
             f"k-means left {empty} of {num_centroids} clusters empty (no sample is nearest to their "
             "centre); use more samples, and samples with more distinct points than centroids"
         )

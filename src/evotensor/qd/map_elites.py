@@ -22,6 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core.checks import ArgumentError
 from evotensor.core.evaluation import Evaluation
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import SolutionSpace, as_solution_space
@@ -67,22 +68,22 @@ class MAPElites:
         solution: Any = None,
     ):
         if not isinstance(archive, Archive):
-            raise TypeError(f"archive must be an evotensor.qd Archive, got {type(archive).__name__}")
+            raise ArgumentError(f"archive must be an evotensor.qd Archive, got {type(archive).__name__}")
         emitters = tuple(emitters) if isinstance(emitters, (list, tuple)) else (emitters,)
         if not emitters:
-            raise ValueError("emitters must hold at least one emitter")
+            raise ArgumentError("emitters must hold at least one emitter")
         for i, emitter in enumerate(emitters):
             for method in ("init", "ask", "tell"):
                 if not callable(getattr(emitter, method, None)):
-                    raise TypeError(f"emitters[{i}] ({type(emitter).__name__}) has no {method}() method")
+                    raise ArgumentError(f"emitters[{i}] ({type(emitter).__name__}) has no {method}() method")
         if result_archive is not None:
             if not isinstance(result_archive, Archive):
-                raise TypeError(f"result_archive must be an Archive, got {type(result_archive).__name__}")
+                raise ArgumentError(f"result_archive must be an Archive, got {type(result_archive).__name__}")
             if (result_archive.solution_dim, result_archive.measure_dim) != (
                 archive.solution_dim,
                 archive.measure_dim,
             ):
-                raise ValueError("result_archive must have the archive's solution_dim and measure_dim")
+                raise ArgumentError("result_archive must have the archive's solution_dim and measure_dim")
         self.archive = archive
         self.result_archive = result_archive
         self.emitters = emitters
@@ -92,7 +93,7 @@ class MAPElites:
             else as_solution_space(num_dims=archive.solution_dim)
         )
         if self.space.num_dims != archive.solution_dim:
-            raise ValueError(
+            raise ArgumentError(
                 f"solution has {self.space.num_dims} elements but the archive stores {archive.solution_dim}"
             )
         self.batch_sizes = tuple(int(e.batch_size) for e in emitters)
@@ -129,7 +130,7 @@ class MAPElites:
         info = evaluation.info
         missing = [n for n in archive.extra_fields if info is None or n not in info]
         if missing:
-            raise ValueError(f"the archive's extra fields {missing} must be in evaluation.info")
+            raise ArgumentError(f"the archive's extra fields {missing} must be in evaluation.info")
         return {name: info[name] for name in archive.extra_fields}
 
     def tell(
@@ -147,12 +148,12 @@ class MAPElites:
         """
         x = self.space.ravel_population(genotypes)
         if evaluation.descriptor is None:
-            raise ValueError("MAP-Elites needs evaluation.descriptor [pop, measure_dim] from the problem")
+            raise ArgumentError("MAP-Elites needs evaluation.descriptor [pop, measure_dim] from the problem")
         objective = -jnp.asarray(evaluation.fitness, jnp.float32)
         measures = jnp.asarray(evaluation.descriptor, jnp.float32)
         expected = (self.population_size, self.archive.measure_dim)
         if measures.shape != expected or objective.shape != expected[:1]:
-            raise ValueError(
+            raise ArgumentError(
                 f"evaluation.fitness must be {list(expected[:1])} and evaluation.descriptor {list(expected)} "
                 f"(population, archive measures), got {list(objective.shape)} and {list(measures.shape)}"
             )

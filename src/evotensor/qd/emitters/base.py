@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evotensor.core.strategy import check_population_size
+from evotensor.core.checks import FLOAT32_MAX, ArgumentError, check_int
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
 
 
@@ -48,6 +48,44 @@ class Emitter(Protocol):
     ) -> Any: ...
 
 
+def check_vector(value: Any, name: str) -> np.ndarray:
+    """``value`` as a finite, non-empty 1-d float32 NumPy array; an :class:`ArgumentError` naming
+    ``name`` otherwise (also for values that are not numbers or overflow float32)."""
+    try:
+        x = np.asarray(value, np.float64)
+    except (TypeError, ValueError) as err:
+        raise ArgumentError(
+            f"{name} must be a finite, non-empty 1-d array of numbers, got {value!r}"
+        ) from err
+    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)) or np.any(np.abs(x) > FLOAT32_MAX):
+        raise ArgumentError(f"{name} must be a finite, non-empty 1-d array (float32), got shape {x.shape}")
+    return x.astype(np.float32)
+
+
+def check_bounds(bounds: Any, shape: tuple[int, ...], unbounded: bool = False) -> tuple[Any, Any] | None:
+    """``bounds = (low, high)`` broadcast to ``shape`` as float32 arrays with ``low <= high`` and no
+    NaN (``None``/``+-inf`` ends allowed with ``unbounded``, else finite); ``None`` stays ``None``."""
+    if bounds is None:
+        return None
+    if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__len__") or len(bounds) != 2:
+        raise ArgumentError(f"bounds must be (low, high), got {bounds!r}")
+    ends = []
+    for end, fill in zip(bounds, (-np.inf, np.inf), strict=True):
+        try:
+            end = np.broadcast_to(np.asarray(fill if end is None and unbounded else end, np.float64), shape)
+        except (TypeError, ValueError) as err:
+            raise ArgumentError(
+                f"bounds must be (low, high), each a number or {list(shape)}, got {bounds!r}"
+            ) from err
+        finite = np.isfinite(end) & (np.abs(end) <= FLOAT32_MAX)
+        if np.any(np.isnan(end)) or (not unbounded and not np.all(finite)):
+            raise ArgumentError(f"bounds must be {'free of NaN' if unbounded else 'finite'}, got {bounds!r}")
+        ends.append(end.astype(np.float32))
+    if np.any(ends[0] > ends[1]):
+        raise ArgumentError(f"bounds must satisfy low <= high everywhere, got {bounds!r}")
+    return ends[0], ends[1]
+
+
 class VariationEmitter:
     """Shared set-up of emitters that vary archive elites (Gaussian, Iso+LineDD).
 
@@ -67,28 +105,24 @@ class VariationEmitter:
         bounds: tuple[Any, Any] | None = None,
         initial_solutions: Any = None,
     ):
-        x0 = np.asarray(x0, np.float32)
-        if x0.ndim != 1 or x0.size == 0 or not np.all(np.isfinite(x0)):
-            raise ValueError(f"x0 must be a finite, non-empty 1-d array, got shape {x0.shape}")
+        x0 = check_vector(x0, "x0")
         self.x0 = jnp.asarray(x0)
         self.solution_dim = x0.size
-        self.batch_size = check_population_size(batch_size, name="batch_size")
-        self.bounds = None
-        if bounds is not None:
-            try:
-                low, high = bounds
-            except (TypeError, ValueError) as err:
-                raise ValueError(f"bounds must be (low, high), got {bounds!r}") from err
-            low = np.broadcast_to(np.asarray(low, np.float32), x0.shape)
-            high = np.broadcast_to(np.asarray(high, np.float32), x0.shape)
-            if np.any(np.isnan(low)) or np.any(np.isnan(high)) or np.any(low > high):
-                raise ValueError("bounds must satisfy low <= high everywhere (no NaN)")
-            self.bounds = (jnp.asarray(low), jnp.asarray(high))
+        self.batch_size = check_int(batch_size, "batch_size")
+        bounds = check_bounds(bounds, x0.shape, unbounded=True)
+        self.bounds = None if bounds is None else (jnp.asarray(bounds[0]), jnp.asarray(bounds[1]))
         self.initial_solutions = None
         if initial_solutions is not None:
-            initial = np.asarray(initial_solutions, np.float32)
+            try:
+                initial = np.asarray(initial_solutions, np.float32)
+            except (TypeError, ValueError) as err:
+                raise ArgumentError(
+                    f"initial_solutions must be an array of numbers, got {initial_solutions!r}"
+                ) from err
+            if not np.all(np.isfinite(initial)):
+                raise ArgumentError("initial_solutions must be finite (in float32)")
             if initial.shape != (self.batch_size, self.solution_dim):
-                raise ValueError(
+                raise ArgumentError(
                     f"initial_solutions must have shape ({self.batch_size}, {self.solution_dim}) "
                     f"(batch_size, dims), got {initial.shape}"
                 )
@@ -96,7 +130,7 @@ class VariationEmitter:
 
     def check_archive(self, archive: Archive) -> None:
         if archive.solution_dim != self.solution_dim:
-            raise ValueError(
+            raise ArgumentError(
                 f"{type(self).__name__}: x0 has {self.solution_dim} elements but the archive stores "
                 f"solutions of {archive.solution_dim}"
             )

@@ -84,12 +84,12 @@ import numpy as np
 from jax import lax
 
 from evotensor.core import rng
-from evotensor.core.checks import check_choice, check_int, check_positive
+from evotensor.core.checks import ArgumentError, check_choice, check_int, check_spread
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.core.strategy import check_population_size
 from evotensor.es.core import cma
 from evotensor.es.core.base import default_population_size, float_dtype
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
+from evotensor.qd.emitters.base import check_bounds, check_vector
 from evotensor.qd.emitters.rankers import BUILTIN_RANKERS, Ranker, get_ranker
 
 RANKERS = tuple(BUILTIN_RANKERS)  # the built-in rankers' names (see evotensor.qd.emitters.rankers)
@@ -122,17 +122,8 @@ class CMAESEmitterState:
 
 
 def _check_bounds(bounds: Any, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array] | None:
-    if bounds is None:
-        return None
-    try:
-        low, high = bounds
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"bounds must be (low, high), got {bounds!r}") from err
-    low = np.broadcast_to(np.asarray(-np.inf if low is None else low, np.float32), shape)
-    high = np.broadcast_to(np.asarray(np.inf if high is None else high, np.float32), shape)
-    if np.any(np.isnan(low)) or np.any(np.isnan(high)) or np.any(low > high):
-        raise ValueError("bounds must satisfy low <= high everywhere (no NaN)")
-    return jnp.asarray(low), jnp.asarray(high)
+    bounds = check_bounds(bounds, shape, unbounded=True)
+    return None if bounds is None else (jnp.asarray(bounds[0]), jnp.asarray(bounds[1]))
 
 
 class CMAESEmitter:
@@ -170,12 +161,10 @@ class CMAESEmitter:
         batch_size: int | None = None,
         bounds: tuple[Any, Any] | None = None,
     ):
-        x0 = np.asarray(x0, np.float32)
-        if x0.ndim != 1 or x0.size == 0 or not np.all(np.isfinite(x0)):
-            raise ValueError(f"x0 must be a finite, non-empty 1-d array, got shape {x0.shape}")
+        x0 = check_vector(x0, "x0")
         self.x0 = jnp.asarray(x0)
         self.solution_dim = n = x0.size
-        self.sigma0 = check_positive(sigma0, "sigma0")
+        self.sigma0 = check_spread(sigma0, "sigma0")
         self.ranker = get_ranker(ranker)
         self.selection_rule = check_choice(selection_rule, "selection_rule", SELECTION_RULES)
         if isinstance(restart_rule, (int, np.integer)) and not isinstance(restart_rule, bool):
@@ -184,7 +173,7 @@ class CMAESEmitter:
             check_choice(restart_rule, "restart_rule", RESTART_RULES)
         self.restart_rule = restart_rule
         batch_size = default_population_size(n) if batch_size is None else batch_size
-        self.batch_size = check_population_size(batch_size, 2, "batch_size")
+        self.batch_size = check_int(batch_size, "batch_size", minimum=2)
         self.bounds = _check_bounds(bounds, x0.shape)
         # pyribs fixes the lazy gap at construction from the constants of batch_size // 2 parents
         # and decomposes when strictly more generations passed; cma_update tests ``>=``, so round up
@@ -219,7 +208,7 @@ class CMAESEmitter:
             return jnp.zeros((archive.measure_dim,), jnp.float32)
         ranges = getattr(archive, "ranges", None)
         if ranges is None:
-            raise ValueError(f"ranker {self.ranker.name!r} needs an archive with measure ranges")
+            raise ArgumentError(f"ranker {self.ranker.name!r} needs an archive with measure ranges")
         size = jnp.asarray([hi - lo for lo, hi in ranges], jnp.float32)
         return rng.normal(key, (archive.measure_dim,), jnp.float32) * size
 
@@ -232,7 +221,7 @@ class CMAESEmitter:
     def init(self, key: jax.Array, archive: Archive) -> CMAESEmitterState:
         """CMA-ES at ``x0`` with ``sigma0`` and ``C = I``; the ranking direction drawn from ``key``."""
         if archive.solution_dim != self.solution_dim:
-            raise ValueError(
+            raise ArgumentError(
                 f"CMAESEmitter: x0 has {self.solution_dim} elements but the archive "
                 f"stores solutions of {archive.solution_dim}"
             )

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core import rng
+from evotensor.core.checks import MAX_SPREAD, ArgumentError
 from evotensor.qd.archive import Archive, ArchiveState
 from evotensor.qd.emitters.base import VariationEmitter
 
@@ -32,12 +33,19 @@ class GaussianEmitter(VariationEmitter):
 
     def __init__(self, sigma: Any, x0: Any, **kwargs: Any):
         super().__init__(x0, **kwargs)
-        sigma = np.asarray(sigma, np.float32)
+        if isinstance(sigma, (bool, np.bool_, str, bytes)) or sigma is None:
+            raise ArgumentError(f"sigma must be a number or a [{self.solution_dim}] array, got {sigma!r}")
+        try:
+            sigma = np.asarray(sigma, np.float64)
+        except (TypeError, ValueError) as err:
+            raise ArgumentError(
+                f"sigma must be a number or a [{self.solution_dim}] array, got {sigma!r}"
+            ) from err
         if sigma.ndim > 1 or (sigma.ndim == 1 and sigma.size != self.solution_dim):
-            raise ValueError(f"sigma must be a scalar or [{self.solution_dim}], got shape {sigma.shape}")
-        if not np.all(np.isfinite(sigma)) or np.any(sigma < 0):
-            raise ValueError("sigma must be finite and >= 0")
-        self.sigma = jnp.asarray(sigma)
+            raise ArgumentError(f"sigma must be a scalar or [{self.solution_dim}], got shape {sigma.shape}")
+        if not np.all(np.isfinite(sigma)) or np.any(sigma < 0) or np.any(sigma > MAX_SPREAD):
+            raise ArgumentError(f"sigma must be finite, >= 0 and <= {MAX_SPREAD:g}, got {sigma!r}")
+        self.sigma = jnp.asarray(sigma.astype(np.float32))
 
     def ask(
         self, key: jax.Array, state: tuple[()], archive: Archive, archive_state: ArchiveState

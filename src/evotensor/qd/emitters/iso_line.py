@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core import rng
-from evotensor.core.checks import check_positive
+from evotensor.core.checks import check_spread
 from evotensor.qd.archive import Archive, ArchiveState
 from evotensor.qd.emitters.base import VariationEmitter
 
@@ -32,8 +32,8 @@ class IsoLineEmitter(VariationEmitter):
 
     def __init__(self, x0: Any, *, iso_sigma: float = 0.01, line_sigma: float = 0.2, **kwargs: Any):
         super().__init__(x0, **kwargs)
-        self.iso_sigma = check_positive(iso_sigma, "iso_sigma")
-        self.line_sigma = check_positive(line_sigma, "line_sigma")
+        self.iso_sigma = check_spread(iso_sigma, "iso_sigma")
+        self.line_sigma = check_spread(line_sigma, "line_sigma")
 
     def ask(
         self, key: jax.Array, state: tuple[()], archive: Archive, archive_state: ArchiveState
