@@ -41,7 +41,12 @@ def test_duplicate_registration_is_refused():
 def test_registry_discovers_each_familys_tasks_module():
     from evotensor.tasks import all_tasks, task_modules
 
-    assert task_modules() == ("evotensor.es.tasks", "evotensor.gp.tasks", "evotensor.neat.tasks", "evotensor.qd.tasks")
+    assert task_modules() == (
+        "evotensor.es.tasks",
+        "evotensor.gp.tasks",
+        "evotensor.neat.tasks",
+        "evotensor.qd.tasks",
+    )
     families = {name.split("-")[0] for name in all_tasks()}
     assert {"es", "sr", "qd", "neat"} <= families  # (other tests may register tasks of their own)
 

@@ -8,9 +8,7 @@ from evotensor.core import centered_ranks, normalize, ranks, weight_decay, z_sco
 
 # XLA flushes float32 subnormals to zero (so 1e-43 and 0.0 tie inside a jitted sort while NumPy
 # orders them); the ranking contract is stated for normal floats.
-vectors = st.lists(
-    st.floats(-1e6, 1e6, width=32, allow_subnormal=False), min_size=2, max_size=30
-)
+vectors = st.lists(st.floats(-1e6, 1e6, width=32, allow_subnormal=False), min_size=2, max_size=30)
 
 
 @given(vectors)
