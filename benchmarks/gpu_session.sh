@@ -1,0 +1,48 @@
+#!/bin/bash
+# The whole default test suite, then GPU-check sections, on a lent GPU machine, in one command.
+#
+# For the project's `device` tool (a machine with JAX+CUDA, no network): run it from the repository
+# root with the wheels the suite needs beside the working tree,
+#
+#     run(command="bash benchmarks/gpu_session.sh", carry=[".whl"], timeout_s=560)
+#
+# where `.whl/` (git-ignored) holds Python 3.12 manylinux wheels, fetched once on a machine with a
+# network:
+#
+#     python -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#         --platform manylinux_2_28_x86_64 -d .whl cma evosax dotmap gymnax gymnasium \
+#         farama-notifications brax mujoco mujoco-mjx jaxopt ml_collections tensorboardx trimesh \
+#         flask flask-cors itsdangerous blinker glfw pyopengl
+#
+# (mujoco 4 also needs its mujoco_core and mujoco_studio wheels; pip download brings them.)
+# Results go to $OUT (the device tool's output folder; runs/gpu_session here otherwise):
+# full_pytest.log (every test's PASS/FAIL with -v, tracebacks at the end), gpu_check.{json,md}.
+# Time limits (seconds) for the two stages: PYT (default 330) and BEN (default 150); the sections
+# run are SECT (default "gp,neat"; see benchmarks/gpu_check.py --help).
+set -u
+OUT=${OUT:-runs/gpu_session}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+T0=$(date +%s)
+(python3 setup.py build_ext --inplace -q > "$OUT/build.log" 2>&1; echo "build rc=$?" >> "$OUT/build.log") &
+if ls .whl/*.whl > /dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl > "$OUT/pip.log" 2>&1 || { tail "$OUT/pip.log"; exit 1; }
+else
+    echo "no .whl/: tests that need gymnax, brax, evosax or cma will fail to import"
+fi
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD
+wait
+tail -3 "$OUT/build.log"; echo "setup $(( $(date +%s) - T0 ))s"
+nvidia-smi -L 2>/dev/null
+python3 -c "import jax, evotensor.gp.native as n, evotensor.tree as t; print(jax.devices(), n.AVAILABLE, t.SPEEDUPS)" 2>&1 | tail -2
+NPROC=$(nproc)
+timeout "${PYT:-330}" python3 -m pytest -q -v -rf -n $(( NPROC > 2 ? NPROC - 1 : 1 )) --timeout 240 tests \
+    > "$OUT/full_pytest.log" 2>&1
+echo "pytest rc=$? after $(( $(date +%s) - T0 ))s"
+grep -cE " PASSED" "$OUT/full_pytest.log" | sed 's/^/passed: /'
+grep -E " FAILED| ERROR" "$OUT/full_pytest.log" | sed 's/^.*\] //' | sort -u | head -60
+tail -3 "$OUT/full_pytest.log"
+timeout "${BEN:-150}" python3 benchmarks/gpu_check.py --sections "${SECT:-gp,neat}" --out "$OUT" > "$OUT/bench.log" 2>&1
+echo "bench rc=$? after $(( $(date +%s) - T0 ))s"
+head -80 "$OUT/gpu_check.md" 2>/dev/null || tail -20 "$OUT/bench.log"
