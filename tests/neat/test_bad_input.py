@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.bad_input_table import refusal_test
 
 from evotensor.core.checks import ArgumentError
 from evotensor.neat import (
@@ -283,16 +284,7 @@ for data, argument in [
 case("genome_from_dict", genome_from_dict, "spec", spec=None, data={})
 
 
-@pytest.mark.parametrize(
-    ("label", "build", "argument", "kwargs"),
-    CASES,
-    ids=[
-        re.sub(r" at 0x[0-9a-f]+", "", f"{c[0]}-{c[2]}-{c[3]!r}")[:90] for c in CASES
-    ],  # no addresses: xdist workers must agree
-)
-def test_bad_argument_is_refused_naming_it(label, build, argument, kwargs):
-    with pytest.raises(ArgumentError, match=argument):
-        build(**kwargs)
+test_bad_argument_is_refused_naming_it = refusal_test(CASES)
 
 
 def test_the_defaults_of_the_table_build():

@@ -10,13 +10,12 @@ argument is refused before anything compiles, so the table is cheap. A hypothesi
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from tests.bad_input_table import refusal_test
 
 from evotensor.core.checks import ArgumentError
 from evotensor.problems import ClassicFunction, Rosenbrock, Sphere
@@ -184,16 +183,7 @@ case("init_cnn", cnn, "kernel_size", kernel_size=0)
 case("mlp_apply", lambda **kw: mlp_apply(mlp(), np.zeros(2), **kw), "activation", activation="swish")
 
 
-@pytest.mark.parametrize(
-    ("label", "build", "argument", "kwargs"),
-    CASES,
-    ids=[
-        re.sub(r" at 0x[0-9a-f]+", "", f"{c[0]}-{c[2]}-{c[3]!r}")[:90] for c in CASES
-    ],  # no addresses: xdist workers must agree
-)
-def test_bad_argument_is_refused_naming_it(label, build, argument, kwargs):
-    with pytest.raises(ArgumentError, match=argument):
-        build(**kwargs)
+test_bad_argument_is_refused_naming_it = refusal_test(CASES)
 
 
 def test_the_defaults_of_the_table_build():

@@ -12,12 +12,11 @@ checked to never insert a candidate with a non-finite objective, measure or solu
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.bad_input_table import refusal_test
 
 from evotensor.core.checks import ArgumentError
 from evotensor.qd import (
@@ -215,16 +214,7 @@ case(
 case("map_elites", map_elites, "solution", solution=np.zeros(5))
 
 
-@pytest.mark.parametrize(
-    ("label", "build", "argument", "kwargs"),
-    CASES,
-    ids=[
-        re.sub(r" at 0x[0-9a-f]+", "", f"{c[0]}-{c[2]}-{c[3]!r}")[:90] for c in CASES
-    ],  # no addresses: xdist workers must agree
-)
-def test_bad_argument_is_refused_naming_it(label, build, argument, kwargs):
-    with pytest.raises(ArgumentError, match=argument):
-        build(**kwargs)
+test_bad_argument_is_refused_naming_it = refusal_test(CASES)
 
 
 def test_the_defaults_of_the_table_build():
