@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.bad_input_table import refusal_test
@@ -260,3 +261,21 @@ def test_cvt_add_never_inserts_a_nonfinite_candidate():
     occupied = np.asarray(state.occupied)
     for name in ("solutions", "objective", "measures"):
         assert np.isfinite(np.asarray(getattr(state, name))[occupied]).all(), name
+
+
+@pytest.mark.parametrize(
+    ("build", "argument"),
+    [
+        (lambda: GridArchive(solution_dim=1000, dims=(100, 100), ranges=RANGES), r"dims=\(100, 100\)"),
+        (lambda: CVTArchive(solution_dim=1000, centroids=10_000, ranges=RANGES), "centroids=10000"),
+        (lambda: CVTArchive(solution_dim=1000, centroids=np.zeros((10_000, 2)), ranges=RANGES), "centroids"),
+    ],
+)
+def test_an_archive_larger_than_the_memory_limit_is_refused_naming_its_cells(build, argument, monkeypatch):
+    # 10,000 cells of 1,000 floats need ~40 MB: over a 16 MB limit, under the default one
+    monkeypatch.setenv("EVOTENSOR_MAX_STATE_BYTES", str(16 * 2**20))
+    with pytest.raises(ArgumentError, match=argument) as err:
+        build()
+    assert "solution_dim=1000" in str(err.value) and "EVOTENSOR_MAX_STATE_BYTES" in str(err.value)
+    monkeypatch.delenv("EVOTENSOR_MAX_STATE_BYTES")
+    assert build().state_bytes() > 16 * 2**20

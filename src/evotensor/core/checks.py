@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -142,3 +143,44 @@ def check_spread(value: Any, name: str, allow_zero: bool = False, maximum: float
 
 
 __all__ += ["FLOAT32_MAX", "MAX_SPREAD", "check_real", "check_spread"]
+
+
+def memory_limit_bytes() -> int:
+    """The most memory a state built at construction may need: ``EVOTENSOR_MAX_STATE_BYTES`` (bytes)
+    if set, else the default device's memory (a GPU's ``bytes_limit``; on a CPU, the machine's
+    physical memory)."""
+    override = os.environ.get("EVOTENSOR_MAX_STATE_BYTES", "").strip()
+    if override:
+        try:
+            return int(float(override))
+        except ValueError:
+            raise ArgumentError(
+                f"EVOTENSOR_MAX_STATE_BYTES must be a number of bytes, got {override!r}"
+            ) from None
+    import jax  # here, not at the top: the checks stay importable without initializing a backend
+
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # noqa: BLE001 - a backend without memory statistics
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 2**40
+
+
+def check_memory(need_bytes: int, what: str) -> None:
+    """Raise :class:`ArgumentError` when ``need_bytes`` exceed :func:`memory_limit_bytes`; ``what``
+    names the arguments and the object (e.g. ``"num_dims=100000 with population_size=200 (CMAES's
+    state)"``)."""
+    limit = memory_limit_bytes()
+    if need_bytes > limit:
+        raise ArgumentError(
+            f"{what} needs about {need_bytes / 2**30:.3g} GiB, more than the {limit / 2**30:.3g} GiB "
+            "available (the default device's memory; set EVOTENSOR_MAX_STATE_BYTES to change the limit)"
+        )
+
+
+__all__ += ["check_memory", "memory_limit_bytes"]

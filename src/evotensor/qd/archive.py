@@ -42,7 +42,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError, check_fraction, check_int, check_ranges, check_real
+from evotensor.core.checks import (
+    ArgumentError,
+    check_fraction,
+    check_int,
+    check_memory,
+    check_ranges,
+    check_real,
+)
 from evotensor.core.numerics import deterministic_segment_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.centroids import kmeans_centroids, nearest_centroid
@@ -163,6 +170,23 @@ class Archive:
         self.learning_rate, self.threshold_min = _check_cma_mae(learning_rate, threshold_min)
         self.qd_score_offset = check_real(qd_score_offset, "qd_score_offset")
         self.extra_fields = _check_extra_fields(extra_fields)
+
+    def state_bytes(self) -> int:
+        """Bytes of :meth:`init`'s state (needs ``num_cells`` and ``measure_dim``)."""
+        per_cell = 4 * (self.solution_dim + self.measure_dim + 2) + 1
+        for shape, dtype in self.extra_fields.values():
+            per_cell += math.prod(shape) * np.dtype(dtype).itemsize
+        return self.num_cells * per_cell
+
+    def _check_memory(self, cells: str) -> None:
+        """Refuse, naming the cells argument and ``solution_dim``, an archive whose state would not
+        fit the device (:func:`evotensor.core.checks.check_memory`); subclasses call it as soon as
+        ``num_cells`` is known, before building anything of that size."""
+        check_memory(
+            self.state_bytes(),
+            f"{cells} ({self.num_cells} cells) with solution_dim={self.solution_dim} "
+            f"({type(self).__name__}'s state)",
+        )
 
     # -- cells ---------------------------------------------------------------------------------
     def index_of(self, measures: jax.Array) -> jax.Array:
@@ -370,6 +394,7 @@ class GridArchive(Archive):
         self.num_cells = math.prod(self.dims)
         if self.num_cells >= 2**31 - 1:
             raise ArgumentError(f"dims {self.dims} give {self.num_cells} cells; at most 2**31 - 2 fit int32")
+        self._check_memory(f"dims={self.dims}")
         self.thresholds = tuple(self._thresholds(d) for d in range(self.measure_dim))
 
     def cell_formula(self, axis: int, measures: np.ndarray) -> np.ndarray:
@@ -468,6 +493,8 @@ class CVTArchive(Archive):
             raise ArgumentError(f"centroids must be a number of cells or a [C, D] array, got {centroids!r}")
         if isinstance(centroids, (int, np.integer)):
             centroids = check_int(centroids, "centroids")
+            self.measure_dim, self.num_cells = len(self.ranges), centroids
+            self._check_memory(f"centroids={centroids}")  # before k-means builds anything
             if isinstance(samples, (int, np.integer)) and not isinstance(samples, bool):
                 samples = check_int(samples, "samples")
                 if centroids > samples:
@@ -491,6 +518,7 @@ class CVTArchive(Archive):
         self.centroids = jnp.asarray(centroids)
         self.measure_dim = centroids.shape[1]
         self.num_cells = centroids.shape[0]
+        self._check_memory(f"centroids of shape {centroids.shape}")
 
     def index_of(self, measures: jax.Array) -> jax.Array:
         measures = jnp.asarray(measures, jnp.float32)

@@ -19,8 +19,9 @@ state as it was, apart from the schedule counters in ``counter_fields`` (see
 Construction checks what can be checked before anything is allocated: ``num_dims`` and
 ``population_size`` are ints (``>= 1``, ``>= min_population_size``; floats and bools refused), the
 template's values are finite, and the memory the state and one generation will need
-(:meth:`VectorStrategy.memory_elements`, 4 bytes each) fits :func:`memory_limit_bytes` (the default
-device's memory, or ``EVOTENSOR_MAX_STATE_BYTES``): ``num_dims=10**12``, or CMA-ES's ``[n, n]``
+(:meth:`VectorStrategy.memory_elements`, 4 bytes each) fits
+:func:`evotensor.core.checks.memory_limit_bytes` (the default device's memory, or
+``EVOTENSOR_MAX_STATE_BYTES``): ``num_dims=10**12``, or CMA-ES's ``[n, n]``
 matrices at ``n = 100000``, fail at construction with an error naming ``num_dims`` and the size, not
 inside XLA with ``RESOURCE_EXHAUSTED``. Float hyperparameters are checked by each strategy with
 :mod:`evotensor.core.checks` (spreads with ``check_spread``: finite, ``> 0`` and ``<= 1e15``).
@@ -31,7 +32,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError, check_int, check_spread
+from evotensor.core.checks import (
+    ArgumentError,
+    check_int,
+    check_spread,
+)
+from evotensor.core.checks import check_memory as check_memory_bytes
 from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
 from evotensor.core.strategy import as_solution_space, check_population_size
 
@@ -235,38 +240,15 @@ def resolve_num_dims(solution: Any, num_dims: Any) -> int:
     return sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(solution))
 
 
-def memory_limit_bytes() -> int:
-    """The most memory a strategy's state may need: ``EVOTENSOR_MAX_STATE_BYTES`` if set, else the
-    default device's memory (a GPU's ``bytes_limit``; on a CPU, the machine's physical memory)."""
-    override = os.environ.get("EVOTENSOR_MAX_STATE_BYTES")
-    if override:
-        return int(float(override))
-    stats = None
-    try:
-        stats = jax.devices()[0].memory_stats()
-    except Exception:  # noqa: BLE001 - a backend without memory statistics
-        stats = None
-    if stats and stats.get("bytes_limit"):
-        return int(stats["bytes_limit"])
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 2**40
-
-
 def check_memory(strategy: Any, population_size: int, num_dims: int) -> None:
     """Raise :class:`~evotensor.core.checks.ArgumentError` naming ``num_dims`` (and
     ``population_size``) when ``strategy.memory_elements(population_size, num_dims)`` float32 values
-    exceed :func:`memory_limit_bytes`."""
-    need = 4 * strategy.memory_elements(population_size, num_dims)
-    limit = memory_limit_bytes()
-    if need > limit:
-        raise ArgumentError(
-            f"num_dims={num_dims} with population_size={population_size} needs about "
-            f"{need / 2**30:.3g} GiB for {type(strategy).__name__}'s state and one generation, more than "
-            f"the {limit / 2**30:.3g} GiB available (the default device's memory; set "
-            "EVOTENSOR_MAX_STATE_BYTES to change the limit)"
-        )
+    exceed :func:`evotensor.core.checks.memory_limit_bytes`."""
+    check_memory_bytes(
+        4 * strategy.memory_elements(population_size, num_dims),
+        f"num_dims={num_dims} with population_size={population_size} for "
+        f"{type(strategy).__name__}'s state and one generation",
+    )
 
 
 def check_finite_template(values: Any, name: str) -> None:
