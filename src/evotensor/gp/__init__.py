@@ -44,6 +44,14 @@ from evotensor.gp.selection import (
     tournament,
     truncation,
 )
+from evotensor.gp.sr_problems import (
+    SR_PROBLEMS,
+    SRProblemSpec,
+    is_accuracy_solution,
+    is_symbolic_solution,
+    sr_data,
+    sr_problem,
+)
 from evotensor.gp.strategy import GP, MUTATIONS, GPParams, GPState, mutation_probs
 from evotensor.gp.variation import GPOperator, OperatorRegistry, default_registry
 
@@ -96,4 +104,14 @@ __all__ = [
     "subtree_sizes",
     "tournament",
     "truncation",
+]
+
+# the classic SR benchmarks and SRBench ground-truth checks (issue 15)
+__all__ += [
+    "SRProblemSpec",
+    "SR_PROBLEMS",
+    "is_accuracy_solution",
+    "is_symbolic_solution",
+    "sr_data",
+    "sr_problem",
 ]
