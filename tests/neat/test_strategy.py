@@ -65,17 +65,23 @@ def test_xor_is_solved_at_pop_150(seed):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
-def test_xor_is_solved_in_ten_of_ten_seeds(mode):
+def test_xor_is_solved_at_least_as_often_as_neat_python(mode):
+    # neat-python 2.1 itself fails XOR in 8 of 100 seeds (its example config, pop 150, 300
+    # generations; most of them stay on the fitness-3.0 plateau of networks without a hidden
+    # node), so "10 of 10 seeds" holds for a given 10 only with probability ~0.43 even for the
+    # reference. This asks for its rate instead, over 30 seeds: >= 26 of 30 (92% of 30 is 27.6).
+    # Measured 2026-11-26 side by side on seeds 0-99 (benchmarks/results_neat.md, session 9):
+    # evotensor 94/100, neat-python 2.1 92/100 (Fisher p = 0.78, Mann-Whitney p = 0.43).
     strategy = NEAT.from_mode(mode, 2, 1, population_size=150, max_nodes=32, max_conns=64)
     if mode == "tensorneat":  # TensorNEAT's XOR example squashes the raw output with a sigmoid
         config = strategy.config.replace(outputs=OutputMode.tensorneat(jax.nn.sigmoid))
         strategy = NEAT(strategy.spec, 150, config)
-    keys = jax.random.split(jax.random.key(11), 10)
+    keys = jax.random.split(jax.random.key(11), 30)
     results = evotensor.run_many(strategy, XOR(), 300, keys)
     solved = int(np.sum(np.asarray(results.best_fitness) > 3.9))
     # the tensorneat mode keeps TensorNEAT's defaults (not its XOR example's 20 species slots and
-    # 7 nodes); 2 of these 10 seeds settle on a constant output (fitness 3.0) and stay there
-    assert solved >= (8 if mode == "tensorneat" else 10), results.best_fitness
+    # 7 nodes), which settle on a constant output (fitness 3.0) more often
+    assert solved >= (24 if mode == "tensorneat" else 26), results.best_fitness
 
 
 def test_nonfinite_fitness_never_reaches_the_state():
