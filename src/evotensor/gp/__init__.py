@@ -14,6 +14,7 @@ from evotensor.gp.config import GPConfig
 from evotensor.gp.encoding import Forest, subtree_sizes
 from evotensor.gp.evaluate import evaluate, fitness
 from evotensor.gp.exchange import exchange
+from evotensor.gp.export import SYMPY_EPS, to_jax, to_latex, to_numpy, to_string, to_sympy
 from evotensor.gp.functions import BUILTIN_NAMES, CONST, PAD, VAR, FunctionSet
 from evotensor.gp.generate import TreeGenerator, generate
 from evotensor.gp.metrics import MAXIMIZED_METRICS, METRICS, metric_from_predictions
@@ -115,3 +116,6 @@ __all__ += [
     "sr_data",
     "sr_problem",
 ]
+
+# export of a tree: sympy (faithful, simplified), string, LaTeX, JAX and NumPy callables (issue 15)
+__all__ += ["SYMPY_EPS", "to_jax", "to_latex", "to_numpy", "to_string", "to_sympy"]
