@@ -106,14 +106,17 @@ class Uniform:
 
     @property
     def n_vars(self) -> int:
+        """Number of variables (columns of :meth:`sample`)."""
         return len(self.ranges)
 
     @property
     def n_rows(self) -> int:
+        """Rows :meth:`sample` returns (the same interface as :class:`Grid`)."""
         return self.n
 
     @property
     def bounds(self) -> tuple[tuple[float, float], ...]:
+        """``(low, high)`` per variable."""
         return self.ranges
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
@@ -132,6 +135,7 @@ class Grid:
 
     @property
     def n_vars(self) -> int:
+        """Number of variables (columns of :meth:`sample`)."""
         return len(self.axes)
 
     def axis(self, i: int) -> np.ndarray:
@@ -143,10 +147,12 @@ class Grid:
 
     @property
     def n_rows(self) -> int:
+        """Rows :meth:`sample` returns: the product of the axis lengths."""
         return math.prod(self.axis(i).size for i in range(self.n_vars))
 
     @property
     def bounds(self) -> tuple[tuple[float, float], ...]:
+        """``(low, high)`` per variable."""
         return tuple((a, b) for a, b, _ in self.axes)
 
     def sample(self, rng: np.random.Generator | None = None) -> np.ndarray:

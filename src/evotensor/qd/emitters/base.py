@@ -129,6 +129,7 @@ class VariationEmitter:
             self.initial_solutions = jnp.asarray(initial)
 
     def check_archive(self, archive: Archive) -> None:
+        """Raise :class:`ArgumentError` unless ``archive`` stores solutions of this emitter's size."""
         if archive.solution_dim != self.solution_dim:
             raise ArgumentError(
                 f"{type(self).__name__}: x0 has {self.solution_dim} elements but the archive stores "
@@ -136,6 +137,7 @@ class VariationEmitter:
             )
 
     def clip(self, x: jax.Array) -> jax.Array:
+        """``x [n, dims]`` clipped to ``bounds`` (unchanged without bounds)."""
         return x if self.bounds is None else jnp.clip(x, self.bounds[0], self.bounds[1])
 
     def parents(self, key: jax.Array, archive: Archive, archive_state: ArchiveState, n: int) -> jax.Array:
