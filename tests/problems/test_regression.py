@@ -68,10 +68,15 @@ def test_pagie1_scores_the_true_expression_as_perfect_and_constants_by_variance(
     ev = problem.evaluate(KEY, forest)
     assert isinstance(ev, Evaluation) and ev.fitness.shape == (3,)
     _, y = pagie1_data()
-    assert float(ev.fitness[0]) < 1e-10
-    np.testing.assert_allclose(float(ev.fitness[1]), np.mean((y - 1.0) ** 2), rtol=1e-5)
+    assert float(ev.fitness[0]) < 1e-6
+    # linear scaling is on by default: a constant tree is scaled to the target mean (MSE = var(y))
+    assert problem.linear_scaling
+    np.testing.assert_allclose(float(ev.fitness[1]), np.var(y), rtol=1e-5)
     assert np.isposinf(float(ev.fitness[2]))  # x / 0 everywhere: the worst fitness
     assert problem.predict(forest).shape == (3, 676, 1)
+    raw = Pagie1(linear_scaling=False).evaluate(KEY, forest).fitness
+    assert float(raw[0]) < 1e-10
+    np.testing.assert_allclose(float(raw[1]), np.mean((y - 1.0) ** 2), rtol=1e-5)
     assert "x0**-4" in problem.true_expression
 
 
@@ -80,7 +85,7 @@ def test_generic_problem_matches_reference_mse_and_r2_orientation():
     X = random_data(1, 40, 3)
     y = np.sin(X[:, 0]) * X[:, 1]
     forest = random_forest(2, fs, 9, 20, 3)
-    problem = SymbolicRegression(X, y, fs, X_test=X[:10], y_test=y[:10], backend="jax")
+    problem = SymbolicRegression(X, y, fs, X_test=X[:10], y_test=y[:10], backend="jax", linear_scaling=False)
     pred = reference_eval(forest, X, fs)[..., 0]
     np.testing.assert_allclose(
         problem.evaluate(KEY, forest).fitness, np.mean((pred - y) ** 2, axis=1), rtol=1e-4
@@ -88,7 +93,7 @@ def test_generic_problem_matches_reference_mse_and_r2_orientation():
     np.testing.assert_allclose(
         problem.test_evaluate(forest).fitness, np.mean((pred[:, :10] - y[:10]) ** 2, axis=1), rtol=1e-4
     )
-    r2 = SymbolicRegression(X, y, fs, metric="r2", backend="jax")
+    r2 = SymbolicRegression(X, y, fs, metric="r2", backend="jax", linear_scaling=False)
     assert r2.maximize
     expected = 1 - np.sum((pred - y) ** 2, axis=1) / np.sum((y - y.mean()) ** 2)
     np.testing.assert_allclose(r2.evaluate(KEY, forest).fitness, expected, rtol=1e-3, atol=1e-4)
@@ -97,7 +102,7 @@ def test_generic_problem_matches_reference_mse_and_r2_orientation():
 def test_multi_output_regression():
     fs = FunctionSet(("add", "mul"))
     X = random_data(3, 15, 2)
-    problem = SymbolicRegression(X, np.stack([X[:, 0], X[:, 1]], 1), fs, backend="jax")
+    problem = SymbolicRegression(X, np.stack([X[:, 0], X[:, 1]], 1), fs, backend="jax", linear_scaling=False)
     assert problem.n_outputs == 2
     forest = random_forest(4, fs, 5, 16, 2, n_outputs=2)
     pred = reference_eval(forest, X, fs, n_outputs=2)
@@ -111,9 +116,9 @@ def test_case_errors_are_per_row_squared_errors_and_only_when_asked():
     y = X[:, 0] * X[:, 1] - X[:, 1]
     trees = [F("mul", V(0), V(1)), F("div", V(0), F("sub", V(1), V(1))), F("add", V(0), C(0.5))]
     forest = _forest(trees, fs)
-    plain = SymbolicRegression(X, y, fs, backend="jax")
+    plain = SymbolicRegression(X, y, fs, backend="jax", linear_scaling=False)
     assert plain.evaluate(KEY, forest).info is None  # off by default: no [pop, n_points] array
-    problem = SymbolicRegression(X, y, fs, backend="jax", case_errors=True)
+    problem = SymbolicRegression(X, y, fs, backend="jax", case_errors=True, linear_scaling=False)
     ev = problem.evaluate(KEY, forest)
     assert isinstance(ev.info, CaseErrors)  # the typed contract lexicase reads
     errors = np.asarray(ev.info.case_errors)

@@ -12,7 +12,7 @@ over forests.
 
 from evotensor.gp.config import GPConfig
 from evotensor.gp.encoding import Forest, subtree_sizes
-from evotensor.gp.evaluate import evaluate, fitness
+from evotensor.gp.evaluate import evaluate, fitness, scaling_coefficients
 from evotensor.gp.exchange import exchange
 from evotensor.gp.export import SYMPY_EPS, to_jax, to_latex, to_numpy, to_string, to_sympy
 from evotensor.gp.functions import BUILTIN_NAMES, CONST, PAD, VAR, FunctionSet
@@ -85,6 +85,7 @@ __all__ = [
     "evaluate",
     "exchange",
     "fitness",
+    "scaling_coefficients",
     "generate",
     "hoist_mutation",
     "insert_mutation",

@@ -13,7 +13,8 @@
 //   xt                           [n_vars, n_points] the data, transposed (a variable is a row)
 //   yt                           [n_y, n_points]    targets (regression) or class labels (n_y = 1)
 //   table                        [n_opcodes]        builtin function id of each opcode (-1: none)
-// Outputs: forward  pred [pop, n_points, n_outputs];  fitness  term_sum [pop], bad_sum [pop].
+// Outputs: forward  pred [pop, n_points, n_outputs];  fitness  term_sum [pop], bad_sum [pop];
+//          moments (linear scaling)  [pop, n_outputs, 3] = (mean, M2, co-moment with centered y), bad_sum.
 //
 // Every tree is independent and evaluated in a fixed order, so results do not depend on threading.
 
@@ -599,6 +600,84 @@ ffi::Error fitness_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi:
   });
 }
 
+// ---- moments for linear scaling ---------------------------------------------------------------------
+
+// Per output k, the moments of the predictions p that closed-form linear scaling needs: the mean of p,
+// M2 = sum (p - mean)^2 and C = sum p * yc with yc the CENTERED targets (so C is the co-moment: it
+// needs no shift). Each 256-row chunk's mean and M2 are merged into the running ones with Chan et
+// al.'s pairwise update, in double: a plain sum of p^2 would cancel catastrophically for a tree with
+// a large offset and a small spread.
+ffi::Error moments_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi::Buffer<ffi::F32> value,
+                        ffi::Buffer<ffi::S32> size, ffi::Buffer<ffi::S32> output, ffi::Buffer<ffi::F32> xt,
+                        ffi::Buffer<ffi::F32> yct, ffi::Buffer<ffi::S32> table, int32_t n_outputs, int32_t prot,
+                        ffi::ResultBuffer<ffi::F32> moments, ffi::ResultBuffer<ffi::F32> bad_sum) {
+  const Forest f = make_forest(opcode, value, size, output, xt, table, n_outputs, prot);
+  if (auto e = check_forest(f, opcode.dimensions(), value.dimensions(), size.dimensions(),
+                            output.dimensions(), xt.dimensions());
+      !e.success())
+    return e;
+  auto dy = yct.dimensions();
+  if (dy.size() != 2 || dy[0] != n_outputs || dy[1] != f.n_points)
+    return ffi::Error::InvalidArgument("yct must be [n_outputs, n_points]");
+  if (moments->element_count() != static_cast<size_t>(f.pop * n_outputs * 3) ||
+      bad_sum->element_count() != static_cast<size_t>(f.pop))
+    return ffi::Error::InvalidArgument("moments must be [pop, n_outputs, 3] and bad_sum [pop]");
+  float* mom_out = moments->typed_data();
+  float* bad_out = bad_sum->typed_data();
+  const float* yc = yct.typed_data();
+  return parallel_trees(pool, f.pop, [&](int64_t t0, int64_t t1) {
+    thread_local Scratch s;
+    s.fit(f);
+    std::vector<const float*> res(f.n_outputs);
+    std::vector<double> mean(f.n_outputs), m2(f.n_outputs), co(f.n_outputs);
+    for (int64_t t = t0; t < t1; ++t) {
+      std::fill(mean.begin(), mean.end(), 0.0);
+      std::fill(m2.begin(), m2.end(), 0.0);
+      std::fill(co.begin(), co.end(), 0.0);
+      int64_t bad = 0, seen = 0;
+      bool ok = true;
+      for (int64_t r0 = 0; r0 < f.n_points && ok; r0 += kRows) {
+        const int n = static_cast<int>(std::min<int64_t>(kRows, f.n_points - r0));
+        ok = eval_tree(f, t, r0, n, s, res.data());
+        if (!ok) break;
+        for (int r = 0; r < n; ++r) {
+          bool finite = true;
+          for (int k = 0; k < f.n_outputs; ++k) finite &= std::isfinite(res[k][r]);
+          bad += !finite;
+        }
+        for (int k = 0; k < f.n_outputs; ++k) {
+          const float* p = res[k];
+          const float* y = yc + k * f.n_points + r0;
+          double sum = 0.0, cross = 0.0;
+          for (int r = 0; r < n; ++r) {
+            sum += p[r];
+            cross += static_cast<double>(p[r]) * y[r];
+          }
+          const double chunk_mean = sum / n;
+          double chunk_m2 = 0.0;
+          for (int r = 0; r < n; ++r) {
+            const double d = p[r] - chunk_mean;
+            chunk_m2 += d * d;
+          }
+          const double total = static_cast<double>(seen + n);
+          const double delta = chunk_mean - mean[k];
+          mean[k] += delta * n / total;
+          m2[k] += chunk_m2 + delta * delta * static_cast<double>(seen) * n / total;
+          co[k] += cross;
+        }
+        seen += n;
+      }
+      for (int k = 0; k < f.n_outputs; ++k) {
+        float* m = mom_out + (t * f.n_outputs + k) * 3;
+        m[0] = ok ? static_cast<float>(mean[k]) : NAN;
+        m[1] = ok ? static_cast<float>(m2[k]) : NAN;
+        m[2] = ok ? static_cast<float>(co[k]) : NAN;
+      }
+      bad_out[t] = ok ? static_cast<float>(bad) : 1.0f;
+    }
+  });
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(EvotensorGpForward, forward_impl,
@@ -630,6 +709,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EvotensorGpFitness, fitness_impl,
                                   .Ret<ffi::Buffer<ffi::F32>>()   // term_sum
                                   .Ret<ffi::Buffer<ffi::F32>>());  // bad_sum
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(EvotensorGpMoments, moments_impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // opcode
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // value
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // size
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // output
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // xt
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // yct (centered targets)
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // table
+                                  .Attr<int32_t>("n_outputs")
+                                  .Attr<int32_t>("protected")
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // moments
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // bad_sum
+
 // ---- the Python module: handler capsules and the function-id order ---------------------------------
 
 static PyObject* handlers(PyObject*, PyObject*) {
@@ -637,7 +731,8 @@ static PyObject* handlers(PyObject*, PyObject*) {
   if (!d) return nullptr;
   const std::pair<const char*, void*> items[] = {
       {"evotensor_gp_forward", reinterpret_cast<void*>(EvotensorGpForward)},
-      {"evotensor_gp_fitness", reinterpret_cast<void*>(EvotensorGpFitness)}};
+      {"evotensor_gp_fitness", reinterpret_cast<void*>(EvotensorGpFitness)},
+      {"evotensor_gp_moments", reinterpret_cast<void*>(EvotensorGpMoments)}};
   for (const auto& [name, fn] : items) {
     PyObject* cap = PyCapsule_New(fn, nullptr, nullptr);
     if (!cap || PyDict_SetItemString(d, name, cap) < 0) {

@@ -51,10 +51,10 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int
-from evotensor.gp import native, pallas_kernel
+from evotensor.gp import native, pallas_kernel, scaling
 from evotensor.gp.encoding import DecodedForest
 from evotensor.gp.functions import CONST, PAD, FunctionSet
-from evotensor.gp.jax_evaluator import block_sizes, evaluate_jax, fitness_jax
+from evotensor.gp.jax_evaluator import block_sizes, evaluate_jax, fitness_jax, moments_jax
 from evotensor.gp.metrics import (
     MAXIMIZED_METRICS,
     METRICS,
@@ -82,7 +82,11 @@ __all__ = [
     "evaluate",
     "fitness",
     "metric_from_predictions",
+    "scaling_coefficients",
 ]
+
+SCALED_METRICS = ("mse", "rmse", "r2")
+"""The metrics linear scaling applies to (the regression ones)."""
 
 BACKENDS = ("auto", "jax", "native", "pallas")
 """The evaluation paths ``backend=`` accepts (see the module docstring); problems check against it."""
@@ -228,6 +232,7 @@ def fitness(
     backend: str = "auto",
     tree_block: int | None = None,
     row_block: int | None = None,
+    linear_scaling: bool = False,
 ) -> jax.Array:
     """Fused forward + metric: ``[pop]`` fitness without materializing ``[pop, n_points]``.
 
@@ -242,6 +247,9 @@ def fitness(
         n_outputs: outputs per tree; inferred from ``y`` for regression, default 1 (binary) for
             classification.
         backend, tree_block, row_block: as in :func:`evaluate`.
+        linear_scaling: score every output as ``a * f + b`` with the least-squares ``a, b`` for
+            the data (:mod:`evotensor.gp.scaling`; regression metrics only). The same single fused
+            pass, with three running sums instead of one.
 
     Returns:
         ``float32 [pop]`` (a scalar for a single tree) in natural orientation; a tree with any
@@ -259,9 +267,20 @@ def fitness(
     yt, n_out = check_y(y, X.shape[0], metric, n_outputs)
     check_finite_data(X, "X")
     check_finite_data(jnp.asarray(y, jnp.float32), "y")
+    if not isinstance(linear_scaling, bool):
+        raise ArgumentError(f"linear_scaling must be a bool, got {linear_scaling!r}")
+    if linear_scaling and metric not in SCALED_METRICS:
+        raise ArgumentError(
+            f"linear_scaling applies to the regression metrics {SCALED_METRICS}, not metric={metric!r}"
+        )
     arrays, single, valid = _checked_forest(forest, X, fs, n_out, materialize=False)
     path = choose_backend(backend, fs)
-    if path == "pallas":
+    if linear_scaling:
+        moments, bad_sum, y_mean = _scaling_moments(arrays, X, yt, fs, n_out, path, tree_block, row_block)
+        _, _, syy = scaling.centered_targets(yt)
+        sse = scaling.scaled_sse(moments, syy, X.shape[0])
+        out = finalize_metric(sse, bad_sum, metric, X.shape[0], n_out, total_sum_of_squares(yt))
+    elif path == "pallas":
         out = pallas_kernel.fitness_pallas(
             arrays, X, yt, fs, n_out, metric, tree_block=tree_block, row_block=row_block, y_is_transposed=True
         )
@@ -274,3 +293,57 @@ def fitness(
     if valid is not None:
         out = jnp.where(valid, out, -jnp.inf if metric in MAXIMIZED_METRICS else jnp.inf)
     return out[0] if single else out
+
+
+def _scaling_moments(arrays, X, yt, fs, n_out, path, tree_block, row_block):
+    """``(moments [pop, n_out, 3], bad_sum [pop], y_mean [n_out])`` on backend ``path``."""
+    y_mean, yct, _ = scaling.centered_targets(yt)
+    if path == "native":
+        moments, bad_sum = native.scaling_moments(arrays, X, yct, fs, n_out)
+    elif path == "pallas":
+        # materialized predictions (the kernel has no fused moments yet), reduced by XLA
+        pred = pallas_kernel.evaluate_pallas(arrays, X, fs, n_out, tree_block=tree_block, row_block=row_block)
+        moments, bad_sum = scaling.moments_from_predictions(pred, yct)
+    else:
+        tb, rb = block_sizes(arrays[0].shape[0], X.shape[0], tree_block, row_block)
+        moments, bad_sum = moments_jax(arrays, X, yct, fs, n_out, tb, rb)
+    return moments, bad_sum, y_mean
+
+
+def scaling_coefficients(
+    forest: Any,
+    X: Any,
+    y: Any,
+    function_set: FunctionSet,
+    n_outputs: int | None = None,
+    *,
+    backend: str = "auto",
+) -> tuple[jax.Array, jax.Array]:
+    """The least-squares slope and intercept of every tree's outputs on ``(X, y)``: the ``a, b`` that
+    ``fitness(..., linear_scaling=True)`` scores ``a * f + b`` with (see :mod:`evotensor.gp.scaling`).
+
+    Args:
+        forest: ``[pop, max_len]`` forest or one tree ``[max_len]``.
+        X: ``[n_points, n_vars]``; y: ``[n_points]`` or ``[n_points, n_outputs]`` targets.
+        function_set, n_outputs, backend: as in :func:`fitness`.
+
+    Returns:
+        ``(a, b)``, float32 ``[pop, n_outputs]`` each (``[n_outputs]`` for one tree); ``a = 0, b =
+        mean(y)`` for a tree with constant output; NaN for a tree with a non-finite prediction.
+    """
+    fs = check_function_set(function_set)
+    check_choice(backend, "backend", BACKENDS)
+    X = check_X(X)
+    yt, n_out = check_y(y, X.shape[0], "mse", n_outputs)
+    check_finite_data(X, "X")
+    check_finite_data(jnp.asarray(y, jnp.float32), "y")
+    arrays, single, valid = _checked_forest(forest, X, fs, n_out, materialize=False)
+    moments, bad_sum, y_mean = _scaling_moments(
+        arrays, X, yt, fs, n_out, choose_backend(backend, fs), None, None
+    )
+    a, b = scaling.coefficients(moments, y_mean, X.shape[0])
+    ok = bad_sum == 0
+    if valid is not None:
+        ok = ok & valid
+    a, b = jnp.where(ok[:, None], a, jnp.nan), jnp.where(ok[:, None], b, jnp.nan)
+    return (a[0], b[0]) if single else (a, b)

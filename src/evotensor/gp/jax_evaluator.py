@@ -55,6 +55,7 @@ __all__ = [
     "child_slots",
     "evaluate_jax",
     "fitness_jax",
+    "moments_jax",
 ]
 
 # Measured on a 2-core AMD EPYC (benchmarks/results_gp_eval.md): 8 x 256 beat 8 x 128 (fewer steps,
@@ -373,3 +374,64 @@ def fitness_jax(arrays, X, yt, fs, n_outputs, metric, tree_block, row_block):
         total_sum_of_squares(yt),
     )
     return _unsort(fit, order)
+
+
+@functools.partial(jax.jit, static_argnames=("fs", "n_outputs", "tree_block", "row_block"))
+def moments_jax(arrays, X, yct, fs, n_outputs, tree_block, row_block):
+    """Fused forward + the moments linear scaling needs (:mod:`evotensor.gp.scaling`), without
+    materializing ``[pop, n_points]``.
+
+    Args:
+        arrays, X, fs, n_outputs, tree_block, row_block: as in :func:`evaluate_jax`.
+        yct: float32 ``[n_outputs, n_points]`` targets minus their per-output mean.
+
+    Returns:
+        ``(moments, bad_sum)``: float32 ``[pop, n_outputs, 3]`` = (mean of the predictions, sum of
+        their squared deviations, sum of prediction * centered target) and ``[pop]`` rows with a
+        non-finite prediction. Sums run over ``p - c`` with ``c`` the tree's prediction on row 0:
+        float32 sums of ``p`` and ``p**2`` would cancel for a tree with a large offset and a small
+        spread (the co-moment needs no shift: the centered targets sum to zero).
+    """
+    pop = arrays[0].shape[0]
+    n_points = X.shape[0]
+    tree, n_steps, Xblocks, valid, order, n_rb, pad_r = _blocked(arrays, X, tree_block, row_block)
+    yp = jnp.concatenate([yct, jnp.zeros((yct.shape[0], pad_r), yct.dtype)], axis=1) if pad_r else yct
+    yblocks = yp.reshape(yct.shape[0], n_rb, row_block).transpose(1, 0, 2)
+
+    def per_tree_block(buf, args):
+        tb, steps = args
+
+        def per_row_block(carry, blk):
+            buf, shift, s1, s2, sc, bad_acc = carry
+            Xb, yb, vb, first = blk
+            pred, buf = _block_forward(fs, n_outputs, tb, steps, Xb, buf)  # [n_out, T, B]
+            shift = jnp.where(first, pred[:, :, :1], shift)
+            d = jnp.where(vb, pred - shift, 0.0)
+            bad = jnp.any(~jnp.isfinite(pred), axis=0).astype(jnp.float32)
+            return (
+                buf,
+                shift,
+                s1 + d,
+                s2 + d * d,
+                sc + d * yb[:, None, :],
+                bad_acc + jnp.where(vb, bad, 0.0),
+            ), None
+
+        acc = jnp.zeros((n_outputs, tree_block, row_block), jnp.float32)
+        shift0 = jnp.zeros((n_outputs, tree_block, 1), jnp.float32)
+        first = jnp.arange(n_rb) == 0
+        carry = (buf, shift0, acc, acc, acc, jnp.zeros((tree_block, row_block), jnp.float32))
+        (buf, shift, s1, s2, sc, bad_acc), _ = lax.scan(
+            per_row_block, carry, (Xblocks, yblocks, valid, first)
+        )
+        s1, s2, sc = (jnp.sum(a, -1) for a in (s1, s2, sc))  # [n_out, T]
+        mean_d = s1 / n_points
+        moments = jnp.stack([shift[..., 0] + mean_d, jnp.maximum(s2 - s1 * mean_d, 0.0), sc], axis=-1)
+        return buf, (moments.transpose(1, 0, 2), jnp.sum(bad_acc, -1))
+
+    _, (moments, bad_sum) = lax.scan(
+        per_tree_block, _value_buffer(arrays, tree_block, row_block), (tree, n_steps)
+    )
+    moments = moments.reshape(-1, n_outputs, 3)[:pop]
+    bad_sum = bad_sum.reshape(-1)[:pop]
+    return _unsort(moments, order), _unsort(bad_sum, order)

@@ -180,7 +180,28 @@ def _fitness_ffi(
     )
 
 
-_FFI = {"forward": _forward_ffi, "fitness": _fitness_ffi}
+@functools.partial(jax.jit, static_argnames=("n_outputs", "protected"))
+def _moments_ffi(opcode, value, size, output, XT, yct, table, *, n_outputs: int, protected: bool):
+    pop = opcode.shape[0]
+    call = jax.ffi.ffi_call(
+        "evotensor_gp_moments",
+        (jax.ShapeDtypeStruct((pop, n_outputs, 3), jnp.float32), jax.ShapeDtypeStruct((pop,), jnp.float32)),
+        vmap_method="sequential",
+    )
+    return call(
+        opcode,
+        value,
+        size,
+        output,
+        XT,
+        yct,
+        table,
+        n_outputs=np.int32(n_outputs),
+        protected=np.int32(protected),
+    )
+
+
+_FFI = {"forward": _forward_ffi, "fitness": _fitness_ffi, "moments": _moments_ffi}
 
 
 def evaluate_native(arrays, X: jax.Array, fs: FunctionSet, n_outputs: int) -> jax.Array:
@@ -218,4 +239,25 @@ def fitness_sums(arrays, X: jax.Array, yt: jax.Array, fs: FunctionSet, n_outputs
         n_outputs=int(n_outputs),
         metric_id=int(metric_id),
         protected=bool(fs.protected),
+    )
+
+
+def scaling_moments(arrays, X: jax.Array, yct: jax.Array, fs: FunctionSet, n_outputs: int):
+    """Per-tree, per-output moments of the predictions for closed-form linear scaling (see
+    :mod:`evotensor.gp.scaling`), computed on the CPU on any host.
+
+    Args:
+        arrays: ``(opcode, value, size, output)``, each ``[pop, max_len]``.
+        X: ``[n_points, n_vars]``.
+        yct: ``[n_outputs, n_points]`` targets minus their per-output mean.
+
+    Returns:
+        ``(moments, bad_sum)``: ``float32 [pop, n_outputs, 3]`` = (mean of the predictions, sum of their
+        squared deviations, sum of prediction * centered target), and ``float32 [pop]`` rows with a
+        non-finite prediction (a malformed tree: nan moments, 1).
+    """
+    _check(fs)
+    _register()
+    return _on_the_cpu(
+        "moments", *arrays, X.T, yct, _table(fs), n_outputs=int(n_outputs), protected=bool(fs.protected)
     )

@@ -45,7 +45,8 @@ import numpy as np
 
 from evotensor.core.checks import ArgumentError, check_choice
 from evotensor.core.evaluation import Evaluation
-from evotensor.gp.evaluate import BACKENDS, evaluate, fitness
+from evotensor.gp import scaling
+from evotensor.gp.evaluate import BACKENDS, SCALED_METRICS, evaluate, fitness, scaling_coefficients
 from evotensor.gp.functions import FunctionSet
 from evotensor.gp.metrics import (
     MAXIMIZED_METRICS,
@@ -98,6 +99,10 @@ class SymbolicRegression:
             ``"jax"``, ``"native"``, ``"pallas"``; see :func:`evotensor.gp.evaluate`).
         case_errors: also return per-row errors, ``info=CaseErrors(case_errors=[pop, n_points])``
             (for lexicase selection; see the module docstring). Default False.
+        linear_scaling: score every tree as ``a * f + b`` with the least-squares ``a, b`` on the
+            training data (:mod:`evotensor.gp.scaling`, in the same fused pass). Default: on for the
+            regression metrics (``mse``, ``rmse``, ``r2``), off (and refused) for classification.
+            :meth:`predict`, :meth:`test_evaluate` and :meth:`expression` apply the TRAINING ``a, b``.
 
     Attributes:
         X, y: the training data (float32 device arrays). ``maximize``: natural orientation.
@@ -117,10 +122,19 @@ class SymbolicRegression:
         y_test: Any = None,
         backend: str = "auto",
         case_errors: bool = False,
+        linear_scaling: bool | None = None,
     ):
         if not isinstance(case_errors, (bool, np.bool_)):
             raise ArgumentError(f"case_errors must be a bool, got {case_errors!r}")
         check_choice(metric, "metric", METRICS)
+        if linear_scaling is None:
+            linear_scaling = metric in SCALED_METRICS
+        if not isinstance(linear_scaling, (bool, np.bool_)):
+            raise ArgumentError(f"linear_scaling must be a bool or None, got {linear_scaling!r}")
+        if linear_scaling and metric not in SCALED_METRICS:
+            raise ArgumentError(
+                f"linear_scaling applies to the regression metrics {SCALED_METRICS}, not metric={metric!r}"
+            )
         check_choice(backend, "backend", BACKENDS)
         check_function_set(function_set)
         X = check_X(X)
@@ -150,17 +164,39 @@ class SymbolicRegression:
         self.maximize = metric in MAXIMIZED_METRICS
         self.backend = backend
         self.case_errors = bool(case_errors)
+        self.linear_scaling = bool(linear_scaling)
         self.X, self.y = X, y
         self.X_test, self.y_test = X_test, y_test
         self.n_vars = X.shape[1]
 
     def _score(self, forest: Any, X: jax.Array, y: jax.Array, with_cases: bool = False) -> Evaluation:
-        if not with_cases:
-            fit = fitness(forest, X, y, self.function_set, self.metric, self.n_outputs, backend=self.backend)
+        if not with_cases and (not self.linear_scaling or X is self.X):
+            fit = fitness(
+                forest,
+                X,
+                y,
+                self.function_set,
+                self.metric,
+                self.n_outputs,
+                backend=self.backend,
+                linear_scaling=self.linear_scaling,
+            )
             return Evaluation(fitness=fit)
-        pred = evaluate(forest, X, self.function_set, self.n_outputs, backend=self.backend)
+        pred = self.predict(forest, X)
         fit = metric_from_predictions(pred, y, self.metric)
+        if not with_cases:
+            return Evaluation(fitness=fit)
         return Evaluation(fitness=fit, info=CaseErrors(case_errors=per_case_errors(pred, y, self.metric)))
+
+    def scaling(self, forest: Any) -> tuple[jax.Array, jax.Array] | None:
+        """The training-data slope and intercept of every tree, ``(a, b)`` float32 ``[pop,
+        n_outputs]`` (``[n_outputs]`` for one tree; NaN for a tree with a non-finite prediction), or
+        ``None`` without linear scaling."""
+        if not self.linear_scaling:
+            return None
+        return scaling_coefficients(
+            forest, self.X, self.y, self.function_set, self.n_outputs, backend=self.backend
+        )
 
     def evaluate(self, key: jax.Array, genotypes: Any, apply: Any = None) -> Evaluation:
         """Training fitness of a forest ``[pop, max_len]`` -> ``Evaluation(fitness [pop])``, with
@@ -181,10 +217,53 @@ class SymbolicRegression:
         return self._score(genotypes, self.X_test, self.y_test)
 
     def predict(self, forest: Any, X: Any = None) -> jax.Array:
-        """Predictions ``[pop, n_points, n_outputs]`` on ``X [n_points, n_vars]`` (default: the
-        training inputs)."""
+        """Predictions ``[pop, n_points, n_outputs]`` (``[n_points, n_outputs]`` for one tree) on ``X
+        [n_points, n_vars]`` (default: the training inputs); with linear scaling, the scaled model
+        ``a * f + b`` with the training ``a, b``."""
         X = self.X if X is None else X
-        return evaluate(forest, X, self.function_set, self.n_outputs, backend=self.backend)
+        pred = evaluate(forest, X, self.function_set, self.n_outputs, backend=self.backend)
+        if not self.linear_scaling:
+            return pred
+        if X is self.X:  # the moments of the predictions already made
+            _, yct, _ = scaling.centered_targets(self.y.reshape(self.y.shape[0], -1).T)
+            batch = pred if pred.ndim == 3 else pred[None]
+            moments, bad = scaling.moments_from_predictions(batch, yct)
+            a, b = scaling.coefficients(moments, jnp.mean(self.y.reshape(self.y.shape[0], -1), 0), X.shape[0])
+            a, b = (jnp.where((bad == 0)[:, None], v, jnp.nan) for v in (a, b))
+            a, b = (a, b) if pred.ndim == 3 else (a[0], b[0])
+        else:
+            a, b = self.scaling(forest)
+        return pred * a[..., None, :] + b[..., None, :]
+
+    def expression(self, tree: Any, kind: str = "string", precision: int = 4, simplify: bool = True) -> Any:
+        """One tree's model as a user reads it: ``a * f + b`` with the training ``a, b`` when the
+        problem scales (``f`` alone otherwise).
+
+        Args:
+            tree: a Forest and index ``0`` (``forest[i]`` or a one-tree forest); single output.
+            kind: ``"string"`` (infix, ``precision`` significant digits) or ``"sympy"`` (faithful to
+                the evaluator, simplified unless ``simplify=False``; see
+                :func:`evotensor.gp.export.to_sympy`).
+        """
+        from evotensor.gp import export
+
+        check_choice(kind, "kind", ("string", "sympy"))
+        if self.n_outputs != 1:
+            raise ArgumentError(f"expression() shows single-output models; this problem has {self.n_outputs}")
+        ab = self.scaling(tree)
+        a, b = (None, None) if ab is None else (float(np.ravel(ab[0])[0]), float(np.ravel(ab[1])[0]))
+        if kind == "sympy":
+            f = export.to_sympy(tree, self.function_set, simplify=simplify)
+            if a is None:
+                return f
+            import sympy as sp
+
+            expr = sp.Float(a, precision + 2) * f + sp.Float(b, precision + 2)
+            return sp.expand(expr) if simplify else expr
+        f = export.to_string(tree, self.function_set, precision=precision)
+        if a is None:
+            return f
+        return f"{a:.{precision}g} * ({f}) + {b:.{precision}g}"
 
     def __repr__(self) -> str:
         return (
@@ -239,7 +318,7 @@ class Pagie1(SymbolicRegression):
     Args:
         function_set: default :data:`EVOGP_SR_FUNCTIONS` (``+ - * / sin cos tan``, raw semantics).
         metric: default ``"mse"`` (the EvoGP paper's measure).
-        backend, case_errors: as in :class:`SymbolicRegression`.
+        backend, case_errors, linear_scaling: as in :class:`SymbolicRegression`.
 
     Attributes:
         true_expression: the target in infix, for printing beside a discovered expression.
@@ -253,7 +332,10 @@ class Pagie1(SymbolicRegression):
         metric: str = "mse",
         backend: str = "auto",
         case_errors: bool = False,
+        linear_scaling: bool | None = None,
     ):
         X, y = pagie1_data()
         fs = FunctionSet(EVOGP_SR_FUNCTIONS) if function_set is None else function_set
-        super().__init__(X, y, fs, metric=metric, backend=backend, case_errors=case_errors)
+        super().__init__(
+            X, y, fs, metric=metric, backend=backend, case_errors=case_errors, linear_scaling=linear_scaling
+        )

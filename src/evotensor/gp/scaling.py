@@ -1,0 +1,86 @@
+"""Closed-form linear scaling of tree outputs (Keijzer 2003), as Operon and PySR-style systems use.
+
+A tree's output ``f`` is scored as ``a * f + b`` with the least-squares ``a, b`` for the data, so
+evolution searches for the *shape* of the target and never for its scale and offset. Per output
+``k`` of a tree, with ``n`` rows, targets ``y`` and predictions ``p``::
+
+    a = C / M2,   b = mean(y) - a * mean(p),   SSE = Syy - C**2 / M2
+    M2 = sum (p - mean(p))**2,   C = sum (p - mean(p)) (y - mean(y)),   Syy = sum (y - mean(y))**2
+
+A tree whose predictions are constant (``M2`` zero, or within float32 rounding of its mean: see
+:func:`coefficients`) gets ``a = 0, b = mean(y)``, ``SSE = Syy`` (R² 0): fitting rounding noise would
+give meaningless huge slopes. A tree with any non-finite prediction keeps the worst fitness.
+
+The evaluators compute ``(mean(p), M2, C)`` per tree and output in their fused pass
+(:func:`evotensor.gp.native.scaling_moments`, :func:`evotensor.gp.jax_evaluator.moments_jax`; the
+Pallas path reduces materialized predictions with :func:`moments_from_predictions`), so scaling costs
+three running sums, not a second evaluation. :func:`evotensor.gp.fitness` with
+``linear_scaling=True`` and :func:`evotensor.gp.scaling_coefficients` are the entry points; this
+module holds the arithmetic shared by every backend.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["centered_targets", "coefficients", "moments_from_predictions", "scaled_sse"]
+
+# A prediction spread below this many float32 ulps of its mean is rounding noise, not signal.
+_SPREAD_ULPS = 4.0
+
+
+def centered_targets(yt: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``yt [n_outputs, n_points]`` -> ``(mean [n_outputs], yt - mean, Syy [n_outputs])``."""
+    yt = jnp.asarray(yt, jnp.float32)
+    mean = jnp.mean(yt, axis=1)
+    yct = yt - mean[:, None]
+    return mean, yct, jnp.sum(yct * yct, axis=1)
+
+
+def moments_from_predictions(pred: jax.Array, yct: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The moments the fused evaluators return, from materialized predictions.
+
+    Args:
+        pred: float32 ``[pop, n_points, n_outputs]``.
+        yct: ``[n_outputs, n_points]`` centered targets.
+
+    Returns:
+        ``(moments [pop, n_outputs, 3], bad_sum [pop])`` as :func:`evotensor.gp.jax_evaluator.moments_jax`.
+    """
+    p = jnp.moveaxis(pred, 2, 1)  # [pop, n_out, n]
+    bad = jnp.sum(jnp.any(~jnp.isfinite(p), axis=1), axis=-1).astype(jnp.float32)
+    mean = jnp.mean(p, axis=-1)
+    d = p - mean[..., None]
+    return jnp.stack([mean, jnp.sum(d * d, -1), jnp.sum(d * yct[None], -1)], axis=-1), bad
+
+
+def coefficients(moments: jax.Array, y_mean: jax.Array, n_points: int) -> tuple[jax.Array, jax.Array]:
+    """Least-squares slope and intercept per tree and output.
+
+    Args:
+        moments: ``[pop, n_outputs, 3]`` (mean of p, M2, C) from an evaluator.
+        y_mean: ``[n_outputs]`` target means.
+        n_points: rows the moments ran over.
+
+    Returns:
+        ``(a, b)``, float32 ``[pop, n_outputs]`` each (``a = 0, b = mean(y)`` for a constant tree).
+    """
+    mean_p, m2, co = moments[..., 0], moments[..., 1], moments[..., 2]
+    noise = n_points * jnp.square(_SPREAD_ULPS * jnp.finfo(jnp.float32).eps * jnp.abs(mean_p))
+    varies = (m2 > noise) & (m2 > 0)
+    a = jnp.where(varies, co / jnp.where(varies, m2, 1.0), 0.0)
+    b = y_mean - a * mean_p
+    return a.astype(jnp.float32), b.astype(jnp.float32)
+
+
+def scaled_sse(moments: jax.Array, syy: jax.Array, n_points: int) -> jax.Array:
+    """Sum over outputs of the squared error after optimal scaling, ``[pop]`` (``>= 0``; NaN where
+    the moments are NaN: the caller's non-finite flag decides those trees)."""
+    mean_p, m2, co = moments[..., 0], moments[..., 1], moments[..., 2]
+    noise = n_points * jnp.square(_SPREAD_ULPS * jnp.finfo(jnp.float32).eps * jnp.abs(mean_p))
+    varies = (m2 > noise) & (m2 > 0)
+    explained = jnp.where(varies, co * co / jnp.where(varies, m2, 1.0), 0.0)
+    sse = jnp.clip(syy[None] - explained, 0.0, syy[None])
+    sse = jnp.where(jnp.isfinite(moments).all(-1), sse, jnp.nan)
+    return jnp.sum(sse, axis=-1)
