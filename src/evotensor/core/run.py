@@ -19,6 +19,10 @@ written (:class:`~evotensor.core.checks.ArgumentError` naming it): ``generations
 tree structure and leaf shapes of ``strategy.default_params()`` and no NaN (nor an infinity where
 the default is finite). The metric history is copied chunk by chunk into NumPy arrays allocated
 once for the whole run, so host memory does not grow with the number of chunks.
+
+Both turn on JAX's persistent compilation cache (:mod:`evotensor.core.compile_cache`;
+``EVOTENSOR_CACHE_DIR``, ``off`` to disable) unless the user configured JAX's own: a repeated run in
+a fresh process loads its compiled programs instead of compiling them again.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core.checks import ArgumentError, check_int
+from evotensor.core.compile_cache import enable_default_cache
 from evotensor.core.evaluation import Evaluation, to_minimization, to_natural
 from evotensor.core.problem import is_policy_problem
 from evotensor.core.pytree import pytree_dataclass
@@ -362,6 +367,7 @@ def run(
     chunk_size = _default_chunk(generations) if chunk_size is None else check_int(chunk_size, "chunk_size")
     loop = Loop(strategy, problem, decoder)
     params = check_params(strategy, params)
+    enable_default_cache()
     _check_optional(run_dir, "run_dir", lambda v: isinstance(v, (str, os.PathLike)), "a path (str or Path)")
     for name, flag in (("resume", resume), ("progress", progress)):
         if not isinstance(flag, (bool, np.bool_)) and not (name == "progress" and flag is None):
@@ -500,6 +506,7 @@ def run_many(
                     f"axis of {runs} runs, got shape {jnp.shape(leaf)}"
                 )
     params = check_params(strategy, params, runs if params_batched else None)
+    enable_default_cache()
     p_axis = 0 if params_batched else None
 
     def whole(key, p):
