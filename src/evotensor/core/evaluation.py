@@ -25,11 +25,16 @@ class Evaluation:
         descriptor: optional ``[pop, d]`` behaviour descriptors (quality-diversity).
         info: optional per-individual extras, any pytree with a leading ``pop`` axis
             (usually an :class:`evotensor.tree.Tree`).
+        genotypes: optional, for Lamarckian local search: the evaluated individuals as the problem
+            improved them (e.g. a GP tree with tuned constants), in the genotype form and shapes the
+            strategy asked for; ``fitness`` is theirs. :func:`evotensor.run` then tells the
+            strategy these (so the improvement is inherited) and tracks the best among them.
     """
 
     fitness: jax.Array
     descriptor: jax.Array | None = None
     info: Any = None
+    genotypes: Any = None
 
 
 def worst_for_nonfinite(fitness: jax.Array) -> jax.Array:

@@ -211,6 +211,25 @@ class _History:
         return {k: a if len(a) == self.length else a[: self.length].copy() for k, a in self.arrays.items()}
 
 
+def _lamarckian_genotypes(asked: Any, returned: Any) -> Any:
+    """``Evaluation.genotypes`` checked against the asked genotypes: same tree structure, shapes and
+    dtypes (else an error naming the first difference), so tell and best tracking stay typed."""
+    a_leaves, a_def = jax.tree_util.tree_flatten(asked)
+    r_leaves, r_def = jax.tree_util.tree_flatten(returned)
+    if a_def != r_def:
+        raise ArgumentError(
+            f"Evaluation.genotypes must have the structure of the asked genotypes ({a_def}), got {r_def}"
+        )
+    for path_leaf, r in zip(jax.tree_util.tree_flatten_with_path(asked)[0], r_leaves):
+        path, a = path_leaf
+        if jnp.shape(a) != jnp.shape(r) or jnp.result_type(a) != jnp.result_type(r):
+            raise ArgumentError(
+                f"Evaluation.genotypes{jax.tree_util.keystr(path)} must be {jnp.result_type(a)}"
+                f"{list(jnp.shape(a))} like the asked genotypes, got {jnp.result_type(r)}{list(jnp.shape(r))}"
+            )
+    return returned
+
+
 class Loop:
     """The pure, jit-able pieces of a run for one (strategy, problem, decoder) triple."""
 
@@ -263,6 +282,9 @@ class Loop:
                 "run() tracks a single objective: fitness must be [pop], "
                 f"got shape {jnp.shape(natural.fitness)}"
             )
+        if natural.genotypes is not None:  # Lamarckian: the problem improved the individuals
+            genotypes = _lamarckian_genotypes(genotypes, natural.genotypes)
+            natural = natural.replace(genotypes=None)  # type: ignore[attr-defined]
         minimized = to_minimization(natural, self.maximize, self.keep_nonfinite)
         state, strategy_metrics = self.strategy.tell(tell_key, state, genotypes, minimized, params)
 
