@@ -120,3 +120,33 @@ __all__ += [
 
 # export of a tree: sympy (faithful, simplified), string, LaTeX, JAX and NumPy callables (issue 15)
 __all__ += ["SYMPY_EPS", "to_jax", "to_latex", "to_numpy", "to_string", "to_sympy"]
+
+# parsimony as a second objective: hall of fame, Pareto front, PySR's score and model selection,
+# NSGA-II's ranking, and the front as a table/CSV/plot (issue 15)
+from evotensor.gp.front import (  # noqa: E402
+    HallOfFame,
+    crowding_distance,
+    front_scores,
+    front_table,
+    nondominated_rank,
+    nsga2_order,
+    pareto_front,
+    pareto_front_indices,
+    read_front_csv,
+    select_model,
+    write_front_csv,
+)
+
+__all__ += [
+    "HallOfFame",
+    "crowding_distance",
+    "front_scores",
+    "front_table",
+    "nondominated_rank",
+    "nsga2_order",
+    "pareto_front",
+    "pareto_front_indices",
+    "read_front_csv",
+    "select_model",
+    "write_front_csv",
+]

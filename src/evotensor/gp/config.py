@@ -9,6 +9,11 @@ registry copied, the mutation weights normalized), so the strategy only wires it
 :data:`SELECTIONS` builds the built-in selection; a :class:`ParentSelection` is used as it is; any
 other callable is a keyed selector ``fn(key, fitness [pop], n) -> int32 [n]`` on the minimized
 selection fitness, e.g. ``functools.partial(evotensor.gp.selection.tournament, size=3)``.
+
+``survival=`` likewise: a name of :data:`SURVIVALS` (``"generational"``: the offspring replace their
+parents; ``"nsga2"``: NSGA-II's elitist survival on (loss, size)), a :class:`Survival`, or a callable
+``fn(fitness [2 * pop], length [2 * pop], n, max_len) -> int32 [n]`` choosing ``n`` survivors, best
+first, among the parents and their offspring.
 """
 
 from __future__ import annotations
@@ -28,12 +33,21 @@ from evotensor.core.checks import (
     check_int,
     check_positive,
 )
+from evotensor.gp import front
 from evotensor.gp import selection as sel
 from evotensor.gp.generate import METHODS
 from evotensor.gp.metrics import check_function_set, memory_limit
 from evotensor.gp.variation import OperatorRegistry, default_registry
 
-__all__ = ["SELECTIONS", "GPConfig", "ParentSelection", "get_selection"]
+__all__ = [
+    "SELECTIONS",
+    "SURVIVALS",
+    "GPConfig",
+    "ParentSelection",
+    "Survival",
+    "get_selection",
+    "get_survival",
+]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -128,6 +142,56 @@ def get_selection(selection: Any, config: GPConfig) -> ParentSelection:
         )
         return ParentSelection(name, lambda n: None, lambda d, f, n, p, k: selection(k, f, n), uses_key=True)
     raise ArgumentError(f"selection must be one of {tuple(SELECTIONS)} or a callable, got {selection!r}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Survival:
+    """Which trees a :class:`~evotensor.gp.GP` breeds from after a ``tell``.
+
+    Attributes:
+        name: for ``repr`` and ``GP.survival``.
+        survive: ``None`` (generational: the told offspring replace their parents), or
+            ``(fitness [2 * pop], length [2 * pop], n, max_len) -> int32 [n]``: the ``n = pop``
+            survivors among the told offspring (first ``pop``) and their parents (last ``pop``), best
+            first, on the minimized fitness (non-finite: infeasible). ``tell`` keeps them in that order
+            and parents are then selected on their position (the best has position 0).
+    """
+
+    name: str
+    survive: Callable[[jax.Array, jax.Array, int, int], jax.Array] | None = None
+
+    @property
+    def keeps_parents(self) -> bool:
+        """Whether the parents compete with their offspring (else the offspring replace them)."""
+        return self.survive is not None
+
+
+def _nsga2_survivors(fitness: jax.Array, length: jax.Array, n: int, max_len: int) -> jax.Array:
+    return front.nsga2_order(fitness, length, max_len)[:n]
+
+
+SURVIVALS: dict[str, Survival] = {
+    "generational": Survival("generational"),
+    "nsga2": Survival("nsga2", _nsga2_survivors),
+}
+"""The named survivals (see the module docstring)."""
+
+
+def get_survival(survival: Any) -> Survival:
+    """Resolve ``survival``: a name of :data:`SURVIVALS`, a :class:`Survival`, or a callable
+    ``fn(fitness [2 * pop], length [2 * pop], n, max_len) -> int32 [n]`` (the survivors, best first)."""
+    if isinstance(survival, str):
+        if survival not in SURVIVALS:
+            raise ArgumentError(f"survival must be one of {tuple(SURVIVALS)} or a callable, got {survival!r}")
+        return SURVIVALS[survival]
+    if isinstance(survival, Survival):
+        return survival
+    if callable(survival):
+        name = getattr(survival, "__name__", None) or getattr(
+            getattr(survival, "func", None), "__name__", "custom"
+        )
+        return Survival(name, survival)
+    raise ArgumentError(f"survival must be one of {tuple(SURVIVALS)} or a callable, got {survival!r}")
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:
@@ -232,7 +296,8 @@ class GPConfig:
             ``SymbolicRegression(..., case_errors=True)``); ``tell`` raises if they are missing. A
             tree with any non-finite case error gets ``+inf`` on every case, so it is never selected
             over a tree whose errors are all finite.
-        tournament_size: Default 7.
+        tournament_size: Default 7, or 2 with ``survival="nsga2"`` (NSGA-II's binary tournament on the
+            crowded comparison).
         survival_rate: truncation's survivor fraction, in ``(0, 1]``. Default 0.3 (EvoGP).
         elite_rate: fraction of best trees copied unchanged, in ``[0, 1)``. Default 0.01 (EvoGP).
         crossover: name of a crossover of ``operators``: ``"one_point"`` (default; with Koza's bias
@@ -252,10 +317,23 @@ class GPConfig:
         operators: the :class:`~evotensor.gp.variation.OperatorRegistry` of mutations and crossovers
             (default :func:`~evotensor.gp.variation.default_registry`); copied, so registering on it
             later changes nothing here.
+        survival: a name of :data:`SURVIVALS`, a :class:`Survival` or a callable (see the module
+            docstring). ``"generational"`` (default): the offspring replace their parents.
+            ``"nsga2"``: NSGA-II (Deb et al. 2002) on the two objectives (raw minimized fitness,
+            length): ``tell`` ranks the told offspring together with their parents (``2 * pop``
+            trees) by non-domination rank, then crowding distance, keeps the ``pop`` best in that
+            order, and parents are selected on the crowded comparison (their position in it): with
+            the default ``selection="tournament"`` and ``tournament_size=2`` that is NSGA-II's binary
+            tournament. Copies of an identical (fitness, length) point after the first compete only
+            after every distinct point (duplicate elimination, see
+            :func:`evotensor.gp.front.nsga2_order`: without it GP's many copies of small trees take
+            the population over). A non-finite fitness is infeasible (dominated by every finite one). Size is
+            an objective, so ``parsimony_coefficient`` must be 0; lexicase (which selects on
+            per-case errors) is refused.
 
     After construction, ``selection`` is still what was given; the resolved selection is
-    ``selector``, ``parsimony_auto`` says whether the coefficient is ``"auto"``, and
-    ``mutation_probs`` holds the normalized weights (a tuple in registry order).
+    ``selector``, the resolved survival ``survivor``, ``parsimony_auto`` says whether the coefficient
+    is ``"auto"``, and ``mutation_probs`` holds the normalized weights (a tuple in registry order).
     """
 
     population_size: int
@@ -271,7 +349,7 @@ class GPConfig:
     modi_prob: float | None = None
     mutation_depth: tuple[int, int] = (0, 3)
     selection: str | Callable[..., Any] = "tournament"
-    tournament_size: int = 7
+    tournament_size: int | None = None
     survival_rate: float = 0.3
     elite_rate: float = 0.01
     crossover: str = "one_point"
@@ -280,7 +358,9 @@ class GPConfig:
     mutation_probs: Sequence[float] | Mapping[str, float] | None = None
     parsimony_coefficient: float | str = 0.0
     operators: OperatorRegistry | None = None
+    survival: str | Callable[..., Any] = "generational"
     selector: ParentSelection = dataclasses.field(init=False, repr=False)
+    survivor: Survival = dataclasses.field(init=False, repr=False)
     parsimony_auto: bool = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self):
@@ -300,6 +380,9 @@ class GPConfig:
         if self.modi_prob is None:
             put("modi_prob", 0.5 if self.n_outputs > 1 else 0.0)
         put("modi_prob", check_fraction(self.modi_prob, "modi_prob", allow_zero=True))
+        put("survivor", get_survival(self.survival))
+        if self.tournament_size is None:
+            put("tournament_size", 2 if self.survivor.name == "nsga2" else 7)
         put("tournament_size", check_int(self.tournament_size, "tournament_size"))
         put("survival_rate", check_fraction(self.survival_rate, "survival_rate"))
         if check_positive(self.elite_rate, "elite_rate", allow_zero=True) >= 1.0:
@@ -322,6 +405,18 @@ class GPConfig:
                 f"parsimony_coefficient must be 0 with selection={name!r} ({name} selects on the "
                 f"per-case errors only), got {self.parsimony_coefficient!r}"
             )
+        if self.survivor.keeps_parents:
+            kind = self.survivor.name
+            if self.selector.on_case_errors:
+                raise ArgumentError(
+                    f"survival={kind!r} cannot be combined with selection={name!r}: parents are selected "
+                    "on their survival order, not on per-case errors"
+                )
+            if self.parsimony_coefficient != 0:
+                raise ArgumentError(
+                    f"parsimony_coefficient must be 0 with survival={kind!r} (tree size is already an "
+                    f"objective of the survival), got {self.parsimony_coefficient!r}"
+                )
 
     def _parsimony(self) -> float | str:
         c = self.parsimony_coefficient

@@ -12,10 +12,12 @@ One generation, all inside one jitted step (no host callbacks)::
                         order, so a fixed slice of them is a random subset; fixed counts keep every
                         operator's shape static, so each mutation runs on its own children only);
                         results longer than max_len are rejected (the parent is kept) and counted.
-    tell:  records the fitness (minimized), the best tree so far (raw fitness), and metrics;
+    tell:  records the fitness (minimized), the best tree so far (raw fitness), the hall of fame
+           (the best tree of every length, :class:`~evotensor.gp.front.HallOfFame`) and metrics;
            with ``selection="lexicase"`` it also draws the next parents from the per-case errors
            ``evaluation.info = CaseErrors(case_errors=[pop, n_cases])`` (so the state never holds
-           them).
+           them); with ``survival="nsga2"`` the next parents are NSGA-II's survivors among the told
+           offspring and their parents (see below).
 
 The operators are objects of an :class:`~evotensor.gp.variation.OperatorRegistry` (``operators=``;
 default :func:`~evotensor.gp.variation.default_registry`): the mutation weights, the layout of the
@@ -34,6 +36,16 @@ EvoGP; gplearn has no elitism): the most accurate tree always survives, so the b
 population never gets worse. ``"auto"`` equals gplearn's for maximized metrics; for minimized ones
 gplearn's formula has the opposite sign (see :func:`~evotensor.gp.selection.covariant_parsimony`).
 
+Parsimony as a second objective: ``state.hall_of_fame`` holds, for every complexity (tree length),
+the most accurate tree told so far, updated in every ``tell`` from the raw fitness (a non-finite
+fitness never enters); its Pareto front (``front_size`` in the metrics), PySR's score and model
+selection and the front as a table are in :mod:`evotensor.gp.front`. With ``survival="nsga2"``
+(Deb et al. 2002), ``tell`` ranks the told offspring together with the current parents (``2 * pop``
+trees) by non-domination on (raw fitness, length), then crowding distance, and keeps the ``pop``
+best, in that order, as the next parents; parents are drawn by the selection (default: a binary
+tournament) on that order, elites on the raw fitness as always. The survival is an object resolved
+by name (:class:`~evotensor.gp.config.Survival`), so a user's own survival plugs in the same way.
+
 Epsilon-lexicase (``selection="lexicase"``) costs one random case order per parent (a sort of
 ``n_parents x n_cases``) plus, per parent, the sum of its shrinking pool's sizes over the cases it
 visits: far more than a tournament (~0.8 CPU-s per generation at pop 1000 x 676 cases on 2 cores,
@@ -51,6 +63,10 @@ Example::
     problem = SymbolicRegression(X, y, fs, case_errors=True)
     result = evotensor.run(GP(1000, fs, n_vars=2, selection="lexicase"), problem, 50, key)
     result = evotensor.run(GP(1000, fs, n_vars=2, parsimony_coefficient=0.001), problem, 50, key)
+
+    # NSGA-II on (loss, size); the front of the hall of fame as a table
+    result = evotensor.run(GP(1000, fs, n_vars=2, survival="nsga2"), problem, 50, key)
+    rows = evotensor.gp.front_table(result.state.hall_of_fame, fs)
 """
 
 from __future__ import annotations
@@ -67,6 +83,7 @@ import numpy as np
 from evotensor.core import rng
 from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
 from evotensor.core.pytree import pytree_dataclass
+from evotensor.gp import front
 from evotensor.gp import selection as sel
 from evotensor.gp.config import SELECTIONS as _SELECTION_FACTORIES
 from evotensor.gp.config import GPConfig
@@ -160,6 +177,10 @@ class GPState:
         crossover / structural mutation was rejected by the ``max_len`` cap.
     parents: int32 ``[2 * (pop - n_elite)]``, the recipient then donor parents drawn by the last
         ``tell`` (``selection="lexicase"`` only; zeros otherwise).
+    hall_of_fame: :class:`~evotensor.gp.front.HallOfFame`, the best tree told so far for every
+        length ``1..max_len`` (on the raw fitness).
+
+    With ``survival="nsga2"``, ``forest`` and ``fitness`` are the survivors, best first.
     """
 
     forest: Forest
@@ -170,6 +191,7 @@ class GPState:
     crossover_rejected: jax.Array
     mutation_rejected: jax.Array
     parents: jax.Array
+    hall_of_fame: front.HallOfFame
 
 
 class GP:
@@ -184,15 +206,22 @@ class GP:
             ``init_depth``, ``init_method``, ``leaf_prob``, ``const_prob``, ``const_range``,
             ``modi_prob``, ``mutation_depth``, ``selection``, ``tournament_size``, ``survival_rate``,
             ``elite_rate``, ``crossover``, ``const_perturb``, ``mutation_rate``, ``mutation_probs``,
-            ``parsimony_coefficient``, ``operators``), documented there; checked once, there.
+            ``parsimony_coefficient``, ``operators``, ``survival``), documented there; checked once,
+            there.
 
     Every field of the configuration (``self.config``) reads as an attribute (``gp.max_len``,
     ``gp.tournament_size``, ``gp.mutation_probs``: the normalized weights, ...); ``gp.selection`` is
-    the selection's name. Derived, static: ``n_elite``, ``mutation_counts`` (children per mutation,
-    in registry order), the generators ``initializer`` / ``mutation_generator`` /
-    ``insert_generator``, the operators' :class:`~evotensor.gp.variation.VariationContext`
-    ``context`` and the generation's ``mutation_blocks``.
+    the selection's name, ``gp.survival`` the survival's. Derived, static: ``n_elite``,
+    ``mutation_counts`` (children per mutation, in registry order), the generators ``initializer`` /
+    ``mutation_generator`` / ``insert_generator``, the operators'
+    :class:`~evotensor.gp.variation.VariationContext` ``context`` and the generation's
+    ``mutation_blocks``.
     """
+
+    # the run loop hands NaN/inf fitness over as it is: tell replaces it for the state itself
+    # (worst_for_nonfinite, the same values the run loop would give) and keeps such trees out of the
+    # hall of fame and out of NSGA-II's feasible fronts, which a finite stand-in value cannot do
+    accepts_nonfinite = True
 
     def __init__(
         self, population_size: int, function_set: Any, n_vars: int, max_len: int = 128, **options: Any
@@ -256,6 +285,11 @@ class GP:
         return self.config.selector.name
 
     @property
+    def survival(self) -> str:
+        """The survival's name (``config.survivor`` is the survival itself)."""
+        return self.config.survivor.name
+
+    @property
     def crossover_operator(self) -> Any:
         """The :class:`~evotensor.gp.variation.GPOperator` of ``crossover``."""
         return self.config.operators[self.config.crossover]
@@ -288,6 +322,7 @@ class GP:
             crossover_rejected=jnp.int32(0),
             mutation_rejected=jnp.int32(0),
             parents=jnp.zeros(2 * (self.population_size - self.n_elite), jnp.int32),
+            hall_of_fame=front.HallOfFame.empty(self.max_len),
         )
 
     def ask(self, key: jax.Array, state: GPState, params: GPParams | None = None) -> tuple[Forest, GPState]:
@@ -321,9 +356,15 @@ class GP:
         every case. (An ``info`` dict or :class:`evotensor.tree.Tree` with the key ``"case_errors"``,
         the untyped form, is still read, with a ``DeprecationWarning``.)
 
+        The hall of fame takes the told trees in (a NaN/inf fitness never enters). With
+        ``survival="nsga2"`` the state's ``forest``/``fitness`` become NSGA-II's ``pop`` survivors
+        among the told trees and the current ones (before the first ``tell``: the told trees only),
+        best first (see :class:`~evotensor.gp.config.GPConfig`).
+
         Metrics (scalars): ``best_fitness``, ``generation_best``, ``mean_fitness`` (raw minimized
-        fitness), ``mean_length``, ``max_length``, ``best_length``, ``crossover_rejected``,
-        ``mutation_rejected``, and with ``parsimony_coefficient="auto"`` the coefficient the next
+        fitness of the told trees), ``mean_length``, ``max_length``, ``best_length``,
+        ``crossover_rejected``, ``mutation_rejected``, ``front_size`` (trees on the hall of fame's
+        Pareto front), and with ``parsimony_coefficient="auto"`` the coefficient the next
         ``ask`` selects with, ``parsimony_coefficient``.
         """
         fitness = evaluation.fitness if isinstance(evaluation, Evaluation) else jnp.asarray(evaluation)
@@ -335,18 +376,25 @@ class GP:
             )
         selector = self.config.selector
         case_errors = self._case_errors(evaluation) if selector.on_case_errors else None
-        fitness = worst_for_nonfinite(fitness.astype(jnp.float32))
+        raw = fitness.astype(jnp.float32)
+        loss = jnp.where(jnp.isfinite(raw), raw, jnp.inf)  # non-finite: never in the front
+        # as the run loop does for other strategies: an all-non-finite generation is all +inf (no
+        # information), never the zeros worst_for_nonfinite gives a column without a finite value
+        fitness = jnp.where(jnp.any(jnp.isfinite(raw)), worst_for_nonfinite(raw), jnp.inf)
         i = jnp.argmin(fitness)
         improved = fitness[i] < state.best_fitness
         best = jax.tree_util.tree_map(lambda new, old: jnp.where(improved, new, old), forest[i], state.best)
         best_fitness = jnp.where(improved, fitness[i], state.best_fitness)
         length = forest.length
+        hall_of_fame = front.update(state.hall_of_fame, forest, loss, length)
+        kept, kept_fitness = self._survivors(state, forest, loss, fitness)
         new_state = state.replace(  # type: ignore[attr-defined]
-            forest=forest,
-            fitness=fitness,
+            forest=kept,
+            fitness=kept_fitness,
             best=best,
             best_fitness=best_fitness,
             generation=state.generation + 1,
+            hall_of_fame=hall_of_fame,
         )
         if case_errors is not None:
             n_parents = 2 * (self.population_size - self.n_elite)
@@ -360,10 +408,27 @@ class GP:
             "best_length": best.length,
             "crossover_rejected": state.crossover_rejected,
             "mutation_rejected": state.mutation_rejected,
+            "front_size": hall_of_fame.front_size(),
         }
         if self.parsimony_auto:
             metrics["parsimony_coefficient"] = sel.covariant_parsimony(fitness, length)
         return new_state, metrics
+
+    def _survivors(
+        self, state: GPState, forest: Forest, loss: jax.Array, fitness: jax.Array
+    ) -> tuple[Forest, jax.Array]:
+        """The next parents and their fitness: the told ``forest`` (generational), or the survival's
+        choice among the told trees (``loss``: non-finite as ``+inf``) and the current parents (none
+        before the first ``tell``), best first."""
+        survive = self.config.survivor.survive
+        if survive is None:
+            return forest, fitness
+        P = self.population_size
+        previous = jnp.where(state.generation > 0, state.fitness, jnp.inf)
+        both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), forest, state.forest)
+        index = survive(jnp.concatenate([loss, previous]), both.length, P, self.max_len)
+        kept = jax.tree_util.tree_map(lambda a: a[index], both)
+        return kept, jnp.concatenate([fitness, state.fitness])[index]
 
     def _case_errors(self, evaluation: Evaluation | jax.Array) -> jax.Array:
         """``evaluation.info.case_errors`` as float32 ``[pop, n_cases]``, rows with any non-finite
@@ -399,8 +464,14 @@ class GP:
         """The minimized fitness ``[pop]`` that parents are selected on (all selections but lexicase):
         ``state.fitness + c * length`` with ``c = params.parsimony_coefficient``, or the covariant
         coefficient of the state's population with ``parsimony_coefficient="auto"``
-        (:func:`evotensor.gp.selection.parsimony_fitness`). Equals ``state.fitness`` when ``c == 0``."""
+        (:func:`evotensor.gp.selection.parsimony_fitness`). Equals ``state.fitness`` when ``c == 0``.
+        With a survival that keeps parents (``"nsga2"``): the parents' position in the survival order
+        (``0, 1, ..., pop - 1``; the state holds them in that order), before the first ``tell`` the
+        fitness."""
         params = self.default_params() if params is None else params
+        if self.config.survivor.keeps_parents:
+            order = jnp.arange(self.population_size, dtype=jnp.float32)
+            return jnp.where(state.generation > 0, order, state.fitness)
         length = state.forest.length
         if self.parsimony_auto:
             c = sel.covariant_parsimony(state.fitness, length)
@@ -509,6 +580,7 @@ class GP:
         return (
             f"GP(population_size={self.population_size}, max_len={self.max_len}, "
             f"function_set={self.function_set!r}, n_vars={self.n_vars}, selection={self.selection!r}"
+            + (f", survival={self.survival!r}" if self.config.survivor.keeps_parents else "")
             + (f", parsimony_coefficient={c!r})" if c else ")")
         )
 

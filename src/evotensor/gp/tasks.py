@@ -2,13 +2,18 @@
 
 ``evotensor run sr-pagie`` evolves ``pop`` trees (default 5000) for 100 generations on the 676-point
 Pagie-1 grid with EvoGP's function set ``+ - * / sin cos tan`` (raw semantics), training MSE as the
-fitness, then prints the best expression (infix, constants rounded) beside the true one and saves
+fitness. The report prints the model chosen from the hall of fame's Pareto front by PySR's "best"
+rule, simplified (:func:`evotensor.gp.export.to_sympy`), beside the true expression, then the most
+accurate tree, then the front as a table (complexity, MSE, PySR's score, expression); it saves
+``front.csv``, ``front.png`` (MSE vs complexity, log scale, the chosen model marked) and
 ``pred_vs_true.png`` into the run directory (``fitness.png`` comes from the run loop).
+``evotensor show RUN_DIR`` prints the front again from ``front.csv``.
 
 Options (``--set KEY=VALUE``) besides ``pop``/``generations``/``seed``: ``max_len`` (64),
 ``max_depth`` (6), ``selection`` (``tournament``; ``lexicase`` makes the problem return per-row
-errors), ``tournament_size`` (7), ``elite_rate`` (0.01), ``parsimony_coefficient`` (0.0, a number or
-``auto``; see :class:`evotensor.gp.GP`).
+errors), ``tournament_size`` (0: the GP's default, 7, or 2 with ``survival=nsga2``), ``elite_rate``
+(0.01), ``parsimony_coefficient`` (0.0, a number or ``auto``; see :class:`evotensor.gp.GP`),
+``survival`` (``generational``, or ``nsga2``: NSGA-II on (MSE, size)).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from evotensor.gp import front
 from evotensor.gp.encoding import Forest
 from evotensor.gp.strategy import GP
 from evotensor.tasks import Task, register_task
@@ -27,22 +33,69 @@ def _report(problem: Any, precision: int = 3):
     def report(result: Any, run_dir: Path | None) -> str:
         best: Forest = result.best_genotype
         fs = problem.function_set
-        found = best.to_infix(fs, precision=precision)
-        pred = np.asarray(problem.predict(best))[:, 0]
+        found = _expression(problem, best, precision)
+        pred = np.asarray(problem.predict(best)).reshape(-1)
         y = np.asarray(problem.y)
         mse = float(np.mean((pred - y) ** 2))
-        lines = [
-            f"found: {found}",
+        # the one place the problem's linear scaling enters the front (None without scaling)
+        rows = front.front_table(
+            result.state.hall_of_fame, fs, scaling=getattr(problem, "scaling", None), precision=precision + 1
+        )
+        lines = []
+        chosen = next((i for i, r in enumerate(rows) if r["chosen"]), None)
+        if chosen is not None:
+            r = rows[chosen]
+            tree = result.state.hall_of_fame.forest[r["complexity"] - 1 : r["complexity"]]
+            lines += [
+                f"chosen: {_simplified(problem, tree, precision + 1)}",
+                f'        (PySR\'s "best" rule on the Pareto front: {r["complexity"]} nodes, '
+                f"training MSE {r['loss']:.4g})",
+            ]
+        lines += [
             f"true:  {problem.true_expression}",
-            f"training MSE {mse:.4g} ({int(best.length)} nodes)",
+            f"found: {found}",
+            f"       (most accurate: training MSE {mse:.4g} ({int(best.length)} nodes))",
+            "Pareto front (the most accurate tree of each size; > chosen):",
+            front.format_front(rows),
         ]
         if run_dir is not None:
-            path = Path(run_dir) / "pred_vs_true.png"
+            run_dir = Path(run_dir)
+            front.write_front_csv(run_dir / "front.csv", rows)
+            front.plot_front(
+                rows, run_dir / "front.png", title="Pagie-1: Pareto front", loss_label="training MSE"
+            )
+            path = run_dir / "pred_vs_true.png"
             _plot(pred, y, found, problem.true_expression, mse, path)
+            lines.append(f"front: {run_dir / 'front.csv'}, {run_dir / 'front.png'}")
             lines.append(f"plot: {path}")
         return "\n".join(lines)
 
     return report
+
+
+def _expression(problem: Any, tree: Forest, precision: int) -> str:
+    """A tree as infix, with the problem's linear scaling ``a*f + b`` when it has one."""
+    if tree.opcode.ndim == 1:
+        tree = Forest(*(a[None] for a in (tree.opcode, tree.value, tree.size, tree.output)))
+    if hasattr(problem, "expression"):
+        return str(problem.expression(tree, "string", precision=precision))
+    return tree[0].to_infix(problem.function_set, precision=precision)
+
+
+def _simplified(problem: Any, tree: Forest, precision: int) -> str:
+    """A one-tree forest as a simplified sympy expression (faithful to the evaluator; with the
+    problem's linear scaling), constants to ``precision`` digits."""
+    import sympy as sp
+
+    from evotensor.gp.export import SYMPY_EPS, to_sympy
+
+    if hasattr(problem, "expression"):
+        expr = problem.expression(tree, "sympy")
+    else:
+        expr = to_sympy(tree, problem.function_set, 0)
+    eps = sp.Float(SYMPY_EPS)
+    expr = expr.xreplace({f: sp.Float(f, precision) for f in expr.atoms(sp.Float) if f != eps})
+    return str(expr)
 
 
 def _plot(pred: np.ndarray, y: np.ndarray, found: str, true: str, mse: float, path: Path) -> None:
@@ -83,9 +136,10 @@ def _plot(pred: np.ndarray, y: np.ndarray, found: str, true: str, mse: float, pa
         "max_len": 64,
         "max_depth": 6,
         "selection": "tournament",
-        "tournament_size": 7,
+        "tournament_size": 0,
         "elite_rate": 0.01,
         "parsimony_coefficient": 0.0,
+        "survival": "generational",
     },
 )
 def _build_pagie(cfg: dict[str, Any]) -> Task:
@@ -100,10 +154,11 @@ def _build_pagie(cfg: dict[str, Any]) -> Task:
         max_len=int(cfg["max_len"]),
         init_depth=(2, int(cfg["max_depth"])),
         selection=cfg["selection"],
-        tournament_size=int(cfg["tournament_size"]),
+        tournament_size=int(cfg["tournament_size"]) or None,  # 0: the GP's default
         elite_rate=float(cfg["elite_rate"]),
         const_range=(-5.0, 5.0),
         parsimony_coefficient=c if isinstance(c, str) else float(c),
+        survival=cfg["survival"],
     )
     fs = problem.function_set
     return Task(
@@ -114,3 +169,5 @@ def _build_pagie(cfg: dict[str, Any]) -> Task:
         report=_report(problem),
         best_to_text=lambda best: best.to_infix(fs, precision=6),
     )
+
+
