@@ -49,7 +49,9 @@ def test_improved_genotypes_are_told_and_tracked():
     told = np.asarray(result.state["told"])
     np.testing.assert_allclose(np.sum(told**2, axis=1), np.asarray(result.state["told_fitness"]), rtol=1e-6)
     # the best genotype is an improved one: its fitness is its own sphere value
-    np.testing.assert_allclose(float(np.sum(np.asarray(result.best_genotype) ** 2)), result.best_fitness, rtol=1e-6)
+    np.testing.assert_allclose(
+        float(np.sum(np.asarray(result.best_genotype) ** 2)), result.best_fitness, rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize(

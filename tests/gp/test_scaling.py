@@ -69,7 +69,11 @@ def test_planted_slope_and_intercept_are_recovered(backend):
 def test_scaled_fitness_equals_least_squares_of_the_reference(seed, backend, n_outputs):
     forest = random_forest(seed, FS, 24, 24, 3, n_outputs)
     X = random_data(seed + 1, 70, 3)
-    y = np.random.default_rng(seed + 2).normal(size=(70, n_outputs) if n_outputs > 1 else 70).astype(np.float32)
+    y = (
+        np.random.default_rng(seed + 2)
+        .normal(size=(70, n_outputs) if n_outputs > 1 else 70)
+        .astype(np.float32)
+    )
     ref = np.stack([reference_eval(forest[t], X, FS, n_outputs) for t in range(24)])
     a_ref, b_ref, sse_ref = lstsq_reference(ref, y)
     mse = np.asarray(fitness(forest, X, y, FS, "mse", n_outputs, backend=backend, linear_scaling=True))
@@ -137,7 +141,8 @@ def test_scaled_fitness_traces_under_jit():
     forest, X, y = planted()
     f = jax.jit(lambda fo: fitness(fo, X, y, FS, "mse", backend="jax", linear_scaling=True))
     np.testing.assert_allclose(
-        np.asarray(f(forest)), np.asarray(fitness(forest, X, y, FS, "mse", backend="jax", linear_scaling=True))
+        np.asarray(f(forest)),
+        np.asarray(fitness(forest, X, y, FS, "mse", backend="jax", linear_scaling=True)),
     )
     assert jnp.asarray(f(forest)).shape == (2,)
 
@@ -155,12 +160,16 @@ def test_problem_scales_by_default_with_training_coefficients_everywhere():
     a, b = (np.asarray(v) for v in problem.scaling(forest))
     raw_test = np.stack([reference_eval(forest[t], Xt, FS) for t in range(2)])[..., 0]
     expected = np.mean((a[:, :1] * raw_test + b[:, :1] - yt) ** 2, axis=1)
-    np.testing.assert_allclose(np.asarray(problem.test_evaluate(forest).fitness), expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(problem.test_evaluate(forest).fitness), expected, rtol=1e-4, atol=1e-6
+    )
     # predictions are the scaled model; case errors are its per-row squared errors
     pred = np.asarray(problem.predict(forest))
     np.testing.assert_allclose(pred[0, :, 0], y, atol=1e-4)
     cases = SymbolicRegression(X, y, FS, backend="jax", case_errors=True).evaluate(None, forest)
-    np.testing.assert_allclose(np.asarray(cases.info.case_errors), (pred[..., 0] - y) ** 2, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(cases.info.case_errors), (pred[..., 0] - y) ** 2, rtol=1e-4, atol=1e-6
+    )
     np.testing.assert_allclose(np.asarray(cases.fitness), fit, rtol=1e-3, atol=1e-6)
     # the reported model includes the scaling
     text = problem.expression(forest[0])

@@ -357,9 +357,9 @@ def test_lexicase_runs_end_to_end_and_improves(lexicase_run):
     assert best[-1] < 0.5 * best[0]
     result.best_genotype.check(FS, n_vars=2)
     scaled = problem.linear_scaling  # the problem's default: scored as a * f + b
-    assert float(fitness(result.best_genotype, X, Y, FS, backend="jax", linear_scaling=scaled)) == pytest.approx(
-        result.best_fitness, rel=1e-4, abs=1e-6
-    )
+    assert float(
+        fitness(result.best_genotype, X, Y, FS, backend="jax", linear_scaling=scaled)
+    ) == pytest.approx(result.best_fitness, rel=1e-4, abs=1e-6)
     assert np.all(np.isfinite(np.asarray(result.state.fitness)))
 
 

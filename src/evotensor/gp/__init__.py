@@ -150,3 +150,24 @@ __all__ += [
     "select_model",
     "write_front_csv",
 ]
+
+# one tree, pure jnp: differentiable, per-tree data (issue 15)
+from evotensor.gp.tree_eval import evaluate_tree, tree_jacobian  # noqa: E402
+
+__all__ += ["evaluate_tree", "tree_jacobian"]
+
+# batched Levenberg-Marquardt on the constants of many trees (issue 15)
+from evotensor.gp.constants import ConstantOptimizer, optimize_constants  # noqa: E402
+
+__all__ += ["ConstantOptimizer", "optimize_constants"]
+
+# GP trees as control policies on gymnax / brax: the decoder and a three-line setup (issue 15)
+from evotensor.gp.control import (  # noqa: E402
+    PolicyGP,
+    TreePolicy,
+    control_function_set,
+    gp_for_control,
+    policy_expressions,
+)
+
+__all__ += ["PolicyGP", "TreePolicy", "control_function_set", "gp_for_control", "policy_expressions"]

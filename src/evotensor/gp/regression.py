@@ -46,6 +46,8 @@ import numpy as np
 from evotensor.core.checks import ArgumentError, check_choice
 from evotensor.core.evaluation import Evaluation
 from evotensor.gp import scaling
+from evotensor.gp.constants import ConstantOptimizer, optimize_constants
+from evotensor.gp.encoding import Forest
 from evotensor.gp.evaluate import BACKENDS, SCALED_METRICS, evaluate, fitness, scaling_coefficients
 from evotensor.gp.functions import FunctionSet
 from evotensor.gp.metrics import (
@@ -55,6 +57,7 @@ from evotensor.gp.metrics import (
     check_function_set,
     check_X,
     check_y,
+    forest_fields,
     metric_from_predictions,
     row_terms,
 )
@@ -103,6 +106,12 @@ class SymbolicRegression:
             training data (:mod:`evotensor.gp.scaling`, in the same fused pass). Default: on for the
             regression metrics (``mse``, ``rmse``, ``r2``), off (and refused) for classification.
             :meth:`predict`, :meth:`test_evaluate` and :meth:`expression` apply the TRAINING ``a, b``.
+        constant_optimization: a :class:`~evotensor.gp.constants.ConstantOptimizer` (or ``None``, the
+            default): every :meth:`evaluate` tunes the constants of the trees it chooses (the best
+            fraction, or at random) by Levenberg-Marquardt on the training data, scores the tuned
+            forest with the evaluator and returns it as ``Evaluation.genotypes``, so
+            :func:`evotensor.run` tells the GP the tuned trees (Lamarckian). Regression metrics and one
+            output only.
 
     Attributes:
         X, y: the training data (float32 device arrays). ``maximize``: natural orientation.
@@ -123,6 +132,7 @@ class SymbolicRegression:
         backend: str = "auto",
         case_errors: bool = False,
         linear_scaling: bool | None = None,
+        constant_optimization: ConstantOptimizer | None = None,
     ):
         if not isinstance(case_errors, (bool, np.bool_)):
             raise ArgumentError(f"case_errors must be a bool, got {case_errors!r}")
@@ -165,6 +175,18 @@ class SymbolicRegression:
         self.backend = backend
         self.case_errors = bool(case_errors)
         self.linear_scaling = bool(linear_scaling)
+        if constant_optimization is not None:
+            if not isinstance(constant_optimization, ConstantOptimizer):
+                raise ArgumentError(
+                    "constant_optimization must be an evotensor.gp.ConstantOptimizer or None, got "
+                    f"{constant_optimization!r}"
+                )
+            if metric not in SCALED_METRICS or self.n_outputs != 1:
+                raise ArgumentError(
+                    "constant_optimization tunes single-output regression trees (metric in "
+                    f"{SCALED_METRICS}, one output); got metric={metric!r} with {self.n_outputs} output(s)"
+                )
+        self.constant_optimization = constant_optimization
         self.X, self.y = X, y
         self.X_test, self.y_test = X_test, y_test
         self.n_vars = X.shape[1]
@@ -205,9 +227,35 @@ class SymbolicRegression:
         ``key`` is unused (the data are fixed). ``apply`` is deprecated and ignored (this is a
         function problem; passing one warns).
         """
-        del key
         _no_apply(apply, "evaluate")
-        return self._score(genotypes, self.X, self.y, self.case_errors)
+        if self.constant_optimization is None:
+            return self._score(genotypes, self.X, self.y, self.case_errors)
+        if key is None:
+            raise ArgumentError("key must be a JAX key when the problem has constant_optimization")
+        fit = self._score(genotypes, self.X, self.y).fitness
+        tuned = self._tuned(key, genotypes, -fit if self.maximize else fit)
+        return self._score(tuned, self.X, self.y, self.case_errors).replace(genotypes=tuned)
+
+    def _tuned(self, key: jax.Array, forest: Any, minimized: jax.Array) -> Forest:
+        opcode, _, size, output, _ = forest_fields(forest)
+        value, _ = self.constant_optimization(
+            key, forest, minimized, self.X, self.y, self.function_set, linear_scaling=self.linear_scaling
+        )
+        return Forest(opcode, value, size, output)
+
+    def tune_constants(self, forest: Any, steps: int = 50) -> Forest:
+        """Every tree of ``forest`` ``[pop, max_len]`` with its constants tuned by Levenberg-Marquardt
+        on the training data (``steps`` iterations; scaled if the problem scales): how a reported
+        model or front is polished before it is shown, whatever ``constant_optimization`` is."""
+        if self.metric not in SCALED_METRICS or self.n_outputs != 1:
+            raise ArgumentError("tune_constants tunes single-output regression trees")
+        opcode, _, size, output, single = forest_fields(forest)
+        if single:
+            raise ArgumentError("forest must be a population [pop, max_len]; index with forest[i:i+1]")
+        value, _ = optimize_constants(
+            forest, self.X, self.y, self.function_set, steps=steps, linear_scaling=self.linear_scaling
+        )
+        return Forest(opcode, value, size, output)
 
     def test_evaluate(self, genotypes: Any, apply: Any = None) -> Evaluation:
         """The same metric on the held-out data: ``Evaluation(fitness [pop])``."""
@@ -318,7 +366,7 @@ class Pagie1(SymbolicRegression):
     Args:
         function_set: default :data:`EVOGP_SR_FUNCTIONS` (``+ - * / sin cos tan``, raw semantics).
         metric: default ``"mse"`` (the EvoGP paper's measure).
-        backend, case_errors, linear_scaling: as in :class:`SymbolicRegression`.
+        backend, case_errors, linear_scaling, constant_optimization: as in :class:`SymbolicRegression`.
 
     Attributes:
         true_expression: the target in infix, for printing beside a discovered expression.
@@ -333,9 +381,17 @@ class Pagie1(SymbolicRegression):
         backend: str = "auto",
         case_errors: bool = False,
         linear_scaling: bool | None = None,
+        constant_optimization: ConstantOptimizer | None = None,
     ):
         X, y = pagie1_data()
         fs = FunctionSet(EVOGP_SR_FUNCTIONS) if function_set is None else function_set
         super().__init__(
-            X, y, fs, metric=metric, backend=backend, case_errors=case_errors, linear_scaling=linear_scaling
+            X,
+            y,
+            fs,
+            metric=metric,
+            backend=backend,
+            case_errors=case_errors,
+            linear_scaling=linear_scaling,
+            constant_optimization=constant_optimization,
         )
