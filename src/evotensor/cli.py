@@ -14,6 +14,7 @@ JAX from preallocating most of a GPU's memory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -281,6 +282,40 @@ def _check_options(spec: Any, options: dict[str, Any], resume: Path | None) -> N
                 )
 
 
+def _file_sha256(path: Path, where: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except FileNotFoundError:
+        raise _Problem(f"{where}: file not found") from None
+    except IsADirectoryError:
+        raise _Problem(f"{where}: is a directory, not a file") from None
+    except OSError as err:
+        raise _Problem(f"{where}: cannot read it ({err.strerror or err})") from None
+    return digest.hexdigest()
+
+
+def _data_options(spec: Any, options: dict[str, Any], data: Any, target: Any, resume: Path | None) -> None:
+    """``--data``/``--target`` into the task config: the data file (from any source) as an absolute
+    path, so a resumed run reads the same file from any directory, and, on a fresh run, its SHA-256
+    as ``data_sha256``, which the task checks again on ``--resume`` (a changed file is refused)."""
+    cfg, given = options["config"], options["given"]
+    if data is not None:
+        cfg["data"], given["data"] = data, f"--data {data}"
+    if target is not None:
+        cfg["target"], given["target"] = target, f"--target {target}"
+    if "data" not in given or not isinstance(cfg["data"], str):
+        return  # a resumed run's recorded path is absolute already; a non-string is the task's to refuse
+    if not cfg["data"].strip():
+        raise _Problem(f"{given['data']}: needs a path, got an empty string")
+    path = Path(cfg["data"]).expanduser().absolute()
+    cfg["data"] = str(path)
+    if resume is None and "data_sha256" in spec.defaults and "data_sha256" not in given:
+        cfg["data_sha256"] = _file_sha256(path, given["data"])
+
+
 def _build(spec: Any, options: dict[str, Any]) -> Any:
     """The task built from its options; any failure is a one-line problem naming the options."""
     try:
@@ -342,20 +377,24 @@ def run_task(
     set_: list[str] = typer.Option([], "--set", help="task option KEY=VALUE (repeatable)"),
     chunk_size: int | None = typer.Option(None, "--chunk-size", min=1, help="generations per compiled chunk"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress output"),
+    data: str | None = typer.Option(None, "--data", help="CSV file with a header line (task sr)"),
+    target: str | None = typer.Option(None, "--target", help="the --data file's target column"),
 ) -> None:
     """Run TASK and write a run directory (config, metrics, checkpoint, best solution, plots).
 
     With --resume DIR the run continues from DIR's checkpoint, bit-identically; its task options,
     --pop and --seed cannot change (only --generations, --chunk-size and --quiet may be given).
+    A --data file's absolute path and SHA-256 are recorded: --resume reads it again and refuses it
+    if it changed.
     """
     try:
-        prepared = _prepare_run(task, pop, generations, seed, out, resume, config, set_)
+        prepared = _prepare_run(task, pop, generations, seed, out, resume, config, set_, data, target)
     except _Problem as problem:
         _fail(str(problem))
     _execute(*prepared, chunk_size=chunk_size, quiet=quiet, resume=resume is not None)
 
 
-def _prepare_run(task, pop, generations, seed, out, resume, config, set_) -> tuple[Any, ...]:
+def _prepare_run(task, pop, generations, seed, out, resume, config, set_, data=None, target=None):
     resume_dir = _path_option(resume, "--resume")
     config_path = _path_option(config, "--config")
     out_dir = _path_option(out, "--out")
@@ -370,6 +409,7 @@ def _prepare_run(task, pop, generations, seed, out, resume, config, set_) -> tup
         spec = get_task(options["task"])
     except KeyError as err:
         raise _Problem(_message(err)) from None
+    _data_options(spec, options, data, target, resume_dir)
     _check_options(spec, options, resume_dir)
     built = _build(spec, options)
     cfg = {**spec.defaults, **options["config"]}
@@ -454,13 +494,52 @@ def show(run_dir: str = typer.Argument(..., help="a run directory written by `ev
     """Summarize a run directory: configuration, best result, last metrics and the plots."""
     try:
         table, plots = _show_table(run_dir)
+        front = _front_table(Path(run_dir))
     except _Problem as problem:
         _fail(str(problem))
     from rich.console import Console
 
     Console().print(table)
+    if front is not None:  # a GP run's Pareto front (front.csv)
+        Console().print(front)
     for plot in plots:  # full paths outside the table, so they are never truncated
         typer.echo(f"plot: {plot}")
+
+
+def _front_table(run_dir: Path) -> Any:
+    """The rows of ``run_dir/front.csv`` (a GP run's Pareto front, written by
+    ``evotensor.gp.front.write_front_csv``) as a table, or None without one."""
+    import csv
+
+    from rich.table import Table
+
+    path = run_dir / "front.csv"
+    if not path.exists():
+        return None
+    if not path.is_file():
+        raise _Problem(f"{path}: is a directory, not a file")
+    columns = ["complexity", "loss", "score", "chosen", "expression"]
+    title = f"Pareto front ({path.name}; > chosen)"
+    table = Table("", "complexity", "loss", "score", "expression", title=title)
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            if reader.fieldnames != columns:
+                raise _Problem(f"{path}: header must be {','.join(columns)}, got {reader.fieldnames}")
+            for row in reader:
+                try:
+                    loss, score = float(row["loss"]), float(row["score"])
+                    cells = [
+                        str(int(row["complexity"])),
+                        f"{loss:.6g}",
+                        "" if math.isnan(score) else f"{score:.4g}",
+                    ]
+                except (TypeError, ValueError):
+                    raise _Problem(f"{path}, line {reader.line_num}: bad row {row!r:.120}") from None
+                table.add_row(">" if row["chosen"] == "1" else "", *cells, row["expression"] or "")
+    except (OSError, UnicodeDecodeError) as err:
+        raise _Problem(f"{path}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
+    return table
 
 
 def _show_table(run_dir_text: str) -> tuple[Any, list[Path]]:

@@ -170,7 +170,8 @@ def test_problem_scales_by_default_with_training_coefficients_everywhere():
     np.testing.assert_allclose(
         np.asarray(cases.info.case_errors), (pred[..., 0] - y) ** 2, rtol=1e-4, atol=1e-6
     )
-    np.testing.assert_allclose(np.asarray(cases.fitness), fit, rtol=1e-3, atol=1e-6)
+    # equal up to the fused closed form's float32 floor (4 eps var(y), see evotensor.gp.scaling)
+    np.testing.assert_allclose(np.asarray(cases.fitness), fit, rtol=1e-3, atol=5e-7 * float(np.var(y)))
     # the reported model includes the scaling
     text = problem.expression(forest[0])
     assert text.startswith("3 * (") and text.endswith("+ -2")

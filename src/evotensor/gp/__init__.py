@@ -171,3 +171,34 @@ from evotensor.gp.control import (  # noqa: E402
 )
 
 __all__ += ["PolicyGP", "TreePolicy", "control_function_set", "gp_for_control", "policy_expressions"]
+
+# user data (CSV or arrays, checked; a seeded stratified split) and GP classification (issue 15)
+from evotensor.gp.classification import (  # noqa: E402
+    CLASSIFICATION_DATASETS,
+    SymbolicClassification,
+    classification_data,
+    classification_problem,
+)
+from evotensor.gp.data import check_data, load_csv, train_test_split  # noqa: E402
+
+__all__ += [
+    "CLASSIFICATION_DATASETS",
+    "SymbolicClassification",
+    "check_data",
+    "classification_data",
+    "classification_problem",
+    "load_csv",
+    "train_test_split",
+]
+
+# scikit-learn estimators (issue 15); imported on first use: scikit-learn takes ~1-2 s to import
+_SKLEARN_NAMES = ("SymbolicClassifier", "SymbolicModel", "SymbolicRegressor")
+__all__ += list(_SKLEARN_NAMES)
+
+
+def __getattr__(name: str):
+    if name in _SKLEARN_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module("evotensor.gp.sklearn"), name)
+    raise AttributeError(f"module 'evotensor.gp' has no attribute {name!r}")

@@ -7,7 +7,9 @@ evolution searches for the *shape* of the target and never for its scale and off
     a = C / M2,   b = mean(y) - a * mean(p),   SSE = Syy - C**2 / M2
     M2 = sum (p - mean(p))**2,   C = sum (p - mean(p)) (y - mean(y)),   Syy = sum (y - mean(y))**2
 
-A tree whose predictions are constant (``M2`` zero, or within float32 rounding of its mean: see
+The closed form's float32 resolution is a few ulps of ``Syy``: the scaled SSE is never reported
+below ``4 eps Syy`` (R² ``1 - 4.8e-7``), so near-perfect trees tie instead of being ranked by
+rounding noise. A tree whose predictions are constant (``M2`` zero, or within float32 rounding of its mean: see
 :func:`coefficients`) gets ``a = 0, b = mean(y)``, ``SSE = Syy`` (R² 0): fitting rounding noise would
 give meaningless huge slopes. A tree with any non-finite prediction keeps the worst fitness.
 
@@ -28,6 +30,8 @@ __all__ = ["centered_targets", "coefficients", "moments_from_predictions", "scal
 
 # A prediction spread below this many float32 ulps of its mean is rounding noise, not signal.
 _SPREAD_ULPS = 4.0
+# Relative resolution of the closed-form scaled SSE (see scaled_sse).
+_RESOLUTION = 4.0 * float(jnp.finfo(jnp.float32).eps)
 
 
 def centered_targets(yt: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -81,6 +85,10 @@ def scaled_sse(moments: jax.Array, syy: jax.Array, n_points: int) -> jax.Array:
     noise = n_points * jnp.square(_SPREAD_ULPS * jnp.finfo(jnp.float32).eps * jnp.abs(mean_p))
     varies = (m2 > noise) & (m2 > 0)
     explained = jnp.where(varies, co * co / jnp.where(varies, m2, 1.0), 0.0)
-    sse = jnp.clip(syy[None] - explained, 0.0, syy[None])
+    # Syy - C**2 / M2 in float32 is exact to a few ulps of Syy only: below that floor two trees
+    # cannot be told apart, so none gets a loss of 0 by rounding luck (a hall of fame or PySR's score
+    # would prefer a bigger tree on noise); the floor is R^2 = 1 - 4 eps ~ 0.9999995
+    floor = _RESOLUTION * syy[None]
+    sse = jnp.clip(syy[None] - explained, floor, jnp.maximum(syy[None], floor))
     sse = jnp.where(jnp.isfinite(moments).all(-1), sse, jnp.nan)
     return jnp.sum(sse, axis=-1)

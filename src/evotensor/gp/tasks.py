@@ -172,3 +172,4 @@ def _build_pagie(cfg: dict[str, Any]) -> Task:
 
 
 import evotensor.gp.control_tasks  # noqa: E402,F401  (registers gp-cartpole, gp-hopper, gp-control)
+import evotensor.gp.sr_tasks  # noqa: E402,F401  (registers cls-*, sr-nguyen, sr-feynman, sr)

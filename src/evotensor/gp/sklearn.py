@@ -1,0 +1,856 @@
+"""scikit-learn estimators: :class:`SymbolicRegressor` and :class:`SymbolicClassifier`.
+
+The estimators wrap the GP engine (:class:`~evotensor.gp.GP` on a
+:class:`~evotensor.gp.SymbolicRegression` / :class:`~evotensor.gp.classification.SymbolicClassification`
+problem) in scikit-learn's API: constructor arguments are only stored (``get_params`` /
+``set_params`` / ``clone`` work), they are checked in :meth:`fit` (an
+:class:`~evotensor.core.checks.ArgumentError`, a ``ValueError``, naming the parameter), and ``fit``
+follows scikit-learn's data conventions (``n_features_in_``, ``feature_names_in_`` for a DataFrame,
+1-d ``y``, NaN/inf refused).
+
+What a fit leaves behind (gplearn's and PySR's attributes):
+
+* ``best_``: the chosen model, a :class:`SymbolicModel` (expression with the linear scaling written
+  in, ``sympy()``, ``latex()``, complexity, loss, the tree), picked from the hall of fame's
+  (loss, size) Pareto front by ``model_selection`` (PySR's rules, :func:`evotensor.gp.select_model`);
+* ``pareto_front_``: that front, simplest first, as rows ``{complexity, loss, score, chosen,
+  expression}``;
+* ``history_`` (the run's per-generation metrics), ``run_result_`` (a
+  :class:`~evotensor.core.run.RunResult`, NumPy arrays), ``n_generations_`` (fewer than
+  ``generations`` when ``max_time`` stopped the run), ``compile_seconds_`` (0 when every program
+  was reused), ``run_seconds_``, ``fit_seconds_`` (the whole ``fit``).
+
+Compiled programs are reused. A fit runs the generations in compiled chunks of :data:`CHUNK`
+generations whose data ``X, y`` are *arguments* of the program (not constants baked into it, as
+:func:`evotensor.run` does) and whose last chunk masks the generations past the end (a
+``lax.cond`` per step), so one program serves every fit with the same settings and data shapes,
+whatever ``generations`` or ``random_state``: a second fit in a process compiles nothing, and
+JAX's persistent cache (:mod:`evotensor.core.compile_cache`) serves a fresh process. The run
+follows :func:`evotensor.run`'s random-key schedule (:func:`evotensor.core.run.generation_keys`), so
+a fit with ``random_state=s`` starts from the population of ``evotensor.run(gp, problem,
+generations, jax.random.key(s))``; its fitness agrees with that run's to float32 rounding only (that
+run's program holds the data as constants, which XLA folds differently), so the two may part ways
+after a few generations. On a CPU a fit is bit-reproducible for a given ``random_state``.
+
+Example::
+
+    from evotensor.gp import SymbolicRegressor
+
+    model = SymbolicRegressor(population_size=1000, generations=50, random_state=0).fit(X, y)
+    model.best_.expression          # '2.5*(x0*x0 - 0.4*x1) + 3'
+    model.predict(X_test); model.score(X_test, y_test)
+    model.sympy()                   # simplified, variables named after the DataFrame's columns
+    model.pareto_front_             # [{'complexity': 1, 'loss': ..., 'expression': ...}, ...]
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+
+from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_int, check_positive
+from evotensor.core.compile_cache import enable_default_cache
+from evotensor.core.evaluation import to_natural
+from evotensor.core.run import Loop, RunResult, check_params
+from evotensor.gp import export, front
+from evotensor.gp.classification import CLASSIFICATION_FUNCTIONS, SymbolicClassification
+from evotensor.gp.config import SURVIVALS
+from evotensor.gp.constants import ConstantOptimizer
+from evotensor.gp.encoding import Forest
+from evotensor.gp.evaluate import BACKENDS, evaluate, scaling_coefficients
+from evotensor.gp.functions import FunctionSet
+from evotensor.gp.regression import SymbolicRegression
+from evotensor.gp.strategy import GP
+
+try:  # scikit-learn >= 1.6
+    from sklearn.utils.validation import validate_data as _sk_validate_data
+except ImportError:  # pragma: no cover - older scikit-learn
+    _sk_validate_data = None
+
+__all__ = ["CHUNK", "SymbolicClassifier", "SymbolicModel", "SymbolicRegressor"]
+
+CHUNK = 10
+"""Generations per compiled chunk: ``max_time`` is checked between chunks."""
+
+_MAX_PROGRAMS = 16  # compiled fit programs kept per process (least recently used dropped)
+_PROGRAMS: OrderedDict[tuple, _Program] = OrderedDict()
+
+REGRESSION_FUNCTIONS = ("add", "sub", "mul", "div")
+"""The default function set of :class:`SymbolicRegressor` (gplearn's default)."""
+
+
+# -- the chosen model ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class SymbolicModel:
+    """One fitted model: a tree and, with linear scaling, its slope and intercept.
+
+    Attributes:
+        expression: the model as a string (``a*(f) + b`` with linear scaling; a multi-output tree
+            writes its Modi nodes as ``out[k]=...``), variables named after ``feature_names``.
+        complexity: the tree's length in nodes.
+        loss: its training loss (regression: the mean squared error, scaled; classification: the
+            metric as a loss, ``cross_entropy`` or ``1 - accuracy``).
+        score: PySR's score on the front (``-d log loss / d complexity``; 0 for the simplest).
+        tree: the tree, a one-tree :class:`~evotensor.gp.Forest` of NumPy arrays ``[max_len]``.
+        slope, intercept: float ``[n_outputs]`` (``None`` without linear scaling).
+        function_set, n_outputs: what the tree is written in and returns.
+        feature_names: the variables' names (``x0, x1, ...`` unless the data had column names).
+    """
+
+    expression: str
+    complexity: int
+    loss: float
+    score: float
+    tree: Forest
+    slope: np.ndarray | None
+    intercept: np.ndarray | None
+    function_set: FunctionSet
+    n_outputs: int
+    feature_names: tuple[str, ...]
+
+    def raw_predict(self, X: Any, backend: str = "auto") -> np.ndarray:
+        """The model's outputs ``[n_points, n_outputs]`` (float64) on ``X [n_points, n_vars]``, scaling
+        applied; non-finite outputs are returned as they are."""
+        X = jnp.asarray(np.asarray(X, np.float32))
+        out = np.asarray(
+            evaluate(self.tree, X, self.function_set, self.n_outputs, backend=backend), np.float64
+        )
+        if self.slope is not None:
+            out = out * self.slope + self.intercept
+        return out
+
+    def sympy(self, simplify: bool = True) -> Any:
+        """The model as a sympy expression (a list of them, one per output, for a multi-output tree),
+        faithful to the evaluator (:func:`evotensor.gp.to_sympy`), variables named after
+        ``feature_names``."""
+        import sympy as sp
+
+        exprs = []
+        for k in range(self.n_outputs):
+            f = export.to_sympy(
+                self.tree, self.function_set, output=k, simplify=simplify, n_outputs=self.n_outputs
+            )
+            if self.slope is not None:
+                f = sp.Float(float(self.slope[k]), 8) * f + sp.Float(float(self.intercept[k]), 8)
+                f = sp.expand(f) if simplify else f
+            exprs.append(_rename_symbols(f, self.feature_names))
+        return exprs[0] if self.n_outputs == 1 else exprs
+
+    def latex(self, simplify: bool = True) -> str | list[str]:
+        """``sympy.latex`` of :meth:`sympy` (a list for a multi-output tree)."""
+        import sympy as sp
+
+        expr = self.sympy(simplify)
+        return [sp.latex(e) for e in expr] if isinstance(expr, list) else sp.latex(expr)
+
+    def __str__(self) -> str:
+        return self.expression
+
+
+@dataclasses.dataclass(frozen=True)
+class _BuiltinFunctionSet:
+    """A function set of built-in functions only, as pickled: a FunctionSet holds its functions as
+    closures, which do not pickle, but one of built-ins is rebuilt exactly from its names."""
+
+    names: tuple[str, ...]
+    protected: bool
+
+
+def _pack(state: dict[str, Any]) -> dict[str, Any]:
+    out = dict(state)
+    for k, v in state.items():
+        if isinstance(v, FunctionSet) and v == FunctionSet(v.names, protected=v.protected):
+            out[k] = _BuiltinFunctionSet(v.names, v.protected)
+    return out
+
+
+def _unpack(state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: FunctionSet(v.names, v.protected) if isinstance(v, _BuiltinFunctionSet) else v
+        for k, v in state.items()
+    }
+
+
+def _getstate(self: Any) -> dict[str, Any]:
+    return _pack(self.__dict__)
+
+
+def _setstate(self: Any, state: dict[str, Any]) -> None:
+    self.__dict__.update(_unpack(state))
+
+
+SymbolicModel.__getstate__ = _getstate  # type: ignore[attr-defined]
+SymbolicModel.__setstate__ = _setstate  # type: ignore[attr-defined]
+
+
+_VARIABLE = re.compile(r"\bx(\d+)\b")
+
+
+def _rename_variables(text: str, names: Sequence[str]) -> str:
+    """``x0, x1, ...`` in an infix string replaced by ``names`` (one pass, so ``x1`` never becomes part
+    of a longer name's substitution)."""
+    return _VARIABLE.sub(
+        lambda m: names[int(m.group(1))] if int(m.group(1)) < len(names) else m.group(0), text
+    )
+
+
+def _rename_symbols(expr: Any, names: Sequence[str]) -> Any:
+    import sympy as sp
+
+    mapping = {}
+    for s in expr.free_symbols:
+        m = _VARIABLE.fullmatch(s.name)
+        if m and int(m.group(1)) < len(names) and names[int(m.group(1))] != s.name:
+            mapping[s] = sp.Symbol(names[int(m.group(1))], real=True)
+    return expr.xreplace(mapping) if mapping else expr
+
+
+def _expression(tree: Forest, fs: FunctionSet, slope: Any, intercept: Any, names: Sequence[str]) -> str:
+    """The infix string of a model: ``a*(f) + b`` for a scaled single-output tree."""
+    text = _rename_variables(export.to_string(tree, fs, precision=4), names)
+    if slope is None or len(slope) != 1:
+        return text
+    a, b = float(slope[0]), float(intercept[0])
+    text = text if a == 1.0 else f"{a:.4g}*({text})"
+    return text if b == 0.0 else f"{text} {'-' if b < 0 else '+'} {abs(b):.4g}"
+
+
+# -- compiled fit programs -------------------------------------------------------------------------------
+
+
+def _with_data(problem: Any, X: jax.Array, y: jax.Array) -> Any:
+    """A shallow copy of ``problem`` reading the (traced) training data ``X, y``: every other attribute
+    is static configuration, the same for every fit a program serves."""
+    twin = copy.copy(problem)
+    twin.X, twin.y = X, y
+    return twin
+
+
+class _Program:
+    """The compiled pieces of one fit configuration (strategy settings, problem kind, data shapes).
+
+    ``init(key, params)``, ``chunk(carry, loop_key, params, X, y, remaining)`` (:data:`CHUNK`
+    generations, those at positions ``>= remaining`` skipped) and ``scaling(forest, X, y)`` (the
+    hall of fame's slopes and intercepts) are compiled on first use and then reused.
+    """
+
+    def __init__(self, strategy: GP, problem: Any):
+        self.strategy, self.problem = strategy, problem
+        self.compiled: dict[Any, Any] = {}
+
+    def _compile(self, name: Any, fn: Any, *args: Any) -> tuple[Any, float]:
+        """``(compiled fn, seconds spent compiling now)``."""
+        if name in self.compiled:
+            return self.compiled[name], 0.0
+        t0 = time.perf_counter()
+        self.compiled[name] = jax.jit(fn).lower(*args).compile()
+        return self.compiled[name], time.perf_counter() - t0
+
+    def init(self, key: jax.Array, params: Any) -> tuple[Any, float]:
+        loop = Loop(self.strategy, self.problem)
+        fn, seconds = self._compile("init", loop.init, key, params)
+        return fn(key, params), seconds
+
+    def chunk(self, carry: Any, loop_key: jax.Array, params: Any, X: Any, y: Any, remaining: int):
+        strategy, template = self.strategy, self.problem
+
+        def run_chunk(carry, loop_key, params, X, y, remaining):
+            loop = Loop(strategy, _with_data(template, X, y))
+            step = lambda c: loop.step(c, loop_key, params)  # noqa: E731
+            metrics_shape = jax.eval_shape(step, carry)[1]
+
+            def skip(c):
+                return c, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), metrics_shape)
+
+            def body(c, i):
+                return jax.lax.cond(i < remaining, step, skip, c)
+
+            return jax.lax.scan(body, carry, jnp.arange(CHUNK, dtype=jnp.int32))
+
+        remaining = jnp.int32(remaining)
+        fn, seconds = self._compile("chunk", run_chunk, carry, loop_key, params, X, y, remaining)
+        return fn(carry, loop_key, params, X, y, remaining), seconds
+
+    def scaling(self, forest: Forest, X: Any, y: Any) -> tuple[tuple[Any, Any], float]:
+        p = self.problem
+
+        def coefficients(forest, X, y):
+            return scaling_coefficients(forest, X, y, p.function_set, p.n_outputs, backend=p.backend)
+
+        fn, seconds = self._compile("scaling", coefficients, forest, X, y)
+        return fn(forest, X, y), seconds
+
+    def front(self, loss: Any, rule: Any) -> tuple[tuple[Any, Any, Any], float]:
+        """:func:`_front_choice` of ``loss`` compiled (once per ``rule``)."""
+        loss = jnp.asarray(loss, jnp.float32)
+        fn, seconds = self._compile(("front", rule), lambda v: _front_choice(v, rule), loss)
+        return fn(loss), seconds
+
+
+def _front_choice(loss: jax.Array, rule: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(front mask [L], PySR score [L], chosen index [])`` of a hall of fame's losses ``[L]`` (``>= 0``,
+    ``+inf`` where empty), all at the fixed size ``L``: one compiled program whatever the front's size."""
+    before = jnp.concatenate([jnp.full(1, jnp.inf, loss.dtype), loss[:-1]])
+    mask = jnp.isfinite(loss) & (loss < jax.lax.cummin(before))
+    complexity = jnp.arange(1, loss.shape[0] + 1, dtype=jnp.int32)
+    score = front.front_scores(loss, complexity, mask)
+    return mask, score, front.select_model(loss, complexity, rule, mask)
+
+
+def _program(key: tuple, strategy_factory: Any, problem: Any) -> _Program:
+    """The cached program of ``key`` (built with ``strategy_factory()`` and ``problem`` if new)."""
+    if key in _PROGRAMS:
+        _PROGRAMS.move_to_end(key)
+        return _PROGRAMS[key]
+    program = _Program(strategy_factory(), problem)
+    _PROGRAMS[key] = program
+    while len(_PROGRAMS) > _MAX_PROGRAMS:
+        _PROGRAMS.popitem(last=False)
+    return program
+
+
+# -- checks --------------------------------------------------------------------------------------------
+
+
+def _function_set(value: Any, default_protected: bool) -> FunctionSet:
+    if isinstance(value, FunctionSet):
+        return value
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) < 1:
+        raise ArgumentError(
+            f"function_set must be a FunctionSet or a non-empty tuple of names, got {value!r}"
+        )
+    try:
+        return FunctionSet(tuple(value), protected=default_protected)
+    except (ValueError, TypeError) as err:
+        raise ArgumentError(f"function_set={value!r} is not a valid function set: {err}") from None
+
+
+def _seed(random_state: Any) -> int:
+    """scikit-learn's ``random_state`` (an int, ``None`` or a ``RandomState``) as a JAX seed: an int is
+    the seed itself; otherwise one int drawn from the generator (``None``: NumPy's global one)."""
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, (bool, np.bool_)):
+        return check_int(random_state, "random_state", minimum=0, maximum=2**32 - 1)
+    try:
+        rng = check_random_state(random_state)
+    except ValueError:
+        raise ArgumentError(
+            f"random_state must be an int >= 0, None or a numpy.random.RandomState, got {random_state!r}"
+        ) from None
+    return int(rng.randint(np.iinfo(np.int32).max))
+
+
+def _validate_data(
+    estimator: Any, X: Any, y: Any = None, reset: bool = True, fit: bool = False, **kwargs: Any
+):
+    """scikit-learn's data validation: ``(X, y)`` in ``fit`` (``y=None`` refused there), ``X`` after."""
+    if _sk_validate_data is not None:
+        if fit:
+            return _sk_validate_data(estimator, X, y, reset=reset, **kwargs)
+        return _sk_validate_data(estimator, X, reset=reset, **kwargs)
+    if fit:  # pragma: no cover - scikit-learn < 1.6
+        if y is None:
+            raise ValueError(f"{type(estimator).__name__} requires y to be passed, but the target y is None")
+        return estimator._validate_data(X, y, reset=reset, **kwargs)
+    return estimator._validate_data(X, reset=reset, **kwargs)  # pragma: no cover
+
+
+def _float32_data(a: np.ndarray, name: str) -> np.ndarray:
+    """``a`` in float32, refusing values that overflow it (they would be ``inf`` on the device)."""
+    with np.errstate(over="ignore"):
+        out = np.asarray(a, np.float32)
+    if not np.all(np.isfinite(out)):
+        raise ArgumentError(f"{name} has values too large for float32 (|x| > {np.finfo(np.float32).max:.3g})")
+    return out
+
+
+# -- the estimators ------------------------------------------------------------------------------------
+
+
+class _SymbolicEstimator(BaseEstimator):
+    """What :class:`SymbolicRegressor` and :class:`SymbolicClassifier` share (fit, the front, exports)."""
+
+    _default_functions: tuple[str, ...] = REGRESSION_FUNCTIONS
+
+    # -- hooks of the subclasses ----
+    def _problem(self, X: np.ndarray, y: np.ndarray, fs: FunctionSet, options: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _targets(self, y: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _loss(self, minimized: np.ndarray) -> np.ndarray:
+        """The hall of fame's minimized fitness as a loss ``>= 0`` (for PySR's score)."""
+        return minimized
+
+    def _scales(self) -> bool:
+        return False
+
+    # -- parameters ----
+    def _checked(self) -> dict[str, Any]:
+        """Every parameter checked (an ArgumentError naming the first bad one)."""
+        c: dict[str, Any] = {}
+        c["population_size"] = check_int(self.population_size, "population_size", minimum=2)
+        c["generations"] = check_int(self.generations, "generations", minimum=1)
+        fs = self.function_set if self.function_set is not None else self._default_functions
+        c["function_set"] = _function_set(fs, default_protected=True)
+        c["max_len"] = check_int(self.max_len, "max_len", minimum=1)
+        depth = self.init_depth
+        if isinstance(depth, (str, bytes)) or not hasattr(depth, "__len__") or len(depth) != 2:
+            raise ArgumentError(f"init_depth must be a (min, max) pair of ints, got {depth!r}")
+        c["init_depth"] = tuple(check_int(d, f"init_depth[{i}]", minimum=0) for i, d in enumerate(depth))
+        if c["init_depth"][0] > c["init_depth"][1]:
+            raise ArgumentError(f"init_depth must be (min, max) with min <= max, got {depth!r}")
+        c["tournament_size"] = (
+            None if self.tournament_size is None else check_int(self.tournament_size, "tournament_size")
+        )
+        if check_positive(self.elite_rate, "elite_rate", allow_zero=True) >= 1.0:
+            raise ArgumentError(f"elite_rate must be in [0, 1), got {self.elite_rate!r}")
+        c["elite_rate"] = float(self.elite_rate)
+        c["mutation_rate"] = check_fraction(self.mutation_rate, "mutation_rate", allow_zero=True)
+        p = self.parsimony_coefficient
+        if isinstance(p, str):
+            check_choice(p, "parsimony_coefficient", ("auto",))
+        else:
+            try:
+                p = check_positive(p, "parsimony_coefficient", allow_zero=True)
+            except ArgumentError:
+                raise ArgumentError(
+                    f"parsimony_coefficient must be a finite number >= 0 or 'auto', got {p!r}"
+                ) from None
+        c["parsimony_coefficient"] = p
+        if isinstance(self.survival, str):
+            check_choice(self.survival, "survival", tuple(SURVIVALS))
+        c["survival"] = self.survival
+        c["model_selection"] = self.model_selection
+        if isinstance(self.model_selection, str) or not callable(self.model_selection):
+            check_choice(self.model_selection, "model_selection", tuple(front.MODEL_SELECTIONS))
+        c["max_time"] = None if self.max_time is None else check_positive(self.max_time, "max_time")
+        c["seed"] = _seed(self.random_state)
+        check_choice(self.backend, "backend", BACKENDS)
+        c["backend"] = self.backend
+        if isinstance(self.verbose, (bool, np.bool_)):
+            c["verbose"] = int(self.verbose)
+        else:
+            c["verbose"] = check_int(self.verbose, "verbose", minimum=0)
+        return c
+
+    def _strategy_options(self, c: dict[str, Any], n_outputs: int) -> dict[str, Any]:
+        options = dict(
+            n_outputs=n_outputs,
+            init_depth=c["init_depth"],
+            elite_rate=c["elite_rate"],
+            mutation_rate=c["mutation_rate"],
+            parsimony_coefficient=c["parsimony_coefficient"],
+            survival=c["survival"],
+        )
+        if c["tournament_size"] is not None:
+            options["tournament_size"] = c["tournament_size"]
+        return options
+
+    # -- fit ----
+    def fit(self, X: Any, y: Any) -> _SymbolicEstimator:
+        """Evolve models of ``y`` from ``X``.
+
+        Args:
+            X: ``[n_samples, n_features]`` array-like (a DataFrame's column names become the
+                variables' names).
+            y: ``[n_samples]`` targets (regressor) or labels of any type (classifier).
+
+        Returns:
+            ``self``, fitted (see the module docstring for the attributes).
+        """
+        c = self._checked()
+        X, y = _validate_data(
+            self, X, y, fit=True, y_numeric=isinstance(self, RegressorMixin), dtype=np.float64
+        )
+        X = _float32_data(X, "X")
+        y = self._targets(y)
+        names = getattr(self, "feature_names_in_", None)
+        self._names = (
+            tuple(str(n) for n in names) if names is not None else tuple(f"x{j}" for j in range(X.shape[1]))
+        )
+        fs = c["function_set"]
+        t_start = time.perf_counter()
+        enable_default_cache()
+        problem = self._problem(X, y, fs, c)
+        options = self._strategy_options(c, problem.n_outputs)
+        n_vars = X.shape[1]
+
+        def strategy() -> GP:
+            return GP(c["population_size"], fs, n_vars, c["max_len"], **options)
+
+        strategy()  # checks the options now (an ArgumentError names the parameter), cached or not
+        key = (
+            type(self).__name__,
+            c["population_size"],
+            fs,
+            n_vars,
+            c["max_len"],
+            tuple(sorted((k, repr(v)) for k, v in options.items())),
+            self._problem_key(problem),
+            X.shape,
+            tuple(problem.y.shape),
+        )
+        program = _program(key, strategy, problem)
+        gp = program.strategy
+        params = check_params(gp, None)
+        compile_seconds = run_seconds = 0.0
+        (carry, loop_key), seconds = program.init(jax.random.key(c["seed"]), params)
+        compile_seconds += seconds
+        Xd, yd = problem.X, problem.y
+        chunks: list[dict[str, np.ndarray]] = []
+        done, G = 0, c["generations"]
+        while done < G:
+            t0 = time.perf_counter()
+            (carry, metrics), seconds = program.chunk(carry, loop_key, params, Xd, yd, G - done)
+            n = min(CHUNK, G - done)
+            chunks.append({k: np.array(v[:n]) for k, v in jax.device_get(metrics).items()})
+            compile_seconds += seconds
+            run_seconds += time.perf_counter() - t0 - seconds
+            done += n
+            if c["verbose"]:
+                print(
+                    f"{type(self).__name__}: generation {done}/{G}, best training fitness "
+                    f"{chunks[-1]['best_fitness'][-1]:.6g}, {time.perf_counter() - t_start:.1f} s"
+                )
+            if c["max_time"] is not None and time.perf_counter() - t_start >= c["max_time"]:
+                break
+        history = {k: np.concatenate([ch[k] for ch in chunks]) for k in chunks[0]}
+        state = jax.device_get(carry)
+        maximize = bool(problem.maximize)
+        self.run_result_ = RunResult(
+            state=state.strategy_state,
+            best_genotype=state.best_genotype,
+            best_fitness=float(to_natural(state.best_fitness, maximize)),
+            history=history,
+            generations=done,
+            evaluations=done * c["population_size"],
+            compile_seconds=compile_seconds,
+            run_seconds=run_seconds,
+        )
+        self.history_ = history
+        self.n_generations_ = done
+        self._function_set = fs
+        self._backend = c["backend"]
+        self._n_outputs = problem.n_outputs
+        seconds = self._read_front(program, state.strategy_state.hall_of_fame, Xd, yd, c["model_selection"])
+        self.compile_seconds_ = compile_seconds + seconds
+        self.run_seconds_ = run_seconds
+        self.fit_seconds_ = time.perf_counter() - t_start
+        return self
+
+    def _problem_key(self, problem: Any) -> tuple:
+        return (
+            type(problem).__name__,
+            problem.metric,
+            problem.n_outputs,
+            problem.linear_scaling,
+            problem.backend,
+        )
+
+    def _read_front(self, program: _Program, hof: Any, X: Any, y: Any, rule: Any) -> float:
+        """Set ``pareto_front_`` and ``best_`` from the hall of fame; returns seconds compiling."""
+        fs, n_out = self._function_set, self._n_outputs
+        (mask, score, chosen), seconds = program.front(self._loss(np.asarray(hof.loss, np.float64)), rule)
+        members = np.flatnonzero(np.asarray(mask))
+        if members.size == 0:  # every tree non-finite
+            raise ValueError("no tree had a finite training loss; check the data's scale or the function_set")
+        chosen = int(np.searchsorted(members, int(chosen)))
+        slope = intercept = None
+        if self._scales():
+            (a, b), more = program.scaling(jax.tree_util.tree_map(jnp.asarray, hof.forest), X, y)
+            seconds += more
+            slope, intercept = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        loss = self._loss(np.asarray(hof.loss, np.float64))[members]
+        score = np.asarray(score, np.float64)[members]
+        complexity = members + 1
+        rows, models = [], []
+        for i, m in enumerate(members):
+            tree = jax.tree_util.tree_map(lambda a, m=m: np.asarray(a)[m], hof.forest)
+            s = None if slope is None else slope[m]
+            t = None if intercept is None else intercept[m]
+            expression = (
+                _expression(tree, fs, s, t, self._names) if n_out == 1 else self._multi_expression(tree)
+            )
+            rows.append(
+                {
+                    "complexity": int(complexity[i]),
+                    "loss": float(loss[i]),
+                    "score": float(score[i]),
+                    "chosen": i == chosen,
+                    "expression": expression,
+                }
+            )
+            models.append((tree, s, t, expression))
+        self.pareto_front_ = rows
+        tree, s, t, expression = models[chosen]
+        self.best_ = SymbolicModel(
+            expression=expression,
+            complexity=rows[chosen]["complexity"],
+            loss=rows[chosen]["loss"],
+            score=rows[chosen]["score"],
+            tree=tree,
+            slope=s,
+            intercept=t,
+            function_set=fs,
+            n_outputs=n_out,
+            feature_names=self._names,
+        )
+        return seconds
+
+    def _multi_expression(self, tree: Forest) -> str:
+        return _rename_variables(export.to_string(tree, self._function_set, precision=4), self._names)
+
+    # -- after fitting ----
+    def _outputs(self, X: Any) -> np.ndarray:
+        """The chosen model's outputs ``[n_samples, n_outputs]`` on validated ``X``."""
+        check_is_fitted(self, "best_")
+        X = _validate_data(self, X, reset=False, dtype=np.float64)
+        return self.best_.raw_predict(_float32_data(X, "X"), backend=self._backend)
+
+    def sympy(self, simplify: bool = True) -> Any:
+        """The chosen model (``best_``) as a sympy expression (see :meth:`SymbolicModel.sympy`)."""
+        check_is_fitted(self, "best_")
+        return self.best_.sympy(simplify)
+
+    def latex(self, simplify: bool = True) -> Any:
+        """The chosen model (``best_``) in LaTeX (see :meth:`SymbolicModel.latex`)."""
+        check_is_fitted(self, "best_")
+        return self.best_.latex(simplify)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return _pack(super().__getstate__())
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(_unpack(state))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        return tags
+
+
+_COMMON_DOC = """
+    Args:
+        population_size: trees per generation. Default 1000 (gplearn).
+        generations: generations to run (fewer if ``max_time`` runs out). Default 20 (gplearn).
+        function_set: a tuple of function names (protected semantics, gplearn's) or a
+            :class:`~evotensor.gp.FunctionSet`. Default ``("add", "sub", "mul", "div")``.
+        max_len: slots per tree, the hard size cap. Default 64.
+        init_depth: ``(min, max)`` depth of the initial trees. Default (2, 6) (gplearn).
+        tournament_size: parents' tournament size; ``None``: GP's default (7; 2 with
+            ``survival="nsga2"``).
+        elite_rate: fraction of the best trees copied unchanged, in ``[0, 1)``. Default 0.01.
+        mutation_rate: fraction of the children mutated, in ``[0, 1]``. Default 0.1.
+        parsimony_coefficient: penalty per node in parent selection, a number ``>= 0`` or ``"auto"``
+            (gplearn's covariant coefficient). Default 0.0 (the front and ``model_selection`` pick
+            a compact model instead). Must be 0 with ``survival="nsga2"``.
+        survival: ``"generational"`` (default) or ``"nsga2"`` (NSGA-II on (loss, size)), or a
+            :class:`~evotensor.gp.config.Survival`.
+        model_selection: how ``best_`` is picked from the front (PySR's rules):
+            ``"best"`` (default: the highest score among the members with loss at most 1.5x the
+            lowest), ``"accuracy"`` (the lowest loss), ``"score"``, or a callable (see
+            :func:`evotensor.gp.select_model`).
+        max_time: seconds of wall clock for ``fit`` (compile included), checked between compiled
+            chunks of :data:`CHUNK` generations; ``None``: no limit. At least one chunk runs.
+        random_state: an int, ``None`` or a ``numpy.random.RandomState`` (scikit-learn's convention):
+            an int is the JAX seed itself, else one seed is drawn from the generator.
+        backend: the evaluator, ``"auto"`` (default), ``"jax"``, ``"native"`` or ``"pallas"``.
+        verbose: print progress after every chunk when ``> 0``.
+"""
+
+
+class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
+    """Symbolic regression, gplearn's / PySR's estimator on evotensor's GP engine.
+
+    ``score`` is R²; the fitness is the training mean squared error of the linearly scaled tree
+    ``a * f(x) + b`` (``linear_scaling=True``; the least-squares ``a, b`` are part of the model).
+    {common}
+        linear_scaling: score and report every tree as ``a * f + b`` with the least-squares ``a, b``
+            (Keijzer 2003). Default True.
+        constant_optimization: ``None`` (default), ``"auto"`` or a
+            :class:`~evotensor.gp.constants.ConstantOptimizer`: Levenberg-Marquardt on the trees'
+            constants, passed to :class:`~evotensor.gp.SymbolicRegression`.
+
+    Example::
+
+        model = SymbolicRegressor(population_size=500, generations=30, random_state=0).fit(X, y)
+        model.best_.expression, model.score(X_test, y_test)
+    """
+
+    def __init__(
+        self,
+        population_size: int = 1000,
+        generations: int = 20,
+        function_set: Any = REGRESSION_FUNCTIONS,
+        max_len: int = 64,
+        init_depth: tuple[int, int] = (2, 6),
+        tournament_size: int | None = None,
+        elite_rate: float = 0.01,
+        mutation_rate: float = 0.1,
+        parsimony_coefficient: float | str = 0.0,
+        linear_scaling: bool = True,
+        constant_optimization: Any = None,
+        survival: Any = "generational",
+        model_selection: Any = "best",
+        max_time: float | None = None,
+        random_state: Any = None,
+        backend: str = "auto",
+        verbose: int = 0,
+    ):
+        self.population_size = population_size
+        self.generations = generations
+        self.function_set = function_set
+        self.max_len = max_len
+        self.init_depth = init_depth
+        self.tournament_size = tournament_size
+        self.elite_rate = elite_rate
+        self.mutation_rate = mutation_rate
+        self.parsimony_coefficient = parsimony_coefficient
+        self.linear_scaling = linear_scaling
+        self.constant_optimization = constant_optimization
+        self.survival = survival
+        self.model_selection = model_selection
+        self.max_time = max_time
+        self.random_state = random_state
+        self.backend = backend
+        self.verbose = verbose
+
+    def _targets(self, y: np.ndarray) -> np.ndarray:
+        return _float32_data(y, "y")
+
+    def _scales(self) -> bool:
+        return bool(self.linear_scaling)
+
+    def _problem(self, X: np.ndarray, y: np.ndarray, fs: FunctionSet, c: dict[str, Any]) -> Any:
+        if not isinstance(self.linear_scaling, (bool, np.bool_)):
+            raise ArgumentError(f"linear_scaling must be a bool, got {self.linear_scaling!r}")
+        options: dict[str, Any] = dict(
+            metric="mse", backend=c["backend"], linear_scaling=bool(self.linear_scaling)
+        )
+        if self.constant_optimization is not None:
+            co = self.constant_optimization
+            # "auto": the optimizer's defaults; anything else is checked by SymbolicRegression
+            options["constant_optimization"] = ConstantOptimizer() if co == "auto" else co
+        return SymbolicRegression(X, y, fs, **options)
+
+    def _problem_key(self, problem: Any) -> tuple:
+        return (*super()._problem_key(problem), repr(getattr(problem, "constant_optimization", None)))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predictions ``[n_samples]`` of the chosen model (``best_``)."""
+        return self._outputs(X)[:, 0]
+
+
+SymbolicRegressor.__doc__ = SymbolicRegressor.__doc__.replace("{common}", _COMMON_DOC)
+
+
+class SymbolicClassifier(ClassifierMixin, _SymbolicEstimator):
+    """GP classification: trees whose outputs are class logits (EvoGP's multi-output trees).
+
+    Two classes: one output, class ``classes_[1]`` when it is ``> 0`` (``predict_proba``: its
+    sigmoid). ``k > 2`` classes: ``k`` outputs (multi-output Modi trees), the class is their argmax
+    (``predict_proba``: their softmax). Labels of any type are encoded to ``0..k-1`` (``classes_``,
+    sorted). ``score`` is the accuracy.
+    {common}
+        metric: the fitness, ``"cross_entropy"`` (default; smooth) or ``"accuracy"``. The front's
+            loss is the cross-entropy, or ``1 - accuracy``.
+    """
+
+    _default_functions = CLASSIFICATION_FUNCTIONS
+
+    def __init__(
+        self,
+        population_size: int = 1000,
+        generations: int = 20,
+        function_set: Any = CLASSIFICATION_FUNCTIONS,
+        max_len: int = 64,
+        init_depth: tuple[int, int] = (2, 6),
+        tournament_size: int | None = None,
+        elite_rate: float = 0.01,
+        mutation_rate: float = 0.1,
+        parsimony_coefficient: float | str = 0.0,
+        metric: str = "cross_entropy",
+        survival: Any = "generational",
+        model_selection: Any = "best",
+        max_time: float | None = None,
+        random_state: Any = None,
+        backend: str = "auto",
+        verbose: int = 0,
+    ):
+        self.population_size = population_size
+        self.generations = generations
+        self.function_set = function_set
+        self.max_len = max_len
+        self.init_depth = init_depth
+        self.tournament_size = tournament_size
+        self.elite_rate = elite_rate
+        self.mutation_rate = mutation_rate
+        self.parsimony_coefficient = parsimony_coefficient
+        self.metric = metric
+        self.survival = survival
+        self.model_selection = model_selection
+        self.max_time = max_time
+        self.random_state = random_state
+        self.backend = backend
+        self.verbose = verbose
+
+    def _targets(self, y: np.ndarray) -> np.ndarray:
+        check_classification_targets(y)
+        self.classes_, encoded = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ArgumentError(
+                f"y has only one class ({self.classes_[0]!r}); a classifier needs at least 2 classes"
+            )
+        return encoded.astype(np.int32)
+
+    def _problem(self, X: np.ndarray, y: np.ndarray, fs: FunctionSet, c: dict[str, Any]) -> Any:
+        check_choice(self.metric, "metric", ("cross_entropy", "accuracy"))
+        return SymbolicClassification(
+            X, y, fs, metric=self.metric, n_classes=len(self.classes_), backend=c["backend"]
+        )
+
+    def _loss(self, minimized: np.ndarray) -> np.ndarray:
+        # accuracy is maximized: its minimized fitness is -accuracy
+        return 1.0 + minimized if self.metric == "accuracy" else minimized
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """The chosen model's logits: ``[n_samples]`` for two classes (``> 0``: ``classes_[1]``),
+        ``[n_samples, n_classes]`` otherwise. NaN is read as 0 and infinities are clipped."""
+        out = np.nan_to_num(self._outputs(X), nan=0.0, posinf=1e30, neginf=-1e30)
+        return out[:, 0] if out.shape[1] == 1 else out
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities ``[n_samples, n_classes]`` (columns in ``classes_`` order): the sigmoid
+        of the logit for two classes, the softmax of the logits otherwise."""
+        logits = self.decision_function(X)
+        if logits.ndim == 1:
+            p1 = 0.5 * (1.0 + np.tanh(0.5 * logits))  # the sigmoid, without overflow
+            return np.stack([1.0 - p1, p1], axis=1)
+        z = logits - logits.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predicted labels ``[n_samples]`` (values of ``classes_``)."""
+        logits = self.decision_function(X)
+        index = (logits > 0).astype(int) if logits.ndim == 1 else np.argmax(logits, axis=1)
+        return self.classes_[index]
+
+
+SymbolicClassifier.__doc__ = SymbolicClassifier.__doc__.replace("{common}", _COMMON_DOC)

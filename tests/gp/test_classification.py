@@ -1,0 +1,162 @@
+"""GP classification: scikit-learn data sets split and standardized, SymbolicClassification scored
+against a slow NumPy reference (gp/classification.py)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import sklearn.datasets
+
+from evotensor.core.checks import ArgumentError
+from evotensor.gp import FunctionSet, generate, reference_eval
+from evotensor.gp.classification import (
+    CLASSIFICATION_DATASETS,
+    SymbolicClassification,
+    classification_data,
+    classification_problem,
+    n_outputs_for,
+)
+from evotensor.gp.data import train_test_split
+
+SHAPES = {"iris": (150, 4, 3), "wine": (178, 13, 3), "breast_cancer": (569, 30, 2), "digits": (1797, 64, 10)}
+
+
+@pytest.mark.parametrize("name", CLASSIFICATION_DATASETS)
+def test_data_is_split_stratified_and_standardized_with_training_statistics_only(name):
+    n, d, k = SHAPES[name]
+    X_train, y_train, X_test, y_test, meta = classification_data(name, seed=3)
+    n_test = int(np.ceil(0.25 * n))
+    assert X_train.shape == (n - n_test, d) and X_test.shape == (n_test, d)
+    assert X_train.dtype == np.float32 and y_train.dtype == np.int32
+    assert meta.n_classes == k and len(meta.class_names) == k and len(meta.feature_names) == d
+    # the same rows as the documented split of the raw data, scaled by the TRAINING rows' statistics
+    bunch = getattr(sklearn.datasets, f"load_{name}")()
+    raw_train, yr_train, raw_test, yr_test = train_test_split(
+        bunch.data, bunch.target, 0.25, 3, stratify=True
+    )
+    np.testing.assert_array_equal(y_train, yr_train)
+    np.testing.assert_array_equal(y_test, yr_test)
+    mean, std = raw_train.mean(0), raw_train.std(0)
+    np.testing.assert_allclose(meta.mean, mean, rtol=1e-6)
+    np.testing.assert_allclose(meta.std, np.where(std > 0, std, 1.0), rtol=1e-6)
+    np.testing.assert_allclose(X_test, (raw_test - mean) / np.where(std > 0, std, 1.0), rtol=1e-5, atol=1e-5)
+    varying = std > 0
+    np.testing.assert_allclose(X_train.mean(0), 0.0, atol=1e-5)
+    np.testing.assert_allclose(X_train.std(0)[varying], 1.0, rtol=1e-4)
+    assert np.all(X_train[:, ~varying] == 0)
+    # the test rows were not used: their mean is not centred exactly (it would be with leaked statistics)
+    assert np.abs(X_test.mean(0)[varying]).max() > 1e-3
+    # stratified: each class's test share is its overall share, to one row
+    overall = np.bincount(bunch.target, minlength=k) * n_test / n
+    assert np.all(np.abs(np.bincount(y_test, minlength=k) - overall) < 1)
+
+
+def test_split_depends_on_the_seed_only():
+    a = classification_data("breast-cancer", seed=1)
+    b = classification_data("Breast_Cancer", seed=1)
+    c = classification_data("breast_cancer", seed=2)
+    for u, v in zip(a[:4], b[:4]):
+        np.testing.assert_array_equal(u, v)
+    assert not np.array_equal(a[3], c[3])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"name": "mnist"}, "name must be one of"),
+        ({"name": 3}, "name must be one of"),
+        ({"name": "iris", "seed": -1}, "seed"),
+        ({"name": "iris", "test_fraction": 1.0}, "test_fraction"),
+        ({"name": "iris", "test_fraction": 0.99}, "test_fraction"),
+    ],
+)
+def test_bad_data_arguments_are_refused(kwargs, argument):
+    with pytest.raises(ArgumentError, match=argument):
+        classification_data(**kwargs)
+
+
+def _reference_scores(pred, labels):
+    """Slow, obviously correct accuracy and cross-entropy of one tree's outputs [n, k]."""
+    pred = pred.astype(np.float64)
+    if pred.shape[1] == 1:
+        z = pred[:, 0]
+        # -log(sigmoid(z)) for class 1, -log(1 - sigmoid(z)) = -log(sigmoid(-z)) for class 0
+        ce = np.mean(np.where(labels == 1, np.logaddexp(0.0, -z), np.logaddexp(0.0, z)))
+        acc = np.mean((z > 0) == (labels == 1))
+    else:
+        logp = pred - pred.max(1, keepdims=True)
+        logp = logp - np.log(np.exp(logp).sum(1, keepdims=True))
+        ce = -np.mean(logp[np.arange(len(labels)), labels])
+        acc = np.mean(np.argmax(pred, 1) == labels)
+    return acc, ce
+
+
+@pytest.mark.parametrize("name", ["iris", "breast_cancer"])
+def test_fitness_and_accuracy_equal_a_numpy_reference_on_random_trees(name):
+    problem = classification_problem(name, seed=0)
+    k = SHAPES[name][2]
+    assert problem.n_classes == k and problem.n_outputs == n_outputs_for(k) == (1 if k == 2 else k)
+    fs = problem.function_set
+    modi = 0.5 if problem.n_outputs > 1 else 0.0
+    forest = generate(
+        jax.random.key(1),
+        24,
+        fs,
+        problem.n_vars,
+        32,
+        min_depth=1,
+        max_depth=4,
+        n_outputs=problem.n_outputs,
+        modi_prob=modi,
+    )
+    X, y = np.asarray(problem.X), np.asarray(problem.y).astype(int)
+    fit = np.asarray(problem.evaluate(jax.random.key(0), forest).fitness)
+    acc = np.asarray(problem.accuracy(forest))
+    test_acc = np.asarray(problem.test_accuracy(forest))
+    classes = np.asarray(problem.predict_class(forest))
+    proba = np.asarray(problem.predict_proba(forest))
+    assert classes.shape == (24, len(y)) and proba.shape == (24, len(y), k)
+    checked = 0
+    for t in range(24):
+        pred = np.asarray(reference_eval(forest[t], X, fs, problem.n_outputs))
+        if not np.all(np.isfinite(pred)):
+            assert fit[t] == np.inf and acc[t] == -np.inf
+            continue
+        want_acc, want_ce = _reference_scores(pred, y)
+        assert acc[t] == pytest.approx(want_acc, abs=1e-6)
+        assert fit[t] == pytest.approx(want_ce, rel=1e-4, abs=1e-5)
+        test_pred = np.asarray(reference_eval(forest[t], np.asarray(problem.X_test), fs, problem.n_outputs))
+        assert test_acc[t] == pytest.approx(
+            _reference_scores(test_pred, np.asarray(problem.y_test).astype(int))[0]
+        )
+        assert np.mean(classes[t] == y) == pytest.approx(want_acc)
+        np.testing.assert_allclose(proba[t].sum(1), 1.0, rtol=1e-5)
+        np.testing.assert_array_equal(np.argmax(proba[t], 1), classes[t])
+        checked += 1
+    assert checked >= 12
+    # one tree: a scalar, equal to its row in the population's result
+    assert float(problem.accuracy(forest[0])) == pytest.approx(float(acc[0]))
+
+
+def test_problem_arguments_are_checked():
+    X = np.zeros((6, 2), np.float32)
+    with pytest.raises(ArgumentError, match="metric must be one of"):
+        SymbolicClassification(X, [0, 1, 0, 1, 0, 1], metric="mse")
+    with pytest.raises(ArgumentError, match=r"y\[2\] = 0.5 is not a class label"):
+        SymbolicClassification(X, [0, 1, 0.5, 1, 0, 1])
+    with pytest.raises(ArgumentError, match=r"y\[0\] = -1"):
+        SymbolicClassification(X, [-1, 1, 0, 1, 0, 1])
+    with pytest.raises(ArgumentError, match="n_classes=2 but the labels go up to 2"):
+        SymbolicClassification(X, [0, 1, 2, 1, 0, 1], n_classes=2)
+    with pytest.raises(ArgumentError, match="n_classes must be an int >= 2"):
+        SymbolicClassification(X, [0, 0, 0, 0, 0, 0], n_classes=1)
+    with pytest.raises(ArgumentError, match="y_test"):
+        SymbolicClassification(X, [0, 1, 0, 1, 0, 1], X_test=X[:2], y_test=["a", "b"])
+    with pytest.raises(ArgumentError, match="give both X and y"):
+        SymbolicClassification(X, [0, 1, 0, 1, 0, 1]).accuracy(None, X=X)
+    # one class seen in training still makes a two-class problem; labels from y_test count
+    p = SymbolicClassification(X, [0, 0, 0, 0, 0, 0], X_test=X[:2], y_test=[2, 0])
+    assert p.n_classes == 3 and p.n_outputs == 3
+    assert SymbolicClassification(X, [0] * 6).n_outputs == 1
+    assert isinstance(p.function_set, FunctionSet) and p.function_set.protected

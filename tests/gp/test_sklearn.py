@@ -1,0 +1,298 @@
+"""The scikit-learn estimators SymbolicRegressor and SymbolicClassifier (evotensor.gp.sklearn).
+
+The default tier shares ONE regressor configuration (pop 200, max_len 32, data [200, 2]), so its
+fits reuse one compiled program (the estimators' program cache): the planted problem, the
+reproducibility, max_time and the reference test against ``evotensor.run``. The classification
+data sets and scikit-learn's full estimator-check table are ``slow``.
+
+scikit-learn's checks (``test_sklearn_estimator_checks``, slow) all pass at the budgets given
+there; none is skipped or expected to fail except ``check_array_api_input`` (skipped by scikit-learn
+itself unless ``SCIPY_ARRAY_API=1``: the estimators compute in JAX, not through the array API).
+The classifier runs the table at pop 64 x 10 generations because ``check_classifiers_train``
+asks for training accuracy > 0.83 on blobs; the regressor at pop 32 x 3.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import jax
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.utils import estimator_checks as sk_checks
+
+import evotensor
+from evotensor.core.checks import ArgumentError
+from evotensor.gp import GP, FunctionSet, SymbolicClassifier, SymbolicRegression, SymbolicRegressor
+from evotensor.gp.sklearn import CHUNK
+
+FAST = dict(population_size=200, generations=30, max_len=32)
+
+
+def planted(n: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2.0, 2.0, size=(n, 2))
+    return X, 2.5 * X[:, 0] ** 2 - X[:, 1] + 3.0
+
+
+@pytest.fixture(scope="module")
+def fitted() -> SymbolicRegressor:
+    X, y = planted()
+    return SymbolicRegressor(**FAST, random_state=0).fit(X, y)
+
+
+# -- parameters (no compile) ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("population_size", 1),
+        ("population_size", 2.5),
+        ("generations", 0),
+        ("function_set", ()),
+        ("function_set", ("add", "nope")),
+        ("function_set", "add"),
+        ("max_len", 0),
+        ("init_depth", (3, 1)),
+        ("init_depth", 4),
+        ("tournament_size", 0),
+        ("elite_rate", 1.0),
+        ("mutation_rate", 1.5),
+        ("parsimony_coefficient", -0.1),
+        ("parsimony_coefficient", "sometimes"),
+        ("linear_scaling", "yes"),
+        ("survival", "plus"),
+        ("model_selection", "simplest"),
+        ("max_time", 0.0),
+        ("max_time", float("nan")),
+        ("random_state", -1),
+        ("random_state", "seed"),
+        ("backend", "cuda"),
+        ("verbose", -1),
+    ],
+)
+def test_bad_parameter_is_named_in_fit(param, value):
+    X, y = planted(20)
+    model = SymbolicRegressor(**{param: value})  # stored, never checked here (scikit-learn's rule)
+    assert model.get_params()[param] is value or model.get_params()[param] == value
+    with pytest.raises(ValueError, match=param) as info:
+        model.fit(X, y)
+    assert isinstance(info.value, ArgumentError)
+
+
+def test_bad_combination_names_the_parameter():
+    X, y = planted(20)
+    with pytest.raises(ArgumentError, match="parsimony_coefficient"):
+        SymbolicRegressor(survival="nsga2", parsimony_coefficient=0.01).fit(X, y)
+    with pytest.raises(ArgumentError, match="metric"):
+        SymbolicClassifier(metric="mse").fit(X, (y > 3).astype(int))
+    with pytest.raises(ArgumentError, match="one class"):
+        SymbolicClassifier().fit(X, np.zeros(20))
+
+
+def test_get_params_set_params_clone_round_trip():
+    fs = FunctionSet(("add", "mul", "sin"))
+    model = SymbolicRegressor(population_size=77, function_set=fs, model_selection="accuracy", random_state=5)
+    params = model.get_params()
+    assert params["population_size"] == 77 and params["function_set"] is fs
+    twin = clone(model)
+    assert twin is not model and twin.get_params() == params
+    twin.set_params(generations=3, max_time=2.5)
+    assert (twin.generations, twin.max_time) == (3, 2.5) and model.generations == 20
+    assert set(SymbolicClassifier().get_params()) >= {"metric", "population_size", "random_state"}
+    with pytest.raises(ValueError, match="nope"):
+        model.set_params(nope=1)
+
+
+def test_unfitted_estimator_raises():
+    with pytest.raises(NotFittedError):
+        SymbolicRegressor().predict(np.zeros((3, 2)))
+    with pytest.raises(NotFittedError):
+        SymbolicClassifier().sympy()
+
+
+# scikit-learn's checks that never fit (the ones this scikit-learn version has)
+NO_FIT_CHECKS = [
+    getattr(sk_checks, name)
+    for name in (
+        "check_no_attributes_set_in_init",
+        "check_parameters_default_constructible",
+        "check_do_not_raise_errors_in_init_or_set_params",
+        "check_set_params",
+        "check_estimators_unfitted",
+        "check_estimator_repr",
+        "check_estimator_cloneable",
+        "check_mixin_order",
+        "check_valid_tag_types",
+    )
+    if hasattr(sk_checks, name)
+]
+
+
+@pytest.mark.parametrize("check", NO_FIT_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [SymbolicRegressor, SymbolicClassifier], ids=lambda c: c.__name__)
+def test_sklearn_checks_without_fit(cls, check):
+    check(cls.__name__, cls())
+
+
+def test_constant_optimization_tunes_constants_lamarckian():
+    # y = 2.5 * sin(1.3 x0) + x1: the inner constant 1.3 is out of linear scaling's reach
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (150, 2)).astype(np.float32)
+    y = 2.5 * np.sin(1.3 * X[:, 0]) + X[:, 1]
+    tuned = SymbolicRegressor(
+        population_size=100, generations=6, max_len=16, random_state=0, constant_optimization="auto"
+    ).fit(X, y)
+    state = tuned.run_result_.state
+    # the state holds the tuned trees (Lamarckian): re-scoring them gives the told fitness
+    from evotensor.gp import SymbolicRegression
+
+    plain = SymbolicRegression(X, y, tuned.best_.function_set, backend="jax")
+    rescored = np.asarray(plain.evaluate(None, state.forest).fitness)
+    np.testing.assert_allclose(rescored, np.asarray(state.fitness), rtol=1e-4, atol=1e-6)
+    assert np.isfinite(tuned.best_.loss) and tuned.score(X, y) > 0.5
+    with pytest.raises(ArgumentError, match="constant_optimization"):
+        SymbolicRegressor(constant_optimization="lm", **FAST).fit(X, y)
+
+
+# -- the shared regressor configuration ----------------------------------------------------------------
+
+
+def test_planted_problem_solved(fitted):
+    X_test, y_test = planted(500, seed=1)
+    assert fitted.score(X_test, y_test) > 0.999
+    assert fitted.n_generations_ == 30 and len(fitted.history_["best_fitness"]) == 30
+    assert fitted.n_features_in_ == 2 and fitted.best_.complexity <= 32
+    # the reported expression is the model: a sympy of it predicts what predict() predicts
+    import sympy as sp
+
+    expr = fitted.sympy()
+    f = sp.lambdify(sorted(expr.free_symbols, key=lambda s: s.name), expr, "numpy")
+    np.testing.assert_allclose(f(X_test[:, 0], X_test[:, 1]), fitted.predict(X_test), rtol=1e-3, atol=1e-3)
+    assert "x_{0}" in fitted.latex()
+
+
+def test_front_rows_are_a_pareto_front(fitted):
+    rows = fitted.pareto_front_
+    assert len(rows) >= 2 and sum(r["chosen"] for r in rows) == 1
+    size = [r["complexity"] for r in rows]
+    loss = [r["loss"] for r in rows]
+    assert size == sorted(size) and all(a > b for a, b in zip(loss, loss[1:]))
+    chosen = next(r for r in rows if r["chosen"])
+    assert chosen["expression"] == fitted.best_.expression and chosen["loss"] == fitted.best_.loss
+    # every row's expression carries its linear scaling: 'a*(f) + b'
+    assert all("*(" in r["expression"] for r in rows if r["complexity"] > 1)
+
+
+def test_same_random_state_same_model_and_different_seed_differs(fitted):
+    X, y = planted()
+    again = SymbolicRegressor(**FAST, random_state=0).fit(X, y)
+    assert again.best_.expression == fitted.best_.expression
+    np.testing.assert_array_equal(again.history_["best_fitness"], fitted.history_["best_fitness"])
+    assert again.compile_seconds_ == 0.0  # the program compiled by the first fit was reused
+    other = SymbolicRegressor(**FAST, random_state=1).fit(X, y)
+    assert not np.array_equal(other.history_["generation_mean"], fitted.history_["generation_mean"])
+    rs = SymbolicRegressor(**FAST, random_state=np.random.RandomState(3)).fit(X, y)
+    rs2 = SymbolicRegressor(**FAST, random_state=np.random.RandomState(3)).fit(X, y)
+    assert rs.best_.expression == rs2.best_.expression
+
+
+def test_max_time_stops_between_chunks(fitted):
+    X, y = planted()
+    model = SymbolicRegressor(**{**FAST, "generations": 10_000}, max_time=1e-6, random_state=0).fit(X, y)
+    assert model.n_generations_ == CHUNK < model.generations  # one chunk always runs
+    assert len(model.history_["best_fitness"]) == CHUNK == model.run_result_.generations
+    assert np.isfinite(model.predict(X)).all()
+
+
+def test_fit_follows_evotensor_run_and_masking_changes_nothing(fitted):
+    """Reference 1: the estimator's driver follows evotensor.run's key schedule, so it starts from the
+    same population (its first generation's tree lengths are bit-identical, its fitness equal up to
+    float32 rounding: evotensor.run bakes the data into its program as constants, which XLA folds
+    differently). Reference 2: a run of 12 generations (the second chunk masked after 2) is exactly
+    the first 12 generations of a run of 30."""
+    X, y = planted()
+    model = SymbolicRegressor(**{**FAST, "generations": 12}, random_state=0).fit(X, y)
+    fs = FunctionSet(("add", "sub", "mul", "div"), protected=True)
+    problem = SymbolicRegression(X.astype(np.float32), y.astype(np.float32), fs)
+    result = evotensor.run(GP(200, fs, 2, 32), problem, 1, jax.random.key(0))
+    for name in ("mean_length", "max_length"):
+        assert model.history_[name][0] == result.history[name][0]
+    np.testing.assert_allclose(
+        model.history_["generation_mean"][0], result.history["generation_mean"][0], rtol=1e-4
+    )
+    np.testing.assert_allclose(
+        model.history_["best_fitness"][0], result.history["best_fitness"][0], rtol=1e-4
+    )
+    for name, values in model.history_.items():
+        np.testing.assert_array_equal(values, fitted.history_[name][:12], err_msg=name)
+    assert model.run_result_.best_fitness == float(fitted.history_["best_fitness"][11])
+
+
+def test_pickle_round_trip_predicts_the_same(fitted):
+    X, _ = planted(50, seed=2)
+    twin = pickle.loads(pickle.dumps(fitted))
+    np.testing.assert_array_equal(twin.predict(X), fitted.predict(X))
+    assert twin.best_.function_set == fitted.best_.function_set
+
+
+def test_dataframe_feature_names_name_the_variables(fitted):
+    pd = pytest.importorskip("pandas")
+    X, y = planted()
+    frame = pd.DataFrame(X, columns=["speed", "angle"])
+    model = SymbolicRegressor(**FAST, random_state=0).fit(frame, y)
+    assert list(model.feature_names_in_) == ["speed", "angle"]
+    assert "x0" not in model.best_.expression and "speed" in model.best_.expression
+    assert {s.name for s in model.sympy().free_symbols} <= {"speed", "angle"}
+    np.testing.assert_array_equal(model.predict(frame), fitted.predict(X))
+    with pytest.raises(ValueError, match="angle"):
+        model.predict(frame.iloc[:, :1])
+
+
+# -- classification (slow: each data set compiles its own program) ------------------------------------
+
+
+@pytest.mark.slow
+def test_iris_test_accuracy():
+    from evotensor.gp.classification import classification_data
+
+    X, y, X_test, y_test, _ = classification_data("iris", seed=0)
+    names = np.array(["setosa", "versicolor", "virginica"])
+    model = SymbolicClassifier(
+        population_size=500, generations=40, parsimony_coefficient="auto", random_state=0
+    ).fit(X, names[y])
+    assert list(model.classes_) == sorted(names)
+    assert model.score(X_test, names[y_test]) >= 0.9
+    proba = model.predict_proba(X_test)
+    assert proba.shape == (len(X_test), 3)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(model.classes_[proba.argmax(axis=1)], model.predict(X_test))
+    assert isinstance(model.sympy(), list) and len(model.sympy()) == 3
+
+
+@pytest.mark.slow
+def test_breast_cancer_binary():
+    from evotensor.gp.classification import classification_data
+
+    X, y, X_test, y_test, _ = classification_data("breast_cancer", seed=0)
+    model = SymbolicClassifier(population_size=500, generations=30, random_state=0).fit(X, y)
+    assert model.score(X_test, y_test) >= 0.9
+    logit = model.decision_function(X_test)
+    assert logit.shape == (len(X_test),)
+    np.testing.assert_array_equal(model.predict(X_test), (logit > 0).astype(int))
+    p = model.predict_proba(X_test)[:, 1]
+    np.testing.assert_allclose(p, 1.0 / (1.0 + np.exp(-logit)), rtol=1e-6, atol=1e-12)
+
+
+@sk_checks.parametrize_with_checks(
+    [
+        SymbolicRegressor(population_size=32, generations=3, max_len=16, random_state=0),
+        SymbolicClassifier(population_size=64, generations=10, max_len=16, random_state=0),
+    ]
+)
+@pytest.mark.slow
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
