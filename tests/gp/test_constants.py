@@ -1,4 +1,5 @@
-"""Levenberg-Marquardt constant optimization: planted coefficients, never worse, nothing else touched."""
+"""Levenberg-Marquardt constant optimization: planted coefficients, never worse, nothing else touched,
+on both linearization paths (the native C++ kernel and tree_jacobian)."""
 
 import functools
 import math
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from evotensor.core.checks import ArgumentError
 from evotensor.gp import CONST, Forest, FunctionSet, generate, reference_eval
-from evotensor.gp.constants import ConstantOptimizer, optimize_constants
+from evotensor.gp.constants import ConstantOptimizer, choose_backend, optimize_constants
 
 FS = FunctionSet(("add", "sub", "mul", "div", "sin", "exp", "log"))
 C, V = (lambda c: ("const", c)), (lambda k: ("var", k))
@@ -30,8 +31,10 @@ optimize = jax.jit(
         "damping",
         "max_constants",
         "batch_trees",
+        "backend",
     ),
 )
+BACKENDS = pytest.mark.parametrize("backend", ["native", "jax"])
 
 
 def _scaled_mse(pred, y, linear_scaling):
@@ -47,21 +50,23 @@ def _scaled_mse(pred, y, linear_scaling):
     return float(np.mean((y - pred) ** 2))
 
 
-def test_planted_coefficients_are_recovered_without_scaling():
+@BACKENDS
+def test_planted_coefficients_are_recovered_without_scaling(backend):
     tree = ("add", ("mul", C(1.0), ("sin", V(0))), ("mul", C(1.0), ("mul", V(1), V(1))))
     forest = Forest.from_tuples([tree], MAX_LEN, FS)
     y = 2.5 * np.sin(X[:, 0]) - 0.75 * X[:, 1] ** 2
-    value, loss = optimize(forest, X, y, FS, linear_scaling=False)
+    value, loss = optimize(forest, X, y, FS, linear_scaling=False, backend=backend)
     consts = np.asarray(value[0])[np.asarray(forest.opcode[0]) == CONST]
     np.testing.assert_allclose(consts, [2.5, -0.75], atol=1e-4)
     assert value.dtype == jnp.float32 and float(loss[0]) < 1e-8
 
 
-def test_planted_structure_is_recovered_with_linear_scaling():
+@BACKENDS
+def test_planted_structure_is_recovered_with_linear_scaling(backend):
     # sin(x0) + c x0 fitted to 3 sin(x0) + 6 x0 + 1: c = 2, then a = 3, b = 1 in closed form
     forest = Forest.from_tuples([("add", ("sin", V(0)), ("mul", C(0.5), V(0)))], MAX_LEN, FS)
     y = 3.0 * np.sin(X[:, 0]) + 6.0 * X[:, 0] + 1.0
-    value, loss = optimize(forest, X, y, FS)
+    value, loss = optimize(forest, X, y, FS, backend=backend)
     c = float(np.asarray(value[0])[np.asarray(forest.opcode[0]) == CONST][0])
     assert abs(c - 2.0) < 1e-4
     f = reference_eval(Forest(forest.opcode, value, forest.size, forest.output), X, FS)[0, :, 0]
@@ -70,10 +75,11 @@ def test_planted_structure_is_recovered_with_linear_scaling():
     assert float(loss[0]) < 1e-8
 
 
-def test_tree_without_constants_is_returned_unchanged():
+@BACKENDS
+def test_tree_without_constants_is_returned_unchanged(backend):
     forest = Forest.from_tuples([("mul", V(0), ("sin", V(1)))], MAX_LEN, FS)
     y = X[:, 0] * 2.0
-    value, loss = optimize(forest, X, y, FS)
+    value, loss = optimize(forest, X, y, FS, backend=backend)
     np.testing.assert_array_equal(np.asarray(value), np.asarray(forest.value))
     pred = reference_eval(forest, X, FS)[0, :, 0]
     np.testing.assert_allclose(float(loss[0]), _scaled_mse(pred, y, True), rtol=1e-4)
@@ -86,13 +92,14 @@ def _generator(pop):
     )
 
 
+@BACKENDS
 @settings(max_examples=8)
 @given(seed=st.integers(0, 2**31 - 1), linear_scaling=st.booleans())
-def test_never_worse_and_only_constants_change(seed, linear_scaling):
+def test_never_worse_and_only_constants_change(backend, seed, linear_scaling):
     forest = _generator(8)(jax.random.key(seed))
     rng = np.random.default_rng(seed)
     y = (np.sin(X[:, 0]) * rng.normal() + X[:, 1] * rng.normal()).astype(np.float32)
-    value, loss = optimize(forest, X, y, FS, linear_scaling=linear_scaling, max_constants=3)
+    value, loss = optimize(forest, X, y, FS, linear_scaling=linear_scaling, max_constants=3, backend=backend)
     value, loss = np.asarray(value), np.asarray(loss)
     old = np.asarray(forest.value)
     const = np.asarray(forest.opcode) == CONST
@@ -115,36 +122,38 @@ def test_batched_equals_one_tree_at_a_time():
     # vmap over the trees (the GPU path) against each tree alone (lax.map, the CPU path)
     forest = _generator(5)(jax.random.key(11))
     y = (np.cos(X[:, 0]) + 0.3 * X[:, 1]).astype(np.float32)
-    value, loss = optimize(forest, X, y, FS, batch_trees=True)
+    value, loss = optimize(forest, X, y, FS, batch_trees=True, backend="jax")
     for t in range(5):
-        v1, l1 = optimize(forest[t], X, y, FS)
+        v1, l1 = optimize(forest[t], X, y, FS, backend="jax")
         np.testing.assert_allclose(np.asarray(v1), np.asarray(value[t]), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(float(l1), float(loss[t]), rtol=1e-4, atol=1e-7)
 
 
-def test_optimizer_tunes_only_the_best_fraction():
+@BACKENDS
+def test_optimizer_tunes_only_the_best_fraction(backend):
     forest = _generator(10)(jax.random.key(3))
     y = (np.sin(X[:, 0]) * 1.7 - X[:, 1]).astype(np.float32)
     pred = reference_eval(forest, X, FS)[..., 0]
     fitness = np.array([_scaled_mse(p, y, True) for p in pred], np.float32)
     fitness[1] = np.nan  # NaN counts as the worst
-    tune = ConstantOptimizer(steps=5, fraction=0.3)
+    tune = ConstantOptimizer(steps=5, fraction=0.3, backend=backend)
     call = jax.jit(lambda key, f, fit: tune(key, f, fit, X, y, FS))
     value, new_fit = map(np.asarray, call(jax.random.key(0), forest, jnp.asarray(fitness)))
     chosen = np.argsort(np.where(np.isnan(fitness), np.inf, fitness), kind="stable")[:3]
     others = np.setdiff1d(np.arange(10), chosen)
     np.testing.assert_array_equal(value[others], np.asarray(forest.value)[others])
     np.testing.assert_array_equal(new_fit[others], fitness[others])
-    _, expected = optimize(forest[chosen], X, y, FS, steps=5)
+    _, expected = optimize(forest[chosen], X, y, FS, steps=5, backend=backend)
     np.testing.assert_allclose(new_fit[chosen], np.asarray(expected), rtol=1e-5)
     assert np.all(new_fit[chosen] <= fitness[chosen] * (1 + 1e-5) + 1e-7)
 
 
-def test_optimizer_with_probability_keeps_unpicked_trees():
+@BACKENDS
+def test_optimizer_with_probability_keeps_unpicked_trees(backend):
     forest = _generator(10)(jax.random.key(4))
     y = X[:, 0].astype(np.float32)
     fitness = jnp.full(10, 5.0, jnp.float32)
-    tune = ConstantOptimizer(steps=2, probability=0.2)
+    tune = ConstantOptimizer(steps=2, probability=0.2, backend=backend)
     index, picked = tune.chosen(jax.random.key(5), fitness)
     assert index.shape == (tune.batch_size(10),) and len(set(np.asarray(index).tolist())) == len(index)
     value, new_fit = tune(jax.random.key(5), forest, fitness, X, y, FS)
@@ -182,11 +191,12 @@ def test_bad_arguments_name_the_argument():
         ConstantOptimizer()(jax.random.key(0), forest, jnp.zeros(3), X, y, FS)
 
 
-def test_problem_with_constant_optimization_returns_the_tuned_forest_and_its_fitness():
+@pytest.mark.parametrize("backend", ["native", pytest.param("jax", marks=pytest.mark.slow)])
+def test_problem_with_constant_optimization_returns_the_tuned_forest_and_its_fitness(backend):
     import evotensor
     from evotensor.gp import GP, Pagie1
 
-    problem = Pagie1(constant_optimization=ConstantOptimizer(steps=5, fraction=0.25))
+    problem = Pagie1(constant_optimization=ConstantOptimizer(steps=5, fraction=0.25, backend=backend))
     gp = GP(population_size=16, function_set=problem.function_set, n_vars=2, max_len=24)
     forest, _ = gp.ask(jax.random.key(1), gp.init(jax.random.key(0)))
     ev = problem.evaluate(jax.random.key(2), forest)
@@ -224,3 +234,80 @@ def test_problem_refuses_constant_optimization_where_it_cannot_apply():
         )
     with pytest.raises(ArgumentError, match="key"):
         SymbolicRegression(X, X[:, 0], fs, constant_optimization=ConstantOptimizer()).evaluate(None, None)
+
+
+PLANTED = [
+    # (tree, target, linear_scaling, planted constants)
+    (
+        ("add", ("mul", C(1.0), ("exp", ("mul", C(-0.2), V(0)))), C(0.0)),
+        lambda X: 1.5 * np.exp(-0.7 * X[:, 0]) + 0.3,
+        False,
+        [1.5, -0.7, 0.3],
+    ),
+    (
+        ("sin", ("add", ("mul", C(1.0), V(0)), C(0.1))),
+        lambda X: 2.0 * np.sin(1.3 * X[:, 0] + 0.4) + 1.0,
+        True,
+        [1.3, 0.4],
+    ),
+    (
+        ("div", V(0), ("add", C(2.0), ("mul", C(0.5), ("mul", V(1), V(1))))),
+        lambda X: X[:, 0] / (1.0 + 2.0 * X[:, 1] ** 2),
+        False,
+        [1.0, 2.0],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", range(len(PLANTED)))
+def test_native_and_jax_paths_find_the_same_planted_constants(case):
+    tree, target, scaled, planted = PLANTED[case]
+    forest = Forest.from_tuples([tree], MAX_LEN, FS)
+    y = target(X).astype(np.float32)
+    const = np.asarray(forest.opcode[0]) == CONST
+    results = {}
+    for backend in ("native", "jax"):
+        value, loss = optimize(forest, X, y, FS, steps=30, linear_scaling=scaled, backend=backend)
+        results[backend] = np.asarray(value[0])[const], float(loss[0])
+        np.testing.assert_allclose(results[backend][0], planted, rtol=1e-3, atol=1e-4)
+        assert results[backend][1] < 1e-8 * np.var(y)
+    np.testing.assert_allclose(results["native"][0], results["jax"][0], rtol=1e-3, atol=1e-4)
+
+
+def test_native_and_jax_paths_reach_the_same_losses_on_random_forests():
+    forest = _generator(16)(jax.random.key(21))
+    y = (np.sin(X[:, 0]) * 1.3 + 0.5 * X[:, 1] * X[:, 0]).astype(np.float32)
+    before = reference_eval(forest, X, FS)[..., 0]
+    initial = np.array([_scaled_mse(p, y, True) for p in before])
+    losses = {b: np.asarray(optimize(forest, X, y, FS, steps=8, backend=b)[1]) for b in ("native", "jax")}
+    finite = np.isfinite(initial)
+    np.testing.assert_array_equal(np.isfinite(losses["native"]), np.isfinite(losses["jax"]))
+    # the paths take the same steps up to float32 rounding: the losses agree
+    np.testing.assert_allclose(losses["native"][finite], losses["jax"][finite], rtol=1e-3, atol=1e-6)
+    assert np.any(losses["native"][finite] < 0.97 * initial[finite])
+
+
+def test_backend_is_chosen_and_checked():
+    custom = FunctionSet(("add", "sq"), custom={"sq": (1, lambda a: a * a)})
+    expected = "native" if jax.default_backend() == "cpu" else "jax"
+    assert choose_backend("auto", FS) == expected and choose_backend("auto", custom) == "jax"
+    assert choose_backend("jax", FS) == "jax"
+    forest = Forest.from_tuples([("sq", C(1.0))], 4, custom)
+    with pytest.raises(ArgumentError, match="backend='native' is not available"):
+        optimize_constants(forest, X, X[:, 0], custom, backend="native")
+    with pytest.raises(ArgumentError, match="backend must be one of"):
+        optimize_constants(forest, X, X[:, 0], custom, backend="gpu")
+    with pytest.raises(ArgumentError, match="backend must be one of"):
+        ConstantOptimizer(backend="c++")
+    assert ConstantOptimizer(backend="jax") != ConstantOptimizer()
+    assert "backend='jax'" in repr(ConstantOptimizer(backend="jax"))
+    # a custom function set runs the JAX path under "auto"
+    value, loss = optimize(forest, X, 3.0 * np.ones(40, np.float32), custom, linear_scaling=False)
+    assert abs(float(np.asarray(value[0])[1]) ** 2 - 3.0) < 1e-4
+
+
+def test_native_memory_is_checked_up_front(monkeypatch):
+    forest = _generator(4)(jax.random.key(0))
+    monkeypatch.setenv("EVOTENSOR_GP_MEMORY_LIMIT", str(2**30))
+    with pytest.raises(ArgumentError, match="max_constants=100000 too large"):
+        optimize_constants(forest, X, X[:, 0], FS, max_constants=100_000, backend="native")

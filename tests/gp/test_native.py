@@ -7,6 +7,7 @@ through a host callback (``test_native_is_computed_on_the_cpu_from_a_program_for
 """
 
 import functools
+import itertools
 import os
 import subprocess
 import sys
@@ -19,12 +20,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.gp.eval_helpers import ArrayForest, assert_matches_reference, random_data, random_forest
-from tests.gp.test_evaluate import FULL, PROTECTED, SETS, numpy_metric
+from tests.gp.test_evaluate import FULL, MIXED, PROTECTED, SETS, numpy_metric
 
 from evotensor.gp import native
 from evotensor.gp.evaluate import METRICS, choose_backend, evaluate, fitness
-from evotensor.gp.functions import FunctionSet
+from evotensor.gp.functions import BUILTIN_NAMES, CONST, FunctionSet
 from evotensor.gp.reference import reference_eval
+from evotensor.gp.tree_eval import tree_jacobian
 
 ROOT = Path(__file__).resolve().parents[2]
 POP, MAX_LEN, N_VARS = 13, 24, 3
@@ -321,3 +323,172 @@ def test_bad_forest_shapes_and_labels_are_rejected_by_name():
         fitness(forest, X, np.array([0, 1, 2, 1], np.float32), fs, "cross_entropy")
     with pytest.raises(ValueError, match="class labels in 0..2"):
         fitness(forest, X, np.array([0, 1, 0.5, 1], np.float32), fs, "accuracy", n_outputs=3)
+
+
+# ---- normal equations (the linearization of constant optimization) ----------------------------------
+
+# ordinary points, the protected thresholds (+-0.001), zero, ties, and past the exp clip (80)
+GRID = np.array([-3.0, -1.0, -0.5, -1e-3, -5e-4, 0.0, 5e-4, 1e-3, 0.7, 1.0, 2.5, 81.0], np.float32)
+
+
+def _fields(forest):
+    return tuple(jnp.asarray(getattr(forest, k)) for k in ("opcode", "value", "size", "output"))
+
+
+@pytest.mark.parametrize("protected", [False, True])
+def test_normal_equations_derivative_rules_are_those_of_jax_jvp(protected):
+    """Each built-in's partial derivatives, at ordinary and singular points (one node whose children
+    are constants, one row): ``jax.jvp`` of its definition in functions.py (a non-finite one counts
+    as 0; a non-finite output leaves the row out)."""
+    fs = FunctionSet(BUILTIN_NAMES, protected=protected)
+    L, K = 4, 3
+    opcode, value, size, expected, out_value = [], [], [], [], []
+    for f in fs.functions:
+        args = np.array(list(itertools.product(GRID, repeat=f.arity)), np.float32)  # [m, arity]
+        m = len(args)
+        op = np.zeros((m, L), np.int32)
+        op[:, 0], op[:, 1 : 1 + f.arity] = f.opcode, CONST
+        val = np.zeros((m, L), np.float32)
+        val[:, 1 : 1 + f.arity] = args
+        sz = np.zeros((m, L), np.int32)
+        sz[:, 0], sz[:, 1 : 1 + f.arity] = 1 + f.arity, 1
+        cols = tuple(jnp.asarray(args[:, j]) for j in range(f.arity))
+        d = np.zeros((m, K), np.float32)
+        for k in range(f.arity):
+            unit = tuple(jnp.ones(m) if j == k else jnp.zeros(m) for j in range(f.arity))
+            d[:, k] = np.asarray(jax.jvp(f.fn, cols, unit)[1])
+        opcode.append(op), value.append(val), size.append(sz), expected.append(d)
+        out_value.append(np.asarray(f.fn(*cols)))
+    opcode, value, size, expected = (np.concatenate(a) for a in (opcode, value, size, expected))
+    out_value = np.concatenate(out_value)
+    pop = len(opcode)
+    slots = np.tile(np.arange(1, K + 1, dtype=np.int32), (pop, 1))  # past the tree's end: unused
+    forest = ArrayForest(opcode, value, size, np.full_like(opcode, -1))
+    mean, cov, sse, bad = map(
+        np.asarray, native.normal_equations(_fields(forest), jnp.zeros((1, 1)), jnp.zeros(1), slots, fs)
+    )
+    finite = np.isfinite(out_value)
+    np.testing.assert_array_equal(bad, (~finite).astype(np.float32))
+    want = np.where(np.isfinite(expected), expected, 0.0)[finite]
+    # atol: the native sin / cos are within a few float32 ulps of 1 (see the module docstring)
+    np.testing.assert_allclose(mean[finite, :K], want, rtol=2e-6, atol=3e-7)
+    np.testing.assert_allclose(mean[finite, K], out_value[finite], rtol=2e-6)
+    np.testing.assert_array_equal(mean[~finite], 0.0)  # no row left: zero statistics
+    assert np.all(cov[finite] == 0.0)  # one row: nothing varies
+
+
+@functools.cache
+def _jacobian_of(fs):
+    return jax.jit(jax.vmap(lambda o, v, s, X: tree_jacobian(o, v, s, X, fs), in_axes=(0, 0, 0, None)))
+
+
+def _tame_forest(seed, fs, pop, max_len, K):
+    """A random forest with its constants well away from singular points, and the slots of its first
+    ``K`` constants (``max_len`` where there are fewer)."""
+    forest = random_forest(seed, fs, pop, max_len, 3)
+    rng = np.random.default_rng(seed)
+    const = forest.opcode == CONST
+    magnitude = rng.uniform(0.5, 2.0, const.shape) * rng.choice([-1.0, 1.0], const.shape)
+    forest.value[:] = np.where(const, magnitude, forest.value).astype(np.float32)
+    slots = np.full((pop, K), max_len, np.int32)
+    for t in range(pop):
+        pos = np.nonzero(const[t])[0][:K]
+        slots[t, : len(pos)] = pos
+    return forest, slots
+
+
+def _reference_statistics(forest, X, y, slots, fs):
+    """The kernel's statistics in float64 from tree_jacobian's ``f`` and ``J``."""
+    f, J = map(np.asarray, _jacobian_of(fs)(forest.opcode, forest.value, forest.size, X))
+    f, J, y = f.astype(np.float64), J.astype(np.float64), y.astype(np.float64)
+    pop, K = slots.shape
+    mean, cov, sse = np.zeros((pop, K + 2)), np.zeros((pop, K + 2, K + 2)), np.zeros((pop, 2))
+    bad = np.zeros(pop)
+    for t in range(pop):
+        D = np.zeros((len(y), K))
+        for k, s in enumerate(slots[t]):
+            if s < forest.size[t, 0]:
+                D[:, k] = J[t, :, s]
+        ok = np.isfinite(f[t])
+        w = np.concatenate([np.where(np.isfinite(D), D, 0.0), f[t][:, None], y[:, None]], 1)[ok]
+        bad[t] = np.sum(~ok)
+        if not ok.any():
+            continue
+        mean[t] = w.mean(0)
+        cov[t] = (w - mean[t]).T @ (w - mean[t])
+        m2, c, syy = cov[t, K, K], cov[t, K, K + 1], cov[t, K + 1, K + 1]
+        sse[t] = np.sum((w[:, K + 1] - w[:, K]) ** 2), (syy - c * c / m2 if m2 > 0 else syy)
+    return mean, cov, sse, bad
+
+
+def _check_normal_equations(seed, fs):
+    pop, max_len, K = 12, 24, 4
+    forest, slots = _tame_forest(seed, fs, pop, max_len, K)
+    rng = np.random.default_rng(seed + 1)
+    X = (rng.uniform(0.3, 2.0, (300, 3)) * rng.choice([-1.0, 1.0], (300, 3))).astype(np.float32)
+    y = (np.sin(X[:, 0]) + X[:, 1] * X[:, 2]).astype(np.float32)
+    got = native.normal_equations(_fields(forest), jnp.asarray(X), jnp.asarray(y), slots, fs)
+    got = [np.asarray(a) for a in got]
+    want = _reference_statistics(forest, X, y, slots, fs)
+    np.testing.assert_array_equal(got[3], want[3])
+    for t in range(pop):
+        if want[3][t] == len(y):
+            continue
+        for a, b in zip(got[:3], want[:3]):
+            b = b[t].astype(np.float32)  # the statistics are float32: beyond its range, inf
+            scale = np.abs(b[np.isfinite(b)]).max()
+            np.testing.assert_allclose(a[t], b, rtol=1e-4, atol=1e-5 * scale + 1e-6)
+
+
+@settings(max_examples=6)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_normal_equations_equal_the_jacobian_statistics(seed):
+    _check_normal_equations(seed, MIXED)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protected", [False, True])
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_normal_equations_equal_the_jacobian_statistics_for_every_function(protected, seed):
+    _check_normal_equations(seed, FunctionSet(BUILTIN_NAMES, protected=protected))
+
+
+def test_normal_equations_special_cases():
+    fs = FunctionSet(("add", "mul", "div", "sqrt"))
+    C, V = (lambda c: ("const", 0, c)), (lambda k: ("var", 0, k))
+    # a tree without constants; a row where f is inf (left out); a row where the derivative is inf
+    # (counted as 0); a slot on a variable and one past the tree (unused); a malformed tree
+    trees = [
+        ("mul", 0, (V(0), V(1))),
+        ("div", 0, (C(2.0), V(0))),
+        ("sqrt", 0, (("add", 0, (C(1.0), V(1))),)),
+        ("add", 0, (V(0), C(3.0))),
+    ]
+    from tests.gp.eval_helpers import tree_to_arrays
+
+    arrays = [tree_to_arrays(t, fs, 8) for t in trees] + [tree_to_arrays(trees[0], fs, 8)]
+    opcode, value, size, output = (np.stack(a) for a in zip(*arrays))
+    size[4, 0] = 9  # longer than max_len: malformed
+    X = np.array([[0.0, -1.0], [1.0, 2.0], [2.0, 0.5], [-1.0, 3.0]], np.float32)
+    y = np.array([1.0, 2.0, 0.0, -1.0], np.float32)
+    slots = np.array([[0, 1], [1, 8], [2, 8], [1, 2], [1, 2]], np.int32)
+    forest = ArrayForest(opcode, value, size, output)
+    mean, cov, sse, bad = map(np.asarray, native.normal_equations(_fields(forest), X, y, slots, fs))
+    np.testing.assert_array_equal(bad, [0, 1, 0, 0, 1])
+    f0 = X[:, 0] * X[:, 1]
+    np.testing.assert_allclose(mean[0], [0, 0, f0.mean(), y.mean()], rtol=1e-6)
+    np.testing.assert_allclose(sse[0, 0], np.sum((y - f0) ** 2), rtol=1e-6)
+    keep = X[:, 0] != 0  # 2 / x0: inf at x0 = 0
+    np.testing.assert_allclose(mean[1, 0], np.mean(1.0 / X[keep, 0]), rtol=1e-6)
+    np.testing.assert_allclose(mean[1, 2], np.mean(2.0 / X[keep, 0]), rtol=1e-6)
+    # d sqrt(1 + x1) / d c = 0.5 / sqrt(1 + x1): inf at x1 = -1, counted as 0
+    d = np.where(X[:, 1] == -1.0, 0.0, 0.5 / np.sqrt(np.maximum(1.0 + X[:, 1], 1e-30)))
+    np.testing.assert_allclose(mean[2, 0], d.mean(), rtol=1e-6)
+    assert mean[3, 0] == 0.0 and mean[3, 1] == 1.0 and cov[3, 1, 1] == 0.0  # slot 1 is x0; c = slot 2
+    # x0 + 3 is affine in x0: the scaled error is y's error on x0 alone
+    x0 = X[:, 0].astype(np.float64)
+    slope = np.cov(x0, y, bias=True)[0, 1] / np.var(x0)
+    fit = np.sum((y - y.mean() - slope * (x0 - x0.mean())) ** 2)
+    np.testing.assert_allclose(sse[3, 1], fit, rtol=1e-5)
+    assert np.all(np.isnan(mean[4])) and np.all(np.isnan(cov[4])) and np.all(np.isnan(sse[4]))

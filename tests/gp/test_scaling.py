@@ -183,3 +183,15 @@ def test_problem_scales_by_default_with_training_coefficients_everywhere():
     assert not SymbolicRegression(X, labels, FS, metric="accuracy").linear_scaling
     with pytest.raises(ArgumentError, match="linear_scaling"):
         SymbolicRegression(X, labels, FS, metric="accuracy", linear_scaling=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_huge_offset_cannot_fake_a_perfect_fit(backend):
+    # float32 centering leaves sum(y - mean y) != 0; a tree with a large offset times that residue
+    # once made C**2 / M2 exceed Syy, so the scaled loss clipped to a "perfect" floor
+    X = np.linspace(-5, 5, 676, dtype=np.float32)[:, None]
+    y = (3 * np.sin(X[:, 0]) + 5.3).astype(np.float32)
+    forest = Forest.from_tuples([("add", ("const", 8.9e5), ("var", 0)), ("var", 0)], 4, FS)
+    r2 = np.asarray(fitness(forest, X, y, FS, "r2", backend=backend, linear_scaling=True))
+    assert r2[1] < 0.5  # x0 alone explains little of 3 sin(x0)
+    assert abs(r2[0] - r2[1]) < 1e-3  # an affine copy of x0 explains the same, not everything

@@ -14,7 +14,9 @@
 //   yt                           [n_y, n_points]    targets (regression) or class labels (n_y = 1)
 //   table                        [n_opcodes]        builtin function id of each opcode (-1: none)
 // Outputs: forward  pred [pop, n_points, n_outputs];  fitness  term_sum [pop], bad_sum [pop];
-//          moments (linear scaling)  [pop, n_outputs, 3] = (mean, M2, co-moment with centered y), bad_sum.
+//          moments (linear scaling)  [pop, n_outputs, 3] = (mean, M2, co-moment with centered y), bad_sum;
+//          normal equations (constant optimization, single output; inputs also slots [pop, K] int32)
+//          mean [pop, K+2], cov [pop, K+2, K+2], sse [pop, 2], bad [pop] (see normal_equations_impl).
 //
 // Every tree is independent and evaluated in a fixed order, so results do not depend on threading.
 
@@ -625,6 +627,11 @@ ffi::Error moments_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi:
   float* mom_out = moments->typed_data();
   float* bad_out = bad_sum->typed_data();
   const float* yc = yct.typed_data();
+  // float32 centering leaves sum(yc) != 0: C = sum p*yc - mean(p) * sum(yc) removes it (it matters
+  // for a tree with a large offset, whose sum p*yc would otherwise carry mean(p) * residue)
+  std::vector<double> yc_sum(f.n_outputs, 0.0);
+  for (int k = 0; k < f.n_outputs; ++k)
+    for (int64_t r = 0; r < f.n_points; ++r) yc_sum[k] += yc[k * f.n_points + r];
   return parallel_trees(pool, f.pop, [&](int64_t t0, int64_t t1) {
     thread_local Scratch s;
     s.fit(f);
@@ -671,9 +678,379 @@ ffi::Error moments_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi:
         float* m = mom_out + (t * f.n_outputs + k) * 3;
         m[0] = ok ? static_cast<float>(mean[k]) : NAN;
         m[1] = ok ? static_cast<float>(m2[k]) : NAN;
-        m[2] = ok ? static_cast<float>(co[k]) : NAN;
+        m[2] = ok ? static_cast<float>(co[k] - mean[k] * yc_sum[k]) : NAN;
       }
       bad_out[t] = ok ? static_cast<float>(bad) : 1.0f;
+    }
+  });
+}
+
+
+// ---- normal equations for constant optimization ----------------------------------------------------
+
+// The least-squares statistics of a tree linearized in its constants, for Levenberg-Marquardt
+// (gp/constants.py). Per tree, with D_k = d f / d c_k for the constants at the positions slots[t, k]
+// (k < K; an entry outside [0, tree length) or on a non-CONST node is unused: D_k = 0) and f the
+// tree's output, over the rows where f is finite:
+//   mean [K + 2]          means of w = (D_1 .. D_K, f, y)
+//   cov  [K + 2, K + 2]   centered cross products sum (w - mean)(w - mean)^T
+//   sse  [2]              sum (y - f)^2, and min over (a, b) of sum (y - a f - b)^2 = Syy - C^2 / M2
+//   bad                   rows with a non-finite f (excluded; a malformed tree: nan statistics, 1)
+// Everything is accumulated in double, each 256-row chunk centered on its own means and merged with
+// Chan et al.'s update (as the moments handler): uncentered sums would cancel catastrophically in
+// the loss Syy - C^2 / M2 of a good fit, which is all that distinguishes good trees. A non-finite
+// tangent (a derivative singularity, e.g. sqrt at 0) counts as 0, as the JAX path drops it.
+//
+// The tangents are forward-mode dual numbers, one buffer per tracked constant, updated in place: in
+// reverse prefix order a constant's buffer is set to 1 at its leaf, and at each ancestor multiplied
+// by the node's partial derivative with respect to the child the constant lies under (a subtree is
+// a contiguous run of positions, so that child is found by position). A product with a zero factor
+// is zero even when the other factor is inf or nan, the rule of tree_eval.tree_jacobian (the
+// condition of if_then_else, the unselected side of max, a protected branch). The partial
+// derivatives are those jax.jvp gives for the functions of functions.py (raw or protected), also at
+// the points where the derivative does not exist. A node costs one partial per child that has
+// tracked constants below it and one multiply per such constant and row; a tree without constants
+// costs one forward pass.
+
+// d fn / d (child k) at each of n rows, into d; a, b, c are the children, o the node's value.
+CLONES void partial(int fn, bool prot, int k, const float* __restrict a, const float* __restrict b,
+                    const float* __restrict o, float* __restrict d, int n) {
+  switch (fn) {
+    case kAdd: std::fill(d, d + n, 1.0f); break;
+    case kSub: std::fill(d, d + n, k == 0 ? 1.0f : -1.0f); break;
+    case kMul: std::copy(k == 0 ? b : a, (k == 0 ? b : a) + n, d); break;
+    case kDiv:
+      // jax.jvp sums both operands' rules, the other operand's tangent being 0: d/da = 1 / b + (-0 a)
+      // b**-2 and d/db = 0 / b - a b**-2 (nan where the zero term is 0 * inf); protected: the
+      // divisor is 1 and the derivative 0 where the fallback 1 is taken
+      for (int r = 0; r < n; ++r) {
+        const bool ok = !prot || std::fabs(b[r]) > kEps;
+        const float y = ok ? b[r] : 1.0f, inv2 = 1.0f / (y * y);
+        const float v = k == 0 ? 1.0f / y + (-0.0f * a[r]) * inv2 : 0.0f / y + (-a[r]) * inv2;
+        d[r] = ok ? v : 0.0f;
+      }
+      break;
+    case kPow:
+      // jax: d/dx = y * x**(y - 1), d/dy = log(x == 0 ? 1 : x) * x**y, summed with the other
+      // operand's zero tangent as for div (so d/dx is nan where x < 0); protected: x = |a| (d|a|/da =
+      // a >= 0 ? 1 : -1) and 0 where the fallback 1 is taken
+      for (int r = 0; r < n; ++r) {
+        const bool singular = prot && std::fabs(a[r]) <= kEps && b[r] < 0.0f;
+        const float x = prot ? std::fabs(a[r]) : a[r];
+        const float dx = b[r] * std::pow(x, b[r] - 1.0f);
+        const float dy = std::log(x == 0.0f ? 1.0f : x) * o[r];
+        const float sign = (!prot || a[r] >= 0.0f) ? 1.0f : -1.0f;
+        const float v = k == 0 ? sign * dx + 0.0f * dy : 0.0f * dx + dy;
+        d[r] = singular ? 0.0f : v;
+      }
+      break;
+    case kMax:
+    case kMin:
+      // jax.numpy's maximum: 1 for the operand equal to the result, 1/2 each on a tie; a nan operand
+      // makes the result a + b (functions._max): 1 each
+      for (int r = 0; r < n; ++r) {
+        const float x = k == 0 ? a[r] : b[r], y = k == 0 ? b[r] : a[r];
+        const float m = fn == kMax ? (x > y ? x : y) : (x < y ? x : y);
+        const float v = (x == m ? 1.0f : 0.0f) / (y == m ? 2.0f : 1.0f);
+        d[r] = (a[r] != a[r] || b[r] != b[r]) ? 1.0f : v;
+      }
+      break;
+    case kLt: case kGt: std::fill(d, d + n, 0.0f); break;
+    case kSin: trig(kCos, a, d, n); break;
+    case kCos:
+      trig(kSin, a, d, n);
+      for (int r = 0; r < n; ++r) d[r] = -d[r];
+      break;
+    case kTan: for (int r = 0; r < n; ++r) d[r] = 1.0f + o[r] * o[r]; break;
+    case kSinh: map1(d, a, n, [](float x) { return std::cosh(x); }); break;
+    case kCosh: map1(d, a, n, [](float x) { return std::sinh(x); }); break;
+    case kTanh: for (int r = 0; r < n; ++r) d[r] = (1.0f + o[r]) * (1.0f - o[r]); break;
+    case kExp:
+      for (int r = 0; r < n; ++r) d[r] = (prot && a[r] > kExpClip) ? 0.0f : o[r];
+      break;
+    case kLog:
+      for (int r = 0; r < n; ++r) d[r] = (!prot || std::fabs(a[r]) > kEps) ? 1.0f / a[r] : 0.0f;
+      break;
+    case kSqrt:  // jax: 0.5 / sqrt; protected: times d|a|/da (+1 at 0: inf there)
+      for (int r = 0; r < n; ++r) {
+        const float v = 0.5f / o[r];
+        d[r] = (prot && !(a[r] >= 0.0f)) ? -v : v;
+      }
+      break;
+    case kAbs: for (int r = 0; r < n; ++r) d[r] = a[r] >= 0.0f ? 1.0f : -1.0f; break;
+    case kNeg: std::fill(d, d + n, -1.0f); break;
+    case kInv:
+      for (int r = 0; r < n; ++r) {
+        const float v = -(1.0f / (a[r] * a[r]));
+        d[r] = (!prot || std::fabs(a[r]) > kEps) ? v : 0.0f;
+      }
+      break;
+    case kIfThenElse:
+      for (int r = 0; r < n; ++r) {
+        const bool cond = a[r] > 0.0f;
+        d[r] = k == 0 ? 0.0f : ((k == 1) == cond ? 1.0f : 0.0f);
+      }
+      break;
+  }
+}
+
+// t = d * t, 0 where either factor is 0 (see above).
+CLONES void chain(float* __restrict t, const float* __restrict d, int n) {
+  for (int r = 0; r < n; ++r) t[r] = (d[r] == 0.0f || t[r] == 0.0f) ? 0.0f : d[r] * t[r];
+}
+
+// Subtracts the mean of c[0, n) from each entry (n >= 1) and returns the mean.
+CLONES double center(double* __restrict c, int n) {
+  double lane[4] = {};
+  int r = 0;
+  for (; r + 4 <= n; r += 4)
+    for (int j = 0; j < 4; ++j) lane[j] += c[r + j];
+  for (; r < n; ++r) lane[0] += c[r];
+  const double mean = ((lane[0] + lane[1]) + (lane[2] + lane[3])) / n;
+  for (r = 0; r < n; ++r) c[r] -= mean;
+  return mean;
+}
+
+// sum a[r] * b[r] in double, four independent partial sums (vectorizable without -ffast-math).
+CLONES double dot(const double* __restrict a, const double* __restrict b, int n) {
+  double lane[4] = {};
+  int r = 0;
+  for (; r + 4 <= n; r += 4)
+    for (int j = 0; j < 4; ++j) lane[j] += a[r + j] * b[r + j];
+  for (; r < n; ++r) lane[0] += a[r] * b[r];
+  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+}
+
+// Per-thread working memory beside Scratch: K tangent rows, one partial row, the chunk's K + 2
+// centered columns in double, and the running moments; about (K + 1) * 256 floats + (K + 2) * 256
+// doubles. fit() releases it and rethrows when an allocation fails (as Scratch::fit).
+struct TangentScratch {
+  std::vector<float> tangent, part;
+  std::vector<double> cols, mean, m2, chunk_mean;
+  std::vector<int32_t> rows, slot, index;
+  void fit(int64_t K) {
+    const size_t q = static_cast<size_t>(K) + 2;
+    try {
+      tangent.resize(static_cast<size_t>(K) * kRows);
+      part.resize(kRows);
+      cols.resize(q * kRows);
+      mean.resize(q);
+      chunk_mean.resize(q);
+      m2.resize(q * q);
+      rows.resize(kRows);
+      slot.resize(static_cast<size_t>(K));
+      index.resize(static_cast<size_t>(K));
+    } catch (...) {
+      *this = TangentScratch();
+      throw;
+    }
+  }
+};
+
+// Copies the chunk's rows with a finite output into ts.cols as double columns (tangents, then f, then
+// y; a non-finite tangent as 0), adds their sum (y - f)^2 to sse and returns how many there are. All
+// rows finite (the usual case) is a straight vectorizable copy; otherwise the rows are gathered.
+CLONES int gather_rows(const float* __restrict root, TangentScratch& ts, int n_active, const float* __restrict y,
+                       int n, double& sse) {
+  int finite = 0;
+  for (int r = 0; r < n; ++r) finite += std::isfinite(root[r]);
+  double* __restrict cols = ts.cols.data();
+  double* __restrict fc = cols + n_active * kRows;
+  double* __restrict yc = cols + (n_active + 1) * kRows;
+  const int32_t* rows = ts.rows.data();
+  if (finite < n) {
+    int m = 0;
+    for (int r = 0; r < n; ++r) {
+      ts.rows[m] = r;
+      m += std::isfinite(root[r]);
+    }
+  }
+  for (int j = 0; j < n_active; ++j) {
+    const float* __restrict tj = ts.tangent.data() + j * kRows;
+    double* __restrict cj = cols + j * kRows;
+    if (finite == n) {
+      for (int r = 0; r < n; ++r) cj[r] = std::isfinite(tj[r]) ? tj[r] : 0.0f;
+    } else {
+      for (int i = 0; i < finite; ++i) cj[i] = std::isfinite(tj[rows[i]]) ? tj[rows[i]] : 0.0f;
+    }
+  }
+  if (finite == n) {
+    for (int r = 0; r < n; ++r) {
+      fc[r] = root[r];
+      yc[r] = y[r];
+    }
+  } else {
+    for (int i = 0; i < finite; ++i) {
+      fc[i] = root[rows[i]];
+      yc[i] = y[rows[i]];
+    }
+  }
+  double lane[4] = {};
+  int r = 0;
+  for (; r + 4 <= finite; r += 4)
+    for (int j = 0; j < 4; ++j) lane[j] += (yc[r + j] - fc[r + j]) * (yc[r + j] - fc[r + j]);
+  for (; r < finite; ++r) lane[0] += (yc[r] - fc[r]) * (yc[r] - fc[r]);
+  sse += (lane[0] + lane[1]) + (lane[2] + lane[3]);
+  return finite;
+}
+
+// Evaluates single-output tree t on rows [r0, r0 + n) as eval_tree does, and leaves in
+// ts.tangent[j] the derivative of the output with respect to the constant at position ts.slot[j]
+// (j < n_active). Returns the output's values, or nullptr for a malformed tree.
+const float* eval_tree_tangents(const Forest& f, int64_t t, int64_t r0, int n, Scratch& s, TangentScratch& ts,
+                                int n_active) {
+  const int32_t* op = f.opcode + t * f.max_len;
+  const float* val = f.value + t * f.max_len;
+  const int32_t* sz = f.size + t * f.max_len;
+  const int64_t len = sz[0];
+  if (len < 1 || len > f.max_len) return nullptr;
+  const float** stack = s.stack.data();
+  int64_t sp = 0;
+  for (int64_t i = len - 1; i >= 0; --i) {
+    const int32_t code = op[i];
+    float* slot = s.slots.data() + i * kRows;
+    if (code == kConst) {
+      if (r0 == 0) std::fill(slot, slot + n, val[i]);
+      for (int j = 0; j < n_active; ++j)
+        if (ts.slot[j] == i) std::fill(ts.tangent.data() + j * kRows, ts.tangent.data() + j * kRows + n, 1.0f);
+      stack[sp++] = slot;
+    } else if (code == kVar) {
+      const float fv = val[i];
+      const int64_t v = fv >= 1.0f ? std::min<int64_t>(static_cast<int64_t>(std::min(fv, 1e9f)), f.n_vars - 1) : 0;
+      stack[sp++] = f.xt + v * f.n_points + r0;
+    } else {
+      if (code < 0 || code >= f.n_opcodes) return nullptr;
+      const int32_t fn = f.table[code];
+      if (fn < 0 || fn >= kNumFns) return nullptr;
+      const int arity = kFnArity[fn];
+      if (sp < arity) return nullptr;
+      const float* a = stack[sp - 1];
+      const float* b = arity >= 2 ? stack[sp - 2] : a;
+      const float* c = arity >= 3 ? stack[sp - 3] : a;
+      apply(fn, f.prot, slot, a, b, c, n);
+      // child k occupies positions [start, start + size): the constants there get its partial
+      int64_t start = i + 1;
+      for (int k = 0; k < arity && n_active > 0; ++k) {
+        if (start >= len || sz[start] < 1 || start + sz[start] > len) return nullptr;
+        const int64_t end = start + sz[start];
+        bool have = false;
+        for (int j = 0; j < n_active; ++j) {
+          if (ts.slot[j] < start || ts.slot[j] >= end) continue;
+          if (!have) partial(fn, f.prot, k, a, b, slot, ts.part.data(), n);
+          have = true;
+          chain(ts.tangent.data() + j * kRows, ts.part.data(), n);
+        }
+        start = end;
+      }
+      sp -= arity;
+      stack[sp++] = slot;
+    }
+  }
+  if (sp != 1) return nullptr;
+  return stack[0];
+}
+
+ffi::Error normal_equations_impl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> opcode, ffi::Buffer<ffi::F32> value,
+                                 ffi::Buffer<ffi::S32> size, ffi::Buffer<ffi::S32> output,
+                                 ffi::Buffer<ffi::F32> xt, ffi::Buffer<ffi::F32> yt, ffi::Buffer<ffi::S32> slots,
+                                 ffi::Buffer<ffi::S32> table, int32_t prot, ffi::ResultBuffer<ffi::F32> mean_out,
+                                 ffi::ResultBuffer<ffi::F32> cov_out, ffi::ResultBuffer<ffi::F32> sse_out,
+                                 ffi::ResultBuffer<ffi::F32> bad_out) {
+  const Forest f = make_forest(opcode, value, size, output, xt, table, 1, prot);
+  if (auto e = check_forest(f, opcode.dimensions(), value.dimensions(), size.dimensions(),
+                            output.dimensions(), xt.dimensions());
+      !e.success())
+    return e;
+  auto dy = yt.dimensions();
+  if (dy.size() != 2 || dy[0] != 1 || dy[1] != f.n_points)
+    return ffi::Error::InvalidArgument("yt must be [1, n_points]");
+  auto ds = slots.dimensions();
+  if (ds.size() != 2 || ds[0] != f.pop) return ffi::Error::InvalidArgument("slots must be [pop, K]");
+  const int64_t K = ds[1], Q = K + 2;
+  if (mean_out->element_count() != static_cast<size_t>(f.pop * Q) ||
+      cov_out->element_count() != static_cast<size_t>(f.pop * Q * Q) ||
+      sse_out->element_count() != static_cast<size_t>(f.pop * 2) ||
+      bad_out->element_count() != static_cast<size_t>(f.pop))
+    return ffi::Error::InvalidArgument("outputs must be mean [pop, K+2], cov [pop, K+2, K+2], sse [pop, 2], bad [pop]");
+  const int32_t* slot_in = slots.typed_data();
+  const float* y = yt.typed_data();
+  float* mean_o = mean_out->typed_data();
+  float* cov_o = cov_out->typed_data();
+  float* sse_o = sse_out->typed_data();
+  float* bad_o = bad_out->typed_data();
+  return parallel_trees(pool, f.pop, [&](int64_t t0, int64_t t1) {
+    thread_local Scratch s;
+    thread_local TangentScratch ts;
+    s.fit(f);
+    ts.fit(K);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int32_t* op = f.opcode + t * f.max_len;
+      const int64_t len = f.size[t * f.max_len];
+      // the tracked constants: compact index j -> position ts.slot[j], output index ts.index[j]
+      int n_active = 0;
+      for (int64_t k = 0; k < K && len >= 1 && len <= f.max_len; ++k) {
+        const int32_t p = slot_in[t * K + k];
+        if (p < 0 || p >= len || op[p] != kConst) continue;
+        ts.slot[n_active] = p;
+        ts.index[n_active] = static_cast<int32_t>(k);
+        ++n_active;
+      }
+      const int q = n_active + 2, fq = n_active, yq = n_active + 1;  // columns: tangents, f, y
+      std::fill(ts.mean.begin(), ts.mean.begin() + q, 0.0);
+      std::fill(ts.m2.begin(), ts.m2.begin() + static_cast<size_t>(q) * q, 0.0);
+      double sse = 0.0;
+      int64_t bad = 0, seen = 0;
+      bool ok = true;
+      for (int64_t r0 = 0; r0 < f.n_points; r0 += kRows) {
+        const int n = static_cast<int>(std::min<int64_t>(kRows, f.n_points - r0));
+        const float* root = eval_tree_tangents(f, t, r0, n, s, ts, n_active);
+        if (!root) {
+          ok = false;
+          break;
+        }
+        const int m = gather_rows(root, ts, n_active, y + r0, n, sse);
+        bad += n - m;
+        if (m == 0) continue;
+        double* cols = ts.cols.data();
+        // center the chunk on its own means, then merge (Chan et al.)
+        const double total = static_cast<double>(seen + m);
+        for (int p = 0; p < q; ++p) ts.chunk_mean[p] = center(cols + p * kRows, m);
+        const double weight = static_cast<double>(seen) * m / total;
+        for (int p = 0; p < q; ++p) {
+          const double dp = ts.chunk_mean[p] - ts.mean[p];
+          for (int r = p; r < q; ++r) {
+            const double dr = ts.chunk_mean[r] - ts.mean[r];
+            ts.m2[p * q + r] += dot(cols + p * kRows, cols + r * kRows, m) + dp * dr * weight;
+          }
+        }
+        for (int p = 0; p < q; ++p) ts.mean[p] += (ts.chunk_mean[p] - ts.mean[p]) * m / total;
+        seen += m;
+      }
+      float* mo = mean_o + t * Q;
+      float* co = cov_o + t * Q * Q;
+      if (!ok) {
+        std::fill(mo, mo + Q, NAN);
+        std::fill(co, co + Q * Q, NAN);
+        sse_o[2 * t] = sse_o[2 * t + 1] = NAN;
+        bad_o[t] = 1.0f;
+        continue;
+      }
+      // output index of compact column p
+      auto out = [&](int p) -> int64_t { return p < n_active ? ts.index[p] : (p == fq ? K : K + 1); };
+      std::fill(mo, mo + Q, 0.0f);
+      std::fill(co, co + Q * Q, 0.0f);
+      for (int p = 0; p < q; ++p) {
+        mo[out(p)] = static_cast<float>(ts.mean[p]);
+        for (int r = p; r < q; ++r) {
+          const float v = static_cast<float>(ts.m2[p * q + r]);
+          co[out(p) * Q + out(r)] = v;
+          co[out(r) * Q + out(p)] = v;
+        }
+      }
+      const double m2 = ts.m2[fq * q + fq], cy = ts.m2[fq * q + yq], syy = ts.m2[yq * q + yq];
+      sse_o[2 * t] = static_cast<float>(sse);
+      sse_o[2 * t + 1] = static_cast<float>(m2 > 0.0 ? std::max(syy - cy * cy / m2, 0.0) : syy);
+      bad_o[t] = static_cast<float>(bad);
     }
   });
 }
@@ -724,6 +1101,23 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EvotensorGpMoments, moments_impl,
                                   .Ret<ffi::Buffer<ffi::F32>>()   // moments
                                   .Ret<ffi::Buffer<ffi::F32>>());  // bad_sum
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(EvotensorGpNormalEquations, normal_equations_impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // opcode
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // value
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // size
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // output
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // xt
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // yt [1, n_points]
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // slots [pop, K]
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // table
+                                  .Attr<int32_t>("protected")
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // mean [pop, K + 2]
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // cov [pop, K + 2, K + 2]
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // sse [pop, 2]
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // bad [pop]
+
 // ---- the Python module: handler capsules and the function-id order ---------------------------------
 
 static PyObject* handlers(PyObject*, PyObject*) {
@@ -732,7 +1126,8 @@ static PyObject* handlers(PyObject*, PyObject*) {
   const std::pair<const char*, void*> items[] = {
       {"evotensor_gp_forward", reinterpret_cast<void*>(EvotensorGpForward)},
       {"evotensor_gp_fitness", reinterpret_cast<void*>(EvotensorGpFitness)},
-      {"evotensor_gp_moments", reinterpret_cast<void*>(EvotensorGpMoments)}};
+      {"evotensor_gp_moments", reinterpret_cast<void*>(EvotensorGpMoments)},
+      {"evotensor_gp_normal_equations", reinterpret_cast<void*>(EvotensorGpNormalEquations)}};
   for (const auto& [name, fn] : items) {
     PyObject* cap = PyCapsule_New(fn, nullptr, nullptr);
     if (!cap || PyDict_SetItemString(d, name, cap) < 0) {

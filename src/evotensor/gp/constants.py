@@ -22,11 +22,19 @@ pass that also records every node's partial derivatives, then a pass in prefix o
 / d value`` for every row and every slot at once, whatever the number of constants (forward mode
 would push ``max_constants`` tangents through the evaluation). Each iteration costs one such
 linearization at the candidate constants (reused as the next step's when it is accepted).
+
+On a CPU the linearization is native by default (``backend="auto"``): one call of the C++ kernel
+:func:`evotensor.gp.native.normal_equations` per iteration for the whole batch of trees gives each
+tree's least-squares sums over the rows (forward-mode tangents of its tracked constants, sums in
+double, centered), from which ``J^T J``, ``J^T r`` and the loss are formed exactly (no float32
+cancellation of large uncentered sums) and the ``[trees, K + 2, K + 2]`` damped systems solved in
+JAX; about 12x faster than ``tree_jacobian`` per tree on a CPU.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -35,14 +43,23 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from evotensor.core.checks import ArgumentError, check_fraction, check_int, check_positive
-from evotensor.gp import scaling
+from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_int, check_positive
+from evotensor.gp import native, scaling
 from evotensor.gp.encoding import Forest
 from evotensor.gp.functions import CONST, FunctionSet
-from evotensor.gp.metrics import check_finite_data, forest_fields
+from evotensor.gp.metrics import (
+    ROWS_PER_CHUNK,
+    check_evaluation_size,
+    check_finite_data,
+    forest_fields,
+    memory_limit,
+)
 from evotensor.gp.tree_eval import tree_jacobian
 
-__all__ = ["ConstantOptimizer", "optimize_constants"]
+__all__ = ["BACKENDS", "ConstantOptimizer", "choose_backend", "optimize_constants"]
+
+BACKENDS = ("auto", "native", "jax")
+"""The linearization paths ``backend=`` accepts (see :func:`optimize_constants`)."""
 
 _LAMBDA_MIN, _LAMBDA_MAX = 1e-12, 1e12
 _HIGHEST = lax.Precision.HIGHEST
@@ -163,6 +180,123 @@ def _optimize_tree(
     return with_constants(theta), loss
 
 
+# ---- the native path: one C++ linearization of the whole batch per iteration -----------------------
+
+
+def choose_backend(backend: str, function_set: FunctionSet) -> str:
+    """The linearization path ``backend`` (one of :data:`BACKENDS`) resolves to: ``"native"`` (the
+    C++ kernel, :func:`evotensor.gp.native.normal_equations`) or ``"jax"`` (:func:`tree_jacobian`).
+    ``"auto"``: native where JAX's default backend is the CPU and the kernel implements every function
+    of the set, else jax (a GPU, custom functions)."""
+    check_choice(backend, "backend", BACKENDS)
+    if backend == "auto":
+        return "native" if jax.default_backend() == "cpu" and native.supported(function_set) else "jax"
+    if backend == "native" and not native.supported(function_set):
+        reason = native.UNAVAILABLE_REASON or "function_set has functions it lacks (built-ins only)"
+        raise ArgumentError(f"backend='native' is not available: {reason}; use backend='jax' or 'auto'")
+    return backend
+
+
+def _check_native_memory(pop: int, max_len: int, n_points: int, max_constants: int) -> None:
+    """Refuse up front a native call whose working memory exceeds the limit (naming the argument)."""
+    check_evaluation_size(pop, max_len, n_points, 1, materialize=False)
+    in_flight = max(os.cpu_count() or 1, 8)
+    # per thread: K tangent rows and a partial row (float32), K + 2 centered columns and the
+    # (K + 2)^2 running cross products (float64)
+    q = max_constants + 2
+    need = in_flight * ((max_constants + 1) * ROWS_PER_CHUNK * 4 + q * ROWS_PER_CHUNK * 8 + q * q * 8)
+    if need > memory_limit():
+        raise ArgumentError(
+            f"max_constants={max_constants} too large for the native constant optimizer: its working "
+            f"memory needs {need / 2**30:.3g} GiB, over the limit of {memory_limit() / 2**30:.3g} GiB "
+            "(evotensor.gp.metrics.memory_limit())"
+        )
+
+
+def _native_system(stats, y_mean, n: int, linear_scaling: bool, max_constants: int):
+    """``(a, b, loss, JtJ [B, Q, Q], Jtr [B, Q])`` from the kernel's statistics at one point:
+    ``Q = K + 2`` parameters (``K`` constants, then with linear scaling ``a, b``; without, the last
+    two columns are zero), ``a, b`` the closed-form scaling (1, 0 without), ``loss`` the mean squared
+    error of ``a f + b`` (inf where a prediction is not finite)."""
+    mean, cov, sse, bad = stats
+    K = max_constants
+    m_f = mean[:, K]
+    finite = (bad == 0) & jnp.all(jnp.isfinite(mean), -1) & jnp.all(jnp.isfinite(sse), -1)
+    if linear_scaling:
+        moments = jnp.stack([m_f, cov[:, K, K], cov[:, K, K + 1]], -1)[:, None, :]
+        a, b = scaling.coefficients(moments, y_mean[None], n)
+        a, b = a[:, 0], b[:, 0]
+        # the kernel's Syy - C^2 / M2 (double) is the error at the least-squares a, b; where the
+        # scaling rule gives a = 0 (a constant tree) the error is Syy
+        sse_model = jnp.where(a == 0, cov[:, K + 1, K + 1], sse[:, 1])
+        ones = jnp.ones((a.shape[0], 2))
+        column_scale = jnp.concatenate([jnp.broadcast_to(a[:, None], (a.shape[0], K)), ones], 1)
+    else:
+        a, b = jnp.ones_like(m_f), jnp.zeros_like(m_f)
+        sse_model = sse[:, 0]
+        column_scale = jnp.concatenate([jnp.ones((K,)), jnp.zeros((2,))])[None]
+    loss = jnp.where(finite & jnp.isfinite(sse_model), sse_model / n, jnp.inf)
+    # uncentered sums over the columns (D_1 .. D_K, f, 1) from the centered ones: G = C + n mu mu^T
+    n_ok = n - bad
+    mu = jnp.concatenate([mean[:, : K + 1], jnp.ones_like(m_f)[:, None]], 1)
+    C = jnp.pad(cov[:, : K + 1, : K + 1], ((0, 0), (0, 1), (0, 1)))
+    G = C + n_ok[:, None, None] * mu[:, :, None] * mu[:, None, :]
+    # sum_rows column * r with r = y - a f - b, from the centered cross products (no cancellation
+    # of large uncentered sums): cov(X, r) = cov(X, y) - a cov(X, f), plus mean(X) * sum r
+    sum_r = n_ok * (mean[:, K + 1] - a * m_f - b)
+    cov_r = cov[:, : K + 1, K + 1] - a[:, None] * cov[:, : K + 1, K]
+    g = jnp.pad(cov_r, ((0, 0), (0, 1))) + mu * sum_r[:, None]
+    JtJ = column_scale[:, :, None] * G * column_scale[:, None, :]
+    Jtr = column_scale * g
+    return a, b, loss, JtJ, Jtr
+
+
+def _optimize_native(opcode, value, size, output, X, y, fs, steps, linear_scaling, max_constants, damping):
+    """Levenberg-Marquardt on every tree at once with the native linearization: ``(value, loss)``."""
+    B, L = opcode.shape
+    n = X.shape[0]
+    K = max_constants
+    _check_native_memory(B, L, n, K)
+    slots = jax.vmap(lambda op: _constant_slots(op, K))(opcode)  # [B, K], L where unused
+    used = slots < L
+    rows = jnp.arange(B)[:, None]
+    y_mean = jnp.mean(y)[None]
+
+    def with_constants(theta):
+        return value.at[rows, slots].set(theta, mode="drop")
+
+    def linearize(theta):
+        stats = native.normal_equations((opcode, with_constants(theta), size, output), X, y, slots, fs)
+        return stats, _native_system(stats, y_mean, n, linear_scaling, K)
+
+    def step(carry, first):
+        theta, stats, lam = carry
+        _, _, loss, JtJ, Jtr = _native_system(stats, y_mean, n, linear_scaling, K)
+        diag = jnp.diagonal(JtJ, axis1=1, axis2=2)
+        # an unused or inert parameter has a zero column: a unit diagonal keeps its step at 0
+        dead = diag <= 0
+        A = JtJ + jax.vmap(jnp.diag)(jnp.where(dead, 1.0, lam[:, None] * diag))
+        delta = jnp.linalg.solve(A, Jtr[..., None])[..., 0]
+        delta = jnp.where(jnp.all(jnp.isfinite(delta), -1, keepdims=True), delta, 0.0)
+        candidate = jnp.where(used & ~first, theta + delta[:, :K], theta)
+        stats_c, (_, _, loss_c, _, _) = linearize(candidate)
+        # the first iteration only linearizes at the initial constants (one kernel call in the program)
+        accept = first | ((loss_c < loss) & jnp.isfinite(loss_c))
+        lam = jnp.where(first, lam, jnp.where(accept, lam * 0.1, lam * 10.0))
+        lam = jnp.clip(lam, _LAMBDA_MIN, _LAMBDA_MAX)
+        pick = lambda new, old: jnp.where(accept.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
+        return (pick(candidate, theta), jax.tree.map(pick, stats_c, stats), lam), None
+
+    theta0 = jnp.where(used, jnp.take_along_axis(value, jnp.minimum(slots, L - 1), axis=1), 0.0)
+    Q = K + 2
+    zeros = (jnp.zeros((B, Q)), jnp.zeros((B, Q, Q)), jnp.zeros((B, 2)), jnp.ones((B,)))
+    init = (theta0, zeros, jnp.full((B,), damping, jnp.float32))
+    first = jnp.arange(steps + 1) == 0
+    (theta, stats, _), _ = lax.scan(step, init, first)
+    loss = _native_system(stats, y_mean, n, linear_scaling, K)[2]
+    return with_constants(theta), loss
+
+
 def optimize_constants(
     forest: Any,
     X: Any,
@@ -175,6 +309,7 @@ def optimize_constants(
     damping: float = 1e-3,
     max_constants: int = 16,
     batch_trees: bool | None = None,
+    backend: str = "auto",
 ) -> tuple[jax.Array, jax.Array]:
     """Tune the constants of every tree by Levenberg-Marquardt (see the module docstring).
 
@@ -197,7 +332,17 @@ def optimize_constants(
             ``lax.map`` (False), where each tree runs only its own nodes and each node computes
             only its own function. ``None`` (default): ``vmap`` on a GPU, one at a time on a CPU
             (faster there: a batch's ``[trees, max_len, rows]`` arrays leave the caches). The
-            results agree to float32 rounding.
+            results agree to float32 rounding. JAX path only.
+        backend: how each iteration linearizes the trees (one of :data:`BACKENDS`). ``"native"``:
+            one call of the C++ kernel :func:`evotensor.gp.native.normal_equations` for the whole
+            batch (forward-mode tangents of the tracked constants, the least-squares sums
+            accumulated in double), then the batched damped solves ``[trees, K + 2, K + 2]`` in
+            JAX; on the CPU (from any host; see :mod:`evotensor.gp.native`), built-in functions
+            only. ``"jax"``: :func:`tree_jacobian` per tree, any function set, any device.
+            ``"auto"`` (default): native where JAX's default backend is the CPU and the function
+            set is native (:func:`choose_backend`), else jax. The two paths take the same steps up
+            to float32 rounding (the native one forms ``J^T J`` and ``J^T r`` from sums over the
+            rows instead of the Jacobian; its loss, from double sums, has no float32 floor).
 
     Returns:
         ``(value, loss)``: ``value`` float32 ``[pop, max_len]``, the forest's values with the tuned
@@ -227,7 +372,23 @@ def optimize_constants(
         raise ArgumentError(f"linear_scaling must be a bool, got {linear_scaling!r}")
     _check_n_outputs(n_outputs)
     X, y = _check_data(X, y)
+    path = choose_backend(backend, function_set)
     opcode, value, size, output, single = forest_fields(forest)
+    if path == "native":
+        new_value, loss = _optimize_native(
+            opcode,
+            value,
+            size,
+            output,
+            X,
+            y,
+            function_set,
+            steps,
+            bool(linear_scaling),
+            max_constants,
+            damping,
+        )
+        return (new_value[0], loss[0]) if single else (new_value, loss)
 
     def one(op, val, sz, out, skip_padding):
         return _optimize_tree(
@@ -269,6 +430,8 @@ class ConstantOptimizer:
             a random subset of that size is tuned.
         max_constants: constants tuned per tree (its first ones in prefix order).
         damping: initial Marquardt damping.
+        backend: the linearization path, one of :data:`BACKENDS` (see :func:`optimize_constants`;
+            ``"auto"``: the native C++ kernel on a CPU, JAX elsewhere).
 
     Call it as ``optimizer(key, forest, fitness, X, y, function_set, linear_scaling=True,
     loss_to_fitness=None) -> (value [pop, max_len], fitness [pop])``: ``fitness`` is minimized (NaN
@@ -292,15 +455,17 @@ class ConstantOptimizer:
         probability: float | None = None,
         max_constants: int = 16,
         damping: float = 1e-3,
+        backend: str = "auto",
     ):
         self.steps = check_int(steps, "steps", minimum=1)
         self.fraction = check_fraction(fraction, "fraction")
         self.probability = None if probability is None else check_fraction(probability, "probability")
         self.max_constants = check_int(max_constants, "max_constants", minimum=1)
         self.damping = check_positive(damping, "damping")
+        self.backend = check_choice(backend, "backend", BACKENDS)
 
     def _key(self) -> tuple:
-        return (self.steps, self.fraction, self.probability, self.max_constants, self.damping)
+        return (self.steps, self.fraction, self.probability, self.max_constants, self.damping, self.backend)
 
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, ConstantOptimizer) and self._key() == other._key()
@@ -314,7 +479,7 @@ class ConstantOptimizer:
         )
         return (
             f"ConstantOptimizer(steps={self.steps}, {chosen}, max_constants={self.max_constants}, "
-            f"damping={self.damping})"
+            f"damping={self.damping}{'' if self.backend == 'auto' else f', backend={self.backend!r}'})"
         )
 
     def batch_size(self, pop: int) -> int:
@@ -370,6 +535,7 @@ class ConstantOptimizer:
             linear_scaling=linear_scaling,
             damping=self.damping,
             max_constants=self.max_constants,
+            backend=self.backend,
         )
         new_fit = loss if loss_to_fitness is None else loss_to_fitness(loss)
         new_fit = jnp.asarray(new_fit).astype(fitness.dtype)

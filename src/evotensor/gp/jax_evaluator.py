@@ -426,7 +426,9 @@ def moments_jax(arrays, X, yct, fs, n_outputs, tree_block, row_block):
         )
         s1, s2, sc = (jnp.sum(a, -1) for a in (s1, s2, sc))  # [n_out, T]
         mean_d = s1 / n_points
-        moments = jnp.stack([shift[..., 0] + mean_d, jnp.maximum(s2 - s1 * mean_d, 0.0), sc], axis=-1)
+        # sc = sum (p - c) yc; float32 centering leaves sum(yc) != 0, so subtract its share
+        co = sc - mean_d * jnp.sum(yct, axis=1)[:, None]
+        moments = jnp.stack([shift[..., 0] + mean_d, jnp.maximum(s2 - s1 * mean_d, 0.0), co], axis=-1)
         return buf, (moments.transpose(1, 0, 2), jnp.sum(bad_acc, -1))
 
     _, (moments, bad_sum) = lax.scan(

@@ -16,7 +16,9 @@ function set can run here (built-in functions only).
 The calls are ``jax.ffi.ffi_call``: they trace under ``jit`` (no host callback in a program for the
 CPU), run ``sequential`` under ``vmap`` (one call per batch element), and have no derivative.
 
-Memory: each thread holds ``(max_len + n_outputs) * 256`` float32 of working memory;
+Memory: each thread holds ``(max_len + n_outputs) * 256`` float32 of working memory (the normal
+equations of constant optimization, :func:`normal_equations`, also ``(K + 1) * 256`` float32 and
+``(K + 2) * 256`` float64 for ``K`` constants, checked by :mod:`evotensor.gp.constants`);
 :func:`evotensor.gp.evaluate` refuses up front a call whose memory exceeds
 :func:`evotensor.gp.metrics.memory_limit`. An allocation that still fails inside the evaluator (on
 any of its threads) is caught there and raised as ``jax.errors.JaxRuntimeError`` with
@@ -201,7 +203,28 @@ def _moments_ffi(opcode, value, size, output, XT, yct, table, *, n_outputs: int,
     )
 
 
-_FFI = {"forward": _forward_ffi, "fitness": _fitness_ffi, "moments": _moments_ffi}
+@functools.partial(jax.jit, static_argnames=("protected",))
+def _normal_equations_ffi(opcode, value, size, output, XT, yt, slots, table, *, protected: bool):
+    pop, q = opcode.shape[0], slots.shape[1] + 2
+    call = jax.ffi.ffi_call(
+        "evotensor_gp_normal_equations",
+        (
+            jax.ShapeDtypeStruct((pop, q), jnp.float32),
+            jax.ShapeDtypeStruct((pop, q, q), jnp.float32),
+            jax.ShapeDtypeStruct((pop, 2), jnp.float32),
+            jax.ShapeDtypeStruct((pop,), jnp.float32),
+        ),
+        vmap_method="sequential",
+    )
+    return call(opcode, value, size, output, XT, yt, slots, table, protected=np.int32(protected))
+
+
+_FFI = {
+    "forward": _forward_ffi,
+    "fitness": _fitness_ffi,
+    "moments": _moments_ffi,
+    "normal_equations": _normal_equations_ffi,
+}
 
 
 def evaluate_native(arrays, X: jax.Array, fs: FunctionSet, n_outputs: int) -> jax.Array:
@@ -260,4 +283,43 @@ def scaling_moments(arrays, X: jax.Array, yct: jax.Array, fs: FunctionSet, n_out
     _register()
     return _on_the_cpu(
         "moments", *arrays, X.T, yct, _table(fs), n_outputs=int(n_outputs), protected=bool(fs.protected)
+    )
+
+
+def normal_equations(arrays, X: jax.Array, y: jax.Array, slots: jax.Array, fs: FunctionSet):
+    """Least-squares statistics of every tree linearized in its constants (for Levenberg-Marquardt,
+    :mod:`evotensor.gp.constants`), in one pass over the rows per tree, computed on the CPU on any host.
+
+    With ``D_k = d f / d c_k`` the derivative of the tree's output ``f`` with respect to the constant
+    at position ``slots[t, k]`` (forward-mode tangents; the derivative rules of ``jax.jvp`` on the
+    functions of :mod:`evotensor.gp.functions`, raw or protected) and ``w = (D_1 .. D_K, f, y)``,
+    over the rows where ``f`` is finite, accumulated in double and centered chunk by chunk:
+
+    Args:
+        arrays: ``(opcode, value, size, output)``, each ``[pop, max_len]`` (single-output trees).
+        X: ``[n_points, n_vars]``.
+        y: ``[n_points]`` targets.
+        slots: ``int32 [pop, K]`` positions of the constants to differentiate by; an entry outside
+            ``[0, size[t, 0])`` or on a non-``CONST`` node is unused (its ``D_k`` is 0).
+
+    Returns:
+        ``(mean, cov, sse, bad)``, float32: ``mean [pop, K + 2]`` the means of ``w``; ``cov [pop, K + 2,
+        K + 2]`` the centered cross products ``sum (w - mean)(w - mean)^T`` (a non-finite ``D_k``
+        counts as 0); ``sse [pop, 2]`` = ``sum (y - f)^2`` and the least squared error of ``a f + b``
+        over ``a, b``, ``Syy - C^2 / M2`` (``Syy`` where ``M2 = 0``), both computed in double; ``bad
+        [pop]`` the rows with a non-finite ``f`` (left out of the rest). A malformed tree: nan, 1.
+
+    Working memory per thread: ``(max_len + K + 1) * 256`` float32 and ``(K + 2) * 256`` float64.
+    """
+    _check(fs)
+    _register()
+    y = jnp.asarray(y, jnp.float32).reshape(1, -1)
+    return _on_the_cpu(
+        "normal_equations",
+        *arrays,
+        X.T,
+        y,
+        jnp.asarray(slots, jnp.int32),
+        _table(fs),
+        protected=bool(fs.protected),
     )

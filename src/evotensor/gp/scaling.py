@@ -84,7 +84,7 @@ def scaled_sse(moments: jax.Array, syy: jax.Array, n_points: int) -> jax.Array:
     mean_p, m2, co = moments[..., 0], moments[..., 1], moments[..., 2]
     noise = n_points * jnp.square(_SPREAD_ULPS * jnp.finfo(jnp.float32).eps * jnp.abs(mean_p))
     varies = (m2 > noise) & (m2 > 0)
-    explained = jnp.where(varies, co * co / jnp.where(varies, m2, 1.0), 0.0)
+    explained = jnp.where(varies, co * (co / jnp.where(varies, m2, 1.0)), 0.0)  # co * co overflows first
     # Syy - C**2 / M2 in float32 is exact to a few ulps of Syy only: below that floor two trees
     # cannot be told apart, so none gets a loss of 0 by rounding luck (a hall of fame or PySR's score
     # would prefer a bigger tree on noise); the floor is R^2 = 1 - 4 eps ~ 0.9999995
