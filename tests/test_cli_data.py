@@ -102,7 +102,7 @@ def test_bad_data_is_one_error_line_naming_the_column_or_row(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["run", "sr", "--data", "/nonexistent/d.csv"], "error: --data /nonexistent/d.csv: file not found"),
+        (["run", "sr", "--data", "/nonexistent/d.csv"], "error: --data /nonexistent/d.csv: no such file"),
         (["run", "sr", "--data", " "], "error: --data  : needs a path"),
         (["run", "sr"], "task sr needs a data file: evotensor run sr --data FILE.csv --target COLUMN"),
         (["run", "es-sphere", "--data", "x.csv"], "--data x.csv: task 'es-sphere' has no option(s) data"),

@@ -14,7 +14,6 @@ JAX from preallocating most of a GPU's memory.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -66,17 +65,12 @@ def _traceback_wanted() -> bool:
 
 
 def _configure_jax() -> None:
-    """Persistent compilation cache + no GPU memory preallocation (before JAX starts)."""
+    """Persistent compilation cache (:mod:`evotensor.core.compile_cache`, as for the Python API) + no
+    GPU memory preallocation (before JAX starts)."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    import jax
+    from evotensor.core.compile_cache import enable_default_cache
 
-    cache = os.environ.get("EVOTENSOR_CACHE_DIR", str(Path.home() / ".cache" / "evotensor" / "jax"))
-    try:
-        Path(cache).mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    except OSError:
-        pass  # an unwritable home only costs compile time
+    enable_default_cache()
 
 
 def _parse_value(text: str) -> Any:
@@ -282,21 +276,6 @@ def _check_options(spec: Any, options: dict[str, Any], resume: Path | None) -> N
                 )
 
 
-def _file_sha256(path: Path, where: str) -> str:
-    digest = hashlib.sha256()
-    try:
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    except FileNotFoundError:
-        raise _Problem(f"{where}: file not found") from None
-    except IsADirectoryError:
-        raise _Problem(f"{where}: is a directory, not a file") from None
-    except OSError as err:
-        raise _Problem(f"{where}: cannot read it ({err.strerror or err})") from None
-    return digest.hexdigest()
-
-
 def _data_options(spec: Any, options: dict[str, Any], data: Any, target: Any, resume: Path | None) -> None:
     """``--data``/``--target`` into the task config: the data file (from any source) as an absolute
     path, so a resumed run reads the same file from any directory, and, on a fresh run, its SHA-256
@@ -313,7 +292,9 @@ def _data_options(spec: Any, options: dict[str, Any], data: Any, target: Any, re
     path = Path(cfg["data"]).expanduser().absolute()
     cfg["data"] = str(path)
     if resume is None and "data_sha256" in spec.defaults and "data_sha256" not in given:
-        cfg["data_sha256"] = _file_sha256(path, given["data"])
+        from evotensor.io.files import file_sha256
+
+        cfg["data_sha256"] = file_sha256(path, given["data"], error=_Problem)
 
 
 def _build(spec: Any, options: dict[str, Any]) -> Any:

@@ -178,16 +178,7 @@ class TreePolicy:
 
     def decode(self, genotypes: Forest) -> Forest:
         """The trees themselves (no decoding), tagged with ``n_vars`` / ``n_outputs``."""
-        if not isinstance(genotypes, Forest):
-            return genotypes
-        return DecodedForest(
-            genotypes.opcode,
-            genotypes.value,
-            genotypes.size,
-            genotypes.output,
-            n_vars=self.n_vars,
-            n_outputs=self.n_outputs,
-        )
+        return DecodedForest.of(genotypes, self.n_vars, self.n_outputs)
 
     def apply(self, tree: Forest, obs: jax.Array) -> jax.Array:
         """One tree ``[max_len]`` on one observation (any shape of ``n_vars`` elements, flattened):

@@ -338,6 +338,15 @@ class DecodedForest(Forest):
     n_vars: int | None = static_field(default=None)
     n_outputs: int | None = static_field(default=None)
 
+    @staticmethod
+    def of(genotypes: Any, n_vars: int | None, n_outputs: int | None) -> Any:
+        """``genotypes`` tagged with ``n_vars`` / ``n_outputs`` (what a GP decoder hands a problem);
+        anything that is not a :class:`Forest` is returned as it is."""
+        if not isinstance(genotypes, Forest):
+            return genotypes
+        g = genotypes
+        return DecodedForest(g.opcode, g.value, g.size, g.output, n_vars=n_vars, n_outputs=n_outputs)
+
 
 def _flatten(tree: Any, function_set: Any, arity: np.ndarray, nodes: list) -> None:
     """Append ``(opcode, value, output)`` for ``tree`` and its descendants in prefix order (an

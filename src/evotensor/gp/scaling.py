@@ -9,9 +9,10 @@ evolution searches for the *shape* of the target and never for its scale and off
 
 The closed form's float32 resolution is a few ulps of ``Syy``: the scaled SSE is never reported
 below ``4 eps Syy`` (R² ``1 - 4.8e-7``), so near-perfect trees tie instead of being ranked by
-rounding noise. A tree whose predictions are constant (``M2`` zero, or within float32 rounding of its mean: see
-:func:`coefficients`) gets ``a = 0, b = mean(y)``, ``SSE = Syy`` (R² 0): fitting rounding noise would
-give meaningless huge slopes. A tree with any non-finite prediction keeps the worst fitness.
+rounding noise. A tree whose predictions are constant (``M2`` zero, or within float32 rounding of
+its mean: see :func:`coefficients`) gets ``a = 0, b = mean(y)``, ``SSE = Syy`` (R² 0): fitting
+rounding noise would give meaningless huge slopes. A tree with any non-finite prediction keeps
+the worst fitness.
 
 The evaluators compute ``(mean(p), M2, C)`` per tree and output in their fused pass
 (:func:`evotensor.gp.native.scaling_moments`, :func:`evotensor.gp.jax_evaluator.moments_jax`; the

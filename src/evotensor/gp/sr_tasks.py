@@ -29,7 +29,6 @@ are listed by ``evotensor list``; ``functions`` is a comma-separated list of fun
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from evotensor.core.checks import ArgumentError
 from evotensor.gp.encoding import Forest
 from evotensor.gp.functions import FunctionSet
 from evotensor.gp.strategy import GP
+from evotensor.io.files import file_sha256 as io_file_sha256
 from evotensor.tasks import Task, positive_int_option, register_task
 
 __all__ = ["file_sha256"]
@@ -56,19 +56,9 @@ _SIMPLIFY_SECONDS = 5.0  # per expression in a report
 
 
 def file_sha256(path: Any) -> str:
-    """The SHA-256 of the file at ``path`` (hex), what the CLI records for ``--data``."""
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    except FileNotFoundError:
-        raise ArgumentError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ArgumentError(f"{path}: is a directory, not a CSV file") from None
-    except OSError as err:
-        raise ArgumentError(f"{path}: cannot read it ({err.strerror or err})") from None
-    return digest.hexdigest()
+    """The SHA-256 of the file at ``path`` (hex), what the CLI records for ``--data``; a missing or
+    unreadable file is an :class:`ArgumentError` naming it."""
+    return io_file_sha256(path, error=ArgumentError)
 
 
 # ---- options --------------------------------------------------------------------------------------

@@ -121,16 +121,8 @@ class ForestDecoder:
         self.n_vars = n_vars
 
     def decode(self, genotypes: Forest) -> Forest:
-        if not isinstance(genotypes, Forest):
-            return genotypes
-        return DecodedForest(
-            genotypes.opcode,
-            genotypes.value,
-            genotypes.size,
-            genotypes.output,
-            n_vars=self.n_vars or None,  # 0: constants only, the trees read no column
-            n_outputs=self.n_outputs,
-        )
+        # n_vars 0: constants only, the trees read no column
+        return DecodedForest.of(genotypes, self.n_vars or None, self.n_outputs)
 
     def apply(self, phenotype: Forest, x: jax.Array) -> jax.Array:
         return evaluate(phenotype, x, self.function_set, self.n_outputs)
