@@ -42,7 +42,7 @@ VENVS: dict[str, list[str]] = {
     "tensorneat": ["jax==0.10.2", "jaxlib==0.10.2", "gymnax==0.0.9", "six"],
     "evotorch": ["--extra-index-url", "https://download.pytorch.org/whl/cpu", "torch", "evotorch==0.6.1"],
     "evox": ["--extra-index-url", "https://download.pytorch.org/whl/cpu", "torch", "evox==1.4.0"],
-    "gp": ["gplearn==0.4.3", "pyoperon", "deap==1.4.4"],
+    "gp": ["gplearn==0.4.3", "pyoperon==0.6.2", "deap==1.4.4"],
     "qd": ["ribs==0.12.0", "qdax==0.5.0", "jax==0.10.2", "jaxlib==0.10.2"],
     "tree": ["DI-treetensor==0.5.0", "tianshou"],
 }
