@@ -33,13 +33,14 @@ def _run(env_extra: dict[str, str], tmp_path) -> str | None:
 @pytest.mark.parametrize(
     "env, expected",
     [
-        ({}, "HOME/.cache/evotensor/jax"),
+        ({}, None),  # the Python API turns the cache on only when asked (the CLI always)
         ({"EVOTENSOR_CACHE_DIR": "TMP/mine"}, "TMP/mine"),
+        ({"EVOTENSOR_CACHE_DIR": ""}, "HOME/.cache/evotensor/jax"),  # set but empty: the default place
         ({"EVOTENSOR_CACHE_DIR": "off"}, None),
         ({"USER_DIR": "TMP/users"}, "TMP/users"),  # the user's own JAX setting is never replaced
     ],
 )
-def test_run_turns_on_the_persistent_cache_unless_told_otherwise(env, expected, tmp_path):
+def test_run_turns_on_the_persistent_cache_when_asked(env, expected, tmp_path):
     env = {k: v.replace("TMP", str(tmp_path)) for k, v in env.items()}
     got = _run(env, tmp_path)
     if expected is None:

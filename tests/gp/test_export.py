@@ -58,6 +58,9 @@ def data(seed, n=64):
 
 
 def lambdified(expr, X):
+    # sympy's NumPy printer runs simplify_logic on a Piecewise condition holding an ITE, which can
+    # take hours on a 16-node protected tree; ITE(c, a, b) == (c & a) | (~c & b) prints directly
+    expr = expr.replace(sp.ITE, lambda c, a, b: sp.Or(sp.And(c, a), sp.And(sp.Not(c), b)))
     f = sp.lambdify(SYMBOLS, expr, "numpy")
     with np.errstate(all="ignore"):
         out = np.asarray(f(*np.asarray(X).T), dtype=complex)

@@ -1,4 +1,4 @@
-"""JAX's persistent compilation cache, on by default for :func:`evotensor.run` and the CLI.
+"""JAX's persistent compilation cache: on by default for the CLI, on request for the Python API.
 
 A compiled generation of a GP, NEAT or QD run takes seconds to compile and milliseconds to run, so
 the compile dominates a short run. With the cache a repeated run (same strategy settings, shapes
@@ -6,9 +6,15 @@ and JAX version) loads the compiled program from disk instead: a fresh process p
 once per configuration, not once per process.
 
 Where: ``$EVOTENSOR_CACHE_DIR`` (default ``~/.cache/evotensor/jax``); ``EVOTENSOR_CACHE_DIR=off``
-(or ``0``/``none``) turns it off. A cache directory the user already gave JAX
-(``jax.config.update("jax_compilation_cache_dir", ...)``) is respected and never replaced. Programs
-compiling in under 0.5 s are not stored. An unwritable cache directory costs compile time only.
+(or ``0``/``none``) turns it off. The CLI (one program per process) turns it on by default
+(:func:`enable_default_cache`). :func:`evotensor.run`, :func:`evotensor.run_many` and the
+scikit-learn estimators turn it on only when ``EVOTENSOR_CACHE_DIR`` is set
+(:func:`enable_requested_cache`): in a long-lived process that compiles many programs (our test
+suite) an XLA:CPU compile crashed twice with the cache on, in the same place, which we could not
+reproduce in isolation; until that is understood the library does not switch it on behind a user's
+back. A cache directory the user already gave JAX (``jax.config.update("jax_compilation_cache_dir",
+...)``) is respected and never replaced. Programs compiling in under 0.5 s are not stored. An
+unwritable cache directory costs compile time only.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from pathlib import Path
 
 import jax
 
-__all__ = ["cache_dir", "enable_default_cache"]
+__all__ = ["cache_dir", "enable_default_cache", "enable_requested_cache"]
 
 _OFF = ("off", "0", "none", "false", "no")
 
@@ -50,3 +56,11 @@ def enable_default_cache() -> str | None:
     except OSError:
         return None  # an unwritable home only costs compile time
     return path
+
+
+def enable_requested_cache() -> str | None:
+    """:func:`enable_default_cache` if ``EVOTENSOR_CACHE_DIR`` is set (and not ``off``); else only
+    reports a cache directory the user gave JAX, or ``None``."""
+    if os.environ.get("EVOTENSOR_CACHE_DIR") is None:
+        return jax.config.jax_compilation_cache_dir or None
+    return enable_default_cache()

@@ -20,9 +20,9 @@ tree structure and leaf shapes of ``strategy.default_params()`` and no NaN (nor 
 the default is finite). The metric history is copied chunk by chunk into NumPy arrays allocated
 once for the whole run, so host memory does not grow with the number of chunks.
 
-Both turn on JAX's persistent compilation cache (:mod:`evotensor.core.compile_cache`;
-``EVOTENSOR_CACHE_DIR``, ``off`` to disable) unless the user configured JAX's own: a repeated run in
-a fresh process loads its compiled programs instead of compiling them again.
+With ``EVOTENSOR_CACHE_DIR`` set, both turn on JAX's persistent compilation cache there
+(:mod:`evotensor.core.compile_cache`) unless the user configured JAX's own: a repeated run in a
+fresh process then loads its compiled programs instead of compiling them again.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core.checks import ArgumentError, check_int
-from evotensor.core.compile_cache import enable_default_cache
+from evotensor.core.compile_cache import enable_requested_cache
 from evotensor.core.evaluation import Evaluation, to_minimization, to_natural
 from evotensor.core.problem import is_policy_problem
 from evotensor.core.pytree import pytree_dataclass
@@ -389,7 +389,7 @@ def run(
     chunk_size = _default_chunk(generations) if chunk_size is None else check_int(chunk_size, "chunk_size")
     loop = Loop(strategy, problem, decoder)
     params = check_params(strategy, params)
-    enable_default_cache()
+    enable_requested_cache()
     _check_optional(run_dir, "run_dir", lambda v: isinstance(v, (str, os.PathLike)), "a path (str or Path)")
     for name, flag in (("resume", resume), ("progress", progress)):
         if not isinstance(flag, (bool, np.bool_)) and not (name == "progress" and flag is None):
@@ -528,7 +528,7 @@ def run_many(
                     f"axis of {runs} runs, got shape {jnp.shape(leaf)}"
                 )
     params = check_params(strategy, params, runs if params_batched else None)
-    enable_default_cache()
+    enable_requested_cache()
     p_axis = 0 if params_batched else None
 
     def whole(key, p):

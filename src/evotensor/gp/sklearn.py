@@ -25,7 +25,8 @@ generations whose data ``X, y`` are *arguments* of the program (not constants ba
 :func:`evotensor.run` does) and whose last chunk masks the generations past the end (a
 ``lax.cond`` per step), so one program serves every fit with the same settings and data shapes,
 whatever ``generations`` or ``random_state``: a second fit in a process compiles nothing, and
-JAX's persistent cache (:mod:`evotensor.core.compile_cache`) serves a fresh process. The run
+with ``EVOTENSOR_CACHE_DIR`` set, JAX's persistent cache (:mod:`evotensor.core.compile_cache`)
+serves a fresh process. The run
 follows :func:`evotensor.run`'s random-key schedule (:func:`evotensor.core.run.generation_keys`), so
 a fit with ``random_state=s`` starts from the population of ``evotensor.run(gp, problem,
 generations, jax.random.key(s))``; its fitness agrees with that run's to float32 rounding only (that
@@ -62,7 +63,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_int, check_positive
-from evotensor.core.compile_cache import enable_default_cache
+from evotensor.core.compile_cache import enable_requested_cache
 from evotensor.core.evaluation import to_natural
 from evotensor.core.run import Loop, RunResult, check_params
 from evotensor.gp import export, front
@@ -486,7 +487,7 @@ class _SymbolicEstimator(BaseEstimator):
         )
         fs = c["function_set"]
         t_start = time.perf_counter()
-        enable_default_cache()
+        enable_requested_cache()
         problem = self._problem(X, y, fs, c)
         options = self._strategy_options(c, problem.n_outputs)
         n_vars = X.shape[1]
