@@ -18,3 +18,21 @@ settings.register_profile(
     "ci", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's in-memory compiled programs after each test module: an xdist worker otherwise
+    keeps every program of every module it ran (6.5 GB RSS seen), and late in the full suite an
+    XLA:CPU compile of a NEAT program segfaulted three times in such a worker, never in a fresh
+    process."""
+    yield
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()

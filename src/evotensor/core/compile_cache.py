@@ -6,15 +6,14 @@ and JAX version) loads the compiled program from disk instead: a fresh process p
 once per configuration, not once per process.
 
 Where: ``$EVOTENSOR_CACHE_DIR`` (default ``~/.cache/evotensor/jax``); ``EVOTENSOR_CACHE_DIR=off``
-(or ``0``/``none``) turns it off. The CLI (one program per process) turns it on by default
-(:func:`enable_default_cache`). :func:`evotensor.run`, :func:`evotensor.run_many` and the
-scikit-learn estimators turn it on only when ``EVOTENSOR_CACHE_DIR`` is set
-(:func:`enable_requested_cache`): in a long-lived process that compiles many programs (our test
-suite) an XLA:CPU compile crashed twice with the cache on, in the same place, which we could not
-reproduce in isolation; until that is understood the library does not switch it on behind a user's
-back. A cache directory the user already gave JAX (``jax.config.update("jax_compilation_cache_dir",
-...)``) is respected and never replaced. Programs compiling in under 0.5 s are not stored. An
-unwritable cache directory costs compile time only.
+(or ``0``/``none``) turns it off. The CLI (an application, one program per process) turns it on by
+default (:func:`enable_default_cache`). :func:`evotensor.run`, :func:`evotensor.run_many` and the
+scikit-learn estimators are library calls: they turn it on only when ``EVOTENSOR_CACHE_DIR`` is set
+(:func:`enable_requested_cache`), so importing evotensor never starts writing into a user's home
+directory unasked. A cache directory the user already gave JAX
+(``jax.config.update("jax_compilation_cache_dir", ...)``) is respected and never replaced.
+Programs compiling in under 0.5 s are not stored. An unwritable cache directory costs compile
+time only.
 """
 
 from __future__ import annotations
