@@ -78,7 +78,6 @@ import json
 import math
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -122,25 +121,6 @@ def r2_score(y: np.ndarray, pred: np.ndarray) -> float:
     return 1.0 - float(np.sum((y - pred) ** 2)) / sst if sst > 0 else -math.inf
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _boxed(fn, seconds: float):
-    """``fn()`` stopped after ``seconds`` by SIGALRM (raises :class:`_Timeout`)."""
-
-    def on_alarm(signum, frame):
-        raise _Timeout
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        return fn()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def worker_evotensor(a, t_import: float) -> dict:
     """Two fits in this fresh process: the first compiles (or reads the persistent cache), the second
     reuses the compiled programs."""
@@ -171,9 +151,11 @@ def worker_evotensor(a, t_import: float) -> dict:
         est.fit(X, y)
         timings.append((time.perf_counter() - t0, time.process_time() - c0, est))
     (wall1, cpu1, first), (wall2, cpu2, est) = timings
+    from evotensor.core.timeout import TimeLimitExceeded, call_with_time_limit
+
     try:
-        text, simplified = str(_boxed(est.sympy, SIMPLIFY_TIMEOUT)), True
-    except _Timeout:
+        text, simplified = str(call_with_time_limit(est.sympy, SIMPLIFY_TIMEOUT)), True
+    except TimeLimitExceeded:
         text, simplified = str(est.sympy(simplify=False)), False
     return {
         "r2_test": r2_score(y_test, est.predict(X_test)),

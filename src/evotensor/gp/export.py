@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
-import threading
 from collections.abc import Callable, Mapping
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
@@ -52,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int, check_positive
+from evotensor.core.timeout import TimeLimitExceeded, call_with_time_limit, can_time_limit
 from evotensor.gp.encoding import Forest
 from evotensor.gp.functions import BUILTIN_NAMES, CONST, FIRST_FUNCTION, VAR, FunctionSet
 
@@ -501,31 +500,15 @@ def _run_all(program: _Program, leaf: Callable, apply: Callable) -> dict[int, An
     return passed
 
 
-class _Timeout(Exception):
-    pass
-
-
 def _with_timer(fn: Callable[[], Any], seconds: float) -> tuple[bool, Any]:
-    """``(True, fn())`` stopped by a SIGALRM timer after ``seconds`` (``(True, None)`` then), or
-    ``(False, None)`` without running ``fn`` where no timer can be set (not the main thread, no
-    SIGALRM, or a real-time timer already running)."""
-    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+    """``(True, fn())`` stopped after ``seconds`` (``(True, None)`` then), or ``(False, None)`` without
+    running ``fn`` where no timer can be set (:func:`evotensor.core.timeout.can_time_limit`)."""
+    if not can_time_limit():
         return False, None
-    if signal.getitimer(signal.ITIMER_REAL)[0] > 0:
-        return False, None
-
-    def on_alarm(signum, frame):
-        raise _Timeout
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return True, fn()
-    except _Timeout:
+        return True, call_with_time_limit(fn, seconds)
+    except TimeLimitExceeded:
         return True, None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _sample_points(n_points: int, n_symbols: int) -> np.ndarray:
@@ -591,7 +574,7 @@ def _simplify_keeping_piecewise(sp: Any, expr: Any) -> Any:
         hidden = hide(e)
         try:
             candidate = sp.simplify(hidden)
-        except _Timeout:
+        except TimeLimitExceeded:
             raise
         except Exception:  # noqa: BLE001 - sympy fails on some inputs (e.g. "zoo is not comparable")
             candidate = hidden

@@ -67,14 +67,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from evotensor.core.checks import ArgumentError, check_int, check_real
+from evotensor.core.timeout import TimeLimitExceeded, call_with_time_limit
 from evotensor.gp.functions import FunctionSet
 from evotensor.gp.regression import SymbolicRegression
 
@@ -489,31 +488,6 @@ def _to_sympy(sp: Any, expr: Any, n_vars: int, arg: str) -> Any:
     return sp.nsimplify(out, rational=True)
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _time_boxed(fn: Callable[[], Any], seconds: float) -> Any:
-    """``fn()`` stopped after ``seconds`` (raises :class:`_Timeout`) where a SIGALRM timer can be set
-    (POSIX main thread, no other real-time timer running: one set by the caller is left alone);
-    unbounded elsewhere."""
-    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        return fn()
-    if signal.getitimer(signal.ITIMER_REAL)[0] > 0:
-        return fn()
-
-    def on_alarm(signum, frame):
-        raise _Timeout
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        return fn()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _numerically_constant(sp: Any, model: Any, truth: Any, spec: SRProblemSpec) -> bool | None:
     """Cheap screen on 64 points of the training region: False when neither the difference nor
     the ratio is constant there; None when the expressions cannot be evaluated numerically."""
@@ -592,6 +566,6 @@ def is_symbolic_solution(expr: Any, name_or_spec: Any, timeout: float = 10.0) ->
         return False
 
     try:
-        return bool(_time_boxed(prove, timeout))
-    except _Timeout:
+        return bool(call_with_time_limit(prove, timeout))
+    except TimeLimitExceeded:
         return False
