@@ -75,10 +75,18 @@ def to_minimization(evaluation: Evaluation, maximize: bool, keep_nonfinite: bool
     """
     fitness = -evaluation.fitness if maximize else evaluation.fitness
     if not keep_nonfinite:
-        fitness = jnp.asarray(fitness)
-        none_finite = ~jnp.any(jnp.isfinite(fitness), axis=0)
-        fitness = jnp.where(none_finite, jnp.asarray(jnp.inf, fitness.dtype), worst_for_nonfinite(fitness))
+        fitness = stand_ins_for_nonfinite(fitness)
     return evaluation.replace(fitness=fitness)  # type: ignore[attr-defined]
+
+
+def stand_ins_for_nonfinite(fitness: jax.Array) -> jax.Array:
+    """A *minimized* fitness ``[pop]`` (or ``[pop, n_obj]``) as the run loop hands it to a strategy:
+    :func:`worst_for_nonfinite`'s stand-ins, except that a column without one finite entry becomes
+    all ``+inf`` (the generation carried no information), never zeros. Strategies that take
+    non-finite values themselves (``accepts_nonfinite``) apply it in their ``tell``."""
+    fitness = jnp.asarray(fitness)
+    none_finite = ~jnp.any(jnp.isfinite(fitness), axis=0)
+    return jnp.where(none_finite, jnp.asarray(jnp.inf, fitness.dtype), worst_for_nonfinite(fitness))
 
 
 def to_natural(fitness: jax.Array, maximize: bool) -> jax.Array:

@@ -81,7 +81,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core import rng
-from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
+from evotensor.core.evaluation import Evaluation, stand_ins_for_nonfinite
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.gp import front
 from evotensor.gp import selection as sel
@@ -211,7 +211,7 @@ class GP:
     """
 
     # the run loop hands NaN/inf fitness over as it is: tell replaces it for the state itself
-    # (worst_for_nonfinite, the same values the run loop would give) and keeps such trees out of the
+    # (stand_ins_for_nonfinite, the same values the run loop would give) and keeps such trees out of the
     # hall of fame and out of NSGA-II's feasible fronts, which a finite stand-in value cannot do
     accepts_nonfinite = True
 
@@ -370,9 +370,7 @@ class GP:
         case_errors = self._case_errors(evaluation) if selector.on_case_errors else None
         raw = fitness.astype(jnp.float32)
         loss = jnp.where(jnp.isfinite(raw), raw, jnp.inf)  # non-finite: never in the front
-        # as the run loop does for other strategies: an all-non-finite generation is all +inf (no
-        # information), never the zeros worst_for_nonfinite gives a column without a finite value
-        fitness = jnp.where(jnp.any(jnp.isfinite(raw)), worst_for_nonfinite(raw), jnp.inf)
+        fitness = stand_ins_for_nonfinite(raw)  # what the run loop gives strategies that do not take NaN
         i = jnp.argmin(fitness)
         improved = fitness[i] < state.best_fitness
         best = jax.tree_util.tree_map(lambda new, old: jnp.where(improved, new, old), forest[i], state.best)
