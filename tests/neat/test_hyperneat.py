@@ -53,7 +53,8 @@ def test_decoder_queries_each_cppn_genome_through_the_neat_forward_pass():
     assert not np.array_equal(np.asarray(nets.weights[0][0]), np.asarray(nets.weights[0][7]))
 
 
-@pytest.mark.parametrize("make", [hyperneat, es_hyperneat])
+# ES-HyperNEAT's run compiles the quadtree search twice as long: the slow tier runs it
+@pytest.mark.parametrize("make", [hyperneat, pytest.param(es_hyperneat, marks=pytest.mark.slow)])
 def test_short_run_keeps_genomes_valid_and_improves(make):
     substrate = (
         SUBSTRATE
