@@ -29,7 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-from jax.sharding import Mesh, NamedSharding
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from evotensor.core.checks import ArgumentError
@@ -43,10 +44,13 @@ def check_mesh(mesh: Any, axis: Any = POPULATION_AXIS, population_size: int | No
     ``mesh_axis``."""
     if not isinstance(mesh, Mesh):
         raise ArgumentError(
-            f"mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((4,), ('pop',))), got {type(mesh).__name__}"
+            "mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((4,), ('pop',))), "
+            f"got {type(mesh).__name__}"
         )
     if not isinstance(axis, str) or axis not in mesh.axis_names:
-        raise ArgumentError(f"mesh_axis must name one of the mesh's axes {tuple(mesh.axis_names)}, got {axis!r}")
+        raise ArgumentError(
+            f"mesh_axis must name one of the mesh's axes {tuple(mesh.axis_names)}, got {axis!r}"
+        )
     n = int(mesh.shape[axis])
     if population_size is not None and population_size % n:
         raise ArgumentError(
@@ -54,6 +58,16 @@ def check_mesh(mesh: Any, axis: Any = POPULATION_AXIS, population_size: int | No
             f"mesh axis {axis!r}; choose a population size that is a multiple of {n}"
         )
     return mesh
+
+
+def auto_mesh(mesh: Mesh) -> Mesh:
+    """``mesh`` with every axis of type ``Auto``: the same devices and axis names, sharded by XLA's
+    partitioner from the layouts the run loop asks for. ``jax.make_mesh`` makes ``Explicit`` axes
+    by default, on which ``with_sharding_constraint`` is refused and every op must state the
+    sharding of its result; the library's programs are written for ``Auto``."""
+    if all(t == AxisType.Auto for t in mesh.axis_types):
+        return mesh
+    return Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * len(mesh.axis_names))
 
 
 def axis_size(mesh: Mesh, axis: str = POPULATION_AXIS) -> int:
@@ -86,8 +100,9 @@ def population_shardings(tree: Any, mesh: Mesh, axis: str = POPULATION_AXIS, siz
 
 
 def constrain_population(tree: Any, mesh: Mesh, axis: str = POPULATION_AXIS, size: int | None = None) -> Any:
-    """Inside ``jit``: lay a population pytree out as :func:`population_shardings` says."""
-    shardings = population_shardings(tree, mesh, axis, size)
+    """Inside ``jit``: lay a population pytree out as :func:`population_shardings` says (on
+    :func:`auto_mesh` of ``mesh``)."""
+    shardings = population_shardings(tree, auto_mesh(mesh), axis, size)
     return jax.tree_util.tree_map(jax.lax.with_sharding_constraint, tree, shardings)
 
 
@@ -107,3 +122,38 @@ def state_shardings(strategy: Any, state: Any, mesh: Mesh) -> Any:
     (mesh-placed) strategy defines it, else replicated."""
     hook = getattr(strategy, "state_shardings", None)
     return hook(state) if callable(hook) else replicated_shardings(state, mesh)
+
+
+def spans_processes(mesh: Mesh) -> bool:
+    """True when some of ``mesh``'s devices belong to other processes (a ``jax.distributed`` job)."""
+    here = jax.process_index()
+    return any(d.process_index != here for d in mesh.devices.flat)
+
+
+def place(tree: Any, shardings: Any) -> Any:
+    """Put every leaf of ``tree`` (host values, Python numbers, or arrays this process holds
+    whole) into the matching sharding of ``shardings`` (a pytree of the same structure, or one
+    sharding for all). Works across processes: every process must pass the same values, each keeps
+    only its own shards. Leaves already laid out as asked are returned as they are; typed PRNG keys
+    are placed through their key data."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    if isinstance(shardings, jax.sharding.Sharding):
+        targets = [shardings] * len(leaves)
+    else:
+        targets = treedef.flatten_up_to(shardings)
+    return jax.tree_util.tree_unflatten(treedef, [_place_leaf(x, s) for x, s in zip(leaves, targets)])
+
+
+def _place_leaf(leaf: Any, sharding: jax.sharding.Sharding) -> jax.Array:
+    if isinstance(leaf, jax.Array) and leaf.sharding == sharding and leaf.committed:
+        return leaf
+    if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        data = _place_leaf(jax.random.key_data(leaf), sharding)
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(leaf))
+    host = np.asarray(leaf)  # a leaf this process holds whole (checkpoint data, params, a user's key)
+    if host.dtype != jax.dtypes.canonicalize_dtype(host.dtype):
+        host = host.astype(jax.dtypes.canonicalize_dtype(host.dtype))
+    if sharding.is_fully_addressable:
+        return jax.device_put(host, sharding)
+    # every process holds the same host value: each builds its own shards, no collective needed
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])

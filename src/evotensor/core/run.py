@@ -13,6 +13,16 @@ change results::
 (:func:`generation_keys` returns the three keys.) A hand-written loop that follows this schedule
 reproduces :func:`run` exactly.
 
+``run(..., mesh=mesh)`` runs every generation on a ``jax.sharding.Mesh`` as :mod:`evotensor.core.mesh`
+describes: the genotypes split along the population axis right after ``ask`` (so the evaluation is
+spread over the devices), the strategy state kept between chunks in the layout its mesh hook asks for
+(replicated by default), the best-so-far, the generation counter and the metrics replicated. On a
+1-device mesh the results are bit-identical to a run without a mesh.
+
+A problem with ``evaluates_on_host = True`` (fitness that cannot be compiled) is called on the host
+between a compiled ask program and a compiled tell program, generation by generation, with the same
+key schedule (:mod:`evotensor.core.host_problem`, which also says why this is not an ``io_callback``).
+
 Every argument of :func:`run` and :func:`run_many` is checked before anything is compiled or
 written (:class:`~evotensor.core.checks.ArgumentError` naming it): ``generations`` and
 ``chunk_size`` must be ints (``chunk_size=2.7`` is refused, not truncated), ``params`` must have the
@@ -28,6 +38,7 @@ fresh process then loads its compiled programs instead of compiling them again.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -42,6 +53,19 @@ import numpy as np
 from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.compile_cache import enable_requested_cache
 from evotensor.core.evaluation import Evaluation, to_minimization, to_natural
+from evotensor.core.host_problem import HostGenerations, is_host_problem
+from evotensor.core.mesh import (
+    POPULATION_AXIS,
+    auto_mesh,
+    check_mesh,
+    constrain_population,
+    on_mesh,
+    place,
+    replicated,
+    replicated_shardings,
+    spans_processes,
+    state_shardings,
+)
 from evotensor.core.problem import is_policy_problem
 from evotensor.core.pytree import pytree_dataclass
 
@@ -230,10 +254,37 @@ def _lamarckian_genotypes(asked: Any, returned: Any) -> Any:
     return returned
 
 
-class Loop:
-    """The pure, jit-able pieces of a run for one (strategy, problem, decoder) triple."""
+def _as_bits(x: jax.Array) -> jax.Array:
+    """``x``'s bit patterns as unsigned integers of its width (bools as ``uint8``)."""
+    if x.dtype == jnp.bool_:
+        return x.astype(jnp.uint8)
+    return jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{8 * x.dtype.itemsize}"))
 
-    def __init__(self, strategy: Any, problem: Any, decoder: Any = None):
+
+def _from_bits(bits: jax.Array, dtype: Any) -> jax.Array:
+    """The inverse of :func:`_as_bits`."""
+    if dtype == jnp.bool_:
+        return bits != 0
+    return jax.lax.bitcast_convert_type(bits, dtype)
+
+
+class Loop:
+    """The pure, jit-able pieces of a run for one (strategy, problem, decoder) triple.
+
+    With ``mesh``, the genotypes (and their evaluation) are laid out along ``mesh_axis`` inside the
+    programs; ``population_size`` (default: the strategy's) says which leaves hold the population.
+    """
+
+    def __init__(
+        self,
+        strategy: Any,
+        problem: Any,
+        decoder: Any = None,
+        *,
+        mesh: Any = None,
+        mesh_axis: str = POPULATION_AXIS,
+        population_size: int | None = None,
+    ):
         for method in ("init", "ask", "tell", "default_params"):
             if not callable(getattr(strategy, method, None)):
                 raise ArgumentError(
@@ -245,14 +296,53 @@ class Loop:
             raise ArgumentError(f"decoder must have a decode() method (got {type(decoder).__name__})")
         # a family may carry its own decoder (GP trees run directly on data)
         decoder = decoder if decoder is not None else getattr(strategy, "decoder", None)
+        self.host = is_host_problem(problem)
+        if self.host and is_policy_problem(problem):
+            raise ArgumentError(
+                f"problem {type(problem).__name__} is a policy problem (kind='policy') evaluated on the "
+                "host: not supported (apply() is compiled); let the host problem run its policy itself and "
+                "take genotypes or decoded phenotypes in evaluate(key, genotypes)"
+            )
         if is_policy_problem(problem) and decoder is None:
             raise ValueError("a policy problem needs a decoder (with decode() and apply())")
+        self.mesh = mesh
+        self.mesh_axis = mesh_axis
+        self.population_size = population_size or int(getattr(strategy, "population_size", 0)) or None
         self.strategy = strategy
         self.problem = problem
         self.decoder = decoder
         self.maximize = bool(getattr(problem, "maximize", False))
         # a strategy that filters NaN/inf itself (a QD archive) sees them unchanged
         self.keep_nonfinite = bool(getattr(strategy, "accepts_nonfinite", False))
+
+    def _has_layout(self) -> bool:
+        """Whether the (mesh-placed) strategy lays its state and population out itself."""
+        return callable(getattr(self.strategy, "state_shardings", None))
+
+    def _whole(self, tree: Any) -> Any:
+        """Inside ``jit``: every leaf of ``tree`` whole on every device of the mesh."""
+        whole = replicated(self.mesh)
+        return jax.tree_util.tree_map(lambda leaf: jax.lax.with_sharding_constraint(leaf, whole), tree)
+
+    def _row(self, population: Any, i: jax.Array) -> Any:
+        """Row ``i`` of a population pytree. On a mesh the row's owner supplies it: a masked sum of
+        the rows' bit patterns (exact for every value, ``-0.0`` and NaN payloads included), which
+        moves one row between devices where ``population[i]`` would gather the whole population."""
+        if self.mesh is None:
+            return jax.tree_util.tree_map(lambda leaf: leaf[i], population)
+
+        def pick(leaf):
+            bits = _as_bits(leaf)
+            hit = (jnp.arange(leaf.shape[0]) == i).reshape((-1,) + (1,) * (leaf.ndim - 1))
+            return _from_bits(jnp.sum(jnp.where(hit, bits, 0), axis=0, dtype=bits.dtype), leaf.dtype)
+
+        return jax.tree_util.tree_map(pick, population)
+
+    def _on_population_axis(self, tree: Any) -> Any:
+        """``tree``'s population leaves split along the mesh axis (nothing without a mesh)."""
+        if self.mesh is None:
+            return tree
+        return constrain_population(tree, self.mesh, self.mesh_axis, self.population_size)
 
     def evaluate(self, key: jax.Array, genotypes: Any) -> Evaluation:
         """Score genotypes in the problem's natural orientation."""
@@ -270,13 +360,43 @@ class Loop:
         best = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape[1:], s.dtype), genotypes)
         return RunState(state, best, jnp.array(jnp.inf, jnp.float32), jnp.zeros((), jnp.int32)), loop_key
 
+    def ask(self, carry: RunState, loop_key: jax.Array, params: Any):
+        """The ask half of a generation: ``-> (genotypes, state, eval_key, tell_key)``."""
+        ask_key, eval_key, tell_key = generation_keys(loop_key, carry.generation)
+        genotypes, state = self.strategy.ask(ask_key, carry.strategy_state, params)
+        if self.mesh is not None and not self._has_layout():
+            # a strategy without its own layout samples whole on every device, as on one device
+            # (split by XLA, its sampling matmul would round differently), then each device keeps
+            # its rows for the evaluation
+            genotypes = self._whole(genotypes)
+        return self._on_population_axis(genotypes), state, eval_key, tell_key
+
+    def host_ask(self, carry: RunState, loop_key: jax.Array, params: Any):
+        """The ask program of a host-evaluated problem: ``-> (genotypes, phenotypes, state,
+        eval_key, tell_key)``, the phenotypes decoded on device (the genotypes without a decoder)."""
+        genotypes, state, eval_key, tell_key = self.ask(carry, loop_key, params)
+        phenotypes = genotypes if self.decoder is None else self.decoder.decode(genotypes)
+        return genotypes, phenotypes, state, eval_key, tell_key
+
     def step(
         self, carry: RunState, loop_key: jax.Array, params: Any
     ) -> tuple[RunState, dict[str, jax.Array]]:
         """One generation. Metrics are in natural orientation."""
-        ask_key, eval_key, tell_key = generation_keys(loop_key, carry.generation)
-        genotypes, state = self.strategy.ask(ask_key, carry.strategy_state, params)
-        natural = self.evaluate(eval_key, genotypes)
+        genotypes, state, eval_key, tell_key = self.ask(carry, loop_key, params)
+        natural = self._on_population_axis(self.evaluate(eval_key, genotypes))
+        return self.tell(carry, state, genotypes, natural, tell_key, params)
+
+    def tell(
+        self,
+        carry: RunState,
+        state: Any,
+        genotypes: Any,
+        natural: Evaluation,
+        tell_key: jax.Array,
+        params: Any,
+    ) -> tuple[RunState, dict[str, jax.Array]]:
+        """The tell half of a generation, given the asked ``genotypes`` (and the strategy ``state``
+        ask returned) and their ``natural`` evaluation: ``-> (carry, metrics)``."""
         if jnp.ndim(natural.fitness) != 1:
             raise ValueError(
                 "run() tracks a single objective: fitness must be [pop], "
@@ -285,6 +405,13 @@ class Loop:
         if natural.genotypes is not None:  # Lamarckian: the problem improved the individuals
             genotypes = _lamarckian_genotypes(genotypes, natural.genotypes)
             natural = natural.replace(genotypes=None)  # type: ignore[attr-defined]
+        if self.mesh is not None:
+            # the [pop] fitness whole on every device: the metrics' sums then run in one device's
+            # order (bit-identical to no mesh); a strategy without its own layout (replicated state)
+            # also gets the whole population, so its tell is the one-device computation
+            natural = natural.replace(fitness=self._whole(natural.fitness))
+            if not self._has_layout():
+                genotypes = self._whole(genotypes)
         minimized = to_minimization(natural, self.maximize, self.keep_nonfinite)
         state, strategy_metrics = self.strategy.tell(tell_key, state, genotypes, minimized, params)
 
@@ -294,7 +421,7 @@ class Loop:
         improved = raw_min[i] < carry.best_fitness
         best_fitness = jnp.where(improved, raw_min[i], carry.best_fitness)
         best_genotype = jax.tree_util.tree_map(
-            lambda old, pop: jnp.where(improved, pop[i], old), carry.best_genotype, genotypes
+            lambda old, row: jnp.where(improved, row, old), carry.best_genotype, self._row(genotypes, i)
         )
         n_finite = jnp.maximum(finite.sum(), 1)
         mean = jnp.where(finite, natural.fitness, 0.0).sum() / n_finite
@@ -334,6 +461,74 @@ def _as_numpy(metrics: dict[str, jax.Array]) -> dict[str, np.ndarray]:
     return {k: np.array(v, copy=True) for k, v in metrics.items()}
 
 
+def _population_of(loop: Loop, key: jax.Array, params: Any) -> int:
+    """The population size from the shapes ``ask`` returns (traced, nothing compiled)."""
+    carry, loop_key = jax.eval_shape(loop.init, key, params)
+    genotypes = jax.eval_shape(loop.strategy.ask, loop_key, carry.strategy_state, params)[0]
+    return int(jax.tree_util.tree_leaves(genotypes)[0].shape[0])
+
+
+def _carry_shardings(loop: Loop, key: jax.Array, params: Any, mesh: Any) -> RunState:
+    """Where the carry lives between chunks: the strategy state as its mesh hook says (replicated
+    by default), the best-so-far and the generation counter replicated."""
+    carry, _ = jax.eval_shape(loop.init, key, params)
+    return RunState(
+        state_shardings(loop.strategy, carry.strategy_state, mesh),
+        replicated_shardings(carry.best_genotype, mesh),
+        replicated(mesh),
+        replicated(mesh),
+    )
+
+
+class _Chunks:
+    """The programs that run a chunk of generations: one compiled ``lax.scan`` per chunk length,
+    or, for a host-evaluated problem, the host loop of :class:`HostGenerations`. With a mesh the
+    carry keeps ``carry_shardings`` and the metrics come back replicated."""
+
+    def __init__(self, loop: Loop, population_size: int, carry_shardings: RunState | None):
+        self.loop = loop
+        self.carry_shardings = carry_shardings
+        self.compiled: dict[int, Any] = {}
+        self.host = None
+        if loop.host:
+            out = None if carry_shardings is None else (carry_shardings, replicated(loop.mesh))
+            self.host = HostGenerations(loop.problem, loop.host_ask, loop.tell, population_size, out)
+        self._compile_seconds = 0.0
+
+    @property
+    def compile_seconds(self) -> float:
+        return self._compile_seconds + (self.host.compile_seconds if self.host is not None else 0.0)
+
+    def prepare(self, carry: RunState, loop_key: jax.Array, params: Any, length: int) -> None:
+        """Compile what a chunk of ``length`` generations needs, if not yet compiled."""
+        if self.host is not None:
+            self.host.compile_ask(carry, loop_key, params)
+            return
+        if length in self.compiled:
+            return
+        t0 = time.perf_counter()
+        if self.carry_shardings is None:
+            fn = jax.jit(self.loop.chunk, static_argnums=3)
+            self.compiled[length] = fn.lower(carry, loop_key, params, length).compile()
+        else:
+            everywhere = replicated(self.loop.mesh)
+            fn = jax.jit(
+                functools.partial(self.loop.chunk, length=length),
+                in_shardings=(self.carry_shardings, everywhere, everywhere),
+                out_shardings=(self.carry_shardings, everywhere),
+            )
+            self.compiled[length] = fn.lower(carry, loop_key, params).compile()
+        self._compile_seconds += time.perf_counter() - t0
+
+    def run(self, carry: RunState, loop_key: jax.Array, params: Any, first: int, length: int):
+        """Generations ``first .. first + length - 1``: ``-> (carry, metrics as NumPy [length])``."""
+        if self.host is not None:
+            return self.host.chunk(carry, loop_key, params, first, length)
+        # waited for: multi-device XLA:CPU programs can hang in a rendezvous when dispatched ahead
+        carry, metrics = jax.block_until_ready(self.compiled[length](carry, loop_key, params))
+        return carry, _as_numpy(metrics)
+
+
 def run(
     strategy: Any,
     problem: Any,
@@ -350,12 +545,16 @@ def run(
     config: dict[str, Any] | None = None,
     task_name: str = "run",
     best_to_text: Callable[[Any], str] | None = None,
+    mesh: Any = None,
+    mesh_axis: str = POPULATION_AXIS,
 ) -> RunResult:
     """Run ``strategy`` on ``problem`` for ``generations`` generations, compiled in chunks.
 
     Args:
         strategy: follows :class:`evotensor.core.Strategy`.
-        problem: a function problem, or a policy problem (then ``decoder`` is required).
+        problem: a function problem, or a policy problem (then ``decoder`` is required), or a
+            problem evaluated on the host (``evaluates_on_host = True``: see
+            :mod:`evotensor.core.host_problem`).
         generations: total number of generations (> 0).
         key: ``jax.random.key(seed)``.
         params: strategy params (default ``strategy.default_params()``).
@@ -377,9 +576,16 @@ def run(
         config: extra JSON-serializable configuration recorded in ``config.json``.
         task_name: name used in the run directory's files.
         best_to_text: optional ``best_genotype -> str`` for ``best.txt``.
+        mesh: a ``jax.sharding.Mesh`` to run on (see :mod:`evotensor.core.mesh`): the population
+            is split along ``mesh_axis``, whose size must divide the population size; the strategy
+            and problem are put on the mesh through their ``on_mesh`` hooks when they have them.
+            A checkpoint holds plain arrays, so a run may resume on another mesh (or none).
+            A host-evaluated problem needs a mesh of this process's devices.
+        mesh_axis: the mesh axis the population is split along (default ``"pop"``).
 
     Returns:
-        :class:`RunResult` (natural orientation).
+        :class:`RunResult` (natural orientation). With a mesh, ``state`` is laid out on it (its
+        sharded leaves span every process of a multi-process run); ``best_genotype`` is replicated.
     """
     from evotensor.io.progress import ProgressReporter
     from evotensor.io.rundir import RunDirectory
@@ -402,9 +608,38 @@ def run(
     if not isinstance(task_name, str) or not task_name:
         raise ArgumentError(f"task_name must be a non-empty str, got {task_name!r}")
     population_size = int(getattr(strategy, "population_size", 0))
-
-    init = jax.jit(loop.init)
-    carry, loop_key = init(key, params)
+    if population_size <= 0 and (mesh is not None or loop.host):
+        population_size = _population_of(loop, key, params)
+    run_key, run_params, carry_shardings = key, params, None
+    if mesh is not None:
+        mesh = auto_mesh(check_mesh(mesh, mesh_axis))
+        if loop.host and spans_processes(mesh):
+            raise ArgumentError(
+                "mesh spans several processes, and a host-evaluated problem would then be evaluated by "
+                "every process; run a host-evaluated problem with a mesh of this process's devices "
+                "(jax.local_devices()), and spread its evaluation with the evaluator itself (e.g. Ray)"
+            )
+        placed = on_mesh(strategy, mesh, mesh_axis)
+        # the rows the placed strategy asks: its population, or more where a layout repeats a row
+        # on every device (the sharded ESMC asks population_size + n - 1)
+        rows = int(getattr(placed, "population_size", 0)) or population_size
+        check_mesh(mesh, mesh_axis, rows)
+        loop = Loop(
+            placed,
+            on_mesh(problem, mesh, mesh_axis),
+            decoder,
+            mesh=mesh,
+            mesh_axis=mesh_axis,
+            population_size=rows,
+        )
+        carry_shardings = _carry_shardings(loop, key, params, mesh)
+        # every input laid out on the mesh (replicated): programs of a multi-process job need
+        # global arrays, and a committed single-device input would clash with the mesh
+        run_key, run_params = place(key, replicated(mesh)), place(params, replicated(mesh))
+        init = jax.jit(loop.init, out_shardings=(carry_shardings, replicated(mesh)))
+    else:
+        init = jax.jit(loop.init)
+    carry, loop_key = jax.block_until_ready(init(run_key, run_params))
     store = _History(generations)
     directory = None
     if run_dir is not None:
@@ -413,6 +648,8 @@ def run(
             carry, history = directory.resume(
                 carry, config or {}, strategy=strategy, problem=problem, params=params, key=key
             )
+            if carry_shardings is not None:  # the checkpoint's plain arrays, onto this run's mesh
+                carry = place(carry, carry_shardings)
             store.extend(history)
         else:
             directory.start(config or {}, strategy=strategy, problem=problem, params=params, key=key)
@@ -425,22 +662,17 @@ def run(
     show = (run_dir is not None) if progress is None else bool(progress)
     reporter = ProgressReporter(generations, start, population_size, enabled=show)
 
-    compiled: dict[int, Any] = {}
-    compile_seconds = 0.0
+    chunks = _Chunks(loop, population_size, carry_shardings)
     run_seconds = 0.0
     generation = start
     try:
         while generation < generations:
             length = min(chunk_size, generations - generation)
-            if length not in compiled:
-                t0 = time.perf_counter()
-                fn = jax.jit(loop.chunk, static_argnums=3)
-                compiled[length] = fn.lower(carry, loop_key, params, length).compile()
-                compile_seconds += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            carry, metrics = compiled[length](carry, loop_key, params)
-            metrics = _as_numpy(jax.block_until_ready(metrics))
-            elapsed = time.perf_counter() - t0
+            chunks.prepare(carry, loop_key, run_params, length)
+            t0, compiled_before = time.perf_counter(), chunks.compile_seconds
+            carry, metrics = chunks.run(carry, loop_key, run_params, generation, length)
+            # a host chunk compiles its tell program in its first generation: not run time
+            elapsed = time.perf_counter() - t0 - (chunks.compile_seconds - compiled_before)
             run_seconds += elapsed
             generation += length
             store.extend(metrics)
@@ -462,7 +694,8 @@ def run(
         reporter.close()
 
     history = store.result()
-    best_fitness = float(to_natural(carry.best_fitness, loop.maximize))
+    best_fitness = float(np.asarray(carry.best_fitness))  # replicated: readable in every process
+    best_fitness = -best_fitness if loop.maximize else best_fitness
     result = RunResult(
         state=carry.strategy_state,
         best_genotype=carry.best_genotype,
@@ -470,7 +703,7 @@ def run(
         history=history,
         generations=generations,
         evaluations=generations * population_size,
-        compile_seconds=compile_seconds,
+        compile_seconds=chunks.compile_seconds,
         run_seconds=run_seconds,
         run_dir=directory.path if directory is not None else None,
     )
@@ -490,6 +723,10 @@ def run_many(
     decoder: Any = None,
 ) -> RunManyResult:
     """Run many independent runs in ONE compiled call (``vmap`` over runs).
+
+    On one device only: ``run_many`` takes no mesh (run each on a mesh with :func:`run`, or put
+    the runs of a sweep on different devices yourself), and no host-evaluated problem (its
+    fitness cannot be vmapped; :func:`run` takes it).
 
     Args:
         strategy, problem, decoder: as in :func:`run`.
@@ -517,6 +754,11 @@ def run_many(
     if not isinstance(params_batched, (bool, np.bool_)):
         raise ArgumentError(f"params_batched must be a bool, got {params_batched!r}")
     loop = Loop(strategy, problem, decoder)
+    if loop.host:
+        raise ArgumentError(
+            f"problem {type(problem).__name__} is evaluated on the host (evaluates_on_host=True), which "
+            "run_many cannot vmap; run it with evotensor.run, one run at a time"
+        )
     if params is None and params_batched:
         raise ArgumentError("params_batched=True needs params with a leading [runs] axis, got params=None")
     params = strategy.default_params() if params is None else params
