@@ -25,13 +25,14 @@ ALLOWED = {
     "tree": {"core"},
     "io": {"core", "tree"},
     "problems": {"core", "tree"},
-    "es": {"core", "tree", "problems", "tasks", "io"},
+    "es": {"core", "tree", "problems", "tasks", "io", "distributed"},  # Ray: the distributed-gradient ES
     "gp": {"core", "tree", "problems", "tasks", "io"},
     "neat": {"core", "tree", "problems", "tasks", "io"},
     "qd": {"core", "tree", "problems", "tasks", "io", "es"},
     "tasks": {"core", "__init__"},  # the registry walks the package's folders
-    "cli": {"core", "tree", "io", "tasks", "problems", "__init__"},
+    "cli": {"core", "tree", "io", "tasks", "problems", "__init__", "distributed"},
     "__init__": {"core"},
+    "distributed": {"core", "io"},  # multi-process jobs and Ray: built on the run loop and run directory
 }
 
 

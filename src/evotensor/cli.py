@@ -10,6 +10,14 @@ line says whether its last checkpoint is intact and how to resume it.
 
 The CLI turns on JAX's persistent compilation cache (repeat runs skip most compile time) and stops
 JAX from preallocating most of a GPU's memory.
+
+Many devices and hosts (``run``): ``--devices N|all`` spreads the population over a mesh of N devices
+(``evotensor.run(..., mesh=...)``); ``--cpu-devices N`` gives the process N host CPU devices first.
+``--distributed`` joins a multi-process job before anything else uses JAX (settings from
+``--coordinator``, ``--num-processes``, ``--process-id``, ``EVOTENSOR_*`` variables, SLURM or Open MPI:
+:mod:`evotensor.distributed.cluster`), and the mesh then spans every process's devices. Every process
+runs the same command; process 0 alone writes the run directory and prints, a problem found by any
+process stops all of them (each prints its ``error:`` line; other processes' lines name the process).
 """
 
 from __future__ import annotations
@@ -52,8 +60,17 @@ def _one_line(text: str) -> str:
 
 
 def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {_one_line(message)}", err=True)
+    typer.echo(f"error: {_process_tag()}{_one_line(message)}", err=True)
     raise typer.Exit(code=2)
+
+
+def _process_tag() -> str:
+    """``"[process 3] "`` in a process other than 0 of a multi-process job, else ``""``."""
+    import jax
+
+    if not jax.distributed.is_initialized() or jax.process_index() == 0:
+        return ""
+    return f"[process {jax.process_index()}] "
 
 
 def _message(err: BaseException) -> str:
@@ -136,7 +153,12 @@ def _run_record(run_dir: Path, flag: str) -> dict[str, Any]:
 
 
 def _prepare_run_dir(path: Path, flag: str) -> None:
-    """Create the run directory ``path`` if needed and make sure a run can write there."""
+    """Create the run directory ``path`` if needed and make sure a run can write there (process 0
+    of a multi-process job only: the others never write it)."""
+    from evotensor.io.multihost import is_main_process
+
+    if not is_main_process():
+        return
     if path.exists() and not path.is_dir():
         raise _Problem(f"{flag} {path}: exists and is not a directory")
     try:
@@ -360,19 +382,58 @@ def run_task(
     quiet: bool = typer.Option(False, "--quiet", help="no progress output"),
     data: str | None = typer.Option(None, "--data", help="CSV file with a header line (task sr)"),
     target: str | None = typer.Option(None, "--target", help="the --data file's target column"),
+    devices: str | None = typer.Option(
+        None, "--devices", help="spread the population over N devices, or 'all' (a mesh for evotensor.run)"
+    ),
+    cpu_devices: int | None = typer.Option(
+        None, "--cpu-devices", help="give this process N host CPU devices (to use --devices N on a CPU)"
+    ),
+    distributed: bool = typer.Option(
+        False,
+        "--distributed",
+        help="join a multi-process job first (flags below, EVOTENSOR_*, SLURM, Open MPI)",
+    ),
+    coordinator: str | None = typer.Option(
+        None, "--coordinator", help="HOST:PORT of process 0 (--distributed)"
+    ),
+    num_processes: int | None = typer.Option(
+        None, "--num-processes", help="processes in the job (--distributed)"
+    ),
+    process_id: int | None = typer.Option(None, "--process-id", help="this process's index (--distributed)"),
 ) -> None:
     """Run TASK and write a run directory (config, metrics, checkpoint, best solution, plots).
 
     With --resume DIR the run continues from DIR's checkpoint, bit-identically; its task options,
-    --pop and --seed cannot change (only --generations, --chunk-size and --quiet may be given).
+    --pop and --seed cannot change (only --generations, --chunk-size and --quiet may be given, and
+    the device flags: a checkpoint resumes on any number of devices).
     A --data file's absolute path and SHA-256 are recorded: --resume reads it again and refuses it
     if it changed.
+
+    --devices N (or all) runs on a mesh of N devices (the population size must be a multiple of N);
+    on a CPU add --cpu-devices N. --distributed runs one process of a multi-process job (every
+    process runs the same command; process 0 writes the run directory, which must be on a file
+    system all processes share); the mesh spans every process's devices unless --devices says how
+    many (a multiple of the number of processes).
     """
     try:
-        prepared = _prepare_run(task, pop, generations, seed, out, resume, config, set_, data, target)
+        placement = _start_devices(devices, cpu_devices, distributed, coordinator, num_processes, process_id)
     except _Problem as problem:
         _fail(str(problem))
-    _execute(*prepared, chunk_size=chunk_size, quiet=quiet, resume=resume is not None)
+    error, prepared, mesh = None, None, None
+    try:
+        prepared = _prepare_run(task, pop, generations, seed, out, resume, config, set_, data, target)
+        mesh = _mesh(placement)
+    except _Problem as problem:
+        error = str(problem)
+    if placement.distributed:  # all processes stop together, each saying why
+        _agree_or_fail(error)
+    if error is not None:
+        _fail(error)
+    _execute(*prepared, chunk_size=chunk_size, quiet=quiet, resume=resume is not None, mesh=mesh)
+    if placement.distributed:
+        from evotensor.distributed import shutdown
+
+        shutdown()
 
 
 def _prepare_run(task, pop, generations, seed, out, resume, config, set_, data=None, target=None):
@@ -396,10 +457,13 @@ def _prepare_run(task, pop, generations, seed, out, resume, config, set_, data=N
     cfg = {**spec.defaults, **options["config"]}
     if resume_dir is not None:
         run_dir, flag = resume_dir, "--resume"
-    else:
-        run_dir, flag = (
-            (out_dir, "--out") if out_dir is not None else (default_run_dir(spec.name), "run directory")
-        )
+    elif out_dir is not None:
+        run_dir, flag = out_dir, "--out"
+    else:  # a name from the clock: process 0's, so that every process of a job agrees on it
+        from evotensor.io.multihost import broadcast_text, is_main_process
+
+        name = str(default_run_dir(spec.name)) if is_main_process() else None
+        run_dir, flag = Path(broadcast_text(name)), "run directory"
     _prepare_run_dir(run_dir, flag)
     total = options["generations"] if options["generations"] is not None else built.generations
     try:
@@ -409,14 +473,20 @@ def _prepare_run(task, pop, generations, seed, out, resume, config, set_, data=N
     return spec, built, cfg, run_dir, total
 
 
-def _execute(spec, built, cfg, run_dir, total, *, chunk_size, quiet, resume) -> None:
+def _execute(spec, built, cfg, run_dir, total, *, chunk_size, quiet, resume, mesh=None) -> None:
     import jax
 
     import evotensor
     from evotensor.io.checkpoint import CheckpointError
+    from evotensor.io.multihost import ProcessFailure, gather_to_host, is_main_process
 
-    typer.echo(f"task {spec.name}: {spec.description}", err=True)
-    typer.echo(f"run directory: {run_dir}", err=True)
+    main = is_main_process()  # the others of a multi-process job run without printing or writing
+    if main:
+        typer.echo(f"task {spec.name}: {spec.description}", err=True)
+        typer.echo(f"run directory: {run_dir}", err=True)
+        if mesh is not None:
+            typer.echo(f"devices: {_mesh_summary(mesh)}", err=True)
+    options = {"mesh": mesh} if mesh is not None else {}
     try:
         result = evotensor.run(
             built.strategy,
@@ -427,19 +497,24 @@ def _execute(spec, built, cfg, run_dir, total, *, chunk_size, quiet, resume) -> 
             chunk_size=chunk_size,
             run_dir=run_dir,
             resume=resume,
-            progress=not quiet,
+            progress=not quiet and main,
             config={**cfg, "generations": total},
             task_name=spec.name,
             best_to_text=built.best_to_text,
+            **options,
         )
-        direction = "maximizes" if built.problem.maximize else "minimizes"
-        typer.echo(f"best fitness: {result.best_fitness:.6g}  (problem {direction})")
-        typer.echo(
-            f"{result.generations} generations, {result.evaluations:,} evaluations, "
-            f"compile {result.compile_seconds:.1f}s, run {result.run_seconds:.1f}s"
-        )
-        if built.report is not None:
-            typer.echo(built.report(result, Path(run_dir)))
+        if built.report is not None and jax.process_count() > 1:
+            # a report reads the final state, whose sharded arrays every process must gather
+            result.state = gather_to_host(result.state)
+        if main:
+            direction = "maximizes" if built.problem.maximize else "minimizes"
+            typer.echo(f"best fitness: {result.best_fitness:.6g}  (problem {direction})")
+            typer.echo(
+                f"{result.generations} generations, {result.evaluations:,} evaluations, "
+                f"compile {result.compile_seconds:.1f}s, run {result.run_seconds:.1f}s"
+            )
+            if built.report is not None:
+                typer.echo(built.report(result, Path(run_dir)))
     except KeyboardInterrupt:
         global _interrupt_reported
         _interrupt_reported = True
@@ -454,10 +529,17 @@ def _execute(spec, built, cfg, run_dir, total, *, chunk_size, quiet, resume) -> 
             raise
         where = f" ({err.filename})" if err.filename else ""
         _fail(f"{err.strerror or err}{where}{_resume_hint(run_dir, spec.name, resume)}")
+    except ProcessFailure as err:  # another process of the job failed (it prints its own error)
+        if _traceback_wanted():
+            raise
+        _fail(f"{err}{_resume_hint(run_dir, spec.name, resume)}")
     except ValueError as err:  # e.g. --generations below the checkpoint's generation
         if _traceback_wanted():
             raise
-        _fail(_message(err))
+        message = _message(err)
+        if mesh is not None and message.startswith("mesh"):  # run()'s check of the population split
+            message = f"--devices ({mesh.devices.size} devices): {message} (the population size is --pop)"
+        _fail(message)
     except Exception as err:
         if "RESOURCE_EXHAUSTED" not in str(err) or _traceback_wanted():
             raise
@@ -465,9 +547,103 @@ def _execute(spec, built, cfg, run_dir, total, *, chunk_size, quiet, resume) -> 
             f"out of memory running task {spec.name} (reduce --pop or the task's size options)"
             f"{_resume_hint(run_dir, spec.name, resume)}"
         )
-    typer.echo(
-        f"wrote {run_dir}/: config.json metrics.csv checkpoint.npz best.npz best.txt best.json fitness.png"
+    if main:
+        files = "config.json metrics.csv checkpoint.npz best.npz best.txt best.json fitness.png"
+        typer.echo(f"wrote {run_dir}/: {files}")
+
+
+# ---- devices and processes ------------------------------------------------------------------------
+
+
+class _Placement:
+    """What the device flags asked for: ``devices`` (None, "all" or an int) and whether this
+    process joined a multi-process job."""
+
+    def __init__(self, devices: int | str | None, distributed: bool):
+        self.devices, self.distributed = devices, distributed
+
+
+def _start_devices(devices, cpu_devices, distributed, coordinator, num_processes, process_id) -> _Placement:
+    """Check the device flags and set JAX up before anything else uses it: the CPU device count,
+    then (``--distributed``) the multi-process job."""
+    from evotensor.core.checks import ArgumentError
+
+    count: int | str | None = None
+    if devices is not None:
+        text = devices.strip().lower()
+        if text == "all":
+            count = "all"
+        elif text.isdigit() and int(text) >= 1:
+            count = int(text)
+        else:
+            raise _Problem(f"--devices must be a positive int or 'all', got {devices!r}")
+    if not distributed:
+        given = [f for f, v in (("--coordinator", coordinator), ("--num-processes", num_processes),
+                                ("--process-id", process_id)) if v is not None]  # fmt: skip
+        if given:
+            raise _Problem(f"{', '.join(given)} only apply with --distributed")
+    if cpu_devices is not None:
+        if cpu_devices < 1:
+            raise _Problem(f"--cpu-devices must be a positive int, got {cpu_devices}")
+        from evotensor.distributed.devices import use_cpu_devices
+
+        try:
+            use_cpu_devices(cpu_devices)
+        except RuntimeError as err:
+            raise _Problem(f"--cpu-devices {cpu_devices}: {err}") from None
+    if distributed:
+        from evotensor.distributed.cluster import CLI_NAMES, initialize
+
+        try:
+            spec = initialize(coordinator, num_processes, process_id, names=CLI_NAMES)
+        except (ArgumentError, RuntimeError) as err:
+            raise _Problem(f"--distributed: {err}") from None
+        if spec.process_id == 0:
+            typer.echo(f"distributed: {spec.describe()}", err=True)
+    return _Placement(count, distributed)
+
+
+def _mesh(placement: _Placement) -> Any:
+    """The mesh the flags ask for (None: one device, as without the flags)."""
+    if placement.devices is None and not placement.distributed:
+        return None
+    import jax
+
+    from evotensor.core.checks import ArgumentError
+    from evotensor.distributed.devices import global_mesh
+
+    wanted = None if placement.devices in (None, "all") else placement.devices
+    try:
+        return global_mesh(devices=wanted)
+    except ArgumentError as err:
+        hint = ""
+        if jax.default_backend() == "cpu" and jax.local_device_count() < (wanted or 0):
+            hint = f" (on a CPU, add --cpu-devices {wanted // jax.process_count()})"
+        raise _Problem(f"--devices {placement.devices}: {err}{hint}") from None
+
+
+def _mesh_summary(mesh: Any) -> str:
+    import jax
+
+    devices = list(mesh.devices.flat)
+    processes = sorted({d.process_index for d in devices})
+    where = (
+        f", {len(devices) // len(processes)} in each of {len(processes)} processes"
+        if len(processes) > 1
+        else ""
     )
+    return f"{len(devices)} {jax.default_backend()} devices on mesh axis {mesh.axis_names[0]!r}{where}"
+
+
+def _agree_or_fail(error: str | None) -> None:
+    """Every process of the job learns whether all prepared the run; a process whose peer failed
+    exits with that peer's message (its own failure is reported by the caller)."""
+    from evotensor.io.multihost import agree
+
+    failures = agree(error)
+    if error is None and failures:
+        process, message = min(failures.items())
+        _fail(f"process {process}: {message}")
 
 
 @app.command("show")

@@ -6,6 +6,14 @@ on load. Loading needs a *template* pytree of the same structure (e.g. a freshly
 state): its treedef, dtypes and key types are used to rebuild the saved values exactly, so a resumed
 run continues bit-identically.
 
+A file holds *global* values, never a device layout: a leaf sharded over several devices is stored
+whole (a leaf sharded over several processes must first be gathered by all of them, see
+:func:`evotensor.io.multihost.gather_to_host`), and :func:`load_pytree` places each value onto the
+sharding of its template leaf. So a checkpoint written on 4 devices loads onto 2, 1 or 8.
+Loading is two steps that can be taken apart (:func:`read_pytree` reads the file on the host,
+:func:`place_like` puts the values on devices), so that the processes of a multi-process job can
+agree that each of them read the checkpoint before any of them starts a device program.
+
 A file that cannot be read as such a checkpoint (empty, truncated, corrupted, random bytes, another
 kind of ``.npz``) or that does not fit the template raises :class:`CheckpointError`, a ``ValueError``
 whose message names the file. File-system errors (a missing file, a directory) stay ``OSError``
@@ -28,7 +36,15 @@ import numpy as np
 
 from evotensor.io import atomic
 
-__all__ = ["CheckpointError", "load_extra_arrays", "load_metadata", "load_pytree", "save_pytree"]
+__all__ = [
+    "CheckpointError",
+    "load_extra_arrays",
+    "load_metadata",
+    "load_pytree",
+    "place_like",
+    "read_pytree",
+    "save_pytree",
+]
 
 _META = "__meta__"
 
@@ -114,6 +130,11 @@ def save_pytree(
             arrays[slot] = np.asarray(jax.random.key_data(leaf))
             kinds[slot] = "key:" + str(jax.random.key_impl(leaf))
         else:
+            if isinstance(leaf, jax.Array) and not (leaf.is_fully_addressable or leaf.is_fully_replicated):
+                raise ValueError(
+                    f"save_pytree: leaf {name} is sharded over devices of other processes; gather it "
+                    "first on every process (evotensor.io.multihost.gather_to_host)"
+                )
             arr = np.asarray(leaf)
             if arr.dtype.kind == "V":  # ml_dtypes (bfloat16, float8...): npz stores raw bits
                 arrays[slot] = arr.view(f"u{arr.dtype.itemsize}")
@@ -154,8 +175,10 @@ def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
     return metadata
 
 
-def load_pytree(path: str | os.PathLike, template: Any) -> Any:
-    """Load a pytree saved by :func:`save_pytree`, using ``template`` for its structure.
+def read_pytree(path: str | os.PathLike, template: Any) -> Any:
+    """The values of a pytree saved by :func:`save_pytree`, as NumPy arrays in ``template``'s
+    structure, read on the host only (no device is touched). A typed PRNG key leaf comes back as its
+    raw key data (:func:`place_like` wraps it again).
 
     Raises:
         CheckpointError: (a ``ValueError``) the file is damaged or not such a checkpoint, or it
@@ -182,20 +205,78 @@ def load_pytree(path: str | os.PathLike, template: Any) -> Any:
                     raise CheckpointError(
                         f"checkpoint {path}: leaf {name} is a PRNG key, the template's is not"
                     )
-                out.append(jax.random.wrap_key_data(jnp.asarray(value), impl=jax.random.key_impl(ref)))
+                impl = str(jax.random.key_impl(ref))
+                if kinds[slot][4:] != impl or value.shape[: len(ref.shape)] != tuple(ref.shape):
+                    raise CheckpointError(
+                        f"checkpoint {path}: leaf {name} is a {kinds[slot][4:]} key of shape "
+                        f"{value.shape[: len(ref.shape)]}, the template's a {impl} key of shape "
+                        f"{tuple(ref.shape)}"
+                    )
+                out.append(value)
                 continue
-            ref_arr = np.asarray(ref)
+            if _is_prng_key(ref):
+                raise CheckpointError(f"checkpoint {path}: leaf {name} is not a PRNG key, the template's is")
+            # the template's shape and dtype without copying it to the host (it may be sharded)
+            if isinstance(ref, jax.Array):
+                ref_shape, ref_dtype = tuple(ref.shape), np.dtype(ref.dtype)
+            else:
+                ref_arr = np.asarray(ref)
+                ref_shape, ref_dtype = ref_arr.shape, ref_arr.dtype
             if kinds[slot].startswith("bits:"):
-                if ref_arr.dtype.name != kinds[slot][5:]:
+                if ref_dtype.name != kinds[slot][5:]:
                     raise CheckpointError(
                         f"checkpoint {path}: leaf {name} has dtype {kinds[slot][5:]}, "
-                        f"the template {ref_arr.dtype}"
+                        f"the template {ref_dtype}"
                     )
-                value = value.view(ref_arr.dtype)
-            if value.shape != ref_arr.shape or value.dtype != ref_arr.dtype:
+                value = value.view(ref_dtype)
+            if value.shape != tuple(ref_shape) or value.dtype != ref_dtype:
                 raise CheckpointError(
                     f"checkpoint {path}: leaf {name} has shape {value.shape} dtype {value.dtype}, "
-                    f"the template expects {ref_arr.shape} {ref_arr.dtype}"
+                    f"the template expects {tuple(ref_shape)} {ref_dtype}"
                 )
-            out.append(jnp.asarray(value) if isinstance(ref, jax.Array) else value)
+            out.append(value)
     return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _place(value: np.ndarray, ref: jax.Array) -> jax.Array:
+    """``value`` as a ``jax.Array`` laid out like ``ref``: on the default device when ``ref`` is on
+    one device, else on ``ref``'s sharding (each process fills only its own devices' shards)."""
+    sharding = ref.sharding
+    if len(sharding.device_set) == 1:
+        return jnp.asarray(value)
+    if sharding.is_fully_addressable:
+        return jax.device_put(value, sharding)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def place_like(values: Any, template: Any) -> Any:
+    """The NumPy values of :func:`read_pytree` placed like ``template``: a leaf whose template is a
+    ``jax.Array`` becomes one on the template leaf's sharding (so a state saved from any number of
+    devices lands on the current mesh), a key leaf is wrapped again with the template's key
+    implementation, any other leaf stays NumPy.
+
+    With a template sharded over several processes' devices every process must call this (key
+    leaves run a small device program)."""
+    leaves_t, treedef = jax.tree_util.tree_flatten(template)
+    out = []
+    for value, ref in zip(jax.tree_util.tree_leaves(values), leaves_t):
+        if _is_prng_key(ref):
+            data = _place(np.asarray(value), jax.random.key_data(ref))
+            out.append(jax.random.wrap_key_data(data, impl=jax.random.key_impl(ref)))
+        elif isinstance(ref, jax.Array):
+            out.append(_place(np.asarray(value), ref))
+        else:
+            out.append(value)
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def load_pytree(path: str | os.PathLike, template: Any) -> Any:
+    """Load a pytree saved by :func:`save_pytree`, using ``template`` for its structure and the
+    layout of its leaves (:func:`read_pytree` then :func:`place_like`).
+
+    Raises:
+        CheckpointError: (a ``ValueError``) the file is damaged or not such a checkpoint, or it
+            differs from the template; the message names the file and the first leaf path whose
+            structure, shape or dtype differs.
+    """
+    return place_like(read_pytree(path, template), template)

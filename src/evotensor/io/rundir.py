@@ -14,6 +14,18 @@ written atomically (:mod:`evotensor.io.atomic`). The checkpoint carries the *ide
 refuses a checkpoint of another run. A fresh run into a directory removes the files of the run that
 was there before (so a later resume cannot pick up that run's checkpoint), and starting or resuming
 removes the temporary files that a killed write left behind.
+
+**Several processes** (a job started with :func:`evotensor.distributed.initialize`): every process
+creates the same :class:`RunDirectory` and makes the same calls (the run loop does), but only
+process 0 writes; the others run without touching the directory. A checkpoint is written
+collectively: every process takes part in gathering the state's arrays that are sharded over several
+processes (:func:`evotensor.io.multihost.gather_to_host`), process 0 writes the file atomically, and
+all processes then agree that it was written (:func:`evotensor.io.multihost.agree`, a barrier) — a
+failure on one process (a full disk on process 0) raises on every process instead of leaving the
+others waiting in a collective. On resume every process reads the checkpoint itself (the directory
+must be on a file system that all processes share, as it is on a cluster's shared home or scratch),
+they check that all read the same bytes, and each places the values onto its devices' shards of the
+current mesh (the checkpoint holds global arrays, so it restores onto any number of devices).
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ import contextlib
 import csv
 import datetime as _dt
 import errno
+import hashlib
 import io
 import json
 import math
@@ -36,12 +49,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from evotensor.io import atomic
+from evotensor.io import atomic, multihost
 from evotensor.io.checkpoint import (
     CheckpointError,
     load_extra_arrays,
     load_metadata,
-    load_pytree,
+    place_like,
+    read_pytree,
     save_pytree,
 )
 
@@ -78,10 +92,12 @@ def package_versions() -> dict[str, str]:
 
 
 def device_description() -> dict[str, Any]:
-    """The JAX backend and devices this process computes on."""
+    """The JAX backend and devices the run computes on (every process's devices in a multi-process
+    job), and the number of processes."""
     devices = jax.devices()
     return {
         "backend": jax.default_backend(),
+        "processes": jax.process_count(),
         "devices": [f"{d.platform}:{getattr(d, 'device_kind', '')}" for d in devices],
         "machine": platform.machine(),
         "processor": platform.processor() or platform.machine(),
@@ -222,15 +238,33 @@ def check_identity(path: Path, saved: Any, current: dict[str, Any]) -> None:
 class RunDirectory:
     """Writes (and resumes from) one run directory.
 
+    In a multi-process job only process 0 (``writes``) touches the directory; every process must
+    create it and make the same calls (see the module docstring). ``writes`` may be given to choose
+    otherwise (a test, or a job whose processes each keep their own directory).
+
     Raises:
         NotADirectoryError: ``path`` (or a parent) exists and is not a directory.
         OSError: the directory cannot be created.
+        evotensor.io.multihost.ProcessFailure: (several processes) another process failed.
     """
 
-    def __init__(self, path: Path, task_name: str = "run"):
+    def __init__(self, path: Path, task_name: str = "run", *, writes: bool | None = None):
         self.path = Path(path)
         self.task_name = task_name
         self.identity: dict[str, Any] | None = None
+        self.processes = jax.process_count()
+        self.writes = multihost.is_main_process() if writes is None else bool(writes)
+        self._pending: BaseException | None = None  # a write error held until the next agreement
+        self._saved_identity: Any = None
+        error = None
+        if self.writes:
+            try:
+                self._create()
+            except OSError as err:
+                error = err
+        self._settle(error, f"creating the run directory {self.path}")
+
+    def _create(self) -> None:
         if self.path.exists() and not self.path.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory", str(self.path))
         try:
@@ -238,6 +272,20 @@ class RunDirectory:
         except FileExistsError as err:  # a parent is a file
             raise NotADirectoryError(errno.ENOTDIR, "a parent is not a directory", str(self.path)) from err
         atomic.remove_stale_temp_files(self.path, RUN_FILES)
+
+    def _settle(self, error: BaseException | None, what: str) -> None:
+        """One process: raise ``error`` if any. Several: all processes learn who failed (a
+        collective); a failed process raises its own error, the others :class:`ProcessFailure`."""
+        if self._pending is not None and error is None:
+            error, self._pending = self._pending, None
+        if self.processes == 1:
+            if error is not None:
+                raise error
+            return
+        failures = multihost.agree(None if error is None else _one_line(error))
+        if error is not None:
+            raise error
+        multihost.raise_for_failures(failures, what)
 
     @contextlib.contextmanager
     def _writing(self, name: str) -> Iterator[None]:
@@ -269,6 +317,17 @@ class RunDirectory:
         self.identity = run_identity(
             self.task_name, config, strategy=strategy, problem=problem, params=params, key=key
         )
+        error = None
+        if self.writes:
+            try:
+                self._write_config(config, strategy=strategy, problem=problem, params=params, key=key)
+            except OSError as err:
+                error = err
+        self._settle(error, f"starting the run in {self.path}")
+
+    def _write_config(
+        self, config: dict[str, Any], *, strategy: Any, problem: Any, params: Any, key: Any
+    ) -> None:
         for name in RUN_FILES:  # the checkpoint first: a kill in between leaves nothing to resume
             (self.path / name).unlink(missing_ok=True)
         record = {
@@ -297,7 +356,8 @@ class RunDirectory:
         key: jax.Array,
     ) -> tuple[Any, dict[str, np.ndarray]]:
         """Continue the run whose checkpoint is here: ``(carry, history)``, after checking that the
-        checkpoint belongs to the run described by the arguments (as for :meth:`start`).
+        checkpoint belongs to the run described by the arguments (as for :meth:`start`). The carry's
+        arrays are placed like ``template``'s (its shardings: the current mesh).
 
         Raises:
             FileNotFoundError: there is no checkpoint.
@@ -311,64 +371,113 @@ class RunDirectory:
 
     # -- per chunk -------------------------------------------------------------------------
     def append_metrics(self, metrics: dict[str, np.ndarray], first_generation: int) -> None:
-        """Append one CSV row per generation of a chunk (9 significant digits: float32-exact)."""
+        """Append one CSV row per generation of a chunk (9 significant digits: float32-exact).
+
+        With several processes a failure is raised (on every process) by the next
+        :meth:`save_checkpoint`, which every process reaches."""
+        if not self.writes or self._pending is not None:
+            return
         path = self.path / "metrics.csv"
         new = not path.exists()
-        with self._writing("metrics.csv"), path.open("a", newline="", encoding="utf-8") as handle:
-            handle.write(_metrics_csv(metrics, first_generation, header=new))
+        try:
+            with self._writing("metrics.csv"), path.open("a", newline="", encoding="utf-8") as handle:
+                handle.write(_metrics_csv(metrics, first_generation, header=new))
+        except OSError as err:
+            if self.processes == 1:
+                raise
+            self._pending = err
 
     def save_checkpoint(self, carry: Any, history: dict[str, np.ndarray]) -> None:
-        """Atomically write the run state, the metric history so far and the run's identity."""
-        with self._writing(CHECKPOINT):
-            save_pytree(
-                self.path / CHECKPOINT,
-                carry,
-                metadata={
-                    "generation": int(carry.generation),
-                    "task": self.task_name,
-                    "identity": self.identity,
-                },
-                extra_arrays={_HISTORY + k: v for k, v in history.items()},
-            )
+        """Atomically write the run state, the metric history so far and the run's identity.
+
+        A collective with several processes: every process calls it; the state's sharded arrays are
+        gathered, process 0 writes, all agree that it was written."""
+        carry = multihost.gather_to_host(carry)
+        error = None
+        if self.writes and self._pending is None:
+            try:
+                with self._writing(CHECKPOINT):
+                    save_pytree(
+                        self.path / CHECKPOINT,
+                        carry,
+                        metadata={
+                            "generation": int(carry.generation),
+                            "task": self.task_name,
+                            "identity": self.identity,
+                        },
+                        extra_arrays={_HISTORY + k: v for k, v in history.items()},
+                    )
+            except OSError as err:
+                error = err
+        self._settle(error, f"writing the checkpoint {self.path / CHECKPOINT}")
 
     def load_checkpoint(
         self, template: Any, identity: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, np.ndarray]]:
-        """``(carry, history)`` from ``checkpoint.npz``; rewrites ``metrics.csv`` to match it.
+        """``(carry, history)`` from ``checkpoint.npz``, the carry placed like ``template``;
+        rewrites ``metrics.csv`` to match it.
 
-        With ``identity`` (see :func:`run_identity`), a checkpoint of another run is refused.
+        With ``identity`` (see :func:`run_identity`), a checkpoint of another run is refused. With
+        several processes every process reads the file, and all of them check that they read the
+        same bytes (the run directory must be on a shared file system) before any places it.
 
         Raises:
             FileNotFoundError: there is no checkpoint.
             CheckpointError: it is damaged, belongs to another run, or does not fit ``template``.
         """
+        error, loaded = None, None
+        try:
+            loaded = self._read_checkpoint(template, identity)
+        except (OSError, ValueError) as err:
+            error = err
+        self._settle(error, f"reading the checkpoint {self.path / CHECKPOINT}")
+        assert loaded is not None
+        values, history, digest = loaded
+        if self.processes > 1:
+            differ = multihost.differing_processes(digest)
+            if differ:
+                raise CheckpointError(
+                    f"{self.path / CHECKPOINT}: process(es) {differ} read other bytes than process 0; "
+                    "the run directory must be on a file system that every process shares"
+                )
+        self.identity = identity if identity is not None else self._saved_identity
+        return place_like(values, template), history
+
+    def _read_checkpoint(
+        self, template: Any, identity: dict[str, Any] | None
+    ) -> tuple[Any, dict[str, np.ndarray], bytes]:
+        """Host-side part of :meth:`load_checkpoint` (no device program): the checked values, the
+        history and the file's SHA-256; process 0 rewrites ``metrics.csv``."""
         path = self.path / CHECKPOINT
         if not path.exists():
             raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist")
+        digest = hashlib.sha256(path.read_bytes()).digest()
         metadata = load_metadata(path)
         if identity is not None:
             check_identity(path, metadata.get("identity"), identity)
         try:
-            carry = load_pytree(path, template)
+            values = read_pytree(path, template)
         except CheckpointError as err:
             raise CheckpointError(f"{err} (the checkpoint does not fit this run's strategy state)") from err
         history = {
             k[len(_HISTORY) :]: v for k, v in load_extra_arrays(path).items() if k.startswith(_HISTORY)
         }
-        generation = int(np.asarray(getattr(carry, "generation", metadata.get("generation", 0))))
+        saved_generation = getattr(values, "generation", metadata.get("generation", 0))
+        generation = int(np.asarray(saved_generation))
         if metadata.get("generation") != generation or len({len(v) for v in history.values()}) > 1:
             raise CheckpointError(
                 f"{path} is damaged: its metadata (generation {metadata.get('generation')!r}), its state "
                 f"(generation {generation}) and its metric history do not agree"
             )
         # metrics.csv may hold rows past the checkpoint (a crash between the two writes): rebuild it.
-        with self._writing("metrics.csv"):
-            if history:
-                atomic.write_text_atomic(self.path / "metrics.csv", _metrics_csv(history, 0, header=True))
-            else:
-                (self.path / "metrics.csv").unlink(missing_ok=True)
-        self.identity = identity if identity is not None else metadata.get("identity")
-        return carry, history
+        if self.writes:
+            with self._writing("metrics.csv"):
+                if history:
+                    atomic.write_text_atomic(self.path / "metrics.csv", _metrics_csv(history, 0, header=True))
+                else:
+                    (self.path / "metrics.csv").unlink(missing_ok=True)
+        self._saved_identity = metadata.get("identity")
+        return values, history, digest
 
     @staticmethod
     def checkpoint_generation(path: Path) -> int:
@@ -385,11 +494,20 @@ class RunDirectory:
 
     # -- end -------------------------------------------------------------------------------
     def finish(self, result: Any, best_to_text: Any = None) -> None:
-        """Write ``best.*`` and ``fitness.png``."""
+        """Write ``best.*`` and ``fitness.png`` (a collective with several processes, like
+        :meth:`save_checkpoint`)."""
+        best = multihost.gather_to_host(result.best_genotype)
+        error = None
+        if self.writes:
+            try:
+                self._write_best(result, best, best_to_text)
+            except OSError as err:
+                error = err
+        self._settle(error, f"writing the best solution and plots into {self.path}")
+
+    def _write_best(self, result: Any, best: Any, best_to_text: Any) -> None:
         with self._writing("best.npz"):
-            save_pytree(
-                self.path / "best.npz", result.best_genotype, metadata={"fitness": result.best_fitness}
-            )
+            save_pytree(self.path / "best.npz", best, metadata={"fitness": result.best_fitness})
         summary = {
             "best_fitness": result.best_fitness,
             "generations": result.generations,
@@ -400,10 +518,10 @@ class RunDirectory:
         with self._writing("best.json"):
             atomic.write_text_atomic(self.path / "best.json", json.dumps(summary, indent=2) + "\n")
         if best_to_text is not None:
-            text = best_to_text(result.best_genotype)
+            text = best_to_text(best)
         else:
             buffer = io.StringIO()
-            for path, leaf in jax.tree_util.tree_flatten_with_path(result.best_genotype)[0]:
+            for path, leaf in jax.tree_util.tree_flatten_with_path(best)[0]:
                 name = jax.tree_util.keystr(path) or "best"
                 buffer.write(f"{name} = {np.array2string(np.asarray(leaf), precision=6, threshold=100000)}\n")
             text = buffer.getvalue()
@@ -411,6 +529,15 @@ class RunDirectory:
             atomic.write_text_atomic(self.path / "best.txt", text if text.endswith("\n") else text + "\n")
         with self._writing("fitness.png"):
             plot_fitness(result.history, self.path / "fitness.png", title=self.task_name)
+
+
+def _one_line(error: BaseException) -> str:
+    """An exception as one line for another process's message (type, text, file)."""
+    text = " ".join(str(error).split())
+    filename = getattr(error, "filename", None)
+    if filename and str(filename) not in text:
+        text = f"{text} ({filename})"
+    return f"{type(error).__name__}: {text}"
 
 
 def plot_fitness(history: dict[str, np.ndarray], path: Path, title: str = "") -> None:
