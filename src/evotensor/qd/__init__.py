@@ -5,7 +5,10 @@
 * :mod:`.centroids` — grid centres, on-device k-means for CVT, chunked nearest-centroid search.
 * :mod:`.emitters` — Gaussian and Iso+LineDD variation; the CMA-ES emitter of CMA-ME and CMA-MAE
   (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts).
-* :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop.
+* :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop;
+  ``MAPElites.on_mesh`` (what ``evotensor.run(..., mesh=)`` calls) gives :class:`ShardedMAPElites`.
+* :mod:`.sharded_archive` — :class:`ShardedArchive`: an archive split along its cells over a device
+  mesh, with the same (bit-identical) insertion, sampling and queries.
 """
 
 from typing import Any
@@ -22,7 +25,8 @@ from evotensor.qd.archive import (
 )
 from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_centroid
 from evotensor.qd.emitters import CMAESEmitter, Emitter, GaussianEmitter, IsoLineEmitter
-from evotensor.qd.map_elites import MAPElites, MAPElitesState
+from evotensor.qd.map_elites import MAPElites, MAPElitesState, ShardedMAPElites
+from evotensor.qd.sharded_archive import ShardedArchive
 
 __all__ = [
     "IMPROVED",
@@ -39,6 +43,8 @@ __all__ = [
     "IsoLineEmitter",
     "MAPElites",
     "MAPElitesState",
+    "ShardedArchive",
+    "ShardedMAPElites",
     "grid_centroids",
     "kmeans_centroids",
     "nearest_centroid",

@@ -50,7 +50,7 @@ from evotensor.core.checks import (
     check_ranges,
     check_real,
 )
-from evotensor.core.numerics import deterministic_segment_sum
+from evotensor.core.numerics import deterministic_segment_sum, rounded
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.centroids import kmeans_centroids, nearest_centroid
 
@@ -94,6 +94,16 @@ class AddInfo:
     status: jax.Array
     value: jax.Array
     index: jax.Array
+
+
+def candidate_is_valid(solutions: jax.Array, objective: jax.Array, measures: jax.Array) -> jax.Array:
+    """``[B]`` bool: the candidate's objective, measures and every solution entry are finite (only
+    such a candidate may enter an archive)."""
+    return (
+        jnp.isfinite(objective)
+        & jnp.all(jnp.isfinite(measures), axis=1)
+        & jnp.all(jnp.isfinite(solutions), axis=1)
+    )
 
 
 def _check_solution_dim(solution_dim: Any) -> int:
@@ -196,7 +206,10 @@ class Archive:
     # -- storage -------------------------------------------------------------------------------
     def init(self) -> ArchiveState:
         """An empty archive."""
-        c = self.num_cells
+        return self._empty(self.num_cells)
+
+    def _empty(self, c: int) -> ArchiveState:
+        """``c`` empty rows (``num_cells``, or more for a sharded archive's padded layout)."""
         return ArchiveState(
             solutions=jnp.zeros((c, self.solution_dim), jnp.float32),
             objective=jnp.zeros((c,), jnp.float32),
@@ -255,49 +268,94 @@ class Archive:
             ``(new_state, AddInfo)``. O(B log B + C) work; the elite arrays are updated by one
             scatter of at most ``B`` rows each (in place when the state is donated).
         """
+        if state.objective.shape[0] != self.num_cells:
+            raise ArgumentError(
+                f"state holds {state.objective.shape[0]} cells but the archive has {self.num_cells}: a "
+                "state padded for a device mesh belongs to its ShardedArchive (trim it with "
+                "evotensor.qd.sharded_archive.trim_padding to read it)"
+            )
         solutions, objective, measures, fields = self._check_batch(solutions, objective, measures, fields)
-        batch, cells = objective.shape[0], self.num_cells
-        # a candidate with any NaN/inf in its objective, measures or solution never enters
-        valid = (
-            jnp.isfinite(objective)
-            & jnp.all(jnp.isfinite(measures), axis=1)
-            & jnp.all(jnp.isfinite(solutions), axis=1)
-        )
+        valid = candidate_is_valid(solutions, objective, measures)
         index = jnp.where(valid, self.index_of(measures), 0).astype(jnp.int32)
-        occupied = state.occupied[index]
-        threshold = jnp.where(occupied, state.threshold[index], self.threshold_min)
+        threshold, can, info = self._assess(
+            objective, valid, index, state.occupied[index], state.threshold[index]
+        )
+        state = self._place(state, can, index, objective, threshold, solutions, measures, fields)
+        return state, info
+
+    def _assess(
+        self,
+        objective: jax.Array,
+        valid: jax.Array,
+        index: jax.Array,
+        occupied: jax.Array,
+        elite_threshold: jax.Array,
+    ) -> tuple[jax.Array, jax.Array, AddInfo]:
+        """Each candidate against the archive before the batch (the module docstring's rules).
+
+        Args:
+            objective, valid, index: ``[B]`` (``index`` 0 where not ``valid``).
+            occupied, elite_threshold: ``[B]``, the occupancy and threshold of each candidate's cell.
+
+        Returns:
+            ``(threshold [B], can [B] bool, AddInfo)``: the cell's acceptance threshold and whether
+            the candidate may enter it.
+        """
+        threshold = jnp.where(occupied, elite_threshold, self.threshold_min)
         can = valid & (objective > threshold)
         status = jnp.where(can, jnp.where(occupied, IMPROVED, NEW), NOT_ADDED).astype(jnp.int32)
         new_cell_base = 0.0 if self.threshold_min == -math.inf else self.threshold_min
         base = jnp.where(can & ~occupied, new_cell_base, threshold)
         value = jnp.where(valid, objective - base, -jnp.inf)
-        info = AddInfo(status=status, value=value, index=jnp.where(valid, index, -1))
+        return threshold, can, AddInfo(status=status, value=value, index=jnp.where(valid, index, -1))
 
-        # winner per cell: highest objective, then lowest batch position; segment C collects the rest
-        segment = jnp.where(can, index, cells)
-        best = jax.ops.segment_max(jnp.where(can, objective, -jnp.inf), segment, num_segments=cells + 1)
+    def _place(
+        self,
+        state: ArchiveState,
+        can: jax.Array,
+        row: jax.Array,
+        objective: jax.Array,
+        threshold: jax.Array,
+        solutions: jax.Array,
+        measures: jax.Array,
+        fields: Mapping[str, jax.Array],
+    ) -> ArchiveState:
+        """Write the batch's winners into ``state``, whose ``R`` rows are the cells ``row`` indexes.
+
+        The candidates with ``can`` compete for row ``row`` (``[B]`` in ``0..R-1``): the highest
+        objective wins, exact ties go to the lowest batch position, and the row's new threshold
+        follows the module docstring. ``state`` may be the whole archive (``row`` = cell) or one
+        device's block of cells (``row`` = cell - first cell of the block, ``can`` only for the
+        block's own cells): the result of a row depends only on the candidates that target it, in
+        batch order, so both give the same bits. O(B log B + R) work.
+        """
+        batch, rows = objective.shape[0], state.objective.shape[0]
+        # winner per row: highest objective, then lowest batch position; segment R collects the rest
+        segment = jnp.where(can, row, rows)
+        best = jax.ops.segment_max(jnp.where(can, objective, -jnp.inf), segment, num_segments=rows + 1)
         position = jnp.arange(batch, dtype=jnp.int32)
         at_best = can & (objective == best[segment])
-        first = jax.ops.segment_min(jnp.where(at_best, position, batch), segment, num_segments=cells + 1)
+        first = jax.ops.segment_min(jnp.where(at_best, position, batch), segment, num_segments=rows + 1)
         wins = can & (first[segment] == position)
 
         if self.threshold_min == -math.inf:
             new_threshold = objective
         else:
-            count = jax.ops.segment_sum(can.astype(jnp.float32), segment, num_segments=cells + 1)[segment]
+            count = jax.ops.segment_sum(can.astype(jnp.float32), segment, num_segments=rows + 1)[segment]
             # fixed summation order on a GPU too (its scatter-add is atomic)
-            total = deterministic_segment_sum(jnp.where(can, objective, 0.0), segment, cells + 1)
+            total = deterministic_segment_sum(jnp.where(can, objective, 0.0), segment, rows + 1)
             ratio = jnp.power(jnp.float32(1.0 - self.learning_rate), count)
             mean = total[segment] / jnp.maximum(count, 1.0)
-            new_threshold = ratio * threshold + mean * (1.0 - ratio)
+            # products pinned to their float32 rounding: no program may fuse them into an FMA
+            new_threshold = rounded(ratio * threshold) + rounded(mean * (1.0 - ratio))
 
-        # one row per winning cell; losers get distinct out-of-range targets, so indices are unique
-        target = jnp.where(wins, index, cells + position)
+        # one row per winner; losers get distinct out-of-range targets, so indices are unique
+        target = jnp.where(wins, row, rows + position)
 
         def put(old, new):
             return old.at[target].set(new.astype(old.dtype), mode="drop", unique_indices=True)
 
-        state = ArchiveState(
+        return ArchiveState(
             solutions=put(state.solutions, solutions),
             objective=put(state.objective, objective),
             measures=put(state.measures, measures),
@@ -305,7 +363,6 @@ class Archive:
             occupied=put(state.occupied, jnp.ones((batch,), bool)),
             fields={name: put(state.fields[name], value) for name, value in fields.items()},
         )
-        return state, info
 
     # -- queries -------------------------------------------------------------------------------
     def retrieve(self, state: ArchiveState, measures: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -335,6 +392,15 @@ class Archive:
         cell = jnp.searchsorted(counts, k, side="right").astype(jnp.int32)
         return jnp.minimum(cell, self.num_cells - 1)
 
+    def has_elites(self, state: ArchiveState) -> jax.Array:
+        """``[]`` bool: whether any cell is occupied."""
+        return state.occupied.any()
+
+    def elite_solutions(self, state: ArchiveState, cells: jax.Array) -> jax.Array:
+        """The solutions stored in ``cells``: ``[n] int32 -> [n, solution_dim]`` (what emitters vary;
+        a sharded archive fetches each row from the device that holds it)."""
+        return state.solutions[cells]
+
     def stats(self, state: ArchiveState) -> dict[str, jax.Array]:
         """Scalar archive statistics (pyribs' definitions; QDax reports coverage in percent and adds
         its offset instead):
@@ -344,10 +410,19 @@ class Archive:
         ``obj_mean`` (NaN while empty).
         """
         occupied = state.occupied
-        n = occupied.sum()
-        qd = jnp.sum(jnp.where(occupied, state.objective - self.qd_score_offset, 0.0))
-        obj_max = jnp.max(jnp.where(occupied, state.objective, -jnp.inf))
-        obj_mean = jnp.sum(jnp.where(occupied, state.objective, 0.0)) / jnp.maximum(n, 1)
+        return self._summarize(
+            occupied.sum(),
+            jnp.sum(jnp.where(occupied, state.objective - self.qd_score_offset, 0.0)),
+            jnp.max(jnp.where(occupied, state.objective, -jnp.inf)),
+            jnp.sum(jnp.where(occupied, state.objective, 0.0)),
+        )
+
+    def _summarize(
+        self, n: jax.Array, qd: jax.Array, obj_max: jax.Array, obj_total: jax.Array
+    ) -> dict[str, jax.Array]:
+        """:meth:`stats` from the elite count, QD score, maximum and total objective (sums and a max
+        over the cells, so a sharded archive reduces them over its devices first)."""
+        obj_mean = obj_total / jnp.maximum(n, 1)
         empty = n == 0
         return {
             "num_elites": n.astype(jnp.int32),

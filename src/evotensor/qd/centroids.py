@@ -97,6 +97,43 @@ def nearest_centroid(points: jax.Array, centroids: jax.Array, *, chunk_size: int
         ``[B]`` int32 in ``[0, C)``. A point with a non-finite coordinate gets some index in
         ``[0, C)`` (mask such points yourself).
     """
+    centroids = jnp.asarray(centroids, jnp.float32)
+    num = centroids.shape[0] if centroids.ndim == 2 else 0
+    _, best_i = nearest_in_block(
+        points, centroids, mean=jnp.mean(centroids, axis=0), count=num, chunk_size=chunk_size
+    )
+    # nothing chosen only for overflowing (non-finite) distances: any index in range will do
+    return jnp.where(best_i < num, best_i, 0).astype(jnp.int32)
+
+
+def nearest_in_block(
+    points: jax.Array,
+    centroids: jax.Array,
+    *,
+    mean: jax.Array,
+    count: int | jax.Array,
+    first_index: int | jax.Array = 0,
+    chunk_size: int = 1024,
+) -> tuple[jax.Array, jax.Array]:
+    """The nearest of a block of centroids, with its exact distance (what :func:`nearest_centroid`
+    does over all centroids; a sharded CVT archive runs it on each device's block and keeps the
+    lexicographically smallest ``(distance, index)`` over the devices, which is the same answer).
+
+    Args:
+        points: ``[B, D]``.
+        centroids: ``[K, D]``, ``K >= 1``; only the first ``count`` rows are centroids (the rest is
+            padding, never chosen).
+        mean: ``[D]`` centring point of the GEMM (any point near the centroids; it only selects
+            candidates, so the answer does not depend on it) and stand-in for non-finite points.
+        count: rows of ``centroids`` that are real (an int or a traced ``[]`` int32, ``<= K``).
+        first_index: index of row 0 (added to the returned indices).
+        chunk_size: centroids per block of the search.
+
+    Returns:
+        ``(distance [B] float32, index [B] int32)``: ``sum((x - c)**2)`` in difference form (the
+        same bits as for any other block) and ``first_index + row`` of the nearest real row, ties
+        to the lowest row; ``(inf, int32 max)`` where there is none (``count = 0``).
+    """
     points = jnp.asarray(points, jnp.float32)
     centroids = jnp.asarray(centroids, jnp.float32)
     if points.ndim != 2 or centroids.ndim != 2 or points.shape[1] != centroids.shape[1]:
@@ -109,7 +146,7 @@ def nearest_centroid(points: jax.Array, centroids: jax.Array, *, chunk_size: int
     num_chunks = -(-num // chunk)
     batch = points.shape[0]
 
-    mean = jnp.mean(centroids, axis=0)
+    mean = jnp.asarray(mean, jnp.float32)
     # a non-finite point is moved to the mean centroid: any answer is allowed, but it must not
     # turn the GEMM into NaNs that could make padding look nearest
     points = jnp.where(jnp.all(jnp.isfinite(points), axis=1, keepdims=True), points, mean)
@@ -120,9 +157,9 @@ def nearest_centroid(points: jax.Array, centroids: jax.Array, *, chunk_size: int
     blocks = jnp.pad(centroids, ((0, pad), (0, 0))).reshape(num_chunks, chunk, dim)
     blocks_c = blocks - mean
     cc = jnp.sum(blocks_c * blocks_c, axis=2)
-    valid = (jnp.arange(num_chunks * chunk) < num).reshape(num_chunks, chunk)
+    valid = (jnp.arange(num_chunks * chunk) < count).reshape(num_chunks, chunk)
     cc = jnp.where(valid, cc, 0.0)  # padding: kept out of the error bound and masked below
-    starts = jnp.arange(num_chunks, dtype=jnp.int32) * chunk
+    starts = jnp.arange(num_chunks, dtype=jnp.int32) * chunk + jnp.asarray(first_index, jnp.int32)
     # |GEMM - exact| <= (4D + 10) u (|x - m|^2 + |c - m|^2) to first order (centring, dot product and
     # norms each add a few ulps of that scale); twice that bounds the difference between two
     # centroids' errors, and another 2x is margin. The absolute term covers flushed subnormals.
@@ -160,9 +197,8 @@ def nearest_centroid(points: jax.Array, centroids: jax.Array, *, chunk_size: int
         return (best_d, best_i), None
 
     init = (jnp.full(batch, jnp.inf, jnp.float32), jnp.full(batch, no_index, jnp.int32))
-    (_, best_i), _ = lax.scan(block_step, init, (blocks, blocks_c, cc, valid, starts))
-    # nothing chosen only for overflowing (non-finite) distances: any index in range will do
-    return jnp.where(best_i < num, best_i, 0).astype(jnp.int32)
+    (best_d, best_i), _ = lax.scan(block_step, init, (blocks, blocks_c, cc, valid, starts))
+    return best_d, best_i
 
 
 # Lloyd's assignment step in blocks of points too, so memory stays bounded for 100k+ samples.

@@ -21,12 +21,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
 from evotensor.core.checks import ArgumentError
 from evotensor.core.evaluation import Evaluation
+from evotensor.core.mesh import POPULATION_AXIS, replicated
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import SolutionSpace, as_solution_space
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
+from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
 
 
 @pytree_dataclass
@@ -67,7 +70,7 @@ class MAPElites:
         result_archive: Archive | None = None,
         solution: Any = None,
     ):
-        if not isinstance(archive, Archive):
+        if not isinstance(archive, (Archive, ShardedArchive)):
             raise ArgumentError(f"archive must be an evotensor.qd Archive, got {type(archive).__name__}")
         emitters = tuple(emitters) if isinstance(emitters, (list, tuple)) else (emitters,)
         if not emitters:
@@ -77,7 +80,7 @@ class MAPElites:
                 if not callable(getattr(emitter, method, None)):
                     raise ArgumentError(f"emitters[{i}] ({type(emitter).__name__}) has no {method}() method")
         if result_archive is not None:
-            if not isinstance(result_archive, Archive):
+            if not isinstance(result_archive, (Archive, ShardedArchive)):
                 raise ArgumentError(f"result_archive must be an Archive, got {type(result_archive).__name__}")
             if (result_archive.solution_dim, result_archive.measure_dim) != (
                 archive.solution_dim,
@@ -87,6 +90,7 @@ class MAPElites:
         self.archive = archive
         self.result_archive = result_archive
         self.emitters = emitters
+        self.solution = solution
         self.space: SolutionSpace = (
             as_solution_space(solution=solution)
             if solution is not None
@@ -189,7 +193,70 @@ class MAPElites:
         return state, metrics
 
     def reported_archive(self, state: MAPElitesState) -> tuple[Archive, ArchiveState]:
-        """The archive to report and its state (the result archive if there is one)."""
-        if self.result_archive is None:
-            return self.archive, state.archive
-        return self.result_archive, state.result
+        """The archive to report and its state (the result archive if there is one), as a plain
+        archive: a state from a run on a mesh (:meth:`on_mesh`) is cut to the archive's cells."""
+        archive, archive_state = (
+            (self.archive, state.archive)
+            if self.result_archive is None
+            else (self.result_archive, state.result)
+        )
+        if isinstance(archive, ShardedArchive):
+            archive = archive.archive
+        return archive, trim_padding(archive_state, archive.num_cells)
+
+    def on_mesh(self, mesh: Mesh, axis: str = POPULATION_AXIS) -> ShardedMAPElites:
+        """This MAP-Elites with its archive(s) split along the cell axis over ``mesh[axis]``
+        (:class:`~evotensor.qd.sharded_archive.ShardedArchive`): what ``evotensor.run(...,
+        mesh=mesh)`` runs. Same results as on one device for the same key (bit for bit on a CPU;
+        the ``qd_score``/``obj_mean`` metrics to within float32 summation order); each device holds
+        ``ceil(cells / n)`` cells; emitter states are replicated."""
+        return ShardedMAPElites(self, mesh, axis)
+
+
+class ShardedMAPElites(MAPElites):
+    """:meth:`MAPElites.on_mesh`'s strategy: the same ``init / ask / tell`` with both archives
+    sharded along their cells (see :mod:`evotensor.qd.sharded_archive`).
+
+    Args:
+        strategy: the MAP-Elites to lay out.
+        mesh, axis: the device mesh and the axis that splits the cells (and the run loop's
+            population).
+
+    Attributes:
+        unsharded: ``strategy``.
+    """
+
+    def __init__(self, strategy: MAPElites, mesh: Mesh, axis: str = POPULATION_AXIS):
+        unsharded = strategy.unsharded if isinstance(strategy, ShardedMAPElites) else strategy
+        result = unsharded.result_archive
+        super().__init__(
+            ShardedArchive(unsharded.archive, mesh, axis),
+            unsharded.emitters,
+            result_archive=None if result is None else ShardedArchive(result, mesh, axis),
+            solution=unsharded.solution,
+        )
+        self.unsharded = unsharded
+        self.mesh = mesh
+        self.mesh_axis = axis
+
+    def ask(self, key: jax.Array, state: MAPElitesState, params: Any = None) -> tuple[Any, MAPElitesState]:
+        """``-> (genotypes [pop, ...], state)``, computed whole on every device: the emitters' batch
+        math (a CMA-ES sample's matrix product, say) then rounds as on one device, which a product
+        split by rows does not; the run loop splits the population for its evaluation afterwards."""
+        genotypes, state = super().ask(key, state, params)
+        return self.archive.replicate(genotypes), state
+
+    def state_shardings(self, state: MAPElitesState) -> MAPElitesState:
+        """The layout the run loop keeps between chunks: archives split along their cells, emitter
+        states and the generation counter replicated."""
+        whole = replicated(self.mesh)
+        return MAPElitesState(
+            archive=self.archive.state_shardings(state.archive),
+            result=None if state.result is None else self.result_archive.state_shardings(state.result),
+            emitters=jax.tree_util.tree_map(lambda _: whole, state.emitters),
+            generation=whole,
+        )
+
+    def on_mesh(self, mesh: Mesh, axis: str = POPULATION_AXIS) -> ShardedMAPElites:
+        """The unsharded strategy laid out for ``mesh`` instead."""
+        return ShardedMAPElites(self.unsharded, mesh, axis)

@@ -9,6 +9,10 @@ fared. All three methods are pure; the archive object (static) and its state are
 
 ``tell`` sees the archive *after* the batch was added and the batch's :class:`AddInfo` (status and
 improvement value against the archive before it), so ranking emitters need no copy of the archive.
+
+An emitter reads the archive through its methods (``sample_elites``, ``elite_solutions``,
+``has_elites``, ``retrieve``), never by indexing the state's arrays: so it works unchanged on a
+:class:`~evotensor.qd.sharded_archive.ShardedArchive`, whose cells are split over devices.
 """
 
 from __future__ import annotations
@@ -143,12 +147,13 @@ class VariationEmitter:
     def parents(self, key: jax.Array, archive: Archive, archive_state: ArchiveState, n: int) -> jax.Array:
         """``[n, dims]`` elites drawn uniformly with replacement, or ``x0`` while the archive is empty."""
         cells = archive.sample_elites(key, archive_state, n)
-        return jnp.where(archive_state.occupied.any(), archive_state.solutions[cells], self.x0)
+        elites = archive.elite_solutions(archive_state, cells)
+        return jnp.where(archive.has_elites(archive_state), elites, self.x0)
 
-    def first_batch(self, archive_state: ArchiveState, sampled: jax.Array) -> jax.Array:
+    def first_batch(self, archive: Archive, archive_state: ArchiveState, sampled: jax.Array) -> jax.Array:
         """``initial_solutions`` (if given) while the archive is empty, else ``sampled``; clipped."""
         if self.initial_solutions is not None:
-            sampled = jnp.where(archive_state.occupied.any(), sampled, self.initial_solutions)
+            sampled = jnp.where(archive.has_elites(archive_state), sampled, self.initial_solutions)
         return self.clip(sampled)
 
     def init(self, key: jax.Array, archive: Archive) -> tuple[()]:

@@ -333,7 +333,8 @@ class CMAESEmitter:
 
         elite_key, direction_key = jax.random.split(key)
         cell = archive.sample_elites(elite_key, archive_state, 1)[0]
-        mean = jnp.where(archive_state.occupied.any(), archive_state.solutions[cell], self.x0)
+        elite = archive.elite_solutions(archive_state, cell[None])[0]
+        mean = jnp.where(archive.has_elites(archive_state), elite, self.x0)
         fresh, direction = self._fresh(direction_key, archive, mean, dtype)
         return CMAESEmitterState(
             cma=jax.tree_util.tree_map(lambda r, c: jnp.where(stop, r, c), fresh, new),

@@ -54,4 +54,4 @@ class GaussianEmitter(VariationEmitter):
         parent_key, noise_key = jax.random.split(key)
         parents = self.parents(parent_key, archive, archive_state, self.batch_size)
         noise = rng.normal(noise_key, parents.shape, jnp.float32)
-        return self.first_batch(archive_state, parents + self.sigma * noise), state
+        return self.first_batch(archive, archive_state, parents + self.sigma * noise), state

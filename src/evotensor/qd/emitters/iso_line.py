@@ -45,4 +45,4 @@ class IsoLineEmitter(VariationEmitter):
         x_i, x_j = parents[:n], parents[n:]
         iso = self.iso_sigma * rng.normal(iso_key, x_i.shape, jnp.float32)
         line = self.line_sigma * rng.normal(line_key, (n, 1), jnp.float32)
-        return self.first_batch(archive_state, x_i + iso + line * (x_j - x_i)), state
+        return self.first_batch(archive, archive_state, x_i + iso + line * (x_j - x_i)), state

@@ -1,0 +1,189 @@
+"""Multi-device scenarios of the sharded QD archive, launched by tests/qd/test_sharded_archive.py
+through tests/distributed/harness.py: 4 devices in one process, or 2 processes x 2.
+
+Each scenario runs MAP-Elites through ``evotensor.run(..., mesh=)`` on a mesh over ``jax.devices()``
+(the archive split along its cells) and the same key without a mesh on this process's first device,
+and returns both as lists (float32 values exactly). Every archive's cell count is chosen *not* to
+divide by 4, so the padding is exercised. Arrays split across processes are gathered first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import evotensor
+from evotensor.core import Evaluation
+from evotensor.core.numerics import exact_sum
+from evotensor.qd import CMAESEmitter, CVTArchive, GaussianEmitter, GridArchive, IsoLineEmitter, MAPElites
+from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
+
+# metrics that are sums over cells: equal to float32 rounding only (summation order per device)
+SUMMED_METRICS = ("qd_score", "norm_qd_score", "obj_mean")
+
+
+def _mesh() -> jax.sharding.Mesh:
+    return jax.make_mesh((jax.device_count(),), ("pop",))
+
+
+def _host(x) -> np.ndarray:
+    """The whole value of a (possibly multi-process) array on the host."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def _lists(tree) -> dict:
+    """Every leaf of a pytree as a list, keyed by its path."""
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {jax.tree_util.keystr(path): _host(leaf).tolist() for path, leaf in flat}
+
+
+@dataclasses.dataclass(frozen=True)
+class Bowl:
+    """fitness ``-|x - 0.4|^2`` (maximized), descriptor the first two coordinates, NaN fitness where
+    the first coordinate is above ``nan_above``, and an extra per-candidate field (the coordinate
+    sum). Row sums are :func:`~evotensor.core.numerics.exact_sum` trees: a plain row reduction of a
+    population split over devices may round differently from the whole population's, and the
+    archive can only be as exact as the evaluation it is given."""
+
+    nan_above: float = np.inf
+    maximize: bool = True
+
+    def evaluate(self, key, x):
+        fitness = -exact_sum((x - 0.4) ** 2, axis=1)
+        fitness = jnp.where(x[:, 0] > self.nan_above, jnp.nan, fitness)
+        return Evaluation(fitness=fitness, descriptor=x[:, :2], info={"total": exact_sum(x, axis=1)})
+
+
+def _summary(me: MAPElites, result) -> dict:
+    archive, state = me.reported_archive(result.state)
+    out = {
+        "archive": _lists(state),
+        "history": {k: v.tolist() for k, v in result.history.items()},
+        "best_fitness": result.best_fitness,
+        "cells": archive.num_cells,
+    }
+    if result.state.result is not None:  # the search archive too (CMA-MAE thresholds)
+        out["search"] = _lists(trim_padding(result.state.archive, me.archive.num_cells))
+    cma = [s.cma for s in result.state.emitters if hasattr(s, "cma")]
+    if cma:
+        out["cma"] = [_lists({"mean": c.mean, "sigma": c.sigma, "C": c.C}) for c in cma]
+    return out
+
+
+def _both(make, problem, generations: int, seed: int) -> dict:
+    """The mesh run (two chunks: the sharded state crosses a chunk boundary) and the one-device run."""
+    kw = dict(chunk_size=generations // 2, progress=False)
+    me = make()
+    mesh = _mesh()
+    mesh_run = evotensor.run(me, problem, generations, jax.random.key(seed), mesh=mesh, **kw)
+    single_run = evotensor.run(make(), problem, generations, jax.random.key(seed), **kw)
+    archives = {"search": mesh_run.state.archive, "result": mesh_run.state.result}
+    return {
+        "mesh": _summary(me, mesh_run),
+        "single": _summary(me, single_run),
+        "devices": jax.device_count(),
+        "layout": {name: _layout(state) for name, state in archives.items() if state is not None},
+    }
+
+
+def _layout(state) -> dict:
+    """Rows of the archive state and of each of this process's shards, and the sharding spec."""
+    solutions = state.solutions
+    return {
+        "rows": int(solutions.shape[0]),
+        "rows_per_device": [int(s.data.shape[0]) for s in solutions.addressable_shards],
+        "spec": str(solutions.sharding.spec),
+    }
+
+
+def scenario_map_elites() -> dict:
+    """MAP-Elites with every part sharded at once: a CVT search archive of 50 centroids (52 rows on 4
+    devices) with CMA-MAE thresholds and an extra field, a 15 x 15 grid result archive (225 cells:
+    228 rows), Gaussian and Iso+LineDD emitters and CMA-ME's CMA-ES emitter (improvement ranking,
+    restarts), NaN fitness in part of the space. Archives and the (replicated) CMA-ES state must
+    equal the one-device run bit for bit. (One CMA-ES emitter: each one more doubles the compile.)"""
+    centroids = np.random.default_rng(0).uniform(0, 1, (50, 2)).astype(np.float32)
+
+    def make():
+        search = CVTArchive(
+            solution_dim=5,
+            centroids=centroids,
+            ranges=[(0, 1), (0, 1)],
+            chunk_size=8,  # several blocks per device
+            learning_rate=0.3,
+            threshold_min=-0.4,
+            extra_fields={"total": ((), jnp.float32)},
+        )
+        result = GridArchive(solution_dim=5, dims=(15, 15), ranges=[(0, 1), (0, 1)], qd_score_offset=-1.0)
+        x0 = np.full(5, 0.5)
+        emitters = [
+            GaussianEmitter(0.15, x0, batch_size=8, bounds=(0, 1)),
+            IsoLineEmitter(x0, iso_sigma=0.1, line_sigma=0.3, batch_size=8),
+            # ranked by the batch's AddInfo (status, then value); restarts from an archive elite
+            CMAESEmitter(np.full(5, 0.3), 0.2, ranker="2imp", restart_rule=3, batch_size=8),
+            GaussianEmitter(0.05, x0, batch_size=8),
+        ]
+        return MAPElites(search, emitters, result_archive=result)
+
+    return _both(make, Bowl(nan_above=0.75), 12, seed=1)
+
+
+# distinctive sizes: "[1001,7]" in the HLO text can only be the whole archive's solutions
+HLO_CELLS, HLO_DIMS, HLO_BATCH = 1001, 7, 64
+
+
+def scenario_insertion_hlo() -> dict:
+    """Collectives of the compiled sharded insertion and parent selection (CVT, 1001 cells): every
+    collective's operand shape, and whether a whole-archive ``[cells, dims]`` array appears."""
+    centroids = np.random.default_rng(1).uniform(0, 1, (HLO_CELLS, 2)).astype(np.float32)
+    archive = ShardedArchive(
+        CVTArchive(solution_dim=HLO_DIMS, centroids=centroids, ranges=[(0, 1), (0, 1)]), _mesh()
+    )
+    state = archive.init()
+    # the candidates as the run loop hands them over: split along the population
+    split = NamedSharding(archive.mesh, P("pop"))
+    x, f, m = (
+        jax.device_put(jnp.zeros(shape), split)
+        for shape in [(HLO_BATCH, HLO_DIMS), HLO_BATCH, (HLO_BATCH, 2)]
+    )
+
+    def parents(key, state):
+        return archive.elite_solutions(state, archive.sample_elites(key, state, HLO_BATCH))
+
+    texts = {
+        "add": jax.jit(archive.add).lower(state, x, f, m).compile().as_text(),
+        "parents": jax.jit(parents).lower(jax.random.key(0), state).compile().as_text(),
+    }
+    collectives = {}
+    for name, text in texts.items():
+        shapes = []
+        for line in text.splitlines():
+            op = re.search(
+                r"\b(all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)(-start)?\(", line
+            )
+            if op:  # the result shape(s) precede the op name: "%x = s32[64,7]{1,0} all-reduce(..."
+                for shape in re.findall(r"[a-z]+[0-9]*\[([\d,]*)\]", line[: op.start()]):
+                    shapes.append([int(s) for s in shape.split(",") if s])
+        collectives[name] = shapes
+    whole = f"[{archive.padded_cells},{HLO_DIMS}]"
+    return {
+        "collectives": collectives,
+        "largest": {k: max((math.prod(s) for s in v), default=0) for k, v in collectives.items()},
+        "whole_archive_in_hlo": {
+            k: (whole in t or f"[{HLO_CELLS},{HLO_DIMS}]" in t) for k, t in texts.items()
+        },
+        "shard_in_hlo": {k: f"[{archive.shard_cells},{HLO_DIMS}]" in t for k, t in texts.items()},
+        "shard_cells": archive.shard_cells,
+        "batch_x_dims": HLO_BATCH * HLO_DIMS,
+        "devices": jax.device_count(),
+    }

@@ -1,0 +1,273 @@
+"""The QD archive sharded along its cells (evotensor.qd.sharded_archive) and MAPElites.on_mesh.
+
+In this process (one CPU device): the sharded archive over a 1-device mesh equals the plain archive
+(hypothesis), the split nearest-centroid search equals the whole one, and the checks. The real
+multi-device check runs tests/qd/mesh_scenarios.py in ONE subprocess with 4 CPU devices: MAP-Elites
+through ``evotensor.run(..., mesh=)`` against the same key on one device, bit for bit, with padded
+cell counts, and the compiled insertion's collectives.
+"""
+
+import functools
+import math
+
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from tests.distributed.harness import run_single
+from tests.qd.mesh_scenarios import HLO_CELLS, HLO_DIMS, SUMMED_METRICS
+
+from evotensor.core.checks import ArgumentError
+from evotensor.qd import CVTArchive, GaussianEmitter, GridArchive, MAPElites
+from evotensor.qd.centroids import nearest_centroid, nearest_in_block
+from evotensor.qd.map_elites import ShardedMAPElites
+from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
+
+DIMS, BATCH = 3, 16
+CENTROIDS = np.random.default_rng(0).uniform(-1, 1, (13, 2)).astype(np.float32)
+
+
+def _archives():
+    grid = GridArchive(
+        solution_dim=DIMS,
+        dims=(4, 5),
+        ranges=[(-1, 1), (-1, 1)],
+        learning_rate=0.25,
+        threshold_min=-1.0,
+        extra_fields={"tag": ((2,), jnp.int32)},
+    )
+    cvt = CVTArchive(
+        solution_dim=DIMS, centroids=CENTROIDS, ranges=[(-1, 1), (-1, 1)], chunk_size=4, qd_score_offset=-3.0
+    )
+    return {"grid_cma_mae": grid, "cvt": cvt}
+
+
+ARCHIVES = _archives()
+MESH1 = jax.make_mesh((1,), ("pop",))
+SHARDED = {name: ShardedArchive(archive, MESH1) for name, archive in ARCHIVES.items()}
+
+
+def _two_batches_then_queries(archive):
+    """One program per archive: two insertions, then every query (compiled once, not per example)."""
+
+    @jax.jit
+    def run(first, second, key):
+        state, infos = archive.init(), []
+        for solutions, objective, measures, tag in (first, second):
+            fields = {"tag": tag} if archive.extra_fields else None
+            state, info = archive.add(state, solutions, objective, measures, fields)
+            infos.append(info)
+        cells = archive.sample_elites(key, state, 7)
+        queries = {
+            "cells": cells,
+            "elites": archive.elite_solutions(state, cells),
+            "has_elites": archive.has_elites(state),
+            "retrieve": archive.retrieve(state, second[2]),
+        }
+        return state, infos, queries, archive.stats(state)
+
+    return run
+
+
+PLAIN = {name: _two_batches_then_queries(archive) for name, archive in ARCHIVES.items()}
+SHARDED_RUN = {name: _two_batches_then_queries(archive) for name, archive in SHARDED.items()}
+
+
+def _same(a, b):
+    for (path, x), y in zip(
+        jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_leaves(b), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=jax.tree_util.keystr(path))
+
+
+@st.composite
+def batches(draw):
+    """A batch with exact objective ties, repeated measures (several candidates per cell), measures
+    outside the ranges and NaN/inf entries."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    objective = rng.integers(-4, 4, BATCH).astype(np.float32) / 2  # ties are frequent
+    measures = rng.uniform(-1.3, 1.3, (BATCH, 2)).astype(np.float32)
+    repeats = draw(st.integers(0, BATCH // 2))
+    measures[:repeats] = measures[BATCH - repeats :]
+    solutions = rng.normal(size=(BATCH, DIMS)).astype(np.float32)
+    for array in (objective, measures, solutions):
+        if draw(st.booleans()):
+            array.reshape(-1)[rng.integers(array.size)] = draw(st.sampled_from([np.nan, np.inf]))
+    tag = rng.integers(-9, 9, (BATCH, 2)).astype(np.int32)
+    return solutions, objective, measures, tag
+
+
+@given(name=st.sampled_from(sorted(ARCHIVES)), first=batches(), second=batches())
+def test_sharded_insertion_on_one_device_equals_the_plain_archive(name, first, second):
+    key = jax.random.key(7)
+    plain_state, plain_infos, plain_queries, plain_stats = PLAIN[name](first, second, key)
+    state, infos, queries, stats = SHARDED_RUN[name](first, second, key)
+    _same(plain_infos, infos)
+    _same(plain_state, state)
+    _same(plain_queries, queries)
+    for metric, value in plain_stats.items():
+        np.testing.assert_allclose(stats[metric], value, rtol=1e-6, err_msg=metric)
+
+
+def test_empty_archive_queries_match():
+    archive, sharded = ARCHIVES["cvt"], SHARDED["cvt"]
+
+    @jax.jit
+    def queries(key):
+        state = sharded.init()
+        return sharded.sample_elites(key, state, 3), sharded.has_elites(state), sharded.stats(state)
+
+    key = jax.random.key(0)
+    np.testing.assert_array_equal(archive.sample_elites(key, archive.init(), 3), [12, 12, 12])
+    cells, has_elites, stats = queries(key)
+    np.testing.assert_array_equal(cells, [12, 12, 12])
+    assert not bool(has_elites)
+    assert int(stats["num_elites"]) == 0 and np.isnan(stats["obj_max"]) and float(stats["coverage"]) == 0
+
+
+@functools.partial(jax.jit, static_argnames="blocks")
+def _split_search(x, centroids, blocks):
+    """What a sharded CVT archive does: the centroids split into ``blocks`` equal blocks (the last
+    padded; the padding never chosen), each searched alone (chunks of 3), then the smallest
+    (distance, index) over the blocks."""
+    per_block = -(-centroids.shape[0] // blocks)
+    padded = jnp.zeros((per_block * blocks, 2), jnp.float32).at[: centroids.shape[0]].set(centroids)
+    distances, indices = [], []
+    for b in range(blocks):
+        d, i = nearest_in_block(
+            x,
+            padded[b * per_block : (b + 1) * per_block],
+            mean=jnp.float32([0.3, -0.2]),  # any centring point: it only selects candidates
+            count=jnp.clip(centroids.shape[0] - b * per_block, 0, per_block),
+            first_index=b * per_block,
+            chunk_size=3,
+        )
+        distances.append(d)
+        indices.append(i)
+    distance, index = jnp.stack(distances), jnp.stack(indices)
+    nearest = distance.min(axis=0)
+    return jnp.where(distance == nearest, index, jnp.iinfo(jnp.int32).max).min(axis=0)
+
+
+@given(seed=st.integers(0, 2**31), blocks=st.sampled_from([2, 3, 4]), duplicates=st.booleans())
+def test_nearest_centroid_split_in_blocks_is_the_whole_search(seed, blocks, duplicates):
+    """The split search gives the whole search's answer, ties to the lowest index."""
+    rng = np.random.default_rng(seed)
+    centroids = rng.uniform(-1, 1, (11, 2)).astype(np.float32)
+    if duplicates:  # exact ties across blocks
+        centroids[7:] = centroids[:4]
+    x = np.concatenate([rng.uniform(-1.2, 1.2, (20, 2)), centroids[:3]]).astype(np.float32)
+    np.testing.assert_array_equal(_split_search(x, centroids, blocks), _NEAREST(x, centroids))
+
+
+_NEAREST = jax.jit(nearest_centroid)
+
+
+def test_padded_states_stay_with_their_sharded_archive():
+    archive = ARCHIVES["grid_cma_mae"]
+    padded = archive._empty(archive.num_cells + 3)  # what a mesh of a size not dividing 20 holds
+    with pytest.raises(ArgumentError, match="holds 23 cells but the archive has 20.*trim_padding"):
+        archive.add(padded, np.zeros((1, DIMS)), np.zeros(1), np.zeros((1, 2)))
+    assert trim_padding(padded, archive.num_cells).solutions.shape == (20, DIMS)
+    with pytest.raises(ArgumentError, match="holds 23 cells.*ShardedArchive.pad"):
+        SHARDED["grid_cma_mae"].add(padded, np.zeros((1, DIMS)), np.zeros(1), np.zeros((1, 2)))
+    # the unsharded MAPElites reads a mesh run's padded state as its plain archive's
+    me = MAPElites(archive, [GaussianEmitter(0.1, np.zeros(DIMS))])
+    state = me.init(jax.random.key(0)).replace(archive=padded)
+    reported, reported_state = me.reported_archive(state)
+    assert reported is archive and reported_state.occupied.shape == (20,)
+    placed = SHARDED["grid_cma_mae"].pad(archive.init())
+    assert placed.solutions.sharding.spec == jax.sharding.PartitionSpec("pop")
+
+
+def test_on_mesh_and_checks():
+    archive = ARCHIVES["grid_cma_mae"]
+    me = MAPElites(
+        archive, [GaussianEmitter(0.1, np.zeros(DIMS), batch_size=4)], result_archive=ARCHIVES["cvt"]
+    )
+    sharded = me.on_mesh(MESH1)
+    assert isinstance(sharded, ShardedMAPElites) and sharded.unsharded is me
+    assert isinstance(sharded.archive, ShardedArchive) and sharded.archive.archive is archive
+    assert sharded.result_archive.archive is ARCHIVES["cvt"]
+    assert sharded.on_mesh(MESH1).unsharded is me  # re-laid out from the plain strategy
+    state = sharded.init(jax.random.key(0))
+    layout = sharded.state_shardings(state)
+    assert layout.archive.solutions.spec == jax.sharding.PartitionSpec("pop")
+    assert layout.result.threshold.spec == jax.sharding.PartitionSpec("pop")
+    assert layout.generation.spec == jax.sharding.PartitionSpec()
+    assert sharded.reported_archive(state)[0] is ARCHIVES["cvt"]
+    assert SHARDED["cvt"].shard_bytes() == ARCHIVES["cvt"].state_bytes()
+    assert "13 per device" in repr(SHARDED["cvt"])
+    with pytest.raises(ArgumentError, match="archive must be an evotensor.qd Archive"):
+        ShardedArchive(object(), MESH1)
+    with pytest.raises(ArgumentError, match="mesh must be a jax.sharding.Mesh"):
+        ShardedArchive(archive, "pop")
+    with pytest.raises(ArgumentError, match="mesh_axis must name one of the mesh's axes"):
+        ShardedArchive(archive, MESH1, axis="cells")
+    assert ShardedArchive(SHARDED["cvt"], MESH1).archive is ARCHIVES["cvt"]
+
+
+# ---- 4 CPU devices, one subprocess ----------------------------------------------------------------
+
+SCENARIOS = ["tests.qd.mesh_scenarios:scenario_map_elites", "tests.qd.mesh_scenarios:scenario_insertion_hlo"]
+
+
+@pytest.fixture(scope="module")
+def four_devices():
+    return run_single(SCENARIOS, devices=4)
+
+
+def test_map_elites_on_4_devices_equals_one_device(four_devices):
+    result = four_devices[SCENARIOS[0]]
+    mesh, single = result["mesh"], result["single"]
+    assert result["devices"] == 4
+    # archives (search: CVT with CMA-MAE thresholds and an extra field; result: grid), emitter states
+    for part in ("archive", "search", "cma"):
+        assert mesh[part] == single[part], part
+    assert mesh["best_fitness"] == single["best_fitness"]
+    for metric in ("num_elites", "coverage", "obj_max", "added", "new_cells", "nonfinite", "best_fitness"):
+        assert mesh["history"][metric] == single["history"][metric], metric
+    for metric in SUMMED_METRICS:
+        np.testing.assert_allclose(
+            mesh["history"][metric], single["history"][metric], rtol=1e-5, err_msg=metric
+        )
+    # not a trivial run: the archive filled, NaN fitness was dropped, a CMA-ES restarted
+    assert single["history"]["num_elites"][-1] > 50 and sum(single["history"]["nonfinite"]) > 0
+    assert not any(math.isnan(v) for v in np.asarray(single["archive"][".objective"]))
+    # cells split 4 ways, with padding: 50 CVT cells -> 52 rows, 225 grid cells -> 228
+    assert result["layout"] == {
+        "search": {"rows": 52, "rows_per_device": [13] * 4, "spec": "P('pop',)"},
+        "result": {"rows": 228, "rows_per_device": [57] * 4, "spec": "P('pop',)"},
+    }
+    assert len(single["archive"][".objective"]) == 225 and len(single["search"][".objective"]) == 50
+
+
+def test_compiled_insertion_never_gathers_the_archive(four_devices):
+    result = four_devices[SCENARIOS[1]]
+    shard = -(-HLO_CELLS // 4)
+    assert result["shard_cells"] == shard
+    for program in ("add", "parents"):
+        assert result["shard_in_hlo"][program], f"{program} should work on [{shard},{HLO_DIMS}] blocks"
+        assert not result["whole_archive_in_hlo"][program], f"{program} holds the whole archive"
+        assert result["collectives"][program], f"{program} has no collective at all"
+        # only batch-sized values cross devices: at most [batch, dims] (the fetched parents)
+        assert result["largest"][program] <= result["batch_x_dims"], result["collectives"][program]
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_device():
+    """2 processes x 2 CPU devices joined by jax.distributed (gloo): every process's archives and
+    emitter states equal the one-device run, and the two processes agree."""
+    from tests.distributed.harness import run_multiprocess
+
+    runs = run_multiprocess(SCENARIOS[:1], processes=2, devices_per_process=2)
+    assert len(runs) == 2
+    for run in runs:
+        result = run[SCENARIOS[0]]
+        assert result["devices"] == 4
+        for part in ("archive", "search", "cma"):
+            assert result["mesh"][part] == result["single"][part], part
+        assert result["layout"]["search"]["rows_per_device"] == [13, 13]  # this process's 2 devices
+    assert runs[0][SCENARIOS[0]]["mesh"] == runs[1][SCENARIOS[0]]["mesh"]
