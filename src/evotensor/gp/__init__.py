@@ -191,6 +191,11 @@ __all__ += [
     "train_test_split",
 ]
 
+# the population (and optionally the data rows) split over a device mesh (issue 17)
+from evotensor.gp.sharding import ForestMesh, evaluate_on_mesh, fitness_on_mesh, optimize_on_mesh  # noqa: E402
+
+__all__ += ["ForestMesh", "evaluate_on_mesh", "fitness_on_mesh", "optimize_on_mesh"]
+
 # scikit-learn estimators (issue 15); imported on first use: scikit-learn takes ~1-2 s to import
 _SKLEARN_NAMES = ("SymbolicClassifier", "SymbolicModel", "SymbolicRegressor")
 __all__ += list(_SKLEARN_NAMES)

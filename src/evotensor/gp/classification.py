@@ -95,6 +95,10 @@ class SymbolicClassification(SymbolicRegression):
         backend, case_errors: as in :class:`~evotensor.gp.SymbolicRegression` (per-case errors are
             each row's loss, or its 0/1 misclassification for ``"accuracy"``).
 
+    On many devices: :meth:`~evotensor.gp.SymbolicRegression.on_mesh` (inherited) splits the trees,
+    and optionally the rows, over a mesh; accuracy and cross-entropy are sums over the rows, so a
+    data axis adds the devices' partial sums.
+
     Attributes (besides :class:`~evotensor.gp.SymbolicRegression`'s):
         n_classes: the number of classes.
     """

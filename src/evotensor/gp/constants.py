@@ -251,8 +251,11 @@ def _native_system(stats, y_mean, n: int, linear_scaling: bool, max_constants: i
     return a, b, loss, JtJ, Jtr
 
 
-def _optimize_native(opcode, value, size, output, X, y, fs, steps, linear_scaling, max_constants, damping):
-    """Levenberg-Marquardt on every tree at once with the native linearization: ``(value, loss)``."""
+def _optimize_native(
+    opcode, value, size, output, X, y, fs, steps, linear_scaling, max_constants, damping, statistics
+):
+    """Levenberg-Marquardt on every tree at once with the native linearization: ``(value, loss)``
+    (``statistics``: :func:`evotensor.gp.native.normal_equations` or a stand-in with its signature)."""
     B, L = opcode.shape
     n = X.shape[0]
     K = max_constants
@@ -266,7 +269,7 @@ def _optimize_native(opcode, value, size, output, X, y, fs, steps, linear_scalin
         return value.at[rows, slots].set(theta, mode="drop")
 
     def linearize(theta):
-        stats = native.normal_equations((opcode, with_constants(theta), size, output), X, y, slots, fs)
+        stats = statistics((opcode, with_constants(theta), size, output), X, y, slots, fs)
         return stats, _native_system(stats, y_mean, n, linear_scaling, K)
 
     def step(carry, first):
@@ -310,6 +313,7 @@ def optimize_constants(
     max_constants: int = 16,
     batch_trees: bool | None = None,
     backend: str = "auto",
+    normal_equations: Callable | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Tune the constants of every tree by Levenberg-Marquardt (see the module docstring).
 
@@ -343,6 +347,11 @@ def optimize_constants(
             set is native (:func:`choose_backend`), else jax. The two paths take the same steps up
             to float32 rounding (the native one forms ``J^T J`` and ``J^T r`` from sums over the
             rows instead of the Jacobian; its loss, from double sums, has no float32 floor).
+        normal_equations: the native path's linearization, a function with the signature of
+            :func:`evotensor.gp.native.normal_equations` returning its statistics over all the rows
+            of ``X`` (default: that function). :mod:`evotensor.gp.sharding` passes one that runs the
+            kernel on each device's rows and merges the statistics, for a data split over devices.
+            Refused on the jax path.
 
     Returns:
         ``(value, loss)``: ``value`` float32 ``[pop, max_len]``, the forest's values with the tuned
@@ -373,6 +382,11 @@ def optimize_constants(
     _check_n_outputs(n_outputs)
     X, y = _check_data(X, y)
     path = choose_backend(backend, function_set)
+    if normal_equations is not None and (path != "native" or not callable(normal_equations)):
+        raise ArgumentError(
+            "normal_equations replaces the native linearization: it must be callable and the path native "
+            f"(backend={backend!r} resolves to {path!r} here), got {normal_equations!r}"
+        )
     opcode, value, size, output, single = forest_fields(forest)
     if path == "native":
         new_value, loss = _optimize_native(
@@ -387,6 +401,7 @@ def optimize_constants(
             bool(linear_scaling),
             max_constants,
             damping,
+            native.normal_equations if normal_equations is None else normal_equations,
         )
         return (new_value[0], loss[0]) if single else (new_value, loss)
 
@@ -438,8 +453,11 @@ class ConstantOptimizer:
     counts as the worst); the chosen trees are tuned and get ``loss_to_fitness(loss)`` as their new
     fitness (``loss``: :func:`optimize_constants`' mean squared error, scaled with
     ``linear_scaling``; ``None``: the MSE itself), every other tree keeps its value and fitness bit
-    for bit. Jittable with the optimizer, the function set and the keyword arguments static (the
-    optimizer is hashable by its settings).
+    for bit. The keyword ``optimize`` (default :func:`optimize_constants`) is the function that tunes
+    the chosen batch, called with its signature; a problem on a mesh passes
+    :func:`evotensor.gp.sharding.optimize_on_mesh`'s, which splits the batch over the devices.
+    Jittable with the optimizer, the function set and the keyword arguments static (the optimizer is
+    hashable by its settings).
 
     Example::
 
@@ -517,6 +535,8 @@ class ConstantOptimizer:
         function_set: FunctionSet,
         linear_scaling: bool = True,
         loss_to_fitness: Callable[[jax.Array], jax.Array] | None = None,
+        *,
+        optimize: Callable | None = None,
     ) -> tuple[jax.Array, jax.Array]:
         opcode, value, size, output, single = forest_fields(forest)
         if single:
@@ -526,7 +546,7 @@ class ConstantOptimizer:
             raise ArgumentError(f"fitness must have shape [pop] = {opcode.shape[:1]}, got {fitness.shape}")
         index, tune = self.chosen(key, fitness)
         batch = tuple(a[index] for a in (opcode, value, size, output))
-        tuned, loss = optimize_constants(
+        tuned, loss = (optimize_constants if optimize is None else optimize)(
             Forest(*batch),
             X,
             y,

@@ -135,11 +135,14 @@ def _check_decoded(forest: Any, n_vars: int, n_outputs: int) -> None:
         )
 
 
-def _checked_forest(forest: Any, X: jax.Array, fs: FunctionSet, n_outputs: int, materialize: bool):
+def checked_forest(forest: Any, X: jax.Array, fs: FunctionSet, n_outputs: int, materialize: bool):
     """The forest's arrays for a backend, ``(arrays, single, valid)``, after the boundary checks of
     the module docstring. ``valid`` is ``None`` for a concrete forest (a malformed one raised);
     for a traced one it is ``bool [pop]``, and its malformed trees are replaced by a one-node tree
-    (so no backend runs them) whose results the caller masks."""
+    (so no backend runs them) whose results the caller masks. ``X`` gives the columns (and rows,
+    for the size check) the trees run on; ``materialize``: whether the caller builds
+    ``[pop, n_points, n_outputs]`` predictions. Used by :func:`evaluate`, :func:`fitness` and the
+    per-device evaluation of :mod:`evotensor.gp.sharding`."""
     shape = _forest_shape(forest)
     if shape is not None:
         check_evaluation_size(shape[0], shape[1], X.shape[0], n_outputs, materialize)
@@ -205,7 +208,7 @@ def evaluate(
     n_outputs = check_int(n_outputs, "n_outputs")
     check_choice(backend, "backend", BACKENDS)
     X = check_X(X)
-    arrays, single, valid = _checked_forest(forest, X, fs, n_outputs, materialize=True)
+    arrays, single, valid = checked_forest(forest, X, fs, n_outputs, materialize=True)
     path = choose_backend(backend, fs)
     if path == "pallas":
         out = pallas_kernel.evaluate_pallas(
@@ -273,7 +276,7 @@ def fitness(
         raise ArgumentError(
             f"linear_scaling applies to the regression metrics {SCALED_METRICS}, not metric={metric!r}"
         )
-    arrays, single, valid = _checked_forest(forest, X, fs, n_out, materialize=False)
+    arrays, single, valid = checked_forest(forest, X, fs, n_out, materialize=False)
     path = choose_backend(backend, fs)
     if linear_scaling:
         moments, bad_sum, y_mean = _scaling_moments(arrays, X, yt, fs, n_out, path, tree_block, row_block)
@@ -337,7 +340,7 @@ def scaling_coefficients(
     yt, n_out = check_y(y, X.shape[0], "mse", n_outputs)
     check_finite_data(X, "X")
     check_finite_data(jnp.asarray(y, jnp.float32), "y")
-    arrays, single, valid = _checked_forest(forest, X, fs, n_out, materialize=False)
+    arrays, single, valid = checked_forest(forest, X, fs, n_out, materialize=False)
     moments, bad_sum, y_mean = _scaling_moments(
         arrays, X, yt, fs, n_out, choose_backend(backend, fs), None, None
     )

@@ -55,6 +55,7 @@ __all__ = [
     "child_slots",
     "evaluate_jax",
     "fitness_jax",
+    "fitness_sums_jax",
     "moments_jax",
 ]
 
@@ -340,8 +341,23 @@ def fitness_jax(arrays, X, yt, fs, n_outputs, metric, tree_block, row_block):
     Returns:
         float32 ``[pop]`` in natural orientation (see :func:`evotensor.gp.metrics.finalize_metric`).
     """
+    term_sum, bad_sum = fitness_sums_jax(arrays, X, yt, fs, n_outputs, metric, tree_block, row_block)
+    return finalize_metric(term_sum, bad_sum, metric, X.shape[0], n_outputs, total_sum_of_squares(yt))
+
+
+@functools.partial(jax.jit, static_argnames=("fs", "n_outputs", "metric", "tree_block", "row_block"))
+def fitness_sums_jax(arrays, X, yt, fs, n_outputs, metric, tree_block, row_block):
+    """The per-tree sums :func:`fitness_jax` turns into the metric, over the rows of ``X``.
+
+    Args: as :func:`fitness_jax`.
+
+    Returns:
+        ``(term_sum, bad_sum)``, float32 ``[pop]`` each: the sums over the rows of
+        :func:`evotensor.gp.metrics.row_terms` (as :func:`evotensor.gp.native.fitness_sums` returns
+        them; sums of row slices add up to the whole data's, which the data axis of
+        :mod:`evotensor.gp.sharding` relies on).
+    """
     pop = arrays[0].shape[0]
-    n_points = X.shape[0]
     tree, n_steps, Xblocks, valid, order, n_rb, pad_r = _blocked(arrays, X, tree_block, row_block)
     yp = jnp.concatenate([yt, jnp.zeros((yt.shape[0], pad_r), yt.dtype)], axis=1) if pad_r else yt
     yblocks = yp.reshape(yt.shape[0], n_rb, row_block).transpose(1, 0, 2)
@@ -365,15 +381,7 @@ def fitness_jax(arrays, X, yt, fs, n_outputs, metric, tree_block, row_block):
     _, (term_sum, bad_sum) = lax.scan(
         per_tree_block, _value_buffer(arrays, tree_block, row_block), (tree, n_steps)
     )
-    fit = finalize_metric(
-        term_sum.reshape(-1)[:pop],
-        bad_sum.reshape(-1)[:pop],
-        metric,
-        n_points,
-        n_outputs,
-        total_sum_of_squares(yt),
-    )
-    return _unsort(fit, order)
+    return _unsort(term_sum.reshape(-1)[:pop], order), _unsort(bad_sum.reshape(-1)[:pop], order)
 
 
 @functools.partial(jax.jit, static_argnames=("fs", "n_outputs", "tree_block", "row_block"))

@@ -24,6 +24,10 @@ summation order), so it is off by default.
 on the 26 x 26 = 676-point grid ``x, y in {-5, -4.6, ..., 5}`` (step 0.4; 0 is not on the grid, so
 the target is finite everywhere), training MSE as fitness.
 
+On many devices, :meth:`SymbolicRegression.on_mesh` (called by ``evotensor.run(..., mesh=)``) runs the
+evaluator on each device's slice of the forest, and optionally of the rows
+(:mod:`evotensor.gp.sharding`).
+
 These lived in ``evotensor.problems.regression`` before; that path still works for one release,
 with a ``DeprecationWarning``.
 
@@ -36,6 +40,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any
 
@@ -47,6 +52,7 @@ from evotensor.core.checks import ArgumentError, check_choice
 from evotensor.core.evaluation import Evaluation
 from evotensor.gp import scaling
 from evotensor.gp.constants import ConstantOptimizer, optimize_constants
+from evotensor.gp.constants import choose_backend as constants_backend
 from evotensor.gp.encoding import Forest
 from evotensor.gp.evaluate import BACKENDS, SCALED_METRICS, evaluate, fitness, scaling_coefficients
 from evotensor.gp.functions import FunctionSet
@@ -62,6 +68,7 @@ from evotensor.gp.metrics import (
     row_terms,
 )
 from evotensor.gp.selection import CaseErrors
+from evotensor.gp.sharding import ForestMesh, evaluate_on_mesh, fitness_on_mesh, optimize_on_mesh
 
 __all__ = ["EVOGP_SR_FUNCTIONS", "Pagie1", "SymbolicRegression", "pagie1_data", "per_case_errors"]
 
@@ -116,9 +123,13 @@ class SymbolicRegression:
     Attributes:
         X, y: the training data (float32 device arrays). ``maximize``: natural orientation.
         n_vars, n_outputs: what a tree reads and returns.
+
+    On many devices: :meth:`on_mesh` (called by ``evotensor.run(..., mesh=)``) splits the population
+    over a mesh axis and, optionally, the training rows over another (:mod:`evotensor.gp.sharding`).
     """
 
     kind = "function"
+    _mesh_layout: ForestMesh | None = None  # set on the copy on_mesh returns
 
     def __init__(
         self,
@@ -191,7 +202,76 @@ class SymbolicRegression:
         self.X_test, self.y_test = X_test, y_test
         self.n_vars = X.shape[1]
 
+    def on_mesh(self, mesh: Any, axis: str = "pop", data_axis: str | None = None) -> SymbolicRegression:
+        """This problem with its training evaluation split over ``mesh`` (see
+        :mod:`evotensor.gp.sharding`): a copy whose :meth:`evaluate` runs the backend on each device's
+        slice of the forest (population axis ``axis``) inside ``shard_map`` and returns the ``[pop]``
+        fitness replicated; constant optimization splits its chosen trees the same way and returns
+        the tuned forest population-sharded. Bit-identical to one device without a data axis.
+
+        Args:
+            mesh: a ``jax.sharding.Mesh``.
+            axis: the mesh axis the trees are split along (default ``"pop"``).
+            data_axis: another mesh axis to split the training rows along (each device evaluates its
+                trees on its rows; partial sums are added with ``psum``; equal to one device to
+                float32 summation order). Default: none, except that a problem already placed with a
+                data axis keeps it when placed again on a mesh that has that axis, so
+                ``evotensor.run(gp, problem.on_mesh(mesh, data_axis="data"), ..., mesh=mesh)`` keeps
+                the rows split. Constant optimization with a data axis needs the native
+                linearization (a CPU).
+
+        Raises:
+            ArgumentError: an axis the mesh lacks, ``data_axis == axis``, fewer training rows than
+                devices along ``data_axis``, constant optimization on a data axis without the native
+                linearization.
+
+        :meth:`predict` on the training inputs (per-case errors use it) runs on the mesh too; on
+        other data, and :meth:`test_evaluate`, :meth:`scaling` and :meth:`expression`, it is the
+        single-device evaluation (they report on any data).
+        """
+        previous = self._mesh_layout
+        names = tuple(getattr(mesh, "axis_names", ()))
+        if (
+            data_axis is None
+            and previous is not None
+            and previous.data_axis in names
+            and previous.data_axis != axis
+        ):
+            data_axis = previous.data_axis
+        layout = ForestMesh.of(mesh, axis, data_axis)
+        if layout.data_axis is not None:
+            layout.rows(self.X.shape[0])
+            if self.constant_optimization is not None:
+                path = constants_backend(self.constant_optimization.backend, self.function_set)
+                if path != "native":
+                    raise ArgumentError(
+                        f"data_axis={data_axis!r}: constant optimization with the rows split over devices "
+                        f"needs the native linearization, but this problem's resolves to {path!r}; "
+                        "place it without a data axis"
+                    )
+        placed = copy.copy(self)
+        placed._mesh_layout = layout
+        return placed
+
+    def _layout_for(self, X: Any) -> ForestMesh | None:
+        """The mesh layout when ``X`` is the training data of a problem placed on a mesh."""
+        return self._mesh_layout if X is self.X else None
+
     def _score(self, forest: Any, X: jax.Array, y: jax.Array, with_cases: bool = False) -> Evaluation:
+        layout = self._layout_for(X)
+        if not with_cases and layout is not None:
+            fit = fitness_on_mesh(
+                layout,
+                forest,
+                X,
+                y,
+                self.function_set,
+                self.metric,
+                self.n_outputs,
+                backend=self.backend,
+                linear_scaling=self.linear_scaling,
+            )
+            return Evaluation(fitness=fit)
         if not with_cases and (not self.linear_scaling or X is self.X):
             fit = fitness(
                 forest,
@@ -238,8 +318,16 @@ class SymbolicRegression:
 
     def _tuned(self, key: jax.Array, forest: Any, minimized: jax.Array) -> Forest:
         opcode, _, size, output, _ = forest_fields(forest)
+        layout = self._mesh_layout
         value, _ = self.constant_optimization(
-            key, forest, minimized, self.X, self.y, self.function_set, linear_scaling=self.linear_scaling
+            key,
+            forest,
+            minimized,
+            self.X,
+            self.y,
+            self.function_set,
+            linear_scaling=self.linear_scaling,
+            optimize=None if layout is None else optimize_on_mesh(layout),
         )
         return Forest(opcode, value, size, output)
 
@@ -269,7 +357,13 @@ class SymbolicRegression:
         [n_points, n_vars]`` (default: the training inputs); with linear scaling, the scaled model
         ``a * f + b`` with the training ``a, b``."""
         X = self.X if X is None else X
-        pred = evaluate(forest, X, self.function_set, self.n_outputs, backend=self.backend)
+        layout = self._layout_for(X)
+        if layout is None:
+            pred = evaluate(forest, X, self.function_set, self.n_outputs, backend=self.backend)
+        else:
+            pred = evaluate_on_mesh(
+                layout, forest, X, self.function_set, self.n_outputs, backend=self.backend
+            )
         if not self.linear_scaling:
             return pred
         if X is self.X:  # the moments of the predictions already made
