@@ -37,6 +37,7 @@ from evotensor.core.numerics import exact_sum
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.gradient_es import best_row_update
 from evotensor.es.core.mean_sigma import MeanSigmaStrategy, as_float, expected_norm, step_sigma
+from evotensor.es.core.sharding import ShardableStrategy
 
 
 def sep_cma_constants(num_dims: int, population_size: int) -> dict[str, Any]:
@@ -99,7 +100,7 @@ class SepCMAESState:
     best_fitness: jax.Array
 
 
-class SepCMAES(MeanSigmaStrategy):
+class SepCMAES(ShardableStrategy, MeanSigmaStrategy):
     """Separable (diagonal) CMA-ES, O(n) memory and time per candidate.
 
     Args: as :class:`~evotensor.es.core.mean_sigma.MeanSigmaStrategy` (``population_size=None`` ->

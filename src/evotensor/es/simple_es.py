@@ -19,6 +19,7 @@ from evotensor.core.checks import ArgumentError, check_fraction, check_spread
 from evotensor.core.numerics import exact_vecmat
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.base import VectorStrategy, check_finite_template
+from evotensor.es.core.sharding import ShardableStrategy
 
 
 @pytree_dataclass
@@ -48,7 +49,7 @@ class SimpleESState:
     generation: jax.Array
 
 
-class SimpleES(VectorStrategy):
+class SimpleES(ShardableStrategy, VectorStrategy):
     """Gaussian ES with elite selection and diagonal step sizes.
 
     Args:

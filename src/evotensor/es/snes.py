@@ -25,6 +25,7 @@ from evotensor.core.numerics import exact_vecmat, rounded
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core.gradient_es import tell_by_statistics, track_best_row
 from evotensor.es.core.nes import NaturalES
+from evotensor.es.core.sharding import ShardableStrategy
 
 
 @pytree_dataclass
@@ -55,7 +56,7 @@ def snes_natural_gradients(z: jax.Array, utilities: jax.Array) -> tuple[jax.Arra
     return exact_vecmat(utilities, z), exact_vecmat(utilities, z**2 - 1.0)
 
 
-class SNES(NaturalES):
+class SNES(ShardableStrategy, NaturalES):
     """SNES (Schaul et al., 2011).
 
     Args:

@@ -32,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import jax
@@ -48,6 +49,7 @@ from evotensor.neat.innovation import initial_counters
 from evotensor.neat.mutation import mutate
 from evotensor.neat.network import Network, neat_policy
 from evotensor.neat.reproduction import plan as reproduction_plan
+from evotensor.neat.sharding import MeshLayout, OneDevice
 from evotensor.neat.species import (
     SpeciesState,
     init_species_state,
@@ -112,10 +114,16 @@ class NEAT:
 
     Use :meth:`from_mode` for a mode's matched spec and config. ``population_size`` must be at
     least ``max_species * max(min_species_size, elitism)``.
+
+    On many devices: :meth:`on_mesh` (what ``evotensor.run(..., mesh=mesh)`` calls) splits the
+    genomes along the population axis (:mod:`evotensor.neat.sharding`).
     """
 
     vector_metrics = ("species_sizes", "species_keys")
     """Per-species metrics ``[max_species]`` the run loop keeps in the history (not metrics.csv)."""
+
+    layout: OneDevice | MeshLayout = OneDevice()
+    """Where the population lives (:mod:`evotensor.neat.sharding`); set by :meth:`on_mesh`."""
 
     def __init__(
         self,
@@ -167,8 +175,29 @@ class NEAT:
         """NEAT has no dynamic hyperparameters (its settings are static: :attr:`config`)."""
         return None
 
+    def on_mesh(self, mesh: jax.sharding.Mesh, axis: str = "pop") -> NEAT:
+        """This NEAT with its genomes split along ``mesh[axis]`` (:mod:`evotensor.neat.sharding`):
+        the same ``init/ask/tell`` and the same results as on one device for the same key, with the
+        evaluation, reproduction and distance computations of each genome on the device that owns it.
+
+        Raises :class:`~evotensor.core.checks.ArgumentError` unless ``population_size`` splits evenly
+        over the axis.
+        """
+        placed = copy.copy(self)
+        placed.layout = MeshLayout(mesh, axis, self.population_size)
+        return placed
+
+    def state_shardings(self, state: NEATState) -> Any:
+        """Where the run loop keeps ``state`` between compiled chunks on :meth:`on_mesh`'s mesh: the
+        population split along the axis, everything else replicated."""
+        if not isinstance(self.layout, MeshLayout):
+            raise ValueError("state_shardings needs a NEAT laid out on a mesh: call neat.on_mesh(mesh) first")
+        return self.layout.state_shardings(state)
+
     def _distances(self, population: Genome, representatives: Genome) -> jax.Array:
-        return distance_matrix(self.spec, self.config.distance, population, representatives)
+        # each device measures its own genomes; the [P, R] result (R columns of P floats) is gathered
+        measure = lambda pop, reps: distance_matrix(self.spec, self.config.distance, pop, reps)  # noqa: E731
+        return self.layout.replicated(self.layout.own_rows(measure, population, representatives))
 
     def init(self, key: jax.Array, params: Any = None) -> NEATState:
         """A fresh population (:meth:`GenomeSpec.initial`), speciated."""
@@ -178,11 +207,11 @@ class NEAT:
             self.spec,
             self.config.species,
             self._distances,
-            population,
+            self.layout.replicated(population),  # as in tell: representatives are picked anywhere
             init_species_state(self.spec, self.config.species),
         )
         node_key, innov = initial_counters(self.spec)
-        return NEATState(
+        state = NEATState(
             population=population,
             species_of=species_of,
             species=species,
@@ -193,6 +222,7 @@ class NEAT:
             generation=jnp.zeros((), jnp.int32),
             extinct=jnp.zeros((), bool),
         )
+        return self.layout.state(state)
 
     def ask(self, key: jax.Array, state: NEATState, params: Any = None) -> tuple[Genome, NEATState]:
         """The current population, ``Genome [P]``."""
@@ -205,10 +235,12 @@ class NEAT:
         """One NEAT generation from the evaluated population (module docstring). ``evaluation.fitness
         [P]`` is minimized (the run loop's convention)."""
         del params
-        spec, cfg, P = self.spec, self.config, self.population_size
+        spec, cfg, P, layout = self.spec, self.config, self.population_size, self.layout
         k_plan, k_cross, k_mut, k_reset = jax.random.split(key, 4)
-        population = genotypes
-        fitness = sanitize_fitness(-jnp.asarray(evaluation.fitness, jnp.float32))
+        # the [P] fitness is small and every step below needs all of it: replicated; so are the
+        # parents (any genome may parent any child: one gather of the population per generation)
+        fitness = layout.replicated(sanitize_fitness(-jnp.asarray(evaluation.fitness, jnp.float32)))
+        population = layout.replicated(layout.population(genotypes))
 
         i = jnp.argmax(fitness)
         improved = fitness[i] > state.best_fitness
@@ -229,6 +261,8 @@ class NEAT:
             maximize=True,
             config=cfg.crossover,
         )
+        # each device builds and mutates its own rows of the offspring
+        children = layout.population(children)
         children, next_node_key, next_innov, mutation_metrics = mutate(
             k_mut, spec, cfg.mutation, children, state.next_node_key, state.next_innov, active=~plan.elite
         )
@@ -245,7 +279,10 @@ class NEAT:
         frozen = jax.tree_util.tree_map(lambda b: jnp.broadcast_to(b, (P, *b.shape)), best)
         extinct = state.extinct | (plan.extinct & ~plan.reset)
         new = _where_tree(plan.reset, fresh, new)
-        new = _where_tree(extinct, frozen, new)
+        new = layout.population(_where_tree(extinct, frozen, new))
+        # speciation picks representatives anywhere in the population: it reads a gathered copy
+        # (one gather, not one per representative) and splits each distance column (_distances)
+        gathered = layout.replicated(new)
         plan_species = plan.species_state
         species_start = jax.tree_util.tree_map(
             lambda fresh_s, s: jnp.where(plan.reset, fresh_s, s),
@@ -254,7 +291,7 @@ class NEAT:
             ),
             plan_species,
         )
-        species, species_of = speciate(spec, cfg.species, self._distances, new, species_start)
+        species, species_of = speciate(spec, cfg.species, self._distances, gathered, species_start)
 
         metrics = {
             "num_species": species.num_species,
@@ -279,7 +316,7 @@ class NEAT:
             generation=state.generation + 1,
             extinct=extinct,
         )
-        return new_state, metrics
+        return layout.state(new_state), metrics
 
     def __repr__(self) -> str:
         s = self.spec

@@ -32,6 +32,7 @@ from evotensor.es.core.optimizers import (
     resolve_sigma_init,
     safe_norm,
 )
+from evotensor.es.core.sharding import ShardableStrategy
 
 FitnessShaping = Callable[[jax.Array], jax.Array]
 
@@ -168,7 +169,7 @@ class _StrategyDefault:
 STRATEGY_DEFAULT: Any = _StrategyDefault()
 
 
-class OptimizerStrategy(VectorStrategy):
+class OptimizerStrategy(ShardableStrategy, VectorStrategy):
     """Base of the strategies whose mean is moved by an optax optimizer along an estimate computed
     from shaped fitness (:class:`GradientES`, PGPE): the constructor checks and stores ``optimizer``
     and ``fitness_shaping`` and, for mirrored sampling, that the population size is even.

@@ -78,6 +78,13 @@ Example (4 CPU devices via ``XLA_FLAGS=--xla_force_host_platform_device_count=4`
     x, state = ask(k1, state)           # x: [1024, 100000], sharded 4 ways along pop
     state, metrics = tell(k2, state, x, fitness_fn(x))
 
+Through the one entry point: every shardable strategy has ``on_mesh(mesh, axis)`` (the
+:mod:`evotensor.core.mesh` hook, from :class:`ShardableStrategy`), which returns a
+:class:`MeshStrategy`: the same ``init/ask/tell`` protocol on this module's ``ask`` and ``tell``, so
+``evotensor.run(es, problem, generations, key, mesh=mesh)`` runs it with the population split for
+sampling, evaluation and the update alike. Strategies without the hooks have no ``on_mesh``: the
+run loop then replicates their state and splits only the evaluation of their population.
+
 Multi-host: call ``jax.distributed.initialize(coordinator, num_processes, process_id)`` in every
 process (on CPU first ``jax.config.update("jax_cpu_collectives_implementation", "gloo")``), build
 the mesh over ``jax.devices()`` (all processes' devices), and run the same program in every
@@ -97,6 +104,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from evotensor.core.evaluation import Evaluation, worst_for_nonfinite
+from evotensor.core.mesh import auto_mesh, check_mesh
 from evotensor.es.core.base import keep_state_if_all_invalid, state_float_dtype
 
 HOOKS = ("_sample", "_member_weights", "_row_statistics", "_update_from_statistics")
@@ -147,12 +155,33 @@ def shard_state(strategy: Any, state: Any, mesh: Mesh, axis_name: str = "pop") -
     Optional: ``ask`` places a fresh state itself, but a state placed beforehand lets the first call
     compile the same program as every later one (one compilation instead of two).
     """
+    return jax.device_put(state, state_layout(strategy, state, mesh, axis_name))
+
+
+def state_layout(strategy: Any, state: Any, mesh: Mesh, axis_name: str = "pop") -> Any:
+    """Per-leaf ``NamedSharding`` of a strategy state as :func:`sharded` keeps it (same structure as
+    ``state``): the per-member fields (``strategy.shard_state_fields``) split along ``axis_name``,
+    every other leaf replicated."""
     _num_shards(mesh, axis_name)
+    specs = _state_specs(strategy, state, axis_name)
+    return jax.tree_util.tree_map(lambda spec: NamedSharding(mesh, spec), specs, is_leaf=_is_spec)
+
+
+def _is_spec(x: Any) -> bool:
+    return isinstance(x, P)
+
+
+def _state_specs(strategy: Any, state: Any, axis_name: str) -> Any:
     fields = tuple(getattr(strategy, "shard_state_fields", ()))
-    shardings = jax.tree_util.tree_map(lambda _: NamedSharding(mesh, P()), state)
-    if fields:
-        shardings = shardings.replace(**{f: NamedSharding(mesh, P(axis_name)) for f in fields})
-    return jax.device_put(state, shardings)
+    specs = jax.tree_util.tree_map(lambda _: P(), state)
+    return specs.replace(**{f: P(axis_name) for f in fields}) if fields else specs
+
+
+def _constrainer(mesh: Mesh, axis_name: str) -> Callable[[Any, NamedSharding], Any]:
+    """How a layout is stated inside ``jit``: explicit-sharding meshes (``jax.make_mesh``'s default)
+    need ``reshard``, auto ones take a ``with_sharding_constraint``."""
+    explicit = mesh.axis_types[mesh.axis_names.index(axis_name)] == jax.sharding.AxisType.Explicit
+    return jax.sharding.reshard if explicit else jax.lax.with_sharding_constraint
 
 
 def _num_shards(mesh: Mesh, axis_name: str) -> int:
@@ -239,7 +268,6 @@ def sharded(
     """
     check_shardable(strategy)
     n = _num_shards(mesh, axis_name)
-    fields = tuple(getattr(strategy, "shard_state_fields", ()))
     source = population_layout(strategy, n)  # strategy-order index of each sharded position
     order = population_order(strategy, n)  # sharded position of each row in strategy order
     size = len(source)  # rows of the sharded population (pop, or more when rows are repeated)
@@ -248,12 +276,9 @@ def sharded(
     split, whole = NamedSharding(mesh, P(axis_name)), NamedSharding(mesh, P())
 
     def state_specs(state):
-        specs = jax.tree_util.tree_map(lambda _: P(), state)
-        return specs.replace(**{f: P(axis_name) for f in fields}) if fields else specs
+        return _state_specs(strategy, state, axis_name)
 
-    # explicit-sharding meshes need each layout stated (reshard); auto ones take it as a constraint
-    explicit = mesh.axis_types[mesh.axis_names.index(axis_name)] == jax.sharding.AxisType.Explicit
-    constrain = jax.sharding.reshard if explicit else jax.lax.with_sharding_constraint
+    constrain = _constrainer(mesh, axis_name)
 
     def place(state):
         return jax.tree_util.tree_map(
@@ -331,8 +356,103 @@ def sharded(
 
 def sharded_open_es(es: Any, mesh: Mesh, axis_name: str = "pop"):
     """:func:`sharded` for an :class:`~evotensor.es.open_es.OpenES` (kept for compatibility)."""
-    from evotensor.es.open_es import OpenES  # an algorithm: imported here, machinery never needs it
-
-    if not isinstance(es, OpenES):
+    # recognized by its name, not isinstance: the machinery imports no algorithm (OpenES's own module
+    # imports this one through its base class's ``on_mesh``)
+    if getattr(es, "name", None) != "open_es":
         raise TypeError(f"es must be an OpenES, got {type(es).__name__}")
     return sharded(es, mesh, axis_name)
+
+
+class MeshStrategy:
+    """A shardable strategy laid out on a mesh: what ``strategy.on_mesh(mesh, axis)`` returns, and
+    what ``evotensor.run(strategy, problem, ..., mesh=mesh)`` runs.
+
+    The :class:`~evotensor.core.Strategy` protocol (``default_params``, ``init``, ``ask``, ``tell``)
+    over the strategy's own state and params, with :func:`sharded`'s ``ask`` and ``tell``: the
+    population ``[population_size, ...]`` is split along ``axis`` and never whole on one device,
+    the per-member state fields stay split with it (:meth:`state_shardings`), everything else is
+    replicated. Public attributes of the strategy (``space``, ``num_dims``, ``mean_solution``,
+    ``name``, ...) are its own, so a :class:`MeshStrategy` reads like the strategy it lays out.
+
+    What to expect: the sharded sample is drawn per device from ``fold_in(key, device)`` (module
+    docstring), so for the same key a run on a mesh draws a different population than a run on one
+    device, from the same distribution, and follows a different (equally good) trajectory; the
+    update of a given population is the one-device update up to float32 summation order (tested
+    against a one-device emulation that draws every device's rows itself). The same key on the same
+    number of devices gives the same run.
+
+    Attributes:
+        strategy: the strategy laid out.
+        mesh, axis: the mesh (with Auto axes: :func:`~evotensor.core.mesh.auto_mesh`) and the axis
+            that splits the population.
+        population_size: rows of the sharded population: the strategy's population size, or more for
+            strategies that repeat a row on every device (ESMC: ``population_size + n - 1``, see the
+            module docstring); ``ask`` returns and ``tell`` takes this many.
+        order: ``int [strategy.population_size]`` (:func:`population_order`): ``x[order]`` puts a
+            sharded population in the strategy's own row order.
+
+    Raises (at construction): :class:`~evotensor.core.checks.ArgumentError` for a bad mesh or axis,
+    ``ValueError`` when the population does not split over the axis (pairs stay on one device).
+    """
+
+    def __init__(self, strategy: Any, mesh: Mesh, axis: str = "pop"):
+        check_shardable(strategy)
+        # the same devices with Auto axes, as run() uses them: init then lays the state out by a
+        # sharding constraint, which explicit axes would refuse outside a ``jax.set_mesh`` context
+        self.mesh = auto_mesh(check_mesh(mesh, axis))
+        self.axis = axis
+        self.strategy = strategy
+        n = _num_shards(self.mesh, axis)
+        self._sharded_ask, self._sharded_tell = sharded(strategy, self.mesh, axis)
+        self.population_size = len(population_layout(strategy, n))
+        self.order = population_order(strategy, n)
+
+    def default_params(self) -> Any:
+        """The strategy's ``default_params()``."""
+        return self.strategy.default_params()
+
+    def init(self, key: jax.Array, params: Any = None) -> Any:
+        """The strategy's initial state, laid out as :meth:`state_shardings` says."""
+        state = self.strategy.init(key, params)
+        return jax.tree_util.tree_map(jax.lax.with_sharding_constraint, state, self.state_shardings(state))
+
+    def ask(self, key: jax.Array, state: Any, params: Any = None) -> tuple[Any, Any]:
+        """``(genotypes [population_size, ...] split along axis, state)`` (:func:`sharded`)."""
+        return self._sharded_ask(key, state, params)
+
+    def tell(
+        self, key: jax.Array, state: Any, genotypes: Any, evaluation: Any, params: Any = None
+    ) -> tuple[Any, dict[str, jax.Array]]:
+        """``(state, metrics)`` from the sharded population and its ``[population_size]`` minimized
+        fitness (:func:`sharded`)."""
+        return self._sharded_tell(key, state, genotypes, evaluation, params)
+
+    def state_shardings(self, state: Any) -> Any:
+        """Where the run loop keeps ``state`` between compiled chunks (:func:`state_layout`)."""
+        return state_layout(self.strategy, state, self.mesh, self.axis)
+
+    def on_mesh(self, mesh: Mesh, axis: str = "pop") -> MeshStrategy:
+        """The strategy laid out on another mesh (not nested in this one)."""
+        return MeshStrategy(self.strategy, mesh, axis)
+
+    def __getattr__(self, name: str) -> Any:
+        # only public attributes are the strategy's: its private sharding hooks stay its own, so a
+        # MeshStrategy is never mistaken for a strategy that :func:`sharded` could lay out again
+        strategy = self.__dict__.get("strategy")
+        if name.startswith("_") or strategy is None:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        return getattr(strategy, name)
+
+    def __repr__(self) -> str:
+        return f"{self.strategy!r}.on_mesh({_num_shards(self.mesh, self.axis)} devices along {self.axis!r})"
+
+
+class ShardableStrategy:
+    """Mixin of the strategies that implement the :class:`Shardable` hooks: gives them ``on_mesh``,
+    the hook of :mod:`evotensor.core.mesh` that ``evotensor.run(..., mesh=mesh)`` calls. Strategies
+    without the hooks (CMA-ES, xNES, DE, PSO, the GAs, ...) have no ``on_mesh``: on a mesh their
+    state is replicated and only their evaluation is split."""
+
+    def on_mesh(self, mesh: Mesh, axis: str = "pop") -> MeshStrategy:
+        """This strategy with its population split over ``mesh[axis]`` (:class:`MeshStrategy`)."""
+        return MeshStrategy(self, mesh, axis)
