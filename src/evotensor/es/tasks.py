@@ -19,6 +19,10 @@ BBOB and neuroevolution: ``es-bbob``, ``es-bbob-noisy``, ``es-cartpole``, ``es-b
   brax; slow on CPU, meant for a GPU.
 * ``es-digits`` — OpenAI-ES evolving a ``64-32-10`` MLP on scikit-learn's digits, maximizing
   minus the cross-entropy of 256-example minibatches.
+* ``es-ray-cartpole`` — OpenAI-ES evolving a ``4-16-2`` MLP on gymnasium's CartPole-v1, a NumPy
+  simulator JAX cannot compile, evaluated by a pool of Ray actors (a local cluster starts by
+  itself; ``address`` joins one) between the compiled ask and tell (mean return over 2 episodes).
+  ``es-ray-hopper`` — the same on MuJoCo's Hopper-v5 (``11-32-32-3``; needs ``gymnasium[mujoco]``).
 
 For the neuroevolution tasks the strategy's ``solution`` is the network's parameter pytree, the
 decoder is a :class:`~evotensor.problems.networks.ParamsDecoder` (identity decode), and the
@@ -246,3 +250,60 @@ def build_digits(cfg: dict[str, Any]) -> Task:
 
     generations = cfg["generations"] or 300
     return Task(strategy=strategy, problem=problem, decoder=decoder, generations=generations, report=report)
+
+
+# -- es-ray-cartpole, es-ray-hopper ----------------------------------------------------------------
+_RAY_OPTIONS = {"strategy": "open_es", "actors": None, "address": None}
+
+
+def build_ray_gymnasium(cfg: dict[str, Any], default_generations: int) -> Task:
+    """A gymnasium environment stepped in NumPy on Ray actors (a fitness JAX cannot compile):
+    ``evotensor.run``'s host path calls the :class:`~evotensor.distributed.ray_evaluator.RayEvaluator`
+    between the compiled ask and tell. ``env`` may name any gymnasium environment with a Box
+    observation space; ``actors`` defaults to one per CPU; ``address`` joins a running cluster."""
+    from evotensor.distributed.ray_evaluator import Batched, RayEvaluator
+    from evotensor.problems.gymnasium_control import GymnasiumPolicy
+
+    policy = GymnasiumPolicy(
+        str(cfg["env"]), hidden_sizes_option(cfg), episodes=positive_int_option(cfg, "episodes")
+    )
+    strategy = neuro_strategy(cfg, policy.init_params(jax.random.key(cfg["seed"])), default_pop=64)
+    actors = None if cfg["actors"] is None else positive_int_option(cfg, "actors")
+    if cfg["address"] is not None and not isinstance(cfg["address"], str):
+        raise ValueError(f"option address must be a Ray address such as 'auto', got {cfg['address']!r}")
+    problem = RayEvaluator(Batched(policy.batch), num_actors=actors, address=cfg["address"], maximize=True)
+
+    def report(result: Any, run_dir: Any) -> str:
+        problem.close()  # the actors (and a local cluster this run started) are no longer needed
+        best = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], result.best_genotype)
+        tenfold = jax.tree_util.tree_map(lambda a: np.repeat(a, 10, axis=0), best)
+        returns = policy.batch(tenfold, np.arange(10))  # seeds 0..9: episodes training did not see
+        return f"best policy on 10 new episodes of {policy.env_id}: mean return {float(np.mean(returns)):.1f}"
+
+    generations = cfg["generations"] or default_generations
+    return Task(strategy=strategy, problem=problem, generations=generations, report=report)
+
+
+@register_task(
+    "es-ray-cartpole",
+    "OpenAI-ES evolving a 4-16-2 MLP on gymnasium CartPole-v1 (NumPy, not JAX) on Ray actors (max 500)",
+    defaults={**_RAY_OPTIONS, "env": "CartPole-v1", "hidden": 16, "episodes": 2, "sigma": 0.1, "lr": 0.05},
+)
+def build_ray_cartpole(cfg: dict[str, Any]) -> Task:
+    return build_ray_gymnasium(cfg, 40)
+
+
+@register_task(
+    "es-ray-hopper",
+    "OpenAI-ES evolving an 11-32-32-3 MLP on MuJoCo Hopper-v5 (gymnasium[mujoco]) on Ray actors",
+    defaults={
+        **_RAY_OPTIONS,
+        "env": "Hopper-v5",
+        "hidden": "32,32",
+        "episodes": 1,
+        "sigma": 0.05,
+        "lr": 0.02,
+    },
+)
+def build_ray_hopper(cfg: dict[str, Any]) -> Task:
+    return build_ray_gymnasium(cfg, 200)
