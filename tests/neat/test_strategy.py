@@ -104,6 +104,9 @@ def test_nonfinite_fitness_never_reaches_the_state():
     )
 
 
+# three compilations of a NEAT chunk (~30 s); the run loop's resume is bit-identical for every state
+# pytree (tests/core, tests/test_cli.py, the QD and GP task tests); this checks NEAT's in the slow tier
+@pytest.mark.slow
 def test_resume_is_bit_identical(tmp_path):
     strategy, key = small(pop=24), jax.random.key(5)
     full = evotensor.run(strategy, XOR(), 12, key, chunk_size=4, progress=False)
