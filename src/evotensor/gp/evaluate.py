@@ -224,6 +224,27 @@ def evaluate(
     return out[0] if single else out
 
 
+def check_fitness_arguments(
+    X: Any, y: Any, function_set: Any, metric: str, n_outputs: int | None, backend: str, linear_scaling: Any
+) -> tuple[FunctionSet, jax.Array, jax.Array, int]:
+    """:func:`fitness`'s argument checks (every entry point that scores a forest on data makes them):
+    ``-> (function set, X [n, vars], y as targets [n, outputs], outputs)``; an
+    :class:`ArgumentError` names the offending argument (NaN/inf cells by row and column)."""
+    fs = check_function_set(function_set)
+    check_choice(backend, "backend", BACKENDS)
+    X = check_X(X)
+    yt, n_out = check_y(y, X.shape[0], metric, n_outputs)
+    check_finite_data(X, "X")
+    check_finite_data(jnp.asarray(y, jnp.float32), "y")
+    if not isinstance(linear_scaling, bool):
+        raise ArgumentError(f"linear_scaling must be a bool, got {linear_scaling!r}")
+    if linear_scaling and metric not in SCALED_METRICS:
+        raise ArgumentError(
+            f"linear_scaling applies to the regression metrics {SCALED_METRICS}, not metric={metric!r}"
+        )
+    return fs, X, yt, n_out
+
+
 def fitness(
     forest: Any,
     X: Any,
@@ -264,18 +285,7 @@ def fitness(
             concrete forest, an evaluation over the memory limit, bad arguments (see
             :func:`evaluate`).
     """
-    fs = check_function_set(function_set)
-    check_choice(backend, "backend", BACKENDS)
-    X = check_X(X)
-    yt, n_out = check_y(y, X.shape[0], metric, n_outputs)
-    check_finite_data(X, "X")
-    check_finite_data(jnp.asarray(y, jnp.float32), "y")
-    if not isinstance(linear_scaling, bool):
-        raise ArgumentError(f"linear_scaling must be a bool, got {linear_scaling!r}")
-    if linear_scaling and metric not in SCALED_METRICS:
-        raise ArgumentError(
-            f"linear_scaling applies to the regression metrics {SCALED_METRICS}, not metric={metric!r}"
-        )
+    fs, X, yt, n_out = check_fitness_arguments(X, y, function_set, metric, n_outputs, backend, linear_scaling)
     arrays, single, valid = checked_forest(forest, X, fs, n_out, materialize=False)
     path = choose_backend(backend, fs)
     if linear_scaling:

@@ -57,16 +57,21 @@ from evotensor.core.checks import ArgumentError, check_choice
 from evotensor.core.mesh import POPULATION_AXIS, auto_mesh, axis_size, check_mesh
 from evotensor.gp import constants, native, pallas_kernel, scaling
 from evotensor.gp.encoding import Forest
-from evotensor.gp.evaluate import BACKENDS, SCALED_METRICS, checked_forest, choose_backend, evaluate, fitness
+from evotensor.gp.evaluate import (
+    BACKENDS,
+    check_fitness_arguments,
+    checked_forest,
+    choose_backend,
+    evaluate,
+    fitness,
+)
 from evotensor.gp.functions import CONST, PAD, FunctionSet
 from evotensor.gp.jax_evaluator import block_sizes, fitness_sums_jax, moments_jax
 from evotensor.gp.metrics import (
     MAXIMIZED_METRICS,
     METRICS,
-    check_finite_data,
     check_function_set,
     check_X,
-    check_y,
     finalize_metric,
     forest_fields,
     is_concrete,
@@ -372,18 +377,7 @@ def fitness_on_mesh(
         float32 ``[pop]``, replicated on the mesh: bit-identical to :func:`evotensor.gp.fitness` under
         ``jit`` without a data axis; with one, equal to float32 summation order (module docstring).
     """
-    fs = check_function_set(function_set)
-    check_choice(backend, "backend", BACKENDS)
-    X = check_X(X)
-    yt, n_out = check_y(y, X.shape[0], metric, n_outputs)
-    check_finite_data(X, "X")
-    check_finite_data(jnp.asarray(y, jnp.float32), "y")
-    if not isinstance(linear_scaling, bool):
-        raise ArgumentError(f"linear_scaling must be a bool, got {linear_scaling!r}")
-    if linear_scaling and metric not in SCALED_METRICS:
-        raise ArgumentError(
-            f"linear_scaling applies to the regression metrics {SCALED_METRICS}, not metric={metric!r}"
-        )
+    fs, X, yt, n_out = check_fitness_arguments(X, y, function_set, metric, n_outputs, backend, linear_scaling)
     if not _is_population(forest):
         return fitness(forest, X, y, fs, metric, n_out, backend=backend, linear_scaling=linear_scaling)
     forest = _as_forest(forest)
