@@ -187,3 +187,48 @@ def scenario_insertion_hlo() -> dict:
         "batch_x_dims": HLO_BATCH * HLO_DIMS,
         "devices": jax.device_count(),
     }
+
+
+def scenario_checkpoint_across_device_counts() -> dict:
+    """A 7 x 7 grid (49 cells: 52 rows on 4 devices, 50 on 2, 49 without a mesh) run on 4 devices,
+    stopped after its first chunk, then resumed from the run directory on 2 devices and, from a
+    copy, without a mesh: the checkpoint holds the unpadded archive (``portable_state``), so both
+    resumes finish with the uninterrupted 4-device run's archive, bit for bit."""
+    import os
+    import shutil
+    import tempfile
+
+    def make():
+        archive = GridArchive(solution_dim=4, dims=(7, 7), ranges=[(0, 1), (0, 1)])
+        return MAPElites(archive, [GaussianEmitter(0.2, np.full(4, 0.5), batch_size=8, bounds=(0, 1))])
+
+    class Stop(Exception):
+        pass
+
+    def stop(info):
+        if info["generation"] >= 3:
+            raise Stop
+
+    devices = jax.devices()
+    four = jax.make_mesh((4,), ("pop",), devices=devices[:4])
+    two = jax.make_mesh((2,), ("pop",), devices=devices[:2])
+    kw = dict(chunk_size=3, progress=False)
+    key, problem = jax.random.key(3), Bowl()
+    whole = evotensor.run(make(), problem, 6, key, mesh=four, **kw)
+    root = tempfile.mkdtemp(dir=os.environ.get("EVOTENSOR_SCENARIO_TMP"))
+    first, copy = os.path.join(root, "run"), os.path.join(root, "copy")
+    try:
+        evotensor.run(make(), problem, 6, key, mesh=four, run_dir=first, callback=stop, **kw)
+    except Stop:
+        pass
+    shutil.copytree(first, copy)
+    on_two = evotensor.run(make(), problem, 6, key, mesh=two, run_dir=first, resume=True, **kw)
+    on_one = evotensor.run(make(), problem, 6, key, run_dir=copy, resume=True, **kw)
+    shutil.rmtree(root, ignore_errors=True)
+    me = make()
+    return {
+        "whole": _summary(me, whole)["archive"],
+        "two": _summary(me, on_two)["archive"],
+        "one": _summary(me, on_one)["archive"],
+        "rows": [int(r.state.archive.objective.shape[0]) for r in (whole, on_two, on_one)],
+    }

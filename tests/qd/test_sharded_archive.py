@@ -211,7 +211,11 @@ def test_on_mesh_and_checks():
 
 # ---- 4 CPU devices, one subprocess ----------------------------------------------------------------
 
-SCENARIOS = ["tests.qd.mesh_scenarios:scenario_map_elites", "tests.qd.mesh_scenarios:scenario_insertion_hlo"]
+SCENARIOS = [
+    "tests.qd.mesh_scenarios:scenario_map_elites",
+    "tests.qd.mesh_scenarios:scenario_insertion_hlo",
+    "tests.qd.mesh_scenarios:scenario_checkpoint_across_device_counts",
+]
 
 
 @pytest.fixture(scope="module")
@@ -254,6 +258,13 @@ def test_compiled_insertion_never_gathers_the_archive(four_devices):
         assert result["collectives"][program], f"{program} has no collective at all"
         # only batch-sized values cross devices: at most [batch, dims] (the fetched parents)
         assert result["largest"][program] <= result["batch_x_dims"], result["collectives"][program]
+
+
+def test_a_checkpoint_resumes_on_another_device_count(four_devices):
+    out = four_devices[SCENARIOS[2]]
+    assert out["rows"] == [52, 50, 49]  # padded for 4 and 2 devices, none without a mesh
+    assert out["two"] == out["whole"] and out["one"] == out["whole"]
+    assert any(out["whole"][".occupied"])  # the run filled cells
 
 
 @pytest.mark.slow

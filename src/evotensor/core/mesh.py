@@ -14,6 +14,10 @@ The protocol (all optional, duck-typed):
   protocol whose programs are laid out for ``mesh``. ``strategy'`` may define
   ``state_shardings(state) -> pytree of NamedSharding`` (same structure as ``state``): the run loop
   keeps the state in that layout between compiled chunks (default: replicated).
+* ``strategy'.portable_state(state) -> state`` and ``strategy'.from_portable_state(state) -> state``
+  — what a checkpoint holds when the layout changes the state's shapes (a QD archive padded to a
+  multiple of the device count): the state as one device holds it, and back. With them a
+  checkpoint resumes on any number of devices, or none.
 * ``problem.on_mesh(mesh, axis) -> problem'`` — a problem whose ``evaluate`` takes
   population-sharded genotypes (used by problems built on custom kernels that XLA cannot partition,
   such as GP's native and Pallas evaluators, which run them per device inside ``shard_map``).
@@ -157,3 +161,16 @@ def _place_leaf(leaf: Any, sharding: jax.sharding.Sharding) -> jax.Array:
         return jax.device_put(host, sharding)
     # every process holds the same host value: each builds its own shards, no collective needed
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def portable_state(strategy: Any, state: Any) -> Any:
+    """``strategy.portable_state(state)`` when the (mesh-placed) strategy defines it, else
+    ``state``: the strategy state in the shapes a checkpoint holds."""
+    hook = getattr(strategy, "portable_state", None)
+    return hook(state) if callable(hook) else state
+
+
+def from_portable_state(strategy: Any, state: Any) -> Any:
+    """The inverse of :func:`portable_state`."""
+    hook = getattr(strategy, "from_portable_state", None)
+    return hook(state) if callable(hook) else state

@@ -59,8 +59,10 @@ from evotensor.core.mesh import (
     auto_mesh,
     check_mesh,
     constrain_population,
+    from_portable_state,
     on_mesh,
     place,
+    portable_state,
     replicated,
     replicated_shardings,
     spans_processes,
@@ -461,6 +463,12 @@ def _as_numpy(metrics: dict[str, jax.Array]) -> dict[str, np.ndarray]:
     return {k: np.array(v, copy=True) for k, v in metrics.items()}
 
 
+def _portable(loop: Loop, carry: RunState) -> RunState:
+    """The carry as a checkpoint holds it: the strategy state in one device's shapes (the same
+    checkpoint then resumes on any mesh, or none)."""
+    return carry.replace(strategy_state=portable_state(loop.strategy, carry.strategy_state))
+
+
 def _population_of(loop: Loop, key: jax.Array, params: Any) -> int:
     """The population size from the shapes ``ask`` returns (traced, nothing compiled)."""
     carry, loop_key = jax.eval_shape(loop.init, key, params)
@@ -646,8 +654,14 @@ def run(
         directory = RunDirectory(Path(run_dir), task_name=task_name)
         if resume:
             carry, history = directory.resume(
-                carry, config or {}, strategy=strategy, problem=problem, params=params, key=key
+                _portable(loop, carry),
+                config or {},
+                strategy=strategy,
+                problem=problem,
+                params=params,
+                key=key,
             )
+            carry = carry.replace(strategy_state=from_portable_state(loop.strategy, carry.strategy_state))
             if carry_shardings is not None:  # the checkpoint's plain arrays, onto this run's mesh
                 carry = place(carry, carry_shardings)
             store.extend(history)
@@ -679,7 +693,7 @@ def run(
             evals_per_second = population_size * length / max(elapsed, 1e-12)
             if directory is not None:
                 directory.append_metrics(metrics, first_generation=generation - length)
-                directory.save_checkpoint(carry, store.view())
+                directory.save_checkpoint(_portable(loop, carry), store.view())
             reporter.update(generation, metrics, evals_per_second, run_seconds)
             if callback is not None:
                 callback(

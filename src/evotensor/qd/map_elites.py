@@ -260,3 +260,18 @@ class ShardedMAPElites(MAPElites):
     def on_mesh(self, mesh: Mesh, axis: str = POPULATION_AXIS) -> ShardedMAPElites:
         """The unsharded strategy laid out for ``mesh`` instead."""
         return ShardedMAPElites(self.unsharded, mesh, axis)
+
+    def portable_state(self, state: MAPElitesState) -> MAPElitesState:
+        """The state as the unsharded strategy holds it (archives trimmed to their cells): what a
+        checkpoint holds, so that it resumes on any number of devices."""
+        return state.replace(
+            archive=self.archive.trim(state.archive),
+            result=None if state.result is None else self.result_archive.trim(state.result),
+        )
+
+    def from_portable_state(self, state: MAPElitesState) -> MAPElitesState:
+        """The inverse of :meth:`portable_state`: archives padded and split for this mesh."""
+        return state.replace(
+            archive=self.archive.pad(state.archive),
+            result=None if state.result is None else self.result_archive.pad(state.result),
+        )
