@@ -15,7 +15,7 @@ from evotensor.core.run import RunManyResult, RunResult, generation_keys, run, r
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("core", "es", "gp", "io", "problems", "qd", "tree", "tasks")
+_SUBPACKAGES = ("core", "distributed", "es", "gp", "io", "neat", "problems", "qd", "tree", "tasks")
 
 __all__ = ["Evaluation", "RunManyResult", "RunResult", "generation_keys", "run", "run_many", *_SUBPACKAGES]
 

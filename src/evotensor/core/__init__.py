@@ -10,6 +10,7 @@ from evotensor.core.fitness_shaping import (
     weight_decay,
     z_score,
 )
+from evotensor.core.host_problem import HostEvaluationError, is_host_problem
 from evotensor.core.problem import Decoder, FunctionProblem, PolicyProblem, is_policy_problem
 from evotensor.core.pytree import pytree_dataclass, static_field
 from evotensor.core.strategy import SolutionSpace, Strategy, as_solution_space, check_population_size
@@ -18,12 +19,14 @@ __all__ = [
     "Decoder",
     "Evaluation",
     "FunctionProblem",
+    "HostEvaluationError",
     "PolicyProblem",
     "SolutionSpace",
     "Strategy",
     "as_solution_space",
     "centered_ranks",
     "check_population_size",
+    "is_host_problem",
     "is_policy_problem",
     "nes_utilities",
     "nes_weights",
