@@ -8,7 +8,6 @@ same key without a mesh (this process's first device), as lists the test compare
 
 from __future__ import annotations
 
-import functools
 import re
 
 import jax
@@ -16,8 +15,6 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 import evotensor
-from evotensor.core.mesh import auto_mesh, replicated, replicated_shardings, state_shardings
-from evotensor.core.run import Loop, RunState
 from evotensor.neat.strategy import NEAT
 from evotensor.problems.function_fit import XOR
 
@@ -92,25 +89,10 @@ def scenario_neat_xor() -> dict:
 def program() -> dict:
     """Facts about NEAT's compiled generation on the mesh (one process): the population shapes of
     the genome tables, the forward pass's outputs ``[P, 4 cases, 1]`` and the collectives."""
-    mesh = auto_mesh(_mesh())
+    from tests.es.mesh_scenarios import compiled_generation_text
+
     n = jax.device_count()
-    neat = small_neat()
-    placed = neat.on_mesh(mesh, "pop")
-    loop = Loop(placed, XOR(), mesh=mesh, mesh_axis="pop", population_size=POP)
-    carry, loop_key = jax.eval_shape(loop.init, jax.random.key(0), None)
-    everywhere = replicated(mesh)
-    shardings = RunState(
-        state_shardings(placed, carry.strategy_state, mesh),
-        replicated_shardings(carry.best_genotype, mesh),
-        everywhere,
-        everywhere,
-    )
-    fn = jax.jit(
-        functools.partial(loop.chunk, length=1),
-        in_shardings=(shardings, everywhere, everywhere),
-        out_shardings=(shardings, everywhere),
-    )
-    text = fn.lower(carry, loop_key, None).compile().as_text()
+    text = compiled_generation_text(small_neat(), XOR(), _mesh())
     gathered = re.findall(r"= \(?[a-z0-9]+\[([\d,]*)\][^ ]* all-gather(?:-start)?\(", text)
     return {
         "forward_whole": f"f32[{POP},4,1]" in text,
