@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.core.toy import ToyStrategy
+from tests.core.toy import ToyStrategy, hand_loop
 
 import evotensor
-from evotensor.core import Evaluation, to_minimization
+from evotensor.core import Evaluation
 from evotensor.core.checks import ArgumentError
 from evotensor.core.host_problem import HostEvaluationError, evaluate_on_host, is_host_problem
 from evotensor.es.simple_es import SimpleES
@@ -52,20 +52,9 @@ class Wrapped:
         return self._evaluate(key, genotypes)
 
 
-def hand_loop(strategy, problem, generations, key):
-    """The documented key schedule, by hand: jitted ask/tell, the problem called on NumPy."""
-    ask, tell = jax.jit(strategy.ask), jax.jit(strategy.tell)
-    init_key, loop_key = jax.random.split(key)
-    params = strategy.default_params()
-    state = strategy.init(init_key, params)
-    best = np.inf
-    for g in range(generations):
-        ask_key, eval_key, tell_key = evotensor.generation_keys(loop_key, g)
-        x, state = ask(ask_key, state, params)
-        fitness = np.asarray(problem.evaluate(eval_key, np.asarray(x)).fitness)
-        best = min(best, float(np.nanmin(fitness)))
-        state, _ = tell(tell_key, state, x, to_minimization(Evaluation(jnp.asarray(fitness)), False), params)
-    return state, best
+def on_numpy(problem):
+    """The problem called as the run loop calls a host problem: on the host, with NumPy genotypes."""
+    return lambda key, x: Evaluation(jnp.asarray(np.asarray(problem.evaluate(key, np.asarray(x)).fitness)))
 
 
 def leaves_equal(a, b) -> bool:
@@ -79,7 +68,8 @@ def leaves_equal(a, b) -> bool:
 def test_run_equals_the_hand_written_loop(make):
     problem = HostSphere()
     result = evotensor.run(make(), problem, 5, jax.random.key(3), chunk_size=2, **QUIET)
-    state, best = hand_loop(make(), HostSphere(), 5, jax.random.key(3))
+    reference = HostSphere()
+    state, best = hand_loop(make(), reference, 5, jax.random.key(3), on_numpy(reference))
     assert leaves_equal(result.state, state)
     assert result.best_fitness == best
     # called once per generation, on NumPy, with the generation's evaluation key

@@ -4,10 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tests.core.toy import ToyStrategy
+from tests.core.toy import ToyStrategy, hand_loop
 
 import evotensor
-from evotensor.core import Evaluation, Strategy, to_minimization
+from evotensor.core import Evaluation, Strategy
 from evotensor.es.simple_es import SimpleES
 from evotensor.problems import Rastrigin, Sphere
 
@@ -15,22 +15,6 @@ from evotensor.problems import Rastrigin, Sphere
 def tree_equal(a, b):
     la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
     return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
-
-
-def hand_loop(strategy, problem, generations, key):
-    """The documented key schedule, written out by hand with jitted pieces."""
-    ask, tell, evaluate = jax.jit(strategy.ask), jax.jit(strategy.tell), jax.jit(problem.evaluate)
-    init_key, loop_key = jax.random.split(key)
-    params = strategy.default_params()
-    state = strategy.init(init_key, params)
-    best = np.inf
-    for g in range(generations):
-        ask_key, eval_key, tell_key = evotensor.generation_keys(loop_key, g)
-        x, state = ask(ask_key, state, params)
-        ev = evaluate(eval_key, x)
-        best = min(best, float(np.nanmin(np.asarray(ev.fitness))))
-        state, _ = tell(tell_key, state, x, to_minimization(ev, problem.maximize), params)
-    return state, best
 
 
 def test_toy_strategy_follows_the_protocol_and_runs():

@@ -4,8 +4,10 @@ protocol."""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from evotensor.core import pytree_dataclass
+import evotensor
+from evotensor.core import pytree_dataclass, to_minimization
 
 
 @pytree_dataclass
@@ -45,3 +47,22 @@ class ToyStrategy:
             ),
             {"center_fitness": state.center_fitness},
         )
+
+
+def hand_loop(strategy, problem, generations, key, evaluate=None):
+    """The run loop's documented key schedule written out by hand: jitted ask and tell, and
+    ``evaluate(eval_key, x) -> Evaluation`` between them (default: the problem's, jitted).
+    ``-> (final state, best fitness seen)``."""
+    ask, tell = jax.jit(strategy.ask), jax.jit(strategy.tell)
+    evaluate = jax.jit(problem.evaluate) if evaluate is None else evaluate
+    init_key, loop_key = jax.random.split(key)
+    params = strategy.default_params()
+    state = strategy.init(init_key, params)
+    best = np.inf
+    for g in range(generations):
+        ask_key, eval_key, tell_key = evotensor.generation_keys(loop_key, g)
+        x, state = ask(ask_key, state, params)
+        ev = evaluate(eval_key, x)
+        best = min(best, float(np.nanmin(np.asarray(ev.fitness))))
+        state, _ = tell(tell_key, state, x, to_minimization(ev, problem.maximize), params)
+    return state, best

@@ -15,6 +15,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+import ray  # the test extra installs it
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -28,8 +29,6 @@ from evotensor.distributed.ray_evaluator import (
     connect,
     individual_seeds,
 )
-
-ray = pytest.importorskip("ray")
 
 RAISE, CRASH_ONCE, CRASH_ALWAYS = -1.0, -2.0, -3.0
 HALF = {"num_cpus": 0.5}  # the module's evaluator and a second one fit the 2-CPU cluster together

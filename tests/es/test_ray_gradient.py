@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import ray  # the test extra installs it
 
 from evotensor.core.checks import ArgumentError
 from evotensor.core.evaluation import stand_ins_for_nonfinite
@@ -24,7 +25,6 @@ from evotensor.es import ARS, CMAES, ESMC, OpenES, PersistentES
 from evotensor.es.core.ray_gradient import RayGradientES, ShardWorker, payload_bytes, to_host
 from evotensor.es.core.sharding import population_layout, population_order
 
-ray = pytest.importorskip("ray")
 HALF = {"num_cpus": 0.5}
 
 

@@ -225,7 +225,6 @@ def _groups(cuts):
     return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
-@pytest.mark.skipif(not native.AVAILABLE, reason="the native evaluator is not built")
 @_few
 @given(_cuts)
 def test_merged_sums_and_moments_of_any_row_split_equal_the_whole(cuts):
@@ -246,7 +245,6 @@ def test_merged_sums_and_moments_of_any_row_split_equal_the_whole(cuts):
 
 
 @pytest.mark.slow  # the 4-device data scenario's constant optimization covers the merge end to end
-@pytest.mark.skipif(not native.AVAILABLE, reason="the native evaluator is not built")
 @_few
 @given(_cuts)
 def test_merged_normal_equations_of_any_row_split_equal_the_whole(cuts):

@@ -12,6 +12,7 @@ import pickle
 import subprocess
 import sys
 
+import gymnasium as gym  # the test extra installs it
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,8 +21,6 @@ import pytest
 from evotensor.core.checks import ArgumentError
 from evotensor.problems.gymnasium_control import GymnasiumPolicy, episode_seed
 from evotensor.problems.networks import mlp_apply
-
-gym = pytest.importorskip("gymnasium")
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,7 @@ Example::
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 from typing import Any
 
@@ -258,22 +259,11 @@ class SymbolicRegression:
         return self._mesh_layout if X is self.X else None
 
     def _score(self, forest: Any, X: jax.Array, y: jax.Array, with_cases: bool = False) -> Evaluation:
-        layout = self._layout_for(X)
-        if not with_cases and layout is not None:
-            fit = fitness_on_mesh(
-                layout,
-                forest,
-                X,
-                y,
-                self.function_set,
-                self.metric,
-                self.n_outputs,
-                backend=self.backend,
-                linear_scaling=self.linear_scaling,
-            )
-            return Evaluation(fitness=fit)
         if not with_cases and (not self.linear_scaling or X is self.X):
-            fit = fitness(
+            # on a mesh (training data only) the same fused fitness, with the trees split over devices
+            layout = self._layout_for(X)
+            score = fitness if layout is None else functools.partial(fitness_on_mesh, layout)
+            fit = score(
                 forest,
                 X,
                 y,
