@@ -555,6 +555,7 @@ def run(
     best_to_text: Callable[[Any], str] | None = None,
     mesh: Any = None,
     mesh_axis: str = POPULATION_AXIS,
+    checkpoint_format: Any = None,
 ) -> RunResult:
     """Run ``strategy`` on ``problem`` for ``generations`` generations, compiled in chunks.
 
@@ -590,13 +591,19 @@ def run(
             A checkpoint holds plain arrays, so a run may resume on another mesh (or none).
             A host-evaluated problem needs a mesh of this process's devices.
         mesh_axis: the mesh axis the population is split along (default ``"pop"``).
+        checkpoint_format: how ``run_dir``'s checkpoints are written: ``"single"`` (default: one
+            ``checkpoint.npz``, the state gathered onto process 0), ``"sharded"`` (a directory
+            ``checkpoint-<generation>/`` in which every process writes its own shards, nothing
+            gathered: for states larger than one host's memory), or a format object such as
+            ``evotensor.io.sharded_checkpoint.ShardedCheckpoints(keep=3)``. A resume reads either
+            format, onto any mesh.
 
     Returns:
         :class:`RunResult` (natural orientation). With a mesh, ``state`` is laid out on it (its
         sharded leaves span every process of a multi-process run); ``best_genotype`` is replicated.
     """
     from evotensor.io.progress import ProgressReporter
-    from evotensor.io.rundir import RunDirectory
+    from evotensor.io.rundir import RunDirectory, resolve_checkpoint_format
 
     generations = check_int(generations, "generations")
     key = _check_key(key)
@@ -615,6 +622,9 @@ def run(
     _check_optional(config, "config", lambda v: isinstance(v, Mapping), "a dict")
     if not isinstance(task_name, str) or not task_name:
         raise ArgumentError(f"task_name must be a non-empty str, got {task_name!r}")
+    checkpoints = resolve_checkpoint_format(checkpoint_format)
+    if checkpoint_format is not None and run_dir is None:
+        raise ArgumentError(f"checkpoint_format={checkpoint_format!r} needs run_dir (checkpoints go there)")
     population_size = int(getattr(strategy, "population_size", 0))
     if population_size <= 0 and (mesh is not None or loop.host):
         population_size = _population_of(loop, key, params)
@@ -651,7 +661,7 @@ def run(
     store = _History(generations)
     directory = None
     if run_dir is not None:
-        directory = RunDirectory(Path(run_dir), task_name=task_name)
+        directory = RunDirectory(Path(run_dir), task_name=task_name, checkpoint_format=checkpoints)
         if resume:
             carry, history = directory.resume(
                 _portable(loop, carry),

@@ -23,6 +23,7 @@ exceptions, which name the file too.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import zipfile
@@ -34,10 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evotensor.io import atomic
+from evotensor.io import atomic, multihost
 
 __all__ = [
     "CheckpointError",
+    "SingleFileCheckpoints",
     "load_extra_arrays",
     "load_metadata",
     "load_pytree",
@@ -280,3 +282,63 @@ def load_pytree(path: str | os.PathLike, template: Any) -> Any:
             structure, shape or dtype differs.
     """
     return place_like(read_pytree(path, template), template)
+
+
+class SingleFileCheckpoints:
+    """The single-file format for a run directory (the default): ``checkpoint.npz``, replaced
+    atomically at every checkpoint. Arrays sharded over several processes are gathered whole onto
+    process 0, which writes the file: simple and portable, but every leaf must fit in one host's
+    memory (:class:`evotensor.io.sharded_checkpoint.ShardedCheckpoints` lifts that).
+
+    The run directory drives it: every process calls :meth:`stage` (the gather, a collective),
+    process 0 calls :meth:`commit`."""
+
+    name = "checkpoint.npz"
+    agree_before_commit = False  # only process 0 writes: one agreement after the commit suffices
+
+    def __repr__(self) -> str:
+        return "SingleFileCheckpoints()"
+
+    def find(self, run_path: Path) -> Path | None:
+        """``run_path/checkpoint.npz`` if there is anything by that name (reading says what is
+        wrong with it), else ``None``."""
+        path = Path(run_path) / self.name
+        return path if path.exists() or path.is_symlink() else None
+
+    def stage(self, run_path: Path, tree: Any, generation: int) -> tuple[Path, Any]:
+        """Every process: gather ``tree``'s arrays that span several processes (a collective)."""
+        return Path(run_path) / self.name, multihost.gather_to_host(tree)
+
+    def commit(
+        self, staged: tuple[Path, Any], metadata: dict[str, Any], extra_arrays: dict[str, Any]
+    ) -> Path:
+        """Process 0: write the file atomically."""
+        path, tree = staged
+        save_pytree(path, tree, metadata=metadata, extra_arrays=extra_arrays)
+        return path
+
+    def remove_all(self, run_path: Path) -> None:
+        (Path(run_path) / self.name).unlink(missing_ok=True)
+
+    def remove_stale(self, run_path: Path) -> None:
+        atomic.remove_stale_temp_files(run_path, [self.name])
+
+    @staticmethod
+    def metadata(path: Path) -> dict[str, Any]:
+        return load_metadata(path)
+
+    @staticmethod
+    def digest(path: Path) -> bytes:
+        return hashlib.sha256(Path(path).read_bytes()).digest()
+
+    @staticmethod
+    def read(path: Path, template: Any) -> Any:
+        return read_pytree(path, template)
+
+    @staticmethod
+    def extra_arrays(path: Path) -> dict[str, np.ndarray]:
+        return load_extra_arrays(path)
+
+    @staticmethod
+    def place(values: Any, template: Any) -> Any:
+        return place_like(values, template)

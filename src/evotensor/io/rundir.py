@@ -26,6 +26,15 @@ others waiting in a collective. On resume every process reads the checkpoint its
 must be on a file system that all processes share, as it is on a cluster's shared home or scratch),
 they check that all read the same bytes, and each places the values onto its devices' shards of the
 current mesh (the checkpoint holds global arrays, so it restores onto any number of devices).
+
+**Checkpoint formats** (``RunDirectory(..., checkpoint_format=...)``, ``evotensor.run(...,
+checkpoint_format=...)``): ``"single"`` (the default, :class:`~evotensor.io.checkpoint.SingleFileCheckpoints`)
+writes ``checkpoint.npz`` as above; ``"sharded"`` or a
+:class:`~evotensor.io.sharded_checkpoint.ShardedCheckpoints` (``keep=N``) writes directories
+``checkpoint-<generation>/`` in which every process writes its own shards and nothing is gathered,
+for states that do not fit one host. The format is only how a checkpoint is *written*: a resume
+reads whichever format the directory holds (the newest checkpoint of either), so a run may switch
+formats or device counts between resumes; a new checkpoint removes the other format's.
 """
 
 from __future__ import annotations
@@ -34,7 +43,6 @@ import contextlib
 import csv
 import datetime as _dt
 import errno
-import hashlib
 import io
 import json
 import math
@@ -49,20 +57,79 @@ from typing import Any
 import jax
 import numpy as np
 
+from evotensor.core.checks import ArgumentError
 from evotensor.io import atomic, multihost
-from evotensor.io.checkpoint import (
-    CheckpointError,
-    load_extra_arrays,
-    load_metadata,
-    place_like,
-    read_pytree,
-    save_pytree,
-)
+from evotensor.io.checkpoint import CheckpointError, SingleFileCheckpoints, save_pytree
+from evotensor.io.sharded_checkpoint import ShardedCheckpoints
 
 CHECKPOINT = "checkpoint.npz"
 _HISTORY = "history/"
 # the files a run writes into its directory (a fresh run removes those of an earlier run)
 RUN_FILES = ("config.json", "metrics.csv", CHECKPOINT, "best.npz", "best.json", "best.txt", "fitness.png")
+
+
+CHECKPOINT_FORMATS = {"single": SingleFileCheckpoints, "sharded": ShardedCheckpoints}
+
+
+def resolve_checkpoint_format(value: Any) -> Any:
+    """The checkpoint format object for ``value``: ``None`` or ``"single"`` (one ``checkpoint.npz``),
+    ``"sharded"`` (``ShardedCheckpoints()``), or a format object (``ShardedCheckpoints(keep=3)``, or
+    one following the same protocol: methods ``find``, ``stage``, ``commit``, ``remove_all``,
+    ``remove_stale``, ``metadata``, ``digest``, ``read``, ``extra_arrays``, ``place`` and attributes
+    ``name``, ``agree_before_commit``; see the two built-in formats).
+
+    Raises:
+        ArgumentError: naming ``checkpoint_format`` and showing the value.
+    """
+    if value is None:
+        return SingleFileCheckpoints()
+    if isinstance(value, str):
+        if value not in CHECKPOINT_FORMATS:
+            raise ArgumentError(
+                f"checkpoint_format must be one of {tuple(CHECKPOINT_FORMATS)} or a format object such as "
+                f"evotensor.io.sharded_checkpoint.ShardedCheckpoints(keep=2), got {value!r}"
+            )
+        return CHECKPOINT_FORMATS[value]()
+    needed = ("find", "stage", "commit", "remove_all", "remove_stale", "metadata", "digest", "read", "place")
+    missing = [name for name in (*needed, "extra_arrays") if not callable(getattr(value, name, None))]
+    missing += [name for name in ("name", "agree_before_commit") if not hasattr(value, name)]
+    if missing:
+        raise ArgumentError(
+            f"checkpoint_format must be 'single', 'sharded' or a checkpoint format object, got "
+            f"{type(value).__name__} {value!r} (it has no {', '.join(missing)})"
+        )
+    return value
+
+
+def _generation(reader: Any, path: Path) -> int:
+    generation = reader.metadata(path).get("generation")
+    if isinstance(generation, bool) or not isinstance(generation, int):
+        raise CheckpointError(f"{path} is damaged (no generation in its metadata)")
+    return generation
+
+
+def latest_checkpoint(run_path: Path, chosen: Any = None) -> tuple[Any, Path] | None:
+    """``(format, path)`` of the newest checkpoint in ``run_path`` of any format (``chosen``'s first
+    on a tie), or ``None``. Both formats are present only after a crash between writing one and
+    removing the other, or when the run switched formats: the higher generation wins.
+
+    Raises:
+        CheckpointError: a checkpoint whose generation cannot be read while another format's exists.
+    """
+    found = [
+        (reader, path)
+        for reader in _readers(resolve_checkpoint_format(chosen))
+        if (path := reader.find(run_path))
+    ]
+    if len(found) <= 1:
+        return found[0] if found else None
+    return max(found, key=lambda pair: _generation(*pair))  # max keeps the first of equals
+
+
+def _readers(chosen: Any) -> list[Any]:
+    """The formats a resume looks for: the run's own first, then every built-in one."""
+    others = [cls() for cls in CHECKPOINT_FORMATS.values() if not isinstance(chosen, cls)]
+    return [chosen, *others]
 
 
 class MetricsError(ValueError):
@@ -248,9 +315,18 @@ class RunDirectory:
         evotensor.io.multihost.ProcessFailure: (several processes) another process failed.
     """
 
-    def __init__(self, path: Path, task_name: str = "run", *, writes: bool | None = None):
+    def __init__(
+        self,
+        path: Path,
+        task_name: str = "run",
+        *,
+        writes: bool | None = None,
+        checkpoint_format: Any = None,
+    ):
         self.path = Path(path)
         self.task_name = task_name
+        self.checkpoints = resolve_checkpoint_format(checkpoint_format)
+        self.last_checkpoint: Path | None = None  # what save_checkpoint wrote last (process 0)
         self.identity: dict[str, Any] | None = None
         self.processes = jax.process_count()
         self.writes = multihost.is_main_process() if writes is None else bool(writes)
@@ -272,6 +348,8 @@ class RunDirectory:
         except FileExistsError as err:  # a parent is a file
             raise NotADirectoryError(errno.ENOTDIR, "a parent is not a directory", str(self.path)) from err
         atomic.remove_stale_temp_files(self.path, RUN_FILES)
+        for reader in _readers(self.checkpoints):
+            reader.remove_stale(self.path)
 
     def _settle(self, error: BaseException | None, what: str) -> None:
         """One process: raise ``error`` if any. Several: all processes learn who failed (a
@@ -296,14 +374,15 @@ class RunDirectory:
             if err.filename is None:
                 err.filename = str(self.path / name)
             try:
-                generation: int | None = self.checkpoint_generation(self.path)
+                found = self._latest()
+                generation: int | None = None if found is None else _generation(*found)
             except (OSError, ValueError):
                 generation = None
-            if generation is None:
+            if generation is None or found is None:
                 err.add_note(f"no checkpoint of this run in {self.path} yet: start the run again")
             else:
                 err.add_note(
-                    f"{self.path / CHECKPOINT} (generation {generation}) is intact: resume with "
+                    f"{found[1]} (generation {generation}) is intact: resume with "
                     f"run(..., run_dir={str(self.path)!r}, resume=True) once the cause is fixed"
                 )
             raise
@@ -328,7 +407,11 @@ class RunDirectory:
     def _write_config(
         self, config: dict[str, Any], *, strategy: Any, problem: Any, params: Any, key: Any
     ) -> None:
-        for name in RUN_FILES:  # the checkpoint first: a kill in between leaves nothing to resume
+        for reader in _readers(
+            self.checkpoints
+        ):  # checkpoints first: a kill in between leaves nothing to resume
+            reader.remove_all(self.path)
+        for name in RUN_FILES:
             (self.path / name).unlink(missing_ok=True)
         record = {
             "task": self.task_name,
@@ -388,38 +471,54 @@ class RunDirectory:
             self._pending = err
 
     def save_checkpoint(self, carry: Any, history: dict[str, np.ndarray]) -> None:
-        """Atomically write the run state, the metric history so far and the run's identity.
+        """Atomically write the run state, the metric history so far and the run's identity, in
+        this directory's checkpoint format.
 
-        A collective with several processes: every process calls it; the state's sharded arrays are
-        gathered, process 0 writes, all agree that it was written."""
-        carry = multihost.gather_to_host(carry)
+        A collective with several processes: every process calls it. Single file: the state's
+        sharded arrays are gathered, process 0 writes, all agree that it was written. Sharded: every
+        process writes its own shards, all agree, process 0 writes the manifest and renames the
+        checkpoint into place, all agree again."""
+        checkpoints = self.checkpoints
+        generation = int(np.asarray(carry.generation))  # replicated: readable on every process
+        error, staged = None, None
+        try:  # every process: a gather (single file) or writing its own shards (sharded)
+            with self._writing(checkpoints.name):
+                staged = checkpoints.stage(self.path, carry, generation)
+        except OSError as err:
+            error = err
+        if checkpoints.agree_before_commit:  # nobody commits unless every process wrote its part
+            self._settle(error, f"writing the shards of the checkpoint in {self.path}")
         error = None
-        if self.writes and self._pending is None:
+        if self.writes and self._pending is None and staged is not None:
+            metadata = {"generation": generation, "task": self.task_name, "identity": self.identity}
             try:
-                with self._writing(CHECKPOINT):
-                    save_pytree(
-                        self.path / CHECKPOINT,
-                        carry,
-                        metadata={
-                            "generation": int(carry.generation),
-                            "task": self.task_name,
-                            "identity": self.identity,
-                        },
-                        extra_arrays={_HISTORY + k: v for k, v in history.items()},
+                with self._writing(checkpoints.name):
+                    written = checkpoints.commit(
+                        staged, metadata, extra_arrays={_HISTORY + k: v for k, v in history.items()}
                     )
-            except OSError as err:
+                    for reader in _readers(checkpoints)[1:]:  # older, in the format not chosen
+                        reader.remove_all(self.path)
+            except (OSError, CheckpointError) as err:
                 error = err
-        self._settle(error, f"writing the checkpoint {self.path / CHECKPOINT}")
+            else:
+                self.last_checkpoint = written
+        self._settle(error, f"writing the checkpoint in {self.path}")
+
+    def _latest(self) -> tuple[Any, Path] | None:
+        """``(format, path)`` of the newest checkpoint here, of any format; ``None`` if there is none."""
+        return latest_checkpoint(self.path, self.checkpoints)
 
     def load_checkpoint(
         self, template: Any, identity: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, np.ndarray]]:
-        """``(carry, history)`` from ``checkpoint.npz``, the carry placed like ``template``;
-        rewrites ``metrics.csv`` to match it.
+        """``(carry, history)`` from the newest checkpoint (``checkpoint.npz`` or a sharded
+        ``checkpoint-<generation>/``), the carry placed like ``template``; rewrites ``metrics.csv``
+        to match it.
 
         With ``identity`` (see :func:`run_identity`), a checkpoint of another run is refused. With
-        several processes every process reads the file, and all of them check that they read the
-        same bytes (the run directory must be on a shared file system) before any places it.
+        several processes every process reads the checkpoint (a sharded one: the manifest and its
+        own devices' slices), and all of them check that they read the same bytes (the run
+        directory must be on a shared file system) before any places it.
 
         Raises:
             FileNotFoundError: there is no checkpoint.
@@ -430,37 +529,42 @@ class RunDirectory:
             loaded = self._read_checkpoint(template, identity)
         except (OSError, ValueError) as err:
             error = err
-        self._settle(error, f"reading the checkpoint {self.path / CHECKPOINT}")
+        self._settle(error, f"reading the checkpoint in {self.path}")
         assert loaded is not None
-        values, history, digest = loaded
+        reader, path, values, history, digest = loaded
         if self.processes > 1:
             differ = multihost.differing_processes(digest)
             if differ:
                 raise CheckpointError(
-                    f"{self.path / CHECKPOINT}: process(es) {differ} read other bytes than process 0; "
+                    f"{path}: process(es) {differ} read other bytes than process 0; "
                     "the run directory must be on a file system that every process shares"
                 )
         self.identity = identity if identity is not None else self._saved_identity
-        return place_like(values, template), history
+        return reader.place(values, template), history
 
     def _read_checkpoint(
         self, template: Any, identity: dict[str, Any] | None
-    ) -> tuple[Any, dict[str, np.ndarray], bytes]:
-        """Host-side part of :meth:`load_checkpoint` (no device program): the checked values, the
-        history and the file's SHA-256; process 0 rewrites ``metrics.csv``."""
-        path = self.path / CHECKPOINT
-        if not path.exists():
-            raise FileNotFoundError(f"no checkpoint to resume from: {path} does not exist")
-        digest = hashlib.sha256(path.read_bytes()).digest()
-        metadata = load_metadata(path)
+    ) -> tuple[Any, Path, Any, dict[str, np.ndarray], bytes]:
+        """Host-side part of :meth:`load_checkpoint` (no device program): the format and path of
+        the checkpoint, its checked values, the history and the digest all processes must agree on;
+        process 0 rewrites ``metrics.csv``."""
+        found = self._latest()
+        if found is None:
+            raise FileNotFoundError(
+                f"no checkpoint to resume from: {self.path / CHECKPOINT} does not exist "
+                "(nor a sharded checkpoint-<generation> directory)"
+            )
+        reader, path = found
+        digest = reader.digest(path)
+        metadata = reader.metadata(path)
         if identity is not None:
             check_identity(path, metadata.get("identity"), identity)
         try:
-            values = read_pytree(path, template)
+            values = reader.read(path, template)
         except CheckpointError as err:
             raise CheckpointError(f"{err} (the checkpoint does not fit this run's strategy state)") from err
         history = {
-            k[len(_HISTORY) :]: v for k, v in load_extra_arrays(path).items() if k.startswith(_HISTORY)
+            k[len(_HISTORY) :]: v for k, v in reader.extra_arrays(path).items() if k.startswith(_HISTORY)
         }
         saved_generation = getattr(values, "generation", metadata.get("generation", 0))
         generation = int(np.asarray(saved_generation))
@@ -477,20 +581,23 @@ class RunDirectory:
                 else:
                     (self.path / "metrics.csv").unlink(missing_ok=True)
         self._saved_identity = metadata.get("identity")
-        return values, history, digest
+        return reader, path, values, history, digest
 
     @staticmethod
     def checkpoint_generation(path: Path) -> int:
-        """The generation a run directory's checkpoint was written at.
+        """The generation of a run directory's newest checkpoint (of either format).
 
         Raises:
             FileNotFoundError: no checkpoint. CheckpointError: a damaged one.
         """
-        checkpoint = Path(path) / CHECKPOINT
-        generation = load_metadata(checkpoint).get("generation")
-        if isinstance(generation, bool) or not isinstance(generation, int):
-            raise CheckpointError(f"{checkpoint} is damaged (no generation in its metadata)")
-        return generation
+        found = latest_checkpoint(Path(path))
+        if found is None:
+            raise FileNotFoundError(
+                errno.ENOENT,
+                "no checkpoint (nor a sharded checkpoint-<generation>)",
+                str(Path(path) / CHECKPOINT),
+            )
+        return _generation(*found)
 
     # -- end -------------------------------------------------------------------------------
     def finish(self, result: Any, best_to_text: Any = None) -> None:
