@@ -46,6 +46,10 @@ def test_list_shows_tasks():
         (["run", "es-sphere", "--resume", "/nonexistent-run"], "not a run directory"),
         (["show", "/nonexistent-run"], "not a run directory"),
         (["frobnicate"], "No such command"),
+        (
+            ["run", "es-sphere", "--checkpoint-format", "zip"],
+            "--checkpoint-format must be 'single' or 'sharded'",
+        ),
     ],
 )
 def test_bad_input_exits_nonzero_without_traceback(args, message):
@@ -72,17 +76,24 @@ def test_run_show_and_resume(tmp_path):
         str(run_dir),
         "--seed",
         "3",
+        "--checkpoint-format",
+        "sharded",
     )
     assert out.returncode == 0, out.stderr
     assert "best fitness" in out.stdout
+    assert (run_dir / "checkpoint-00000008" / "manifest.json").is_file()
+    assert not (run_dir / "checkpoint.npz").exists()
     recorded = json.loads((run_dir / "config.json").read_text())
     assert recorded["config"]["dims"] == 4 and recorded["config"]["seed"] == 3
     first = read_metrics(run_dir / "metrics.csv")
     assert len(first["generation"]) == 8
 
-    # continue the same run to 16 generations, then compare with a straight 16-generation run
+    # continue the same run to 16 generations (reading the sharded checkpoint, writing the default
+    # single file), then compare with a straight 16-generation run
     out = evotensor("run", "es-sphere", "--resume", str(run_dir), "--generations", "16", "--chunk-size", "4")
     assert out.returncode == 0, out.stderr
+    assert (run_dir / "checkpoint.npz").is_file()
+    assert not list(run_dir.glob("checkpoint-*"))
     straight = tmp_path / "straight"
     out = evotensor(
         "run",

@@ -400,6 +400,11 @@ def run_task(
         None, "--num-processes", help="processes in the job (--distributed)"
     ),
     process_id: int | None = typer.Option(None, "--process-id", help="this process's index (--distributed)"),
+    checkpoint_format: str | None = typer.Option(
+        None,
+        "--checkpoint-format",
+        help="single (one checkpoint.npz, the default) or sharded (each process writes its own shards)",
+    ),
 ) -> None:
     """Run TASK and write a run directory (config, metrics, checkpoint, best solution, plots).
 
@@ -413,8 +418,12 @@ def run_task(
     on a CPU add --cpu-devices N. --distributed runs one process of a multi-process job (every
     process runs the same command; process 0 writes the run directory, which must be on a file
     system all processes share); the mesh spans every process's devices unless --devices says how
-    many (a multiple of the number of processes).
+    many (a multiple of the number of processes). --checkpoint-format sharded writes checkpoints as
+    directories in which every process writes only its own devices' shards (for states larger than
+    one host); --resume reads either format.
     """
+    if checkpoint_format is not None and checkpoint_format not in ("single", "sharded"):
+        _fail(f"--checkpoint-format must be 'single' or 'sharded', got {checkpoint_format!r}")
     try:
         placement = _start_devices(devices, cpu_devices, distributed, coordinator, num_processes, process_id)
     except _Problem as problem:
@@ -429,7 +438,14 @@ def run_task(
         _agree_or_fail(error)
     if error is not None:
         _fail(error)
-    _execute(*prepared, chunk_size=chunk_size, quiet=quiet, resume=resume is not None, mesh=mesh)
+    _execute(
+        *prepared,
+        chunk_size=chunk_size,
+        quiet=quiet,
+        resume=resume is not None,
+        mesh=mesh,
+        checkpoint_format=checkpoint_format,
+    )
     if placement.distributed:
         from evotensor.distributed import shutdown
 
@@ -473,7 +489,9 @@ def _prepare_run(task, pop, generations, seed, out, resume, config, set_, data=N
     return spec, built, cfg, run_dir, total
 
 
-def _execute(spec, built, cfg, run_dir, total, *, chunk_size, quiet, resume, mesh=None) -> None:
+def _execute(
+    spec, built, cfg, run_dir, total, *, chunk_size, quiet, resume, mesh=None, checkpoint_format=None
+) -> None:
     import jax
 
     import evotensor
@@ -487,6 +505,8 @@ def _execute(spec, built, cfg, run_dir, total, *, chunk_size, quiet, resume, mes
         if mesh is not None:
             typer.echo(f"devices: {_mesh_summary(mesh)}", err=True)
     options = {"mesh": mesh} if mesh is not None else {}
+    if checkpoint_format is not None:
+        options["checkpoint_format"] = checkpoint_format
     try:
         result = evotensor.run(
             built.strategy,
@@ -548,7 +568,8 @@ def _execute(spec, built, cfg, run_dir, total, *, chunk_size, quiet, resume, mes
             f"{_resume_hint(run_dir, spec.name, resume)}"
         )
     if main:
-        files = "config.json metrics.csv checkpoint.npz best.npz best.txt best.json fitness.png"
+        checkpoint = "checkpoint-<generation>/" if checkpoint_format == "sharded" else "checkpoint.npz"
+        files = f"config.json metrics.csv {checkpoint} best.npz best.txt best.json fitness.png"
         typer.echo(f"wrote {run_dir}/: {files}")
 
 
