@@ -36,14 +36,15 @@ START = jnp.linspace(-1.0, 1.0, DIMS)
 RUN = dict(generations=GENERATIONS, chunk_size=CHUNK, progress=False)
 
 
-# the default tier's one 4-device launch (tests/es/test_mesh.py and tests/neat/test_sharding.py share
-# it) and the slow tier's; programs() and program() are facts about compiled programs, not runs
+# the default tier's 4-device launches (ES under the suite's fast compiler options, NEAT under XLA's
+# defaults, see four_devices) and the slow tier's; programs() and program() are facts about compiled
+# programs, not runs
 FAST = [
     "tests.es.mesh_scenarios:scenario_open_es",
     "tests.es.mesh_scenarios:scenario_cma_es",
     "tests.es.mesh_scenarios:programs",
-    "tests.neat.mesh_scenarios:scenario_neat_xor",
 ]
+FAST_NEAT = ["tests.neat.mesh_scenarios:scenario_neat_xor"]
 SLOW = [  # SNES and PGPE: spot checks of the same MeshStrategy path OpenES takes in the default tier
     "tests.es.mesh_scenarios:scenario_snes",
     "tests.es.mesh_scenarios:scenario_pgpe",
@@ -54,17 +55,20 @@ SLOW = [  # SNES and PGPE: spot checks of the same MeshStrategy path OpenES take
 
 @functools.cache
 def four_devices(tier: str = "fast") -> dict:
-    """Every scenario of ``tier`` (``"fast"``: :data:`FAST`, ``"slow"``: :data:`SLOW`) run once in ONE
-    subprocess with 4 CPU devices; ``{"module:function": result}``.
+    """Every scenario of ``tier`` (``"fast"``: :data:`FAST`, ``"neat"``: :data:`FAST_NEAT`,
+    ``"slow"``: :data:`SLOW`) run once in ONE subprocess with 4 CPU devices;
+    ``{"module:function": result}``.
 
-    XLA's default compiler options there, not the test suite's fast-compile ones: under those
-    (LLVM at -O0) the one-device NEAT program itself rounds a few mutated attributes one ulp
+    NEAT's launches use XLA's default compiler options, not the test suite's fast-compile ones: under
+    those (LLVM at -O0) the one-device NEAT program itself rounds a few mutated attributes one ulp
     differently depending on what else the program holds, which a bit-for-bit comparison of two
-    different programs would report.
+    different programs would report. The ES scenarios keep the suite's options (faster to compile).
     """
     from tests.distributed.harness import run_single
 
-    return run_single(FAST if tier == "fast" else SLOW, devices=4, env={"XLA_FLAGS": ""})
+    if tier == "fast":
+        return run_single(FAST, devices=4)
+    return run_single(FAST_NEAT if tier == "neat" else SLOW, devices=4, env={"XLA_FLAGS": ""})
 
 
 @functools.cache
@@ -73,7 +77,7 @@ def two_processes() -> list[dict]:
     ``jax.distributed`` (gloo); one ``{"module:function": result}`` per process."""
     from tests.distributed.harness import run_multiprocess
 
-    names = [name for name in FAST + SLOW if ":scenario_" in name]
+    names = [name for name in FAST + FAST_NEAT + SLOW if ":scenario_" in name]
     return run_multiprocess(names, processes=2, devices_per_process=2, env={"XLA_FLAGS": ""}, timeout=600)
 
 

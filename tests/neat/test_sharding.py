@@ -96,7 +96,7 @@ def test_one_device_layout_changes_nothing_and_own_rows_is_the_function(mesh1):
 
 @pytest.fixture(scope="module")
 def neat_xor():
-    return four_devices("fast")["tests.neat.mesh_scenarios:scenario_neat_xor"]
+    return four_devices("neat")["tests.neat.mesh_scenarios:scenario_neat_xor"]
 
 
 def test_neat_on_four_devices_equals_one_device_bit_for_bit(neat_xor):
