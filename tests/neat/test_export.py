@@ -415,7 +415,7 @@ def _lambdify(exprs, n_in, xs):
     return np.stack([np.broadcast_to(np.asarray(c, np.float64), (len(xs),)) for c in cols], axis=-1)
 
 
-@settings(max_examples=10)  # each example simplifies nothing but lambdifies a deep exact expression
+@settings(max_examples=5)  # each example simplifies nothing but lambdifies a deep exact expression (~2 s)
 @given(random_genomes(FF))
 def test_sympy_exact_equals_forward(genome):
     exprs = to_sympy(FF, genome)

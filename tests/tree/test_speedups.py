@@ -3,7 +3,7 @@
 The reference is the same package imported a second time with ``EVOTENSOR_NO_SPEEDUPS=1`` (fresh
 module objects, so its ``Tree`` is the pure-Python class); random trees and random sequences of
 set/get/delete/constraint operations must give identical results and identical errors on both.
-The whole tree test suite is also run once on the pure-Python path, in a subprocess.
+The whole tree test suite is also run once on the pure-Python path, in a subprocess (slow tier).
 """
 
 import copy
@@ -395,6 +395,8 @@ def test_prefix_in_axes_and_grad_on_the_compiled_tree():
 # ---- the whole tree suite on the pure-Python path -------------------------------------------------
 
 
+# ~20 s: the slow tier; the default tier compares the two paths operation by operation above
+@pytest.mark.slow
 def test_tree_suite_passes_without_speedups():
     env = dict(os.environ, EVOTENSOR_NO_SPEEDUPS="1", JAX_PLATFORMS="cpu")
     env.pop("PYTEST_XDIST_WORKER", None)
