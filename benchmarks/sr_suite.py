@@ -38,8 +38,13 @@ Like for like, and not:
   otherwise (tournament 7, elite 1%, mutation 10%, max_len 64, init depth 2..6, model picked by
   PySR's "best" rule from the (loss, size) front). ``evotensor+co`` is the same with
   ``constant_optimization="auto"`` (Levenberg-Marquardt on the constants; being made faster at the
-  time of writing: it measures what is there). Its model text is ``model.sympy()`` (simplified; 30 s
-  at most, then unsimplified).
+  time of writing: it measures what is there). ``evotensor+exact`` is the setting for exact symbolic
+  recovery (:data:`EXACT_OPTIONS`: ``survival="nsga2"``, ``constant_optimization="auto"``,
+  ``refine_top=64``). Its model text is ``model.sympy()`` (simplified; 30 s at most, then
+  unsimplified). For evotensor the symbolic column also counts the runs where *any* member of the
+  (loss, size) front is a symbolic solution (``front k``; ``front_solution_size`` in the JSON: the
+  smallest such member), which tells a search that never found the exact form from a model selection
+  that passed it over.
 * gplearn 0.4.3 ``SymbolicRegressor``: ``population_size``, ``generations``, the function set,
   ``n_jobs=1``, ``random_state`` and its defaults otherwise: metric mean absolute error, tournament
   20, ``parsimony_coefficient`` 0.001, ``p_crossover`` 0.9, subtree / hoist / point mutation 0.01 each,
@@ -62,6 +67,10 @@ Like for like, and not:
   cache for this invocation, so the first seed of each configuration compiles cold and later seeds
   of the same shapes read the cache, as a user's later runs would; ``off`` compiles every fit;
   ``user`` uses the user's cache (``~/.cache/evotensor/jax``).
+* ``--single-fit`` skips evotensor's second (compiled) fit; ``--in-process`` runs evotensor's fits in
+  the driver process, compiled once and reused (no import or compile-cache read per fit: "fit s" is
+  then the compiled run), for many seeds on a loaded machine; ``--resume JSON`` keeps the runs of an
+  interrupted ``--out`` file and runs only the missing ones.
 
 Usage::
 
@@ -69,6 +78,8 @@ Usage::
     .venv/bin/python benchmarks/sr_suite.py --pop 500 --generations 50 --seeds 3 --out sr.json
     .venv/bin/python benchmarks/sr_suite.py --problems nguyen-7,keijzer-6 --engines evotensor,operon
     .venv/bin/python benchmarks/sr_suite.py --table sr.json      # the tables of a saved run again
+    .venv/bin/python benchmarks/sr_suite.py --problems nguyen-1,koza-2 --seeds 10 --pop 2000 \
+        --generations 100 --engines evotensor+exact,operon --single-fit --in-process --out exact.json
 """
 
 from __future__ import annotations
@@ -98,7 +109,10 @@ DEFAULT_PROBLEMS = (
     "pagie-1",
 )
 QUICK_PROBLEMS = ("nguyen-1", "nguyen-7", "keijzer-6")
-ENGINES = ("evotensor", "evotensor+co", "gplearn", "operon")
+ENGINES = ("evotensor", "evotensor+co", "evotensor+exact", "gplearn", "operon")
+EXACT_OPTIONS = {"survival": "nsga2", "constant_optimization": "auto", "refine_top": 64}
+"""``evotensor+exact``: the settings for exact symbolic recovery (NSGA-II survival on (loss, size),
+Levenberg-Marquardt constants, the 64 best trees re-scored without the closed form's float32 floor)."""
 DEFAULT_ENGINES = ("evotensor", "gplearn", "operon")
 SYMBOLIC_TIMEOUT = 10.0  # seconds of sympy per model, as is_symbolic_solution's default
 SIMPLIFY_TIMEOUT = 30.0  # seconds for evotensor's model.sympy() before falling back to unsimplified
@@ -135,22 +149,26 @@ def worker_evotensor(a, t_import: float) -> dict:
     X, y, X_test, y_test = _load(a.data)
     fs = FunctionSet(tuple(a.function_set.split(",")), protected=False)
 
+    options = {"constant_optimization": "auto"} if a.worker == "evotensor+co" else {}
+    options = EXACT_OPTIONS if a.worker == "evotensor+exact" else options
+
     def make():
         return SymbolicRegressor(
             population_size=a.pop,
             generations=a.generations,
             function_set=fs,
-            constant_optimization="auto" if a.worker == "evotensor+co" else None,
             random_state=a.seed,
+            **options,
         )
 
     timings = []
-    for _ in range(2):
+    for _ in range(1 if a.single_fit else 2):
         est = make()
         t0, c0 = time.perf_counter(), time.process_time()
         est.fit(X, y)
         timings.append((time.perf_counter() - t0, time.process_time() - c0, est))
-    (wall1, cpu1, first), (wall2, cpu2, est) = timings
+    wall1, cpu1, first = timings[0]
+    wall2, cpu2, est = timings[-1] if len(timings) == 2 else (None, None, first)
     from evotensor.core.timeout import TimeLimitExceeded, call_with_time_limit
 
     try:
@@ -158,6 +176,9 @@ def worker_evotensor(a, t_import: float) -> dict:
     except TimeLimitExceeded:
         text, simplified = str(est.sympy(simplify=False)), False
     return {
+        # every front member, unsimplified, for the "exact form anywhere on the front" column
+        "front_models": [str(m.sympy(simplify=False)) for m in est.front_models_],
+        "front_sizes": [int(m.complexity) for m in est.front_models_],
         "r2_test": r2_score(y_test, est.predict(X_test)),
         "r2_train": r2_score(y, est.predict(X)),
         "size": int(est.best_.complexity),
@@ -170,7 +191,7 @@ def worker_evotensor(a, t_import: float) -> dict:
         "run_s": float(first.run_seconds_),
         "wall2_s": wall2,
         "cpu2_s": cpu2,
-        "compile2_s": float(est.compile_seconds_),
+        "compile2_s": float(est.compile_seconds_) if wall2 is not None else None,
         "same_model": first.best_.expression == est.best_.expression,
         "import_s": t_import,
         "evaluations": a.pop * a.generations,
@@ -283,6 +304,7 @@ def worker_operon(a, t_import: float) -> dict:
 WORKERS = {
     "evotensor": worker_evotensor,
     "evotensor+co": worker_evotensor,
+    "evotensor+exact": worker_evotensor,
     "gplearn": worker_gplearn,
     "operon": worker_operon,
 }
@@ -340,6 +362,17 @@ def score(row: dict, spec) -> dict:
         row["symbolic_solution"] = False
         row["symbolic_error"] = f"{type(e).__name__}: {e}"[:200]
         row.setdefault("sympy_size", None)
+    if "front_models" in row:  # the simplest front member that is a symbolic solution, if any
+        row["front_solution_size"] = None
+        for size, text in zip(row["front_sizes"], row.pop("front_models"), strict=True):
+            try:
+                if is_symbolic_solution(
+                    round_floats(to_sympy(text, spec.n_vars)), spec, timeout=SYMBOLIC_TIMEOUT
+                ):
+                    row["front_solution_size"] = size
+                    break
+            except Exception:  # noqa: BLE001 - as above
+                continue
     row["check_s"] = time.perf_counter() - t0
     return row
 
@@ -384,6 +417,13 @@ def summarize(rows: list[dict], engines: list[str], problems: list[str]) -> str:
             )
         return f"{fit} | — | — | {cpu}"
 
+    def symbolic(rs, percent=False):
+        n, k = len(rs), sum(r["symbolic_solution"] for r in rs)
+        cell = f"{k}/{n}" + (f" ({100 * k / n:.0f}%)" if percent else "")
+        if any("front_solution_size" in r for r in rs):  # evotensor: any front member a solution
+            cell += f", front {sum(r.get('front_solution_size') is not None for r in rs)}"
+        return cell
+
     head = (
         "| {first} | engine | runs | test R² median [IQR] | symbolic | accuracy | size (nodes / sympy) "
         "| fit s (1st, fresh process) | compile s | 2nd fit s | CPU s (2nd) |"
@@ -396,8 +436,7 @@ def summarize(rows: list[dict], engines: list[str], problems: list[str]) -> str:
             if not rs:
                 continue
             lines.append(
-                f"| {p} | {e} | {len(rs)} | {r2_cell(rs)} | "
-                f"{sum(r['symbolic_solution'] for r in rs)}/{len(rs)} | "
+                f"| {p} | {e} | {len(rs)} | {r2_cell(rs)} | {symbolic(rs)} | "
                 f"{sum(r['accuracy_solution'] for r in rs)}/{len(rs)} | "
                 f"{sizes(rs)} | {time_cells(rs, e)} |"
             )
@@ -407,10 +446,10 @@ def summarize(rows: list[dict], engines: list[str], problems: list[str]) -> str:
         if not rs:
             continue
         n = len(rs)
-        sym, acc = sum(r["symbolic_solution"] for r in rs), sum(r["accuracy_solution"] for r in rs)
+        acc = sum(r["accuracy_solution"] for r in rs)
         lines.append(
             f"| {len({r['problem'] for r in rs})} problems | {e} | {n} | {r2_cell(rs)} | "
-            f"{sym}/{n} ({100 * sym / n:.0f}%) | {acc}/{n} ({100 * acc / n:.0f}%) | "
+            f"{symbolic(rs, percent=True)} | {acc}/{n} ({100 * acc / n:.0f}%) | "
             f"{sizes(rs)} | {time_cells(rs, e)} |"
         )
     totals = ", ".join(
@@ -435,6 +474,15 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write every run and the settings to this JSON file")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 3 problems, pop 200 x 20")
     ap.add_argument("--compile-cache", choices=("fresh", "off", "user"), default="fresh")
+    ap.add_argument(
+        "--single-fit", action="store_true", help="evotensor: one fit per process (no second-fit timing)"
+    )
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="evotensor fits in this process (compiled once, reused): for many seeds on a loaded machine",
+    )
+    ap.add_argument("--resume", metavar="JSON", help="keep the runs of this --out file, run the missing ones")
     ap.add_argument("--competitor-python", default=venv_python("gp"))
     ap.add_argument("--table", metavar="JSON", help="only print the tables of a saved --out file")
     ap.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
@@ -490,6 +538,10 @@ def main() -> None:
     print(f"# {meta['date']}, {meta['machine']}, load {meta['load_start']}")
     print(f"# {meta['command']}", flush=True)
     rows: list[dict] = []
+    if a.resume:  # the runs of an interrupted --out file, kept; only the missing ones are run
+        with open(a.resume) as fh:
+            rows = [r for r in json.load(fh)["runs"] if r["problem"] in problems and r["engine"] in engines]
+    done = {(r["problem"], r["seed"], r["engine"]) for r in rows}
     versions: dict[str, str] = {}
 
     def save():
@@ -505,24 +557,34 @@ def main() -> None:
             np.savez(path, X=X, y=y, X_test=X_test, y_test=y_test)
             k = seed % len(engines)
             for engine in engines[k:] + engines[:k]:  # rotated by the seed: A B C, B C A, ...
+                if (problem, seed, engine) in done:
+                    continue
                 python = sys.executable if engine.startswith("evotensor") else a.competitor_python
                 cmd = [python, os.path.abspath(__file__), "--worker", engine, "--data", path]
                 cmd += ["--function-set", ",".join(spec.function_set), "--seed", str(seed)]
                 cmd += ["--pop", str(a.pop), "--generations", str(a.generations)]
+                cmd += ["--single-fit"] if a.single_fit else []
                 load = os.getloadavg()[0]
-                out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                if out.returncode != 0:
-                    print(f"{engine} {problem} seed {seed} FAILED:\n{out.stderr[-2000:]}", flush=True)
-                    continue
-                row = json.loads(out.stdout.strip().splitlines()[-1])
+                if a.in_process and engine.startswith("evotensor"):
+                    # this process's compiled programs serve every fit after the first: no import,
+                    # no compile-cache read (fit s is then the compiled run, compile s is 0)
+                    ns = ap.parse_args(cmd[2:])
+                    row = WORKERS[engine](ns, time.perf_counter())
+                    row["in_process"] = True
+                else:
+                    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                    if out.returncode != 0:
+                        print(f"{engine} {problem} seed {seed} FAILED:\n{out.stderr[-2000:]}", flush=True)
+                        continue
+                    row = json.loads(out.stdout.strip().splitlines()[-1])
                 row.update(engine=engine, problem=problem, seed=seed, load=load)
                 versions[engine] = row["version"]
                 rows.append(score(row, spec))
-                extra = (
-                    f" (compile {row['compile_s']:.1f}, 2nd fit {row['wall2_s']:.2f} s)"
-                    if "compile_s" in row
-                    else ""
-                )
+                extra = f" (compile {row['compile_s']:.1f}" if "compile_s" in row else ""
+                extra += f", 2nd fit {row['wall2_s']:.2f} s)" if row.get("wall2_s") is not None else ""
+                extra += ")" if extra and row.get("wall2_s") is None else ""
+                if "front_solution_size" in row:
+                    extra += f" front-sol {row['front_solution_size']}"
                 print(
                     f"{problem:16s} seed {seed} {engine:13s} R2 {row['r2_test']:9.5f} "
                     f"sym {int(row['symbolic_solution'])} size {row['size']:3d} "

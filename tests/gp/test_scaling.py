@@ -195,3 +195,80 @@ def test_a_huge_offset_cannot_fake_a_perfect_fit(backend):
     r2 = np.asarray(fitness(forest, X, y, FS, "r2", backend=backend, linear_scaling=True))
     assert r2[1] < 0.5  # x0 alone explains little of 3 sin(x0)
     assert abs(r2[0] - r2[1]) < 1e-3  # an affine copy of x0 explains the same, not everything
+
+
+# -- refined scoring: exact trees outrank near-misses below the closed form's float32 floor --------------
+
+NGUYEN_FS = FunctionSet(("add", "sub", "mul", "div", "sin", "cos", "exp", "log"), protected=False)
+
+
+def _power_trees(exponents):
+    """``exp(c * log(x0))``: ``c = 0.5`` is Nguyen-8's ``sqrt(x0)`` exactly, others are near-misses."""
+    trees = [("exp", ("mul", ("const", c), ("log", ("var", 0)))) for c in exponents]
+    return Forest.from_tuples(trees, 16, NGUYEN_FS)
+
+
+def test_refined_sse_matches_float64_residuals_and_floors_exact_fits():
+    from evotensor.gp.scaling import REFINED_RESOLUTION, refined_scaled_sse, scaled_sse
+
+    rng = np.random.default_rng(0)
+    y = rng.uniform(0.5, 2.0, (1, 64)).astype(np.float32)
+    exact = 3.0 * y - 2.0  # an affine copy: scaled, an exact fit
+    near = exact + 1e-3 * np.sin(np.arange(64, dtype=np.float32))
+    pred = np.stack([exact, near, np.full_like(exact, 4.0), near])[..., None].transpose(0, 2, 1, 3)[..., 0]
+    pred = pred.reshape(4, 64, 1).astype(np.float32)
+    pred[3, 5, 0] = np.inf
+    sse = np.asarray(refined_scaled_sse(jnp.asarray(pred), jnp.asarray(y)))
+    _, _, want = lstsq_reference(pred[:2], y[0])
+    floor = REFINED_RESOLUTION * float(np.sum(y.astype(np.float64) ** 2))
+    assert sse[0] == pytest.approx(floor, rel=1e-5)  # exact up to rounding: on the floor
+    assert sse[1] == pytest.approx(want[1], rel=1e-3) and sse[1] > 100 * floor
+    syy = float(np.sum((y - y.mean()) ** 2))
+    assert sse[2] == pytest.approx(syy, rel=1e-5) and np.isnan(sse[3])  # constant: Syy; inf: NaN
+    # the closed form cannot tell the two apart at this level: both sit on its 4 eps Syy floor
+    yc = y - y.mean()
+    p = jnp.asarray(pred[:2, :, 0])
+    mean = p.mean(-1)
+    d = p - mean[:, None]
+    moments = jnp.stack([mean, (d * d).sum(-1), (d * yc).sum(-1)], -1)[:, None, :]
+    closed = np.asarray(scaled_sse(moments, jnp.asarray([syy], jnp.float32), 64))
+    assert closed[1] < 2 * closed[0] and sse[1] > 10 * sse[0]
+
+
+def test_refine_top_ranks_the_exact_tree_first_and_leaves_the_rest():
+    from evotensor.gp import SymbolicRegression, sr_data
+
+    X, y, _, _ = sr_data("nguyen-8", 0, 0.0)
+    forest = _power_trees((0.499, 0.5, 0.4995, 0.3))
+    plain = np.asarray(SymbolicRegression(X, y, NGUYEN_FS).evaluate(None, forest).fitness)
+    assert plain[0] == plain[1] == plain[2]  # the closed form's floor: a tie the search cannot break
+    refined = np.asarray(SymbolicRegression(X, y, NGUYEN_FS, refine_top=3).evaluate(None, forest).fitness)
+    assert refined[1] < refined[2] / 10 and refined[2] < refined[0]  # exact << 0.4995 < 0.499
+    assert refined[3] == plain[3]  # outside the top 3: the fused fitness, unchanged
+    r2 = SymbolicRegression(X, y, NGUYEN_FS, metric="r2", refine_top=4).evaluate(None, forest).fitness
+    assert np.argmax(np.asarray(r2)) == 1  # maximized metrics too
+    with pytest.raises(ArgumentError, match="refine_top"):
+        SymbolicRegression(X, y, NGUYEN_FS, refine_top=-1)
+
+
+def test_planted_exact_tree_is_the_reported_front_member():
+    # near-miss first (lowest index: it would win a tie), exact second, a bigger near-miss third
+    from evotensor.gp import HallOfFame, SymbolicRegression, select_model, sr_data
+    from evotensor.gp.front import update
+
+    X, y, _, _ = sr_data("nguyen-8", 0, 0.0)
+    bigger = ("add", ("exp", ("mul", ("const", 0.4993), ("log", ("var", 0)))), ("const", 0.001))
+    trees = [
+        ("exp", ("mul", ("const", 0.499), ("log", ("var", 0)))),
+        ("exp", ("mul", ("const", 0.5), ("log", ("var", 0)))),
+        bigger,
+    ]
+    forest = Forest.from_tuples(trees, 16, NGUYEN_FS)
+    chosen = {}
+    for k in (0, 3):
+        loss = SymbolicRegression(X, y, NGUYEN_FS, refine_top=k).evaluate(None, forest).fitness
+        hof = update(HallOfFame.empty(16), forest, loss)
+        assert int(np.asarray(hof.front_mask()).sum()) == 1  # the bigger tree never gets on the front
+        pick = int(select_model(hof.loss, hof.complexity, "best", hof.front_mask()))
+        chosen[k] = float(np.asarray(hof.forest.value)[pick, 2])  # exp, mul, const, log, var
+    assert chosen[0] == pytest.approx(0.499) and chosen[3] == 0.5

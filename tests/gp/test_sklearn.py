@@ -64,6 +64,7 @@ def fitted() -> SymbolicRegressor:
         ("parsimony_coefficient", -0.1),
         ("parsimony_coefficient", "sometimes"),
         ("linear_scaling", "yes"),
+        ("refine_top", -1),
         ("survival", "plus"),
         ("model_selection", "simplest"),
         ("max_time", 0.0),
@@ -185,6 +186,17 @@ def test_front_rows_are_a_pareto_front(fitted):
     assert chosen["expression"] == fitted.best_.expression and chosen["loss"] == fitted.best_.loss
     # every row's expression carries its linear scaling: 'a*(f) + b'
     assert all("*(" in r["expression"] for r in rows if r["complexity"] > 1)
+
+
+def test_front_models_are_the_front_rows_and_best_is_the_chosen_one(fitted):
+    rows, models = fitted.pareto_front_, fitted.front_models_
+    assert [m.expression for m in models] == [r["expression"] for r in rows]
+    assert [m.complexity for m in models] == [r["complexity"] for r in rows]
+    chosen = next(i for i, r in enumerate(rows) if r["chosen"])
+    assert fitted.best_ is models[chosen]
+    X, _ = planted(30, seed=2)
+    simplest = models[0].raw_predict(X)[:, 0]  # any member predicts, with its own scaling
+    assert simplest.shape == (30,) and np.all(np.isfinite(simplest))
 
 
 def test_same_random_state_same_model_and_different_seed_differs(fitted):

@@ -27,12 +27,27 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["centered_targets", "coefficients", "moments_from_predictions", "scaled_sse"]
+__all__ = [
+    "REFINED_RESOLUTION",
+    "centered_targets",
+    "coefficients",
+    "moments_from_predictions",
+    "refined_scaled_sse",
+    "scaled_sse",
+]
 
 # A prediction spread below this many float32 ulps of its mean is rounding noise, not signal.
 _SPREAD_ULPS = 4.0
 # Relative resolution of the closed-form scaled SSE (see scaled_sse).
 _RESOLUTION = 4.0 * float(jnp.finfo(jnp.float32).eps)
+
+REFINED_RESOLUTION = 2.0**-32
+"""Relative floor of :func:`refined_scaled_sse`: ``SSE >= 2**-32 * sum(y**2)`` (an RMS error below
+``2**-16 ~ 1.5e-5`` of the targets' RMS). A tree exact up to float32 rounding lands on it: its residuals
+are a few ulps of ``y`` each, ``(k eps)**2 ~ 1e-13`` of ``sum(y**2)`` for ``k`` up to ~20 rounding
+steps, so trees that differ only in rounding tie (the smallest wins on the front) while a tree off by
+``1e-4`` of the targets' scale (a constant wrong in its third decimal) stays above it. (Never above
+:func:`scaled_sse`'s floor ``4 eps Syy``, for targets whose offset dwarfs their spread.)"""
 
 
 def centered_targets(yt: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -92,4 +107,39 @@ def scaled_sse(moments: jax.Array, syy: jax.Array, n_points: int) -> jax.Array:
     floor = _RESOLUTION * syy[None]
     sse = jnp.clip(syy[None] - explained, floor, jnp.maximum(syy[None], floor))
     sse = jnp.where(jnp.isfinite(moments).all(-1), sse, jnp.nan)
+    return jnp.sum(sse, axis=-1)
+
+
+def refined_scaled_sse(pred: jax.Array, yt: jax.Array) -> jax.Array:
+    """The squared error after optimal scaling from materialized predictions, by two passes: the
+    least-squares slope ``a`` from centered predictions, then ``sum (yc - a * pc)**2`` directly, so it
+    has no cancellation floor (:func:`scaled_sse`'s ``4 eps Syy``); floored at
+    :data:`REFINED_RESOLUTION` ``* sum(y**2)`` instead.
+
+    Args:
+        pred: float32 ``[pop, n_points, n_outputs]``.
+        yt: ``[n_outputs, n_points]`` targets.
+
+    Returns:
+        float32 ``[pop]``, summed over outputs (NaN where a prediction is not finite; a tree of
+        constant output gets ``Syy``, as in :func:`scaled_sse`).
+    """
+    y_mean, yct, syy = centered_targets(yt)
+    p = jnp.moveaxis(pred, 2, 1)  # [pop, n_out, n]
+    mean_p = jnp.mean(p, axis=-1)
+    pc = p - mean_p[..., None]
+    m2 = jnp.sum(pc * pc, -1)
+    co = jnp.sum(pc * yct[None], -1)
+    n_points = pred.shape[1]
+    noise = n_points * jnp.square(_SPREAD_ULPS * jnp.finfo(jnp.float32).eps * jnp.abs(mean_p))
+    varies = (m2 > noise) & (m2 > 0)
+    a = jnp.where(varies, co / jnp.where(varies, m2, 1.0), 0.0)
+    r = yct[None] - a[..., None] * pc
+    sse = jnp.where(varies, jnp.sum(r * r, -1), syy[None])
+    # never above scaled_sse's floor, so a refined tree never scores worse than an unrefined twin
+    floor = jnp.minimum(
+        REFINED_RESOLUTION * jnp.sum(jnp.square(jnp.asarray(yt, jnp.float32)), -1), _RESOLUTION * syy
+    )
+    sse = jnp.clip(sse, floor[None], jnp.maximum(syy[None], floor[None]))
+    sse = jnp.where(jnp.all(jnp.isfinite(p), -1), sse, jnp.nan)
     return jnp.sum(sse, axis=-1)

@@ -14,7 +14,8 @@ What a fit leaves behind (gplearn's and PySR's attributes):
   in, ``sympy()``, ``latex()``, complexity, loss, the tree), picked from the hall of fame's
   (loss, size) Pareto front by ``model_selection`` (PySR's rules, :func:`evotensor.gp.select_model`);
 * ``pareto_front_``: that front, simplest first, as rows ``{complexity, loss, score, chosen,
-  expression}``;
+  expression}``; ``front_models_``: its members as :class:`SymbolicModel` s, in the same order (to
+  predict with, or export, any of them);
 * ``history_`` (the run's per-generation metrics), ``run_result_`` (a
   :class:`~evotensor.core.run.RunResult`, NumPy arrays), ``n_generations_`` (fewer than
   ``generations`` when ``max_time`` stopped the run), ``compile_seconds_`` (0 when every program
@@ -599,19 +600,22 @@ class _SymbolicEstimator(BaseEstimator):
             )
             models.append((tree, s, t, expression))
         self.pareto_front_ = rows
-        tree, s, t, expression = models[chosen]
-        self.best_ = SymbolicModel(
-            expression=expression,
-            complexity=rows[chosen]["complexity"],
-            loss=rows[chosen]["loss"],
-            score=rows[chosen]["score"],
-            tree=tree,
-            slope=s,
-            intercept=t,
-            function_set=fs,
-            n_outputs=n_out,
-            feature_names=self._names,
-        )
+        self.front_models_ = [
+            SymbolicModel(
+                expression=expression,
+                complexity=row["complexity"],
+                loss=row["loss"],
+                score=row["score"],
+                tree=tree,
+                slope=s,
+                intercept=t,
+                function_set=fs,
+                n_outputs=n_out,
+                feature_names=self._names,
+            )
+            for row, (tree, s, t, expression) in zip(rows, models, strict=True)
+        ]
+        self.best_ = self.front_models_[chosen]
         return seconds
 
     def _multi_expression(self, tree: Forest) -> str:
@@ -687,6 +691,9 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         constant_optimization: ``None`` (default), ``"auto"`` or a
             :class:`~evotensor.gp.constants.ConstantOptimizer`: Levenberg-Marquardt on the trees'
             constants, passed to :class:`~evotensor.gp.SymbolicRegression`.
+        refine_top: re-score the best ``refine_top`` trees of every generation without the float32
+            floor of the closed-form scaled error (``SymbolicRegression(refine_top=)``), so exact
+            models outrank near-misses. Default 0 (off).
 
     Example::
 
@@ -707,6 +714,7 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         parsimony_coefficient: float | str = 0.0,
         linear_scaling: bool = True,
         constant_optimization: Any = None,
+        refine_top: int = 0,
         survival: Any = "generational",
         model_selection: Any = "best",
         max_time: float | None = None,
@@ -725,6 +733,7 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         self.parsimony_coefficient = parsimony_coefficient
         self.linear_scaling = linear_scaling
         self.constant_optimization = constant_optimization
+        self.refine_top = refine_top
         self.survival = survival
         self.model_selection = model_selection
         self.max_time = max_time
@@ -742,7 +751,10 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         if not isinstance(self.linear_scaling, (bool, np.bool_)):
             raise ArgumentError(f"linear_scaling must be a bool, got {self.linear_scaling!r}")
         options: dict[str, Any] = dict(
-            metric="mse", backend=c["backend"], linear_scaling=bool(self.linear_scaling)
+            metric="mse",
+            backend=c["backend"],
+            linear_scaling=bool(self.linear_scaling),
+            refine_top=check_int(self.refine_top, "refine_top", minimum=0),
         )
         if self.constant_optimization is not None:
             co = self.constant_optimization
@@ -751,7 +763,11 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         return SymbolicRegression(X, y, fs, **options)
 
     def _problem_key(self, problem: Any) -> tuple:
-        return (*super()._problem_key(problem), repr(getattr(problem, "constant_optimization", None)))
+        return (
+            *super()._problem_key(problem),
+            repr(getattr(problem, "constant_optimization", None)),
+            problem.refine_top,
+        )
 
     def predict(self, X: Any) -> np.ndarray:
         """Predictions ``[n_samples]`` of the chosen model (``best_``)."""
@@ -822,8 +838,15 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicEstimator):
 
     def _problem(self, X: np.ndarray, y: np.ndarray, fs: FunctionSet, c: dict[str, Any]) -> Any:
         check_choice(self.metric, "metric", ("cross_entropy", "accuracy"))
+        # the estimator's logits are the trees' own outputs (its models carry no per-output map yet)
         return SymbolicClassification(
-            X, y, fs, metric=self.metric, n_classes=len(self.classes_), backend=c["backend"]
+            X,
+            y,
+            fs,
+            metric=self.metric,
+            n_classes=len(self.classes_),
+            backend=c["backend"],
+            logit_scaling=False,
         )
 
     def _loss(self, minimized: np.ndarray) -> np.ndarray:
