@@ -9,7 +9,7 @@ import pytest
 import sklearn.datasets
 
 from evotensor.core.checks import ArgumentError
-from evotensor.gp import FunctionSet, generate, reference_eval
+from evotensor.gp import Forest, FunctionSet, evaluate, generate, reference_eval
 from evotensor.gp.classification import (
     CLASSIFICATION_DATASETS,
     SymbolicClassification,
@@ -18,6 +18,7 @@ from evotensor.gp.classification import (
     n_outputs_for,
 )
 from evotensor.gp.data import train_test_split
+from evotensor.gp.logit_scaling import fit_logit_scaling
 
 SHAPES = {"iris": (150, 4, 3), "wine": (178, 13, 3), "breast_cancer": (569, 30, 2), "digits": (1797, 64, 10)}
 
@@ -94,7 +95,7 @@ def _reference_scores(pred, labels):
 
 @pytest.mark.parametrize("name", ["iris", "breast_cancer"])
 def test_fitness_and_accuracy_equal_a_numpy_reference_on_random_trees(name):
-    problem = classification_problem(name, seed=0)
+    problem = classification_problem(name, seed=0, logit_scaling=False)
     k = SHAPES[name][2]
     assert problem.n_classes == k and problem.n_outputs == n_outputs_for(k) == (1 if k == 2 else k)
     fs = problem.function_set
@@ -155,8 +156,67 @@ def test_problem_arguments_are_checked():
         SymbolicClassification(X, [0, 1, 0, 1, 0, 1], X_test=X[:2], y_test=["a", "b"])
     with pytest.raises(ArgumentError, match="give both X and y"):
         SymbolicClassification(X, [0, 1, 0, 1, 0, 1]).accuracy(None, X=X)
+    with pytest.raises(ArgumentError, match="logit_scaling must be a bool, got 'yes'"):
+        SymbolicClassification(X, [0, 1, 0, 1, 0, 1], logit_scaling="yes")
+    with pytest.raises(ArgumentError, match="ridge"):
+        SymbolicClassification(X, [0, 1, 0, 1, 0, 1], ridge=0.0)
     # one class seen in training still makes a two-class problem; labels from y_test count
     p = SymbolicClassification(X, [0, 0, 0, 0, 0, 0], X_test=X[:2], y_test=[2, 0])
     assert p.n_classes == 3 and p.n_outputs == 3
     assert SymbolicClassification(X, [0] * 6).n_outputs == 1
     assert isinstance(p.function_set, FunctionSet) and p.function_set.protected
+
+
+def _random_forest(problem, n: int, key: int = 1):
+    modi = 0.5 if problem.n_outputs > 1 else 0.0
+    return generate(
+        jax.random.key(key),
+        n,
+        problem.function_set,
+        problem.n_vars,
+        32,
+        min_depth=1,
+        max_depth=4,
+        n_outputs=problem.n_outputs,
+        modi_prob=modi,
+    )
+
+
+def _planted(problem, factor: float):
+    """Setosa's score falls and virginica's rises with petal length (standardized x2), each times
+    ``factor``: a tree that separates iris' classes well (versicolor's score is 0)."""
+    petal = ("mul", ("const", factor), ("var", 2))
+    expr = ("add", ("modi", 0, ("sub", ("const", 0.0), petal)), ("modi", 2, ("add", petal, ("const", 0.0))))
+    return Forest.from_tuples([expr], 32, problem.function_set)
+
+
+def test_logit_scaling_scores_and_predicts_with_the_map_fitted_on_the_training_rows():
+    problem = classification_problem("iris", seed=0)  # logit scaling: the default
+    assert problem.logit_scaling
+    parts = [_random_forest(problem, 14), _planted(problem, 1.0), _planted(problem, 0.25)]
+    forest = jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
+    y, yt = np.asarray(problem.y).astype(int), np.asarray(problem.y_test).astype(int)
+    fs, k = problem.function_set, problem.n_outputs
+    # the trees' own outputs from the evaluator (checked against reference_eval above)
+    raw = np.asarray(evaluate(forest, problem.X, fs, k))
+    raw_t = np.asarray(evaluate(forest, problem.X_test, fs, k))
+    finite = np.all(np.isfinite(raw), axis=(1, 2)) & np.all(np.isfinite(raw_t), axis=(1, 2))
+    assert finite.sum() >= 8 and finite[-2:].all()
+    slope, intercept, loss = (np.asarray(v) for v in fit_logit_scaling(raw, y, problem.n_classes))
+    fit = np.asarray(problem.evaluate(jax.random.key(0), forest).fitness)
+    s_got, i_got = (np.asarray(v) for v in problem.scaling(forest))
+    logits_t = np.asarray(problem.predict(forest, problem.X_test))
+    classes_t = np.asarray(problem.predict_class(forest, problem.X_test))
+    test_acc = np.asarray(problem.test_accuracy(forest))
+    for t in np.flatnonzero(finite):
+        assert fit[t] == pytest.approx(loss[t], rel=1e-3, abs=1e-5)
+        np.testing.assert_allclose(s_got[t], slope[t], rtol=1e-3, atol=1e-5)
+        np.testing.assert_allclose(i_got[t], intercept[t], rtol=1e-3, atol=1e-4)
+        want = raw_t[t] * slope[t] + intercept[t]  # the TRAINING map applied to the test rows
+        np.testing.assert_allclose(logits_t[t], want, rtol=1e-3, atol=1e-3)
+        assert np.mean(classes_t[t] == np.argmax(want, 1)) >= 0.97  # ties within rounding may flip
+        assert test_acc[t] == pytest.approx(np.mean(classes_t[t] == yt), abs=1e-6)
+    # the planted tree beats most random ones; multiplying its outputs up does not change its score
+    random_fit = fit[:14][finite[:14]]
+    assert fit[-2] < np.quantile(random_fit, 0.25) and float(problem.accuracy(forest[14])) >= 0.9
+    assert fit[-1] == pytest.approx(fit[-2], rel=1e-4)

@@ -72,7 +72,7 @@ def test_sr_feynman_finds_a_scaled_tree_symbolic_through_linear_scaling():
 
 
 def test_cls_report_gives_accuracies_size_and_the_features_read():
-    task = get_task("cls-iris").build(dict(TINY))
+    task = get_task("cls-iris").build({**TINY, "logit_scaling": False})  # the trees' own outputs
     p = task.problem
     x2 = ("var", 2)  # petal length, standardized
     best = tree(
@@ -85,9 +85,17 @@ def test_cls_report_gives_accuracies_size_and_the_features_read():
     assert f"({round(test_acc * 38)}/38 test rows)" in text and f"{int(best.length)} nodes" in text, text
     assert "score of class 'setosa': -x2" in text, text
     assert "x2 = (petal length (cm) - " in text, text
-    binary = get_task("cls-breast-cancer").build(dict(TINY))
+    binary = get_task("cls-breast-cancer").build({**TINY, "logit_scaling": False})
     text = report_of(binary, tree(binary, ("sub", ("var", 0), ("const", 0.25))))
     assert "class 'benign' if > 0 (else 'malignant'): x0 - 0.25" in text, text
+    # with logit scaling (the default) the scores are the fitted slope * f + intercept
+    scaled = get_task("cls-breast-cancer").build(dict(TINY))
+    x0 = tree(scaled, ("sub", ("var", 0), ("const", 0.25)))
+    a, b = (float(np.ravel(v)[0]) for v in scaled.problem.scaling(x0))
+    text = report_of(scaled, x0)
+    c = b - 0.25 * a  # a * (x0 - 0.25) + b
+    line = next(x for x in text.splitlines() if "class 'benign' if > 0" in x)
+    assert f"{abs(a):.3g}*x0" in line and f"{abs(c):.3g}" in line and abs(a) > 0.1, (line, a, c)
 
 
 @pytest.mark.parametrize("name", ["cls-iris", "sr-nguyen"])

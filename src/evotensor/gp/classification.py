@@ -10,6 +10,13 @@ number of classes:
 * **k > 2 classes**: ``k`` outputs (multi-output Modi trees, as in the EvoGP paper), read as
   logits: the class is their argmax, the loss the softmax cross-entropy.
 
+With ``logit_scaling=True`` (the default) every tree is scored through the per-output map ``slope_k *
+f_k + intercept_k`` that minimizes its ridge-regularized training cross-entropy
+(:mod:`evotensor.gp.logit_scaling`, the classification counterpart of linear scaling): a tree's score
+then does not depend on the scale of its outputs, only on how well they separate the classes, and
+:meth:`~SymbolicClassification.predict` (hence the accuracies, on any data) applies the map fitted on
+the TRAINING rows.
+
 :func:`classification_data` loads iris, wine, breast_cancer or digits with
 ``sklearn.datasets.load_*`` (they ship with scikit-learn; nothing is downloaded), splits them with a
 seeded stratified split (:func:`evotensor.gp.data.train_test_split`) and standardizes every feature
@@ -38,10 +45,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int, check_real
+from evotensor.core.evaluation import Evaluation
 from evotensor.gp.data import train_test_split
 from evotensor.gp.functions import FunctionSet
+from evotensor.gp.logit_scaling import DEFAULT_RIDGE, fit_logit_scaling, scaled_logits
 from evotensor.gp.metrics import metric_from_predictions
-from evotensor.gp.regression import SymbolicRegression
+from evotensor.gp.regression import SymbolicRegression, per_case_errors
+from evotensor.gp.selection import CaseErrors
 
 __all__ = [
     "CLASSIFICATION_DATASETS",
@@ -94,13 +104,18 @@ class SymbolicClassification(SymbolicRegression):
         X_test, y_test: optional held-out data (:meth:`test_evaluate`, :meth:`test_accuracy`).
         backend, case_errors: as in :class:`~evotensor.gp.SymbolicRegression` (per-case errors are
             each row's loss, or its 0/1 misclassification for ``"accuracy"``).
+        logit_scaling: score and predict through each tree's fitted per-output map (see the module
+            docstring); the fitness is then the minimized ridge-regularized cross-entropy (or the
+            accuracy of the mapped logits). Default True.
+        ridge: ``> 0``, the ridge weight of that fit (default
+            :data:`evotensor.gp.logit_scaling.DEFAULT_RIDGE`).
 
     On many devices: :meth:`~evotensor.gp.SymbolicRegression.on_mesh` (inherited) splits the trees,
     and optionally the rows, over a mesh; accuracy and cross-entropy are sums over the rows, so a
     data axis adds the devices' partial sums.
 
     Attributes (besides :class:`~evotensor.gp.SymbolicRegression`'s):
-        n_classes: the number of classes.
+        n_classes: the number of classes. logit_scaling, ridge: as given.
     """
 
     def __init__(
@@ -114,8 +129,13 @@ class SymbolicClassification(SymbolicRegression):
         y_test: Any = None,
         backend: str = "auto",
         case_errors: bool = False,
+        logit_scaling: bool = True,
+        ridge: float = DEFAULT_RIDGE,
     ):
         check_choice(metric, "metric", ("cross_entropy", "accuracy"))
+        if not isinstance(logit_scaling, (bool, np.bool_)):
+            raise ArgumentError(f"logit_scaling must be a bool, got {logit_scaling!r}")
+        ridge = check_real(ridge, "ridge", 0.0, float("inf"), low_open=True, high_open=True)
         labels = _labels(y, "y")
         top = int(labels.max())
         if y_test is not None:
@@ -138,6 +158,55 @@ class SymbolicClassification(SymbolicRegression):
             case_errors=case_errors,
         )
         self.n_classes = n_classes
+        self.logit_scaling = bool(logit_scaling)
+        self.ridge = ridge
+
+    def _raw(self, forest: Any, X: Any = None) -> jax.Array:
+        """The trees' own outputs ``[pop, n, n_outputs]`` (``[n, n_outputs]`` for one tree)."""
+        return SymbolicRegression.predict(self, forest, X)
+
+    def _fit_scaling(self, train: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """:func:`fit_logit_scaling` of training outputs ``[pop, n, k]`` (or one tree's ``[n, k]``)."""
+        single = train.ndim == 2
+        slope, intercept, loss = fit_logit_scaling(
+            train[None] if single else train, self.y, self.n_classes, ridge=self.ridge
+        )
+        return (slope[0], intercept[0], loss[0]) if single else (slope, intercept, loss)
+
+    def scaling(self, forest: Any) -> tuple[jax.Array, jax.Array] | None:
+        """With logit scaling: every tree's training ``(slope, intercept)``, float32 ``[pop,
+        n_outputs]`` (``[n_outputs]`` for one tree; NaN for a tree with a non-finite output), the
+        logits being ``slope * f + intercept`` (:mod:`evotensor.gp.logit_scaling`); ``None`` without."""
+        if not self.logit_scaling:
+            return None
+        slope, intercept, _ = self._fit_scaling(self._raw(forest))
+        return slope, intercept
+
+    def predict(self, forest: Any, X: Any = None) -> jax.Array:
+        """The logits ``[pop, n_points, n_outputs]`` (``[n_points, n_outputs]`` for one tree) on ``X``
+        (default: the training inputs): the trees' outputs, with logit scaling mapped by the
+        ``slope, intercept`` fitted on the TRAINING rows."""
+        X = self.X if X is None else X
+        pred = self._raw(forest, X)
+        if not self.logit_scaling:
+            return pred
+        train = pred if X is self.X else self._raw(forest)
+        slope, intercept, _ = self._fit_scaling(train)
+        return scaled_logits(pred, slope, intercept)
+
+    def _score(self, forest: Any, X: jax.Array, y: jax.Array, with_cases: bool = False) -> Any:
+        if not self.logit_scaling:
+            return super()._score(forest, X, y, with_cases)
+        train = self._raw(forest)
+        slope, intercept, loss = self._fit_scaling(train)
+        pred = scaled_logits(train if X is self.X else self._raw(forest, X), slope, intercept)
+        if X is self.X and self.metric == "cross_entropy":
+            fit = loss  # what the scaling minimized: the cross-entropy plus the ridge term
+        else:
+            fit = metric_from_predictions(pred, y, self.metric)
+        if not with_cases:
+            return Evaluation(fitness=fit)
+        return Evaluation(fitness=fit, info=CaseErrors(case_errors=per_case_errors(pred, y, self.metric)))
 
     def predict_proba(self, forest: Any, X: Any = None) -> jax.Array:
         """Class probabilities ``[pop, n_points, n_classes]`` on ``X`` (default: the training
@@ -260,6 +329,8 @@ def classification_problem(
     metric: str = "cross_entropy",
     backend: str = "auto",
     case_errors: bool = False,
+    logit_scaling: bool = True,
+    ridge: float = DEFAULT_RIDGE,
 ) -> SymbolicClassification:
     """A :class:`SymbolicClassification` on :func:`classification_data` ``(name, seed,
     test_fraction)``'s training split, with its test split attached; the
@@ -275,6 +346,8 @@ def classification_problem(
         y_test=y_test,
         backend=backend,
         case_errors=case_errors,
+        logit_scaling=logit_scaling,
+        ridge=ridge,
     )
     problem.data = meta
     return problem
