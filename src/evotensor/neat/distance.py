@@ -200,8 +200,8 @@ class SortedTable:
     several times faster on a CPU than one carrying the row index) and places each valid row at
     its rank, found by the same binary search as a lookup (valid keys are unique), with one
     scatter; the invalid rows are left out (the padding stands in for them). ``"sort"`` carries
-    the row index through the sort: fewer operations to compile, for tables built once (not per
-    genome of a population).
+    the row index and the payload columns through the sort: fewer operations to compile, for
+    tables built once (not per genome of a population).
     """
 
     def __init__(self, keys, valid: jax.Array, payload=(), method: str = "rank"):
@@ -229,12 +229,18 @@ class SortedTable:
                 jnp.zeros((L, rows.shape[1]), jnp.int32).at[rank].set(rows, mode="drop", unique_indices=True)
             )
             return
+        # the packed columns ride through the sort (not gathered by its permutation afterwards): a
+        # sort's outputs are materialized, whereas XLA fuses a permuting gather into every lookup's
+        # gather and rebuilds the table once per looked-up row (a whole population's rows per table)
+        width = rows.shape[1]
         out = lax.sort(
-            (*cols, (~valid).astype(jnp.int32), jnp.arange(T, dtype=jnp.int32)), num_keys=len(cols) + 1
+            (*cols, (~valid).astype(jnp.int32), jnp.arange(T, dtype=jnp.int32), *rows.T),
+            num_keys=len(cols) + 1,
         )
-        self.keys = tuple(jnp.concatenate([c, jnp.full((pad,), _INT_MAX, jnp.int32)]) for c in out[:-2])
-        self.perm = jnp.concatenate([out[-1], jnp.zeros((pad,), jnp.int32)])
-        self._packed = jnp.concatenate([rows[out[-1]], jnp.zeros((pad, rows.shape[1]), jnp.int32)])
+        n = len(cols)
+        self.keys = tuple(jnp.concatenate([c, jnp.full((pad,), _INT_MAX, jnp.int32)]) for c in out[:n])
+        self.perm = jnp.concatenate([out[n + 1], jnp.zeros((pad,), jnp.int32)])
+        self._packed = jnp.concatenate([jnp.stack(out[n + 2 :], axis=1), jnp.zeros((pad, width), jnp.int32)])
 
     def lookup(self, query) -> tuple[jax.Array, jax.Array, tuple]:
         """For each query row (key columns ``int32 [R]``): ``(pos int32 [R], found bool [R],
