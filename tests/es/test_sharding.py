@@ -4,7 +4,8 @@ The multi-device checks run in subprocesses (XLA_FLAGS / jax.distributed must be
 initializes), all started at once: ``sharding_check.py`` on 4 host devices of one process, and
 ``multiprocess_check.py`` as 2 processes x 2 devices joined by ``jax.distributed`` (gloo). The
 4-device check is rerun once, alone, if XLA:CPU aborts it in a collective rendezvous (see the
-fixture). The in-process tests use a 1-device mesh.
+fixture). Both are the slow tier (the default tier's 4-device ES checks are tests/es/test_mesh.py's,
+its 2-process check tests/distributed/test_multihost_cli.py's). The in-process tests use a 1-device mesh.
 """
 
 import json
@@ -92,6 +93,7 @@ def _scenario(stdout: str) -> dict:
     return json.loads(lines[0][len("SCENARIO ") :])
 
 
+@pytest.mark.slow  # ~35 s of subprocesses (see the module docstring)
 def test_every_shardable_strategy_on_4_host_devices(subprocess_runs):
     code, stdout, stderr = subprocess_runs["single"]
     assert code == 0, stdout + stderr
@@ -102,6 +104,7 @@ def test_every_shardable_strategy_on_4_host_devices(subprocess_runs):
         assert f"{name}: equivalent" in stdout
 
 
+@pytest.mark.slow  # ~35 s of subprocesses (see the module docstring)
 def test_two_processes_equal_one_process_with_4_devices(subprocess_runs):
     runs = [subprocess_runs[f"process{i}"] for i in range(2)]
     for code, stdout, stderr in runs:

@@ -1,10 +1,10 @@
 """NEAT on a mesh (:meth:`NEAT.on_mesh`, :mod:`evotensor.neat.sharding`).
 
-In this process (one CPU device): what ``on_mesh`` returns and refuses, the layouts' invariants. On
-4 host devices (the subprocess that also runs the ES scenarios, tests/es/mesh_scenarios.py):
-``run(NEAT, XOR, mesh=)`` equals the run without a mesh bit for bit, with the genomes split and each
-device evaluating its own networks; the slow tier checks the compiled generation (forward pass and
-genome tables per device, how often the population is gathered).
+In this process (one CPU device): what ``on_mesh`` returns and refuses, the layouts' invariants. The
+slow tier (a 4-device subprocess under XLA's default options, tests/es/mesh_scenarios.py): ``run(NEAT,
+XOR, mesh=)`` equals the run without a mesh bit for bit, with the genomes split and each device
+evaluating its own networks, and the compiled generation (forward pass and genome tables per device,
+how often the population is gathered).
 """
 
 import dataclasses
@@ -99,6 +99,7 @@ def neat_xor():
     return four_devices("neat")["tests.neat.mesh_scenarios:scenario_neat_xor"]
 
 
+@pytest.mark.slow  # NEAT's own 4-device launch under XLA's default options: ~40 s of compile
 def test_neat_on_four_devices_equals_one_device_bit_for_bit(neat_xor):
     mesh, single = neat_xor["mesh"], neat_xor["single"]
     assert mesh["state"].keys() == single["state"].keys()
@@ -113,6 +114,7 @@ def test_neat_on_four_devices_equals_one_device_bit_for_bit(neat_xor):
     assert sum(mesh["history"]["nodes_added"]) + sum(mesh["history"]["conns_added"]) > 0
 
 
+@pytest.mark.slow  # NEAT's own 4-device launch under XLA's default options: ~40 s of compile
 def test_genomes_stay_split_and_each_device_evaluates_its_own(neat_xor):
     assert neat_xor["population_specs"] == ["P('pop',)"]
     assert neat_xor["rows_here"] == [POP // 4]
