@@ -99,18 +99,7 @@ def test_fitness_and_accuracy_equal_a_numpy_reference_on_random_trees(name):
     k = SHAPES[name][2]
     assert problem.n_classes == k and problem.n_outputs == n_outputs_for(k) == (1 if k == 2 else k)
     fs = problem.function_set
-    modi = 0.5 if problem.n_outputs > 1 else 0.0
-    forest = generate(
-        jax.random.key(1),
-        24,
-        fs,
-        problem.n_vars,
-        32,
-        min_depth=1,
-        max_depth=4,
-        n_outputs=problem.n_outputs,
-        modi_prob=modi,
-    )
+    forest = _random_forest(problem, 24)
     X, y = np.asarray(problem.X), np.asarray(problem.y).astype(int)
     fit = np.asarray(problem.evaluate(jax.random.key(0), forest).fitness)
     acc = np.asarray(problem.accuracy(forest))
