@@ -185,6 +185,8 @@ def test_mesh_arguments_are_checked():
     jax_problem = SymbolicRegression(X, y, FS, constant_optimization=ConstantOptimizer(backend="jax"))
     with pytest.raises(ArgumentError, match="needs the native linearization"):
         jax_problem.on_mesh(mesh, "pop", data_axis="data")
+    with pytest.raises(ArgumentError, match="refine_top=4 is not supported on a mesh"):
+        SymbolicRegression(X, y, FS, refine_top=4).on_mesh(mesh, "pop")
 
 
 def test_a_placed_problem_keeps_its_data_axis_when_the_run_places_it_again():

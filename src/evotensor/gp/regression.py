@@ -128,7 +128,7 @@ class SymbolicRegression:
             below R² ``1 - 4.8e-7`` (its float32 floor), so an exact tree ties there with the many
             near-misses; refined, it scores ~1000x lower than a tree off by ``1e-4``. Costs one
             evaluation of ``refine_top`` trees. Default 0 (off). Ignored without linear scaling (the
-            fused error is then a direct residual sum, with no such floor) and on a mesh.
+            fused error is then a direct residual sum, with no such floor); refused on a mesh.
 
     Attributes:
         X, y: the training data (float32 device arrays). ``maximize``: natural orientation.
@@ -236,7 +236,7 @@ class SymbolicRegression:
         Raises:
             ArgumentError: an axis the mesh lacks, ``data_axis == axis``, fewer training rows than
                 devices along ``data_axis``, constant optimization on a data axis without the native
-                linearization.
+                linearization, ``refine_top`` (not on a mesh yet).
 
         :meth:`predict` on the training inputs (per-case errors use it) runs on the mesh too; on
         other data, and :meth:`test_evaluate`, :meth:`scaling` and :meth:`expression`, it is the
@@ -251,6 +251,11 @@ class SymbolicRegression:
             and previous.data_axis != axis
         ):
             data_axis = previous.data_axis
+        if self.refine_top:  # refusing beats silently scoring without it
+            raise ArgumentError(
+                f"refine_top={self.refine_top} is not supported on a mesh yet (the refined re-scoring "
+                "runs on one device): use refine_top=0 with a mesh"
+            )
         layout = ForestMesh.of(mesh, axis, data_axis)
         if layout.data_axis is not None:
             layout.rows(self.X.shape[0])
