@@ -17,6 +17,7 @@ from __future__ import annotations
 import pickle
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -92,6 +93,33 @@ def test_bad_combination_names_the_parameter():
         SymbolicClassifier(metric="mse").fit(X, (y > 3).astype(int))
     with pytest.raises(ArgumentError, match="one class"):
         SymbolicClassifier().fit(X, np.zeros(20))
+    with pytest.raises(ArgumentError, match="logit_scaling must be a bool"):
+        SymbolicClassifier(logit_scaling="yes").fit(X, (y > 3).astype(int))
+
+
+def test_classifier_models_carry_the_logit_map_fitted_on_the_training_rows():
+    from evotensor.gp import evaluate
+    from evotensor.gp.classification import SymbolicClassification, classification_data
+
+    X, y, X_test, _, _ = classification_data("iris", seed=0)
+    model = SymbolicClassifier(
+        population_size=64, generations=3, max_len=16, random_state=0, logit_scaling=True
+    )
+    best = model.fit(X, y).best_
+    assert best.slope.shape == best.intercept.shape == (3,) and np.all(np.isfinite(best.slope))
+    problem = SymbolicClassification(
+        jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.int32), model._function_set, n_classes=3
+    )
+    slope, intercept = problem.scaling(best.tree)
+    np.testing.assert_allclose(best.slope, slope, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(best.intercept, intercept, rtol=1e-5, atol=1e-6)
+    raw = np.asarray(
+        evaluate(best.tree, jnp.asarray(X_test, jnp.float32), model._function_set, 3), np.float64
+    )
+    np.testing.assert_allclose(model.decision_function(X_test), raw * best.slope + best.intercept, rtol=1e-5)
+    assert all("scaled:" in row["expression"] for row in model.pareto_front_)
+    unscaled = SymbolicClassifier(population_size=64, generations=3, max_len=16, random_state=0)
+    assert unscaled.fit(X, y).best_.slope is None  # the estimator's default: the trees' own outputs
 
 
 def test_get_params_set_params_clone_round_trip():

@@ -292,6 +292,8 @@ class _Program:
         p = self.problem
 
         def coefficients(forest, X, y):
+            if getattr(p, "logit_scaling", False):  # classification: each tree's fitted logit map
+                return _with_data(p, X, y).scaling(forest)
             return scaling_coefficients(forest, X, y, p.function_set, p.n_outputs, backend=p.backend)
 
         fn, seconds = self._compile("scaling", coefficients, forest, X, y)
@@ -587,7 +589,7 @@ class _SymbolicEstimator(BaseEstimator):
             s = None if slope is None else slope[m]
             t = None if intercept is None else intercept[m]
             expression = (
-                _expression(tree, fs, s, t, self._names) if n_out == 1 else self._multi_expression(tree)
+                _expression(tree, fs, s, t, self._names) if n_out == 1 else self._multi_expression(tree, s, t)
             )
             rows.append(
                 {
@@ -618,8 +620,12 @@ class _SymbolicEstimator(BaseEstimator):
         self.best_ = self.front_models_[chosen]
         return seconds
 
-    def _multi_expression(self, tree: Forest) -> str:
-        return _rename_variables(export.to_string(tree, self._function_set, precision=4), self._names)
+    def _multi_expression(self, tree: Forest, slope: Any = None, intercept: Any = None) -> str:
+        text = _rename_variables(export.to_string(tree, self._function_set, precision=4), self._names)
+        if slope is None:
+            return text
+        maps = ", ".join(f"{a:.4g}*out[{k}] + {b:.4g}" for k, (a, b) in enumerate(zip(slope, intercept)))
+        return f"{text}; scaled: {maps}"
 
     # -- after fitting ----
     def _outputs(self, X: Any) -> np.ndarray:
@@ -787,6 +793,12 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicEstimator):
     {common}
         metric: the fitness, ``"cross_entropy"`` (default; smooth) or ``"accuracy"``. The front's
             loss is the cross-entropy, or ``1 - accuracy``.
+        logit_scaling: score every tree through its per-output map ``slope * f + intercept`` fitted
+            on the training rows (:mod:`evotensor.gp.logit_scaling`), so a tree's score does not
+            depend on its outputs' scale; the models then carry the map (``best_.slope``,
+            ``best_.intercept``; applied by ``predict``, ``decision_function`` and the exports).
+            Default False here (the ``cls-*`` tasks turn it on): with gplearn's ``"auto"``
+            parsimony it has not been measured beyond one seed.
     """
 
     _default_functions = CLASSIFICATION_FUNCTIONS
@@ -803,6 +815,7 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicEstimator):
         mutation_rate: float = 0.1,
         parsimony_coefficient: float | str = 0.0,
         metric: str = "cross_entropy",
+        logit_scaling: bool = False,
         survival: Any = "generational",
         model_selection: Any = "best",
         max_time: float | None = None,
@@ -820,6 +833,7 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicEstimator):
         self.mutation_rate = mutation_rate
         self.parsimony_coefficient = parsimony_coefficient
         self.metric = metric
+        self.logit_scaling = logit_scaling
         self.survival = survival
         self.model_selection = model_selection
         self.max_time = max_time
@@ -836,9 +850,13 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicEstimator):
             )
         return encoded.astype(np.int32)
 
+    def _scales(self) -> bool:
+        return bool(self.logit_scaling)
+
     def _problem(self, X: np.ndarray, y: np.ndarray, fs: FunctionSet, c: dict[str, Any]) -> Any:
         check_choice(self.metric, "metric", ("cross_entropy", "accuracy"))
-        # the estimator's logits are the trees' own outputs (its models carry no per-output map yet)
+        if not isinstance(self.logit_scaling, (bool, np.bool_)):
+            raise ArgumentError(f"logit_scaling must be a bool, got {self.logit_scaling!r}")
         return SymbolicClassification(
             X,
             y,
@@ -846,8 +864,11 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicEstimator):
             metric=self.metric,
             n_classes=len(self.classes_),
             backend=c["backend"],
-            logit_scaling=False,
+            logit_scaling=bool(self.logit_scaling),
         )
+
+    def _problem_key(self, problem: Any) -> tuple:
+        return (*super()._problem_key(problem), problem.logit_scaling, problem.ridge)
 
     def _loss(self, minimized: np.ndarray) -> np.ndarray:
         # accuracy is maximized: its minimized fitness is -accuracy
