@@ -328,7 +328,7 @@ class SymbolicRegression:
         """``evaluation`` with the fitness of the ``refine_top`` best trees recomputed by
         :func:`~evotensor.gp.scaling.refined_scaled_sse` (see ``refine_top``)."""
         fit = evaluation.fitness
-        if not self.refine_top or not self.linear_scaling or self._mesh_layout is not None or fit.ndim != 1:
+        if not self.refine_top or not self.linear_scaling or fit.ndim != 1:
             return evaluation
         k = min(self.refine_top, fit.shape[0])
         minimized = jnp.where(jnp.isfinite(fit), -fit if self.maximize else fit, jnp.inf)
