@@ -209,3 +209,38 @@ def test_logit_scaling_scores_and_predicts_with_the_map_fitted_on_the_training_r
     random_fit = fit[:14][finite[:14]]
     assert fit[-2] < np.quantile(random_fit, 0.25) and float(problem.accuracy(forest[14])) >= 0.9
     assert fit[-1] == pytest.approx(fit[-2], rel=1e-4)
+
+
+@pytest.mark.parametrize("name", ["iris", "breast_cancer"])
+def test_expression_shows_the_class_scores_with_the_training_logit_map(name):
+    import sympy as sp
+
+    problem = classification_problem(name, seed=0)
+    raw_problem = classification_problem(name, seed=0, logit_scaling=False)
+    if name == "iris":
+        tree = _planted(problem, 1.0)
+    else:  # one logit output
+        expr = ("sub", ("var", 0), ("mul", ("const", 0.5), ("var", 3)))
+        tree = Forest.from_tuples([expr], 32, problem.function_set)
+    k = problem.n_outputs
+    slope, intercept = (np.ravel(np.asarray(v)) for v in problem.scaling(tree))
+    text = problem.expression(tree, precision=6)
+    infix = raw_problem.expression(tree, precision=6)  # no map without logit scaling
+    assert "scaled" not in infix and text.startswith(infix + "; scaled: ")
+    maps = text.split("; scaled: ")[1].split(", ")
+    assert len(maps) == k
+    for j, m in enumerate(maps):
+        a, b = m.split(f"*out[{j}] ")
+        assert float(a) == pytest.approx(slope[j], rel=1e-5)
+        assert float(b.replace(" ", "")) == pytest.approx(intercept[j], rel=1e-5, abs=1e-6)
+    # the sympy scores are the logits the problem predicts
+    scores = problem.expression(tree, "sympy", simplify=False)
+    assert len(scores) == k
+    X = np.asarray(problem.X, np.float64)[:40]
+    xs = sp.symbols(f"x0:{X.shape[1]}", real=True)
+    logits = np.asarray(problem.predict(tree, problem.X))[0, :40]
+    for j, e in enumerate(scores):
+        f = sp.lambdify(xs, e, "numpy")
+        np.testing.assert_allclose(np.broadcast_to(f(*X.T), (40,)), logits[:, j], rtol=1e-3, atol=1e-3)
+    with pytest.raises(ArgumentError, match="kind"):
+        problem.expression(tree, "latex")

@@ -174,7 +174,7 @@ def test_problem_scales_by_default_with_training_coefficients_everywhere():
     np.testing.assert_allclose(np.asarray(cases.fitness), fit, rtol=1e-3, atol=5e-7 * float(np.var(y)))
     # the reported model includes the scaling
     text = problem.expression(forest[0])
-    assert text.startswith("3 * (") and text.endswith("+ -2")
+    assert text.startswith("3 * (") and text.endswith(" - 2")
     expr = problem.expression(forest[0], kind="sympy")
     values = {sym: {"x0": 0.7, "x1": -0.3}[sym.name] for sym in expr.free_symbols}
     assert abs(float(expr.subs(values)) - (3 * 0.7 * np.sin(-0.3) - 2)) < 1e-4

@@ -65,9 +65,15 @@ def test_sr_feynman_finds_a_scaled_tree_symbolic_through_linear_scaling():
     # exp(x0 * x0 * -0.5) is the truth exp(-x0**2/2)/sqrt(2 pi) up to the factor linear scaling fits
     task = get_task("sr-feynman").build(dict(TINY))
     x = ("var", 0)
-    text = report_of(task, tree(task, ("exp", ("mul", ("mul", x, x), ("const", -0.5)))))
+    gauss = ("exp", ("mul", ("mul", x, x), ("const", -0.5)))
+    text = report_of(task, tree(task, gauss))
     assert "true:  exp(-x0**2/2)/sqrt(2*pi)" in text, text
     assert "symbolic solution: yes; accuracy solution (test R2 > 0.999): yes" in text, text
+    # best.txt: the tree with its training linear scaling a * (f) + b
+    scaled_tree = tree(task, gauss)
+    a, b = (float(np.ravel(v)[0]) for v in task.problem.scaling(scaled_tree))
+    sign = "-" if b < 0 else "+"
+    assert task.best_to_text(scaled_tree) == f"{a:.6g} * (exp((x0 * x0) * (-0.5))) {sign} {abs(b):.6g}"
     assert re.search(r"found:0\.3989\d*\*exp\(-0\.5\d*\*x0\*\*2\)", text.replace(" ", "")), text
 
 
@@ -96,6 +102,10 @@ def test_cls_report_gives_accuracies_size_and_the_features_read():
     c = b - 0.25 * a  # a * (x0 - 0.25) + b
     line = next(x for x in text.splitlines() if "class 'benign' if > 0" in x)
     assert f"{abs(a):.3g}*x0" in line and f"{abs(c):.3g}" in line and abs(a) > 0.1, (line, a, c)
+    # best.txt carries the map too (the raw tree alone would not be the model)
+    sign = "-" if b < 0 else "+"
+    assert scaled.best_to_text(x0) == f"x0 - 0.25; scaled: {a:.6g}*out[0] {sign} {abs(b):.6g}"
+    assert binary.best_to_text(tree(binary, ("sub", ("var", 0), ("const", 0.25)))) == "x0 - 0.25"
 
 
 @pytest.mark.parametrize("name", ["cls-iris", "sr-nguyen"])

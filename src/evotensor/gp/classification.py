@@ -182,6 +182,51 @@ class SymbolicClassification(SymbolicRegression):
         slope, intercept, _ = self._fit_scaling(self._raw(forest))
         return slope, intercept
 
+    def expression(self, tree: Any, kind: str = "string", precision: int = 4, simplify: bool = True) -> Any:
+        """One tree's model as a user reads it: its outputs and, with logit scaling, the training
+        map ``slope_k * out[k] + intercept_k`` that turns them into the class scores.
+
+        Args:
+            tree: a Forest and index ``0`` (``forest[i]`` or a one-tree forest).
+            kind: ``"string"``: the tree's infix (``precision`` significant digits; Modi nodes as
+                ``out[k]=<expr>`` for several outputs) followed by ``"; scaled: a*out[0] + b, ..."``
+                with logit scaling; ``"sympy"``: a tuple of ``n_outputs`` sympy expressions, the
+                class scores (:func:`evotensor.gp.export.to_sympy` of each output, mapped),
+                simplified unless ``simplify=False``.
+        """
+        from evotensor.gp import export
+
+        check_choice(kind, "kind", ("string", "sympy"))
+        ab = self.scaling(tree)
+        maps = (
+            None
+            if ab is None
+            else [(float(a), float(b)) for a, b in zip(np.ravel(ab[0]), np.ravel(ab[1]), strict=True)]
+        )
+        if kind == "string":
+            text = export.to_string(tree, self.function_set, precision=precision)
+            if maps is None:
+                return text
+            return (
+                text
+                + "; scaled: "
+                + ", ".join(
+                    f"{a:.{precision}g}*out[{k}] {'-' if b < 0 else '+'} {abs(b):.{precision}g}"
+                    for k, (a, b) in enumerate(maps)
+                )
+            )
+        import sympy as sp
+
+        scores = []
+        for k in range(self.n_outputs):
+            f = export.to_sympy(
+                tree, self.function_set, output=k, n_outputs=self.n_outputs, simplify=simplify
+            )
+            if maps is not None:
+                f = sp.Float(maps[k][0], precision + 2) * f + sp.Float(maps[k][1], precision + 2)
+            scores.append(f)
+        return tuple(scores)
+
     def predict(self, forest: Any, X: Any = None) -> jax.Array:
         """The logits ``[pop, n_points, n_outputs]`` (``[n_points, n_outputs]`` for one tree) on ``X``
         (default: the training inputs): the trees' outputs, with logit scaling mapped by the

@@ -434,7 +434,7 @@ class SymbolicRegression:
         f = export.to_string(tree, self.function_set, precision=precision)
         if a is None:
             return f
-        return f"{a:.{precision}g} * ({f}) + {b:.{precision}g}"
+        return f"{a:.{precision}g} * ({f}) {'-' if b < 0 else '+'} {abs(b):.{precision}g}"
 
     def __repr__(self) -> str:
         return (

@@ -624,7 +624,10 @@ class _SymbolicEstimator(BaseEstimator):
         text = _rename_variables(export.to_string(tree, self._function_set, precision=4), self._names)
         if slope is None:
             return text
-        maps = ", ".join(f"{a:.4g}*out[{k}] + {b:.4g}" for k, (a, b) in enumerate(zip(slope, intercept)))
+        maps = ", ".join(
+            f"{a:.4g}*out[{k}] {'-' if b < 0 else '+'} {abs(b):.4g}"
+            for k, (a, b) in enumerate(zip(slope, intercept))
+        )
         return f"{text}; scaled: {maps}"
 
     # -- after fitting ----

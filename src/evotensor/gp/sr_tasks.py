@@ -131,6 +131,18 @@ def _model_sympy(forest: Forest, fs: FunctionSet, output: int = 0, n_outputs: in
     return f if (a, b) == (1.0, 0.0) else a * f + b
 
 
+def _best_text(problem: Any):
+    """``best.txt``'s text: the best tree as the problem scores it (with its linear or logit
+    scaling), constants to 6 significant digits."""
+
+    def text(best: Forest) -> str:
+        if best.opcode.ndim == 1:
+            best = Forest(*(a[None] for a in (best.opcode, best.value, best.size, best.output)))
+        return str(problem.expression(best, "string", precision=6))
+
+    return text
+
+
 def _r2(pred: np.ndarray, y: np.ndarray) -> float:
     pred, y = pred.astype(np.float64), y.astype(np.float64)
     if not np.all(np.isfinite(pred)):
@@ -287,7 +299,7 @@ def _build_classification(name: str, cfg: dict[str, Any], generations: int) -> T
         decoder=strategy.decoder,
         generations=cfg["generations"] or generations,
         report=_cls_report(problem),
-        best_to_text=lambda best: best.to_infix(fs, precision=6),
+        best_to_text=_best_text(problem),
     )
 
 
@@ -334,7 +346,7 @@ def _build_benchmark(cfg: dict[str, Any]) -> Task:
         decoder=strategy.decoder,
         generations=cfg["generations"] or 50,
         report=_sr_report(problem, spec),
-        best_to_text=lambda best: best.to_infix(problem.function_set, precision=6),
+        best_to_text=_best_text(problem),
     )
 
 
@@ -402,5 +414,5 @@ def _build_user_data(cfg: dict[str, Any]) -> Task:
         decoder=strategy.decoder,
         generations=cfg["generations"] or 100,
         report=_sr_report(problem, feature_names=names),
-        best_to_text=lambda best: best.to_infix(fs, precision=6),
+        best_to_text=_best_text(problem),
     )

@@ -160,14 +160,13 @@ def _build_pagie(cfg: dict[str, Any]) -> Task:
         parsimony_coefficient=c if isinstance(c, str) else float(c),
         survival=cfg["survival"],
     )
-    fs = problem.function_set
     return Task(
         strategy=strategy,
         problem=problem,
         decoder=strategy.decoder,
         generations=cfg["generations"] or 100,
         report=_report(problem),
-        best_to_text=lambda best: best.to_infix(fs, precision=6),
+        best_to_text=lambda best: _expression(problem, best, 6),  # with the linear scaling
     )
 
 
