@@ -64,20 +64,21 @@ def test_tpa_line_samples_and_step_size_response():
     x, _ = es.ask(jax.random.key(1), state, params)
     assert not np.allclose(np.asarray(x[0] - state.mean), -np.asarray(x[1] - state.mean))
     linear = lambda x: jnp.sum(x, axis=-1)  # noqa: E731
+    ask, tell = jax.jit(es.ask), jax.jit(es.tell)  # 66 generations op by op would take a minute
     for g in range(6):
-        x, state = es.ask(jax.random.key(10 + g), state, params)
+        x, state = ask(jax.random.key(10 + g), state, params)
         if g:
             d = np.asarray(state.mean_shift)
             y0, y1 = np.asarray(x[0] - state.mean), np.asarray(x[1] - state.mean)
             np.testing.assert_allclose(y1, -y0, rtol=1e-6, atol=1e-7)
             assert np.dot(y0, d) / (np.linalg.norm(y0) * np.linalg.norm(d)) > 1 - 1e-5
-        state, _ = es.tell(jax.random.key(20 + g), state, x, linear(x), params)
+        state, _ = tell(jax.random.key(20 + g), state, x, linear(x), params)
     assert float(state.tpa_s) > 0 and float(state.sigma) > 0.3
     center = state.mean
     s0, negative_s = float(state.sigma), False
     for g in range(60):  # a sphere around the current mean: the mean shifts overshoot, sigma shrinks
-        x, state = es.ask(jax.random.key(100 + g), state, params)
-        state, _ = es.tell(jax.random.key(200 + g), state, x, jnp.sum((x - center) ** 2, axis=-1), params)
+        x, state = ask(jax.random.key(100 + g), state, params)
+        state, _ = tell(jax.random.key(200 + g), state, x, jnp.sum((x - center) ** 2, axis=-1), params)
         negative_s |= float(state.tpa_s) < 0
     assert negative_s and float(state.sigma) < 0.1 * s0
 
@@ -357,14 +358,16 @@ def test_grad_through_tell_matches_finite_differences():
     x, state = es.ask(key, state)
     fitness = jnp.sum(x**2, axis=1)
 
+    @jax.jit  # compiled: op by op, the derivative passes took most of a minute
     def covariance_sum(x):
         return es.tell(key, state, x, fitness)[0].C.sum()
 
+    grad = jax.jit(jax.grad(covariance_sum))
     v = jax.random.normal(jax.random.key(1), x.shape)
-    directional = jnp.vdot(jax.grad(covariance_sum)(x), v)
+    directional = jnp.vdot(grad(x), v)
     eps = 1e-3
     central = (covariance_sum(x + eps * v) - covariance_sum(x - eps * v)) / (2 * eps)
     assert abs(float(directional)) > 1e-3
     np.testing.assert_allclose(float(directional), float(central), rtol=1e-3)
-    batched = jax.vmap(jax.grad(covariance_sum))(jnp.stack([x, 2 * x]))
-    np.testing.assert_allclose(batched[0], jax.grad(covariance_sum)(x), rtol=1e-6)
+    batched = jax.jit(jax.vmap(jax.grad(covariance_sum)))(jnp.stack([x, 2 * x]))
+    np.testing.assert_allclose(batched[0], grad(x), rtol=1e-6)
