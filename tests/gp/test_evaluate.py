@@ -279,7 +279,9 @@ def test_compaction_maps_every_costly_tree_to_its_own_row(T, L, seed):
     opcode = rng.integers(0, SR.n_opcodes, (T, L)).astype(np.int32)
     tiers = _costly_tiers(T)
     assert tiers[-1] == T and list(tiers) == sorted(set(tiers))
-    tier, slot, tree = (np.asarray(a) for a in _compaction(SR, jnp.asarray(opcode), tiers))
+    # compiled (one program per shape): op by op, the 25 examples took ~10 s
+    compaction = jax.jit(_compaction, static_argnums=(0, 2))
+    tier, slot, tree = (np.asarray(a) for a in compaction(SR, jnp.asarray(opcode), tiers))
     costly = {f.opcode for f in SR.functions if not f.cheap}
     for i in range(L):
         need = [t for t in range(T) if opcode[t, i] in costly]
