@@ -31,6 +31,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import evotensor
+from evotensor.core.mesh import Padded
 from evotensor.io.sharded_checkpoint import MANIFEST, load_sharded, read_sharded_manifest, save_sharded
 
 GENERATIONS, CHUNK = 4, 2
@@ -141,7 +142,55 @@ def scenario_round_trip() -> dict:
         "shards": {leaf["path"]: len(leaf["shards"]) for leaf in manifest["leaves"]},
         "files": sorted(p.name for p in path.iterdir()),
         "metadata": manifest["metadata"],
+        "padded": _padded_round_trips(devices, path.parent),
     }
+
+
+def _padded(devices: list, rows: int, fill: float, layout: str = "line") -> Padded:
+    """``Padded`` of the first 13 rows of a ``[rows, 3]`` array split along its rows over
+    ``devices`` (``layout="grid"``: over both axes of a 2 x 2 mesh), rows past 13 all ``fill``."""
+    n = len(devices)
+    value = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3) / 7
+    value[13:] = fill
+    if layout == "grid":
+        sharding = NamedSharding(jax.make_mesh((2, 2), ("a", "b"), devices=devices), P(("b", "a")))
+    else:
+        sharding = NamedSharding(jax.make_mesh((n,), ("pop",), devices=devices), P("pop"))
+    return Padded(jax.device_put(value, sharding), 13)
+
+
+def _padded_round_trips(devices: list, root: Path) -> dict:
+    """A leaf padded for 4, 2 and 1 devices (16, 14 and 13 rows; the padding rows hold -9, which must
+    never be stored) saved, then restored onto ``Padded`` templates padded for 4 (another layout), 2
+    and 1 devices (padding rows 5) and onto a plain ``[13, 3]`` template on one device. For each
+    pair: whether the first 13 rows are the saved ones, the rest the template's, and the layout the
+    template's; and for each save, the stored shards' row ranges."""
+    saved = {4: devices[:4], 2: devices[2:4], 1: devices[:1]}
+    targets = {
+        "4 other": lambda: _padded(devices[:4], 16, 5.0, "grid"),
+        "2": lambda: _padded(devices[:2], 14, 5.0),
+        "1": lambda: _padded(devices[3:4], 13, 5.0),
+        "plain": lambda: jax.device_put(np.zeros((13, 3), np.float32), devices[1]),
+    }
+    truth = np.arange(13 * 3, dtype=np.float32).reshape(13, 3) / 7
+    out: dict[str, Any] = {}
+    for n, where in saved.items():
+        path = root / f"padded{n}"
+        save_sharded(path, {"x": _padded(where, {4: 16, 2: 14, 1: 13}[n], -9.0)})
+        leaf = read_sharded_manifest(path)["leaves"][0]
+        out[f"{n} stored"] = {"shape": leaf["shape"], "rows": sorted(s["index"][0] for s in leaf["shards"])}
+        for name, make in targets.items():
+            template = make()
+            loaded = load_sharded(path, {"x": template})["x"]
+            ref = template.array if isinstance(template, Padded) else template
+            value = np.asarray(loaded)
+            out[f"{n} -> {name}"] = {
+                "rows": int(value.shape[0]),
+                "saved_rows": bool(np.array_equal(value[:13], truth)),
+                "template_rows": bool(np.all(value[13:] == 5.0)),
+                "layout_of_template": loaded.sharding == ref.sharding,
+            }
+    return out
 
 
 # -- runs ----------------------------------------------------------------------------------------

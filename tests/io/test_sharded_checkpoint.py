@@ -4,10 +4,12 @@ In this process (one device): a run written with ``checkpoint_format="sharded"``
 keeps the ``keep`` newest checkpoints, switches formats, refuses another run's checkpoint; a write
 that fails at any step leaves the previous checkpoint readable; a missing or short shard file or a
 manifest that does not fit names the file and the leaf; any tiling of a leaf into shards reads back
-any box exactly (hypothesis). In a subprocess with 4 CPU devices (tests.distributed.harness): a
-pytree of every kind of leaf saved from 4 devices restores bit for bit onto 4 (another layout), 2
-and 1 devices. Slow: GP and QD runs resumed on 4, 2 and 1 devices, and two processes that each write
-only their own shards."""
+any box exactly (hypothesis); a ``Padded`` leaf stores only its rows and restores onto any padding
+(hypothesis). In a subprocess with 4 CPU devices (tests.distributed.harness): a pytree of every
+kind of leaf saved from 4 devices restores bit for bit onto 4 (another layout), 2 and 1 devices,
+and a ``Padded`` leaf padded for 4, 2 or 1 devices is written by the devices holding its rows and
+restored onto every other padding. Slow: GP and QD runs resumed on 4, 2 and 1 devices, and two
+processes that each write only their own shards."""
 
 from __future__ import annotations
 
@@ -25,10 +27,11 @@ from tests.distributed import harness
 
 import evotensor
 from evotensor.core.checks import ArgumentError
+from evotensor.core.mesh import Padded, portable_state, trim_padded
 from evotensor.core.run import RunState
 from evotensor.es.simple_es import SimpleES
 from evotensor.io import sharded_checkpoint as sc
-from evotensor.io.checkpoint import CheckpointError
+from evotensor.io.checkpoint import CheckpointError, SingleFileCheckpoints, load_pytree, save_pytree
 from evotensor.io.rundir import RunDirectory, run_identity
 from evotensor.problems import Sphere
 
@@ -262,6 +265,67 @@ def test_bad_arguments_are_named(tmp_path):
     assert not list(tmp_path.iterdir())  # refused before anything was written
 
 
+def test_padded_leaves_are_checked_and_cut_only_when_asked(tmp_path):
+    array = jnp.arange(12, dtype=jnp.float32).reshape(6, 2)
+    leaf = Padded(array, 4)
+    assert (leaf.shape, leaf.dtype, leaf.length) == ((4, 2), np.dtype(np.float32), 4)
+    assert repr(leaf) == "Padded((4, 2) of (6, 2) float32)"
+    np.testing.assert_array_equal(np.asarray(leaf), np.asarray(array)[:4])
+    assert trim_padded({"a": leaf, "b": array})["b"] is array
+    with pytest.raises(ArgumentError, match=r"length must be an int in \[0, 6\] \(array's rows\), got 7"):
+        Padded(array, 7)
+    with pytest.raises(ArgumentError, match="array must be an array of at least one axis, got float"):
+        Padded(1.0, 0)
+    with pytest.raises(ArgumentError, match="array must be a numeric array: PRNG key arrays"):
+        Padded(jax.random.split(jax.random.key(0), 3), 2)
+
+    class Hooked:  # a strategy whose layout pads: the hook returns Padded, nothing moved
+        def portable_state(self, state):
+            return {"cells": Padded(state["cells"], 4)}
+
+    state = {"cells": array}
+    assert portable_state(Hooked(), state, keep_padded=True)["cells"].array is array
+    assert portable_state(Hooked(), state)["cells"].shape == (4, 2)  # cut for a whole-file format
+    assert sc.ShardedCheckpoints.writes_padded and not getattr(SingleFileCheckpoints, "writes_padded", False)
+    # a template whose value has other rows than the stored leaf is refused by name
+    sc.save_sharded(tmp_path / "c", {"cells": leaf})
+    with pytest.raises(CheckpointError, match=r"leaf \['cells'\] has shape \(4, 2\) .* expects \(5, 2\)"):
+        sc.read_sharded(tmp_path / "c", {"cells": Padded(jnp.zeros((6, 2)), 5)})
+    # a single-file checkpoint holds the value cut; read onto a Padded template it comes back as NumPy
+    save_pytree(tmp_path / "c.npz", trim_padded({"cells": leaf}))
+    back = load_pytree(tmp_path / "c.npz", {"cells": Padded(jnp.zeros((8, 2)), 4)})["cells"]
+    assert isinstance(back, np.ndarray)
+    np.testing.assert_array_equal(back, np.asarray(array)[:4])
+
+
+@given(
+    rows=st.integers(1, 7),
+    cut=st.integers(0, 7),
+    extra=st.integers(0, 3),
+    width=st.integers(0, 2),
+    dtype=st.sampled_from([np.float32, np.int8, np.bool_]),
+    committed=st.booleans(),
+)
+def test_a_padded_leaf_stores_its_rows_and_restores_onto_any_padding(
+    tmp_path_factory, rows, cut, extra, width, dtype, committed
+):
+    length = min(cut, rows)
+    value = (np.arange(rows * width).reshape(rows, width) % 5).astype(dtype)
+    path = tmp_path_factory.mktemp("padded") / "c"
+    sc.save_sharded(path, {"x": Padded(jax.device_put(value), length)})
+    leaf = sc.read_sharded_manifest(path)["leaves"][0]
+    assert leaf["shape"] == [length, width]
+    assert sum(math.prod(b - a for a, b in s["index"]) for s in leaf["shards"]) == length * width
+    filler = np.ones((length + extra, width), dtype)
+    template = jax.device_put(filler, jax.devices()[0] if committed else None)
+    loaded = sc.load_sharded(path, {"x": Padded(template, length)})["x"]
+    assert loaded.shape == (length + extra, width) and loaded.committed == committed
+    np.testing.assert_array_equal(np.asarray(loaded)[:length], value[:length])
+    np.testing.assert_array_equal(np.asarray(loaded)[length:], filler[length:])
+    plain = sc.load_sharded(path, {"x": jax.device_put(np.zeros((length, width), dtype))})["x"]
+    np.testing.assert_array_equal(np.asarray(plain), value[:length])
+
+
 @st.composite
 def _tilings(draw):
     """A shape, a tiling of it into boxes (cuts along every axis), and a box to read."""
@@ -322,6 +386,17 @@ def test_round_trip_from_4_devices_onto_4_2_and_1():
         "['number']": 1, "['rbg']": 1, "['replicated']": 1, "['rows']": 4, "['scalar']": 1,
     }  # fmt: skip
     assert result["files"] == ["extra.npz", "manifest.json", "process-00000.bin"]
+    # Padded leaves (a QD archive padded per device count): each device's rows below the length
+    # stored from that device (the padding never), restored onto any padding and layout
+    padded = result["padded"]
+    assert padded["4 stored"] == {"shape": [13, 3], "rows": [[0, 4], [4, 8], [8, 12], [12, 13]]}
+    assert padded["2 stored"] == {"shape": [13, 3], "rows": [[0, 7], [7, 13]]}
+    assert padded["1 stored"] == {"shape": [13, 3], "rows": [[0, 13]]}
+    rows = {"4 other": 16, "2": 14, "1": 13, "plain": 13}
+    for saved in (4, 2, 1):
+        for target, n in rows.items():
+            expected = dict(rows=n, saved_rows=True, template_rows=True, layout_of_template=True)
+            assert padded[f"{saved} -> {target}"] == expected, (saved, target)
 
 
 @pytest.mark.slow

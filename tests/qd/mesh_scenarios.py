@@ -28,6 +28,7 @@ from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
 
 # metrics that are sums over cells: equal to float32 rounding only (summation order per device)
 SUMMED_METRICS = ("qd_score", "norm_qd_score", "obj_mean")
+SHARDED = {"checkpoint_format": "sharded"}
 
 
 def _mesh() -> jax.sharding.Mesh:
@@ -224,11 +225,167 @@ def scenario_checkpoint_across_device_counts() -> dict:
     shutil.copytree(first, copy)
     on_two = evotensor.run(make(), problem, 6, key, mesh=two, run_dir=first, resume=True, **kw)
     on_one = evotensor.run(make(), problem, 6, key, run_dir=copy, resume=True, **kw)
+    # the sharded format: written from each device's own cells, restored straight onto 2 devices
+    sharded, written = os.path.join(root, "sharded"), []
+    kw.update(SHARDED)
+    try:
+        with _recording_writes(written):
+            evotensor.run(make(), problem, 6, key, mesh=four, run_dir=sharded, callback=stop, **kw)
+    except Stop:
+        pass
+    stored = _stored_rows(sharded, "archive.solutions")
+    sharded_two = evotensor.run(make(), problem, 6, key, mesh=two, run_dir=sharded, resume=True, **kw)
     shutil.rmtree(root, ignore_errors=True)
     me = make()
     return {
         "whole": _summary(me, whole)["archive"],
         "two": _summary(me, on_two)["archive"],
         "one": _summary(me, on_one)["archive"],
-        "rows": [int(r.state.archive.objective.shape[0]) for r in (whole, on_two, on_one)],
+        "sharded_two": _summary(me, sharded_two)["archive"],
+        "stored": stored,
+        "written": written,
+        "rows": [int(r.state.archive.objective.shape[0]) for r in (whole, on_two, on_one, sharded_two)],
+    }
+
+
+def _stored_rows(run_dir, leaf: str) -> dict:
+    """The newest sharded checkpoint's leaf whose path ends with ``leaf``: its shape and, per shard
+    file, the row ranges stored there."""
+    from evotensor.io import sharded_checkpoint as sc
+
+    manifest = sc.read_sharded_manifest(sc.ShardedCheckpoints().find(run_dir))
+    found = next(x for x in manifest["leaves"] if x["path"].endswith(leaf))
+    files: dict = {}
+    for shard in found["shards"]:
+        files.setdefault(shard["file"], []).append(shard["index"][0])
+    return {"shape": found["shape"], "files": {k: sorted(v) for k, v in files.items()}}
+
+
+def _small_grid() -> MAPElites:
+    """MAP-Elites on a 7 x 7 grid: 49 cells, padded to 52 rows on 4 devices and 50 on 2."""
+    archive = GridArchive(solution_dim=4, dims=(7, 7), ranges=[(0, 1), (0, 1)])
+    return MAPElites(archive, [GaussianEmitter(0.2, np.full(4, 0.5), batch_size=8, bounds=(0, 1))])
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_at(generation: int):
+    def stop(info):
+        if info["generation"] >= generation:
+            raise _Stop
+
+    return stop
+
+
+def _recording_writes(record: list):
+    """Context: every tree the sharded writer is handed, its archive leaves described as
+    ``{padded, rows, device_rows}`` (``device_rows``: the rows of each shard this process
+    holds of the array handed over) and appended to ``record``."""
+    import contextlib
+
+    from evotensor.core.mesh import is_padded
+    from evotensor.io import sharded_checkpoint as sc
+
+    def describe(leaf) -> dict:
+        array = leaf.array if is_padded(leaf) else leaf
+        return {
+            "padded": is_padded(leaf),
+            "rows": int(array.shape[0]),
+            "device_rows": [int(s.data.shape[0]) for s in array.addressable_shards],
+        }
+
+    @contextlib.contextmanager
+    def recording():
+        real = sc._write_process_shards
+
+        def write(directory, tree):
+            record.append([describe(x) for x in jax.tree_util.tree_leaves(tree.strategy_state.archive)])
+            return real(directory, tree)
+
+        sc._write_process_shards = write
+        try:
+            yield
+        finally:
+            sc._write_process_shards = real
+
+    return recording()
+
+
+def scenario_sharded_checkpoint_chain() -> dict:
+    """:func:`_small_grid` run for 12 generations in chunks of 3, stopped after every chunk and
+    resumed on 4 -> 2 -> 1 -> 4 devices, against the uninterrupted 4-device run. Checkpoints are
+    sharded, except the 1-device leg's (single file): so the last leg also restores a single-file
+    checkpoint onto the sharded format's padded template. Also what the sharded writer was handed at
+    each checkpoint (:func:`_recording_writes`) and where each sharded checkpoint stored the cells."""
+    import os
+    import shutil
+    import tempfile
+
+    devices = jax.devices()
+    meshes = {n: jax.make_mesh((n,), ("pop",), devices=devices[:n]) for n in (4, 2)}
+    kw = dict(chunk_size=3, progress=False)
+    key, problem = jax.random.key(3), Bowl()
+    whole = evotensor.run(_small_grid(), problem, 12, key, mesh=meshes[4], **kw)
+    root = tempfile.mkdtemp(dir=os.environ.get("EVOTENSOR_SCENARIO_TMP"))
+    written, stored = [], []
+    legs = ((4, "sharded"), (2, "sharded"), (1, "single"), (4, "sharded"))
+    try:
+        with _recording_writes(written):
+            for i, (n, form) in enumerate(legs):
+                try:
+                    last = evotensor.run(
+                        _small_grid(), problem, 12, key, mesh=meshes.get(n), run_dir=root, resume=i > 0,
+                        callback=_stop_at(3 * (i + 1)) if i < 3 else None, checkpoint_format=form, **kw,
+                    )  # fmt: skip
+                except _Stop:
+                    pass
+                stored.append(_stored_rows(root, "archive.solutions") if form == "sharded" else None)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    me = _small_grid()
+    return {
+        "whole": _summary(me, whole),
+        "chain": _summary(me, last),
+        "emitters": [_lists(r.state.emitters) for r in (whole, last)],
+        "written": written,
+        "stored": stored,
+    }
+
+
+def scenario_two_processes_sharded_checkpoint() -> dict:
+    """2 processes x 2 devices: :func:`_small_grid` on all 4 devices for 12 generations in chunks
+    of 3, stopped after every chunk and resumed by both processes, against the uninterrupted run.
+    Checkpoints: single file, single file (restored from global arrays), sharded (the single file
+    read onto the padded template), sharded (restored, each process reading its own devices'
+    cells). Which archive rows each process's shard file holds, and what each process's sharded
+    writer was handed."""
+    import os
+
+    root = os.path.join(os.environ["EVOTENSOR_SCENARIO_TMP"], "qd_sharded")
+    mesh = _mesh()
+    kw = dict(chunk_size=3, progress=False)
+    key, problem = jax.random.key(3), Bowl()
+    whole = evotensor.run(_small_grid(), problem, 12, key, mesh=mesh, **kw)
+    written: list = []
+    legs = ("single", "single", "sharded", "sharded")
+    with _recording_writes(written):
+        for i, form in enumerate(legs):
+            try:
+                resumed = evotensor.run(
+                    _small_grid(), problem, 12, key, mesh=mesh, run_dir=root, resume=i > 0,
+                    callback=_stop_at(3 * (i + 1)) if i < 3 else None, checkpoint_format=form, **kw,
+                )  # fmt: skip
+            except _Stop:
+                pass
+            if i == 2:
+                stored = _stored_rows(root, "archive.solutions")
+    me = _small_grid()
+    return {
+        "process": jax.process_index(),
+        "whole": _summary(me, whole)["archive"],
+        "resumed": _summary(me, resumed)["archive"],
+        "stored": stored,
+        "written": written,
     }

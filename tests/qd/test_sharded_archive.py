@@ -4,7 +4,9 @@ In this process (one CPU device): the sharded archive over a 1-device mesh equal
 (hypothesis), the split nearest-centroid search equals the whole one, and the checks. The real
 multi-device check runs tests/qd/mesh_scenarios.py in ONE subprocess with 4 CPU devices: MAP-Elites
 through ``evotensor.run(..., mesh=)`` against the same key on one device, bit for bit, with padded
-cell counts, and the compiled insertion's collectives.
+cell counts, the compiled insertion's collectives, and checkpoints resumed on other device counts
+(the sharded format written from each device's own cells). Slow: a sharded checkpoint resumed on
+4 -> 2 -> 1 -> 4 devices, and 2 processes x 2 devices (each process writing only its own cells).
 """
 
 import functools
@@ -262,18 +264,59 @@ def test_compiled_insertion_never_gathers_the_archive(four_devices):
 
 def test_a_checkpoint_resumes_on_another_device_count(four_devices):
     out = four_devices[SCENARIOS[2]]
-    assert out["rows"] == [52, 50, 49]  # padded for 4 and 2 devices, none without a mesh
+    assert out["rows"] == [52, 50, 49, 50]  # padded for 4 and 2 devices, none without a mesh
     assert out["two"] == out["whole"] and out["one"] == out["whole"]
+    # sharded format: the writer is handed each archive leaf as Padded (49 of 52 rows) still split
+    # 13 rows per device, the 49 cells are stored from the 4 devices' blocks (the padding never),
+    # and restored onto 2 devices
+    assert out["written"] == [[{"padded": True, "rows": 52, "device_rows": [13] * 4}] * 5], out["written"]
+    rows = [[0, 13], [13, 26], [26, 39], [39, 49]]
+    assert out["stored"] == {"shape": [49, 4], "files": {"process-00000.bin": rows}}
+    assert out["sharded_two"] == out["whole"]
     assert any(out["whole"][".occupied"])  # the run filled cells
 
 
 @pytest.mark.slow
-def test_two_processes_equal_one_device():
-    """2 processes x 2 CPU devices joined by jax.distributed (gloo): every process's archives and
-    emitter states equal the one-device run, and the two processes agree."""
+def test_a_sharded_checkpoint_resumes_on_4_2_1_and_4_devices_bit_identically():
+    """Across device counts and a switch to the single file and back: the uninterrupted archive,
+    emitter states and exact metrics, bit for bit."""
+    spec = "tests.qd.mesh_scenarios:scenario_sharded_checkpoint_chain"
+    out = run_single([spec], devices=4, timeout=900)[spec]
+    assert out["chain"]["archive"] == out["whole"]["archive"] and out["emitters"][0] == out["emitters"][1]
+    for metric, values in out["whole"]["history"].items():  # sums over cells: float32 order only
+        if metric not in SUMMED_METRICS:
+            assert out["chain"]["history"][metric] == values, metric
+    assert any(out["whole"]["archive"][".occupied"])
+    # what the sharded writer was handed at each sharded checkpoint (generations 3, 6 and 12 on 4,
+    # 2 and 4 devices; 9 is a single file): the live archive as Padded, still split, never whole
+    handed = [
+        {"padded": True, "rows": 52, "device_rows": [13] * 4},
+        {"padded": True, "rows": 50, "device_rows": [25] * 2},
+        {"padded": True, "rows": 52, "device_rows": [13] * 4},
+    ]
+    assert out["written"] == [[leaf] * 5 for leaf in handed]
+    blocks = {4: [[0, 13], [13, 26], [26, 39], [39, 49]], 2: [[0, 25], [25, 49]]}
+    files = [{"process-00000.bin": blocks[n]} for n in (4, 2)]
+    stored = [{"shape": [49, 4], "files": f} for f in files]
+    assert out["stored"] == [*stored, None, stored[0]]
+
+
+TWO_PROCESS_CHECKPOINT = "tests.qd.mesh_scenarios:scenario_two_processes_sharded_checkpoint"
+
+
+@pytest.fixture(scope="module")
+def two_processes():
+    """2 processes x 2 CPU devices joined by jax.distributed (gloo), one job for both scenarios."""
     from tests.distributed.harness import run_multiprocess
 
-    runs = run_multiprocess(SCENARIOS[:1], processes=2, devices_per_process=2)
+    return run_multiprocess([SCENARIOS[0], TWO_PROCESS_CHECKPOINT], processes=2, devices_per_process=2)
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_device(two_processes):
+    """Every process's archives and emitter states equal the one-device run, and the two processes
+    agree."""
+    runs = two_processes
     assert len(runs) == 2
     for run in runs:
         result = run[SCENARIOS[0]]
@@ -282,3 +325,20 @@ def test_two_processes_equal_one_device():
             assert result["mesh"][part] == result["single"][part], part
         assert result["layout"]["search"]["rows_per_device"] == [13, 13]  # this process's 2 devices
     assert runs[0][SCENARIOS[0]]["mesh"] == runs[1][SCENARIOS[0]]["mesh"]
+
+
+@pytest.mark.slow
+def test_two_processes_write_only_their_own_cells_and_resume(two_processes):
+    """Checkpoints of a 4-device archive over 2 processes, single file then sharded: in the sharded
+    format each process is handed only its 2 devices' blocks (13 rows each, never the 49 cells)
+    and its shard file holds exactly their cells; every resume keeps the uninterrupted run's
+    archive (the single file restored from arrays of both processes included)."""
+    results = [run[TWO_PROCESS_CHECKPOINT] for run in two_processes]
+    assert [r["process"] for r in results] == [0, 1]
+    own = {"process-00000.bin": [[0, 13], [13, 26]], "process-00001.bin": [[26, 39], [39, 49]]}
+    for r in results:
+        assert r["resumed"] == r["whole"] and any(r["whole"][".occupied"])
+        assert r["stored"] == {"shape": [49, 4], "files": own}
+        # two sharded checkpoints (generations 9 and 12), five archive leaves each
+        assert r["written"] == [[{"padded": True, "rows": 52, "device_rows": [13, 13]}] * 5] * 2
+    assert results[0]["resumed"] == results[1]["resumed"]

@@ -17,7 +17,14 @@ The protocol (all optional, duck-typed):
 * ``strategy'.portable_state(state) -> state`` and ``strategy'.from_portable_state(state) -> state``
   — what a checkpoint holds when the layout changes the state's shapes (a QD archive padded to a
   multiple of the device count): the state as one device holds it, and back. With them a
-  checkpoint resumes on any number of devices, or none.
+  checkpoint resumes on any number of devices, or none. A leaf that the layout pads along its
+  leading axis is returned as :class:`Padded` ``(array, length)`` — "the first ``length`` rows of
+  this still-sharded array", no data moved — and :func:`portable_state` either keeps it so (for a
+  checkpoint format that writes each device's rows itself: the sharded format, so that no process
+  ever holds the whole leaf) or cuts it (``array[:length]``, a gather: the single-file format).
+  ``from_portable_state`` takes both: leaves of one device's shapes, and leaves already in the
+  padded layout (a sharded checkpoint restored onto a :class:`Padded` template fills rows past
+  ``length`` from the template, i.e. with the layout's own padding).
 * ``problem.on_mesh(mesh, axis) -> problem'`` — a problem whose ``evaluate`` takes
   population-sharded genotypes (used by problems built on custom kernels that XLA cannot partition,
   such as GP's native and Pallas evaluators, which run them per device inside ``shard_map``).
@@ -163,11 +170,74 @@ def _place_leaf(leaf: Any, sharding: jax.sharding.Sharding) -> jax.Array:
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
-def portable_state(strategy: Any, state: Any) -> Any:
+class Padded:
+    """A leaf of a portable state that is held padded: the value is the first ``length`` rows of
+    ``array`` (a ``jax.Array`` or NumPy array, ``[rows >= length, ...]``); the other rows are the
+    layout's filler (a sharded QD archive's empty cells). Wrapping moves no data: ``array`` stays
+    sharded, and a sharded checkpoint writes each device's rows below ``length`` from that device.
+
+    ``Padded`` is a pytree *leaf* (the tree paths of a state are those of its unpadded form).
+
+    Attributes:
+        array: the padded array. length: rows of the value.
+        shape, dtype: of the value, ``(length, *array.shape[1:])`` and ``array.dtype``.
+    """
+
+    __slots__ = ("array", "length")
+
+    def __init__(self, array: Any, length: int):
+        shape = getattr(array, "shape", None)
+        if shape is None or len(shape) < 1:
+            raise ArgumentError(f"array must be an array of at least one axis, got {type(array).__name__}")
+        if jax.dtypes.issubdtype(array.dtype, jax.dtypes.prng_key):
+            raise ArgumentError("array must be a numeric array: PRNG key arrays are not padded")
+        if not isinstance(length, (int, np.integer)) or not 0 <= length <= shape[0]:
+            raise ArgumentError(f"length must be an int in [0, {shape[0]}] (array's rows), got {length!r}")
+        self.array, self.length = array, int(length)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.length, *self.array.shape[1:])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.array.dtype)
+
+    def __repr__(self) -> str:
+        return f"Padded({self.shape} of {tuple(self.array.shape)} {self.dtype})"
+
+    def trim(self) -> Any:
+        """``array[:length]``: the value whole (for a sharded ``array`` a gather onto every device;
+        with several processes every process must call it)."""
+        return self.array if self.length == self.array.shape[0] else self.array[: self.length]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        value = self.trim()
+        if isinstance(value, jax.Array) and not value.is_fully_addressable and value.is_fully_replicated:
+            value = value.addressable_data(0)  # a whole copy on one of this process's devices
+        value = np.asarray(value)
+        return value if dtype is None else value.astype(dtype)
+
+
+def is_padded(leaf: Any) -> bool:
+    """Whether ``leaf`` is a :class:`Padded` leaf."""
+    return isinstance(leaf, Padded)
+
+
+def trim_padded(tree: Any) -> Any:
+    """``tree`` with every :class:`Padded` leaf replaced by its value (:meth:`Padded.trim`: a
+    gather; with several processes every process must call it)."""
+    return jax.tree_util.tree_map(lambda leaf: leaf.trim() if is_padded(leaf) else leaf, tree)
+
+
+def portable_state(strategy: Any, state: Any, keep_padded: bool = False) -> Any:
     """``strategy.portable_state(state)`` when the (mesh-placed) strategy defines it, else
-    ``state``: the strategy state in the shapes a checkpoint holds."""
+    ``state``: the strategy state in the shapes a checkpoint holds. Leaves the layout pads stay
+    :class:`Padded` (still sharded, nothing moved) when ``keep_padded``, else they are cut to their
+    rows (:func:`trim_padded`: a gather, which every process must run)."""
     hook = getattr(strategy, "portable_state", None)
-    return hook(state) if callable(hook) else state
+    portable = hook(state) if callable(hook) else state
+    return portable if keep_padded else trim_padded(portable)
 
 
 def from_portable_state(strategy: Any, state: Any) -> Any:

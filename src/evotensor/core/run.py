@@ -463,10 +463,13 @@ def _as_numpy(metrics: dict[str, jax.Array]) -> dict[str, np.ndarray]:
     return {k: np.array(v, copy=True) for k, v in metrics.items()}
 
 
-def _portable(loop: Loop, carry: RunState) -> RunState:
+def _portable(loop: Loop, carry: RunState, checkpoints: Any = None) -> RunState:
     """The carry as a checkpoint holds it: the strategy state in one device's shapes (the same
-    checkpoint then resumes on any mesh, or none)."""
-    return carry.replace(strategy_state=portable_state(loop.strategy, carry.strategy_state))
+    checkpoint then resumes on any mesh, or none). Leaves the mesh layout pads stay
+    :class:`~evotensor.core.mesh.Padded` (sharded, nothing gathered) for a format that writes them
+    shard by shard (``checkpoints.writes_padded``), and are cut to their rows for any other."""
+    keep = bool(getattr(checkpoints, "writes_padded", False))
+    return carry.replace(strategy_state=portable_state(loop.strategy, carry.strategy_state, keep))
 
 
 def _population_of(loop: Loop, key: jax.Array, params: Any) -> int:
@@ -664,7 +667,7 @@ def run(
         directory = RunDirectory(Path(run_dir), task_name=task_name, checkpoint_format=checkpoints)
         if resume:
             carry, history = directory.resume(
-                _portable(loop, carry),
+                _portable(loop, carry, checkpoints),
                 config or {},
                 strategy=strategy,
                 problem=problem,
@@ -703,7 +706,7 @@ def run(
             evals_per_second = population_size * length / max(elapsed, 1e-12)
             if directory is not None:
                 directory.append_metrics(metrics, first_generation=generation - length)
-                directory.save_checkpoint(_portable(loop, carry), store.view())
+                directory.save_checkpoint(_portable(loop, carry, checkpoints), store.view())
             reporter.update(generation, metrics, evals_per_second, run_seconds)
             if callback is not None:
                 callback(

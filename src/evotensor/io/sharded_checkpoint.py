@@ -19,6 +19,14 @@ numbers) are held whole by every process and written by process 0. Typed PRNG ke
 their raw key data (kind ``key:<impl>``) and wrapped again on load; ``bfloat16`` and other
 ``ml_dtypes`` are stored as their raw bytes under their dtype name.
 
+**Padded leaves.** A :class:`~evotensor.core.mesh.Padded` leaf (``array``, ``length``: a sharded
+QD archive padded to a multiple of the device count, as ``portable_state`` hands it over) is
+stored as its first ``length`` rows: each device's shard cut at ``length`` and written by the
+process that holds it, the padding never, and nothing gathered. The stored leaf is the plain
+``[length, ...]`` array, so any template restores it; a ``Padded`` template restores it in the
+template's padded layout, the rows past ``length`` taken from the template itself (its own
+padding), without ever building the leaf whole.
+
 **Atomic as a whole.** The shards are written into a temporary sibling directory
 ``.<name>.tmp``; every process fsyncs its file and all agree that they succeeded (a collective,
 :func:`evotensor.io.multihost.agree`); then process 0 merges the processes' shard lists into the
@@ -27,11 +35,12 @@ manifest last and renames the directory into place. A crash at any step leaves t
 checkpoint untouched and at most a temporary directory, which the run directory removes on its
 next start or resume: there is never a half checkpoint under a checkpoint's name.
 
-**Restore onto any layout.** :func:`load_sharded` builds each leaf with
-``jax.make_array_from_callback(shape, template_leaf.sharding, callback)``: the callback assembles
-the slice a device asks for from the stored shards that overlap it, reading them through
-``np.memmap`` (only the pages it needs), so a checkpoint written on 4 devices restores onto 2, 1 or
-8, and each process of a multi-process job reads only its own devices' parts. Reading checks the
+**Restore onto any layout.** :func:`load_sharded` builds each leaf on the template leaf's
+sharding, one device at a time (``jax.make_array_from_single_device_arrays``): the slice a device
+holds is assembled from the stored shards that overlap it, reading them through ``np.memmap`` (only
+the pages it needs) and put on that device before the next is read, so a checkpoint written on 4
+devices restores onto 2, 1 or 8, each process of a multi-process job reads only its own devices'
+parts, and the host holds one slice at a time. Reading checks the
 manifest against the template first (leaf paths, kinds, shapes, dtypes, every shard file present and
 long enough) and raises :class:`~evotensor.io.checkpoint.CheckpointError` naming the file and the
 leaf's tree path.
@@ -42,6 +51,7 @@ evotensor, and nothing is pickled.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -58,6 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core.checks import check_int
+from evotensor.core.mesh import is_padded
 from evotensor.io import atomic, multihost
 from evotensor.io.checkpoint import CheckpointError
 
@@ -113,10 +124,22 @@ def _volume(box: tuple[tuple[int, int], ...]) -> int:
     return math.prod(stop - start for start, stop in box)
 
 
+def _clip(box: tuple[tuple[int, int], ...], length: int) -> tuple[tuple[int, int], ...]:
+    """``box`` cut to the first ``length`` rows (axis 0)."""
+    (start, stop), rest = box[0], box[1:]
+    return ((min(start, length), min(stop, length)), *rest)
+
+
 def _local_shards(leaf: Any) -> tuple[str, tuple[int, ...], np.dtype, list[tuple[tuple, Any]]]:
     """``(kind, stored shape, dtype, [(box, data)])`` of the shards this process stores of ``leaf``:
     the addressable shards with ``replica_id`` 0 of a global ``jax.Array``, the whole value on
-    process 0 for any other leaf. ``data`` is still on its device (copied to the host one at a time)."""
+    process 0 for any other leaf. ``data`` is still on its device (copied to the host one at a time);
+    it may hold more rows than ``box`` (a :class:`~evotensor.core.mesh.Padded` leaf's shards are
+    cut to its ``length`` rows: only the box's leading part is stored)."""
+    if is_padded(leaf) and isinstance(leaf.array, jax.Array):
+        _, shape, dtype, shards = _local_shards(leaf.array)
+        cut = [(_clip(box, leaf.length), data) for box, data in shards]
+        return "array", leaf.shape, dtype, [(box, data) for box, data in cut if _volume(box)]
     kind = "array"
     if _is_key(leaf):
         kind = f"key:{jax.random.key_impl(leaf)}"
@@ -146,7 +169,8 @@ def _write_process_shards(directory: Path, tree: Any) -> list[dict[str, Any]]:
             kind, shape, dtype, shards = _local_shards(leaf)
             leaves.append({"path": name, "kind": kind, "shape": list(shape), "dtype": dtype.name})
             for box, data in shards:
-                host = np.ascontiguousarray(np.asarray(data))  # one shard on the host at a time
+                host = np.asarray(data)[tuple(slice(0, stop - start) for start, stop in box)]
+                host = np.ascontiguousarray(host)  # one shard on the host at a time
                 pad = -offset % _ALIGN
                 handle.write(b"\0" * pad)
                 offset += pad
@@ -375,6 +399,8 @@ class _StoredLeaf:
 
 def _template_leaf(ref: Any) -> tuple[str, tuple[int, ...], np.dtype]:
     """``(kind, stored shape, dtype)`` a template leaf expects, without computing anything."""
+    if is_padded(ref):
+        return "array", ref.shape, ref.dtype
     if _is_key(ref):
         data = jax.eval_shape(jax.random.key_data, ref)
         return f"key:{jax.random.key_impl(ref)}", tuple(data.shape), np.dtype(data.dtype)
@@ -448,23 +474,41 @@ def read_sharded(path: str | os.PathLike, template: Any) -> Any:
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
-def _build(stored: _StoredLeaf, ref: jax.Array) -> jax.Array:
+def _build(stored: _StoredLeaf, ref: jax.Array, length: int | None = None) -> jax.Array:
     """The leaf laid out like ``ref``: each of this process's devices gets the slice it asks for,
-    assembled from the stored shards (a replicated slice is read once). An uncommitted ``ref`` on
+    assembled from the stored shards (a slice that several devices hold is read once). An
+    uncommitted ``ref`` on
     one device gives an uncommitted array on the default device, as
-    :func:`evotensor.io.checkpoint.place_like` does."""
-    sharding = ref.sharding
+    :func:`evotensor.io.checkpoint.place_like` does.
+
+    With ``length`` (a :class:`~evotensor.core.mesh.Padded` template), ``ref`` has more rows than
+    the ``length`` stored: the result has ``ref``'s shape, rows past ``length`` copied from ``ref``
+    (its own padding), fetched from the device that holds them (only those rows)."""
+    sharding, shape = ref.sharding, tuple(ref.shape) if length is not None else stored.shape
+    own = {} if length is None else {_box(s.index, shape): s.data for s in ref.addressable_shards}
+
+    def piece(box: tuple) -> np.ndarray:
+        if length is None or box[0][1] <= length:
+            return stored.read(box)
+        (start, end), rest = box[0], box[1:]  # the rows past the stored ones are the template's
+        cut = min(max(start, length), end)
+        return np.concatenate([stored.read(((start, cut), *rest)), np.asarray(own[box][cut - start :])])
+
     if len(sharding.device_set) == 1 and not ref.committed:
-        return jnp.asarray(np.asarray(stored))
-    cache: dict[tuple, np.ndarray] = {}
-
-    def piece(index: tuple) -> np.ndarray:
-        box = _box(index, stored.shape)
-        if box not in cache:
-            cache[box] = stored.read(box)
-        return cache[box]
-
-    return jax.make_array_from_callback(stored.shape, sharding, piece)
+        return jnp.asarray(piece(tuple((0, n) for n in shape)))
+    # one device at a time: the host holds one slice (kept while other devices need the same one),
+    # not all of this process's slices of the leaf at once
+    boxes = {d: _box(index, shape) for d, index in sharding.addressable_devices_indices_map(shape).items()}
+    left = collections.Counter(boxes.values())
+    held: dict[tuple, np.ndarray] = {}
+    arrays = []
+    for device, box in boxes.items():
+        host = held.pop(box) if box in held else piece(box)
+        arrays.append(jax.device_put(host, device))
+        left[box] -= 1
+        if left[box]:
+            held[box] = host
+    return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
 
 
 def place_sharded(values: Any, template: Any) -> Any:
@@ -475,7 +519,11 @@ def place_sharded(values: Any, template: Any) -> Any:
     leaves_t, treedef = jax.tree_util.tree_flatten(template)
     out = []
     for stored, ref in zip(treedef.flatten_up_to(values), leaves_t):
-        if _is_key(ref):
+        if is_padded(ref) and isinstance(ref.array, jax.Array):
+            out.append(_build(stored, ref.array, ref.length))  # the padded layout, never whole
+        elif is_padded(ref):
+            out.append(np.asarray(stored))
+        elif _is_key(ref):
             data = _build(stored, ref)
             out.append(jax.random.wrap_key_data(data, impl=jax.random.key_impl(ref)))
         elif isinstance(ref, jax.Array):
@@ -519,6 +567,7 @@ class ShardedCheckpoints:
 
     name = "checkpoint-<generation>/"
     agree_before_commit = True  # every process writes files: all must succeed before the commit
+    writes_padded = True  # a Padded leaf is written from each device's rows, never gathered
 
     def __init__(self, keep: int = 1):
         self.keep = check_int(keep, "keep", minimum=1)

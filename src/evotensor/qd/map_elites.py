@@ -262,15 +262,18 @@ class ShardedMAPElites(MAPElites):
         return ShardedMAPElites(self.unsharded, mesh, axis)
 
     def portable_state(self, state: MAPElitesState) -> MAPElitesState:
-        """The state as the unsharded strategy holds it (archives trimmed to their cells): what a
-        checkpoint holds, so that it resumes on any number of devices."""
+        """The state as the unsharded strategy holds it (archives of ``num_cells`` rows): what a
+        checkpoint holds, so that it resumes on any number of devices. A padded archive's leaves
+        come as :class:`~evotensor.core.mesh.Padded` (still split over the devices; see
+        :meth:`ShardedArchive.portable <evotensor.qd.sharded_archive.ShardedArchive.portable>`)."""
         return state.replace(
-            archive=self.archive.trim(state.archive),
-            result=None if state.result is None else self.result_archive.trim(state.result),
+            archive=self.archive.portable(state.archive),
+            result=None if state.result is None else self.result_archive.portable(state.result),
         )
 
     def from_portable_state(self, state: MAPElitesState) -> MAPElitesState:
-        """The inverse of :meth:`portable_state`: archives padded and split for this mesh."""
+        """The inverse of :meth:`portable_state`: archives padded and split for this mesh (an
+        archive restored already in this layout is kept as it is)."""
         return state.replace(
             archive=self.archive.pad(state.archive),
             result=None if state.result is None else self.result_archive.pad(state.result),

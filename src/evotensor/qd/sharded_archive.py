@@ -47,8 +47,11 @@ rows; the extra rows are empty cells that no measure maps to, so they are never 
 sampled and never counted (``coverage`` and ``norm_qd_score`` divide by ``C``).
 :func:`trim_padding` (and ``MAPElites.reported_archive``) cuts them off for anything that reads the
 state as the plain archive's (plots, exports); the plain archive's ``add`` refuses a padded state.
-A checkpoint of a padded state restores only onto a mesh with the same padded size (any mesh
-whose size divides ``C`` pads nothing).
+Checkpoints hold the ``C`` cells (:meth:`ShardedArchive.portable`, through ``MAPElites``'
+``portable_state``), so they resume on any device count: the sharded format writes each device's
+own cells from that device (the padded state is handed over as
+:class:`~evotensor.core.mesh.Padded` leaves, never gathered) and restores each device's block
+straight into the new layout; the single-file format gathers the cells as it gathers everything.
 
 Reproducibility: on a CPU, ``add``/``sample_elites``/``retrieve`` give the unsharded archive's bits.
 On a GPU the CMA-MAE threshold mean of a cell that receives several candidates is a sorted segment
@@ -69,7 +72,7 @@ from jax.sharding import PartitionSpec as P
 
 from evotensor.core import rng
 from evotensor.core.checks import ArgumentError
-from evotensor.core.mesh import POPULATION_AXIS, axis_size, check_mesh
+from evotensor.core.mesh import POPULATION_AXIS, Padded, axis_size, check_mesh, place
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState, CVTArchive, candidate_is_valid
 from evotensor.qd.centroids import nearest_in_block
 
@@ -214,19 +217,35 @@ class ShardedArchive:
         return jax.jit(empty, out_shardings=self.state_shardings(jax.eval_shape(empty)))()
 
     def pad(self, state: ArchiveState) -> ArchiveState:
-        """A plain archive's state (``num_cells`` rows) in this layout (padded, split over devices)."""
-        if state.objective.shape[0] != self.num_cells:
-            raise ArgumentError(
-                f"state must hold the archive's {self.num_cells} cells, got {state.objective.shape[0]}"
-            )
-        extra = self.padded_cells - self.num_cells
+        """A plain archive's state (``num_cells`` rows; ``jax`` or NumPy arrays) in this layout
+        (padded, split over devices). A state that already has ``padded_cells`` rows (as a sharded
+        checkpoint restores it onto :meth:`portable`'s template) is only laid out."""
+        rows = state.objective.shape[0]
+        if rows not in (self.num_cells, self.padded_cells):
+            raise ArgumentError(f"state must hold the archive's {self.num_cells} cells, got {rows}")
+        leaves = jax.tree_util.tree_leaves(state)
+        shardings = self.state_shardings(state)
+        extra = self.padded_cells - rows
 
-        def pad(a, empty):
-            return jnp.concatenate([a, empty[:extra]]) if extra else a
+        def padded(state, concatenate=jnp.concatenate, convert=lambda e: e):
+            empty = self.archive._empty(extra)
+            return jax.tree_util.tree_map(lambda a, e: concatenate([a, convert(e)]), state, empty)
 
-        empty = self.archive._empty(max(extra, 1))
-        padded = jax.tree_util.tree_map(pad, state, empty)
-        return jax.device_put(padded, self.state_shardings(padded))
+        if all(isinstance(a, np.ndarray) for a in leaves):
+            # host values (a single-file checkpoint), the same on every process: each process
+            # builds only its own devices' rows
+            return place(padded(state, np.concatenate, np.asarray) if extra else state, shardings)
+        # already padded (a sharded checkpoint's restore): kept as it is when laid out so
+        return jax.device_put(padded(state) if extra else state, shardings)
+
+    def portable(self, state: ArchiveState) -> ArchiveState:
+        """``state`` as the plain archive holds it, without moving it: when this layout pads, each
+        leaf is a :class:`~evotensor.core.mesh.Padded` of its ``num_cells`` rows (still split over
+        the devices: a sharded checkpoint writes every device's own cells); else ``state`` itself.
+        :meth:`pad` is the inverse."""
+        if self.padded_cells == self.num_cells:
+            return state
+        return jax.tree_util.tree_map(lambda a: Padded(a, self.num_cells), state)
 
     def replicate(self, tree: Any) -> Any:
         """Inside ``jit``: every leaf of ``tree`` laid out whole on every device of the mesh (a
