@@ -39,12 +39,13 @@ Like for like, and not:
   PySR's "best" rule from the (loss, size) front). ``evotensor+co`` is the same with
   ``constant_optimization="auto"`` (Levenberg-Marquardt on the constants; being made faster at the
   time of writing: it measures what is there). ``evotensor+exact`` is the setting for exact symbolic
-  recovery (:data:`EXACT_OPTIONS`: ``survival="nsga2"``, ``constant_optimization="auto"``,
-  ``refine_top=64``). Its model text is ``model.sympy()`` (simplified; 30 s at most, then
-  unsimplified). For evotensor the symbolic column also counts the runs where *any* member of the
-  (loss, size) front is a symbolic solution (``front k``; ``front_solution_size`` in the JSON: the
-  smallest such member), which tells a search that never found the exact form from a model selection
-  that passed it over.
+  recovery (:func:`exact_options`: ``survival="nsga2"``, ``constant_optimization="auto"``,
+  ``refine_top=64``, and ``function_weights`` 0.1 for every one-argument function, 1 for the others:
+  ``sin``/``exp``/... near-misses otherwise crowd the polynomials out). Its model text is
+  ``model.sympy()`` (simplified; 30 s at most, then unsimplified). For evotensor the symbolic column
+  also counts the runs where *any* member of the (loss, size) front is a symbolic solution (``front
+  k``; ``front_solution_size`` in the JSON: the smallest such member), which tells a search that never
+  found the exact form from a model selection that passed it over.
 * gplearn 0.4.3 ``SymbolicRegressor``: ``population_size``, ``generations``, the function set,
   ``n_jobs=1``, ``random_state`` and its defaults otherwise: metric mean absolute error, tournament
   20, ``parsimony_coefficient`` 0.001, ``p_crossover`` 0.9, subtree / hoist / point mutation 0.01 each,
@@ -54,11 +55,19 @@ Like for like, and not:
   converted to sympy with raw semantics (``div`` as ``/``, ``log`` as ``log``), as SRBench does.
 * Operon (pyoperon 0.6.2 ``SymbolicRegressor``): ``population_size``, ``generations``, the function
   set (``allowed_symbols``; Operon has no ``neg`` / ``inv``: its leaves carry a weight each, which
-  gives the sign, and ``inv`` becomes ``div``), ``max_evaluations`` raised so it never stops early,
-  ``n_threads=1``, ``random_state``, and its defaults otherwise (R² objective with linear scaling,
-  tournament 5, keep-best reinsertion, BTC init, max length 50, local search
-  ``optimizer_iterations`` at its default 0 in 0.6.2). Its model text is ``get_model_string`` with 8
-  decimals (``^`` read as ``**``).
+  gives the sign, and ``inv`` becomes ``div``), ``symbolic_mode`` for ``operon+symbolic`` (Operon's
+  own setting for exact expressions: integer leaf weights in [-5, 5], no coefficient fitting),
+  ``max_evaluations`` raised so it never stops early, ``n_threads=1``, ``random_state``, and its
+  defaults otherwise (R² objective with linear scaling, tournament 5, keep-best reinsertion, BTC
+  init, max length 50, local search ``optimizer_iterations`` at its default 0 in 0.6.2). Its model
+  text is ``get_model_string`` with 8 decimals (``^`` read as ``**``).
+* Terminal set (``--terminals``), the same for every engine: ``erc`` (default) gives each engine
+  random constants (evotensor: half the new leaves, uniform in [-1, 1]; gplearn: ``const_range``
+  (-1, 1); Operon: ``constant`` leaves); ``variables`` gives the variables only, as the Koza and
+  Nguyen problems are usually run (evotensor: ``const_prob=0``; gplearn: ``const_range=None``;
+  Operon: no ``constant`` symbol, though its variable leaves still carry a fitted weight each,
+  which pyoperon cannot switch off). Every engine keeps its linear scaling (evotensor's and
+  Operon's ``a * f + b``; gplearn has none), so ``x/x`` or a scaling makes any constant factor.
 * Budget: each engine evaluates ``pop`` trees per generation for ``generations`` generations
   (Operon also its initial population: its ``evaluations`` field is recorded). evotensor's
   evaluator uses both cores of this machine, gplearn and Operon one each: CPU time is reported
@@ -80,6 +89,8 @@ Usage::
     .venv/bin/python benchmarks/sr_suite.py --table sr.json      # the tables of a saved run again
     .venv/bin/python benchmarks/sr_suite.py --problems nguyen-1,koza-2 --seeds 10 --pop 2000 \
         --generations 100 --engines evotensor+exact,operon --single-fit --in-process --out exact.json
+    .venv/bin/python benchmarks/sr_suite.py --problems nguyen-3 --seeds 10 --pop 2000 --generations 100 \
+        --terminals variables --engines evotensor+exact,operon+symbolic --single-fit --in-process
 """
 
 from __future__ import annotations
@@ -109,13 +120,29 @@ DEFAULT_PROBLEMS = (
     "pagie-1",
 )
 QUICK_PROBLEMS = ("nguyen-1", "nguyen-7", "keijzer-6")
-ENGINES = ("evotensor", "evotensor+co", "evotensor+exact", "gplearn", "operon")
+ENGINES = ("evotensor", "evotensor+co", "evotensor+exact", "gplearn", "operon", "operon+symbolic")
 EXACT_OPTIONS = {"survival": "nsga2", "constant_optimization": "auto", "refine_top": 64}
 """``evotensor+exact``: the settings for exact symbolic recovery (NSGA-II survival on (loss, size),
-Levenberg-Marquardt constants, the 64 best trees re-scored without the closed form's float32 floor)."""
+Levenberg-Marquardt constants, the 64 best trees re-scored without the closed form's float32 floor),
+with :func:`exact_options`' function weights."""
+EXACT_UNARY_WEIGHT = 0.1
+"""``evotensor+exact``: the weight of each one-argument function (``sin``, ``exp``, ...) in new subtrees,
+against 1 for the others: transcendental near-misses otherwise crowd out the polynomials."""
+TERMINALS = ("erc", "variables")
+
 DEFAULT_ENGINES = ("evotensor", "gplearn", "operon")
 SYMBOLIC_TIMEOUT = 10.0  # seconds of sympy per model, as is_symbolic_solution's default
 SIMPLIFY_TIMEOUT = 30.0  # seconds for evotensor's model.sympy() before falling back to unsimplified
+
+
+def exact_options(function_set: tuple[str, ...]) -> dict:
+    """``evotensor+exact``'s ``SymbolicRegressor`` options for a problem's function set:
+    :data:`EXACT_OPTIONS` and ``function_weights`` (:data:`EXACT_UNARY_WEIGHT` for each unary function)."""
+    from evotensor.gp.functions import FunctionSet
+
+    fs = FunctionSet(tuple(function_set), protected=False)
+    unary = {f: EXACT_UNARY_WEIGHT for f in fs.names if fs.arity[fs.opcode(f)] == 1}
+    return {**EXACT_OPTIONS, "function_weights": unary} if unary else dict(EXACT_OPTIONS)
 
 
 # ---- workers (one fresh process per fit pair) ------------------------------------------------------
@@ -150,7 +177,9 @@ def worker_evotensor(a, t_import: float) -> dict:
     fs = FunctionSet(tuple(a.function_set.split(",")), protected=False)
 
     options = {"constant_optimization": "auto"} if a.worker == "evotensor+co" else {}
-    options = EXACT_OPTIONS if a.worker == "evotensor+exact" else options
+    options = exact_options(fs.names) if a.worker == "evotensor+exact" else options
+    if a.terminals == "variables":  # no constant leaves (the linear scaling a, b stay)
+        options = {**options, "const_prob": 0.0}
 
     def make():
         return SymbolicRegressor(
@@ -230,6 +259,7 @@ def worker_gplearn(a, t_import: float) -> dict:
         function_set=fs,
         n_jobs=1,
         random_state=a.seed,
+        const_range=None if a.terminals == "variables" else (-1.0, 1.0),  # None: no constants
     )
     wall, cpu, r2_test, r2_train = _fit_and_score(est, X, y, X_test, y_test)
     return {
@@ -258,15 +288,15 @@ def _fit_and_score(est, X, y, X_test, y_test) -> tuple[float, float, float, floa
     return wall, cpu, r2_test, r2_train
 
 
-def operon_symbols(names: list[str]) -> str:
+def operon_symbols(names: list[str], constants: bool = True) -> str:
     """evotensor function names -> Operon's ``allowed_symbols``: ``neg`` dropped (a weighted leaf
-    carries the sign), ``inv`` as ``div``."""
+    carries the sign), ``inv`` as ``div``; ``constant`` leaves unless ``constants=False``."""
     out: list[str] = []
     for f in names:
         f = {"inv": "div", "neg": None}.get(f, f)
         if f is not None and f not in out:
             out.append(f)
-    return ",".join([*out, "constant", "variable"])
+    return ",".join([*out, *(["constant"] if constants else []), "variable"])
 
 
 def worker_operon(a, t_import: float) -> dict:
@@ -277,7 +307,8 @@ def worker_operon(a, t_import: float) -> dict:
     t_import = time.perf_counter() - t_import
     X, y, X_test, y_test = _load(a.data)
     est = SymbolicRegressor(
-        allowed_symbols=operon_symbols(a.function_set.split(",")),
+        allowed_symbols=operon_symbols(a.function_set.split(","), constants=a.terminals != "variables"),
+        symbolic_mode=a.worker == "operon+symbolic",
         population_size=a.pop,
         generations=a.generations,
         max_evaluations=100 * a.pop * (a.generations + 1),
@@ -307,6 +338,7 @@ WORKERS = {
     "evotensor+exact": worker_evotensor,
     "gplearn": worker_gplearn,
     "operon": worker_operon,
+    "operon+symbolic": worker_operon,
 }
 
 
@@ -470,6 +502,12 @@ def main() -> None:
     ap.add_argument("--pop", type=int, default=500)
     ap.add_argument("--generations", type=int, default=50)
     ap.add_argument("--noise", type=float, default=0.0, help="SRBench's target noise level (sr_data)")
+    ap.add_argument(
+        "--terminals",
+        choices=TERMINALS,
+        default="erc",
+        help="leaves of every engine: variables and random constants (erc), or the variables only",
+    )
     ap.add_argument("--engines", default=",".join(DEFAULT_ENGINES), help=f"comma-separated, of {ENGINES}")
     ap.add_argument("--out", default=None, help="write every run and the settings to this JSON file")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 3 problems, pop 200 x 20")
@@ -531,6 +569,7 @@ def main() -> None:
         "generations": a.generations,
         "seeds": a.seeds,
         "noise": a.noise,
+        "terminals": a.terminals,
         "compile_cache": a.compile_cache,
         "problems": problems,
         "engines": engines,
@@ -563,6 +602,7 @@ def main() -> None:
                 cmd = [python, os.path.abspath(__file__), "--worker", engine, "--data", path]
                 cmd += ["--function-set", ",".join(spec.function_set), "--seed", str(seed)]
                 cmd += ["--pop", str(a.pop), "--generations", str(a.generations)]
+                cmd += ["--terminals", a.terminals]
                 cmd += ["--single-fit"] if a.single_fit else []
                 load = os.getloadavg()[0]
                 if a.in_process and engine.startswith("evotensor"):

@@ -66,6 +66,9 @@ def fitted() -> SymbolicRegressor:
         ("parsimony_coefficient", "sometimes"),
         ("linear_scaling", "yes"),
         ("refine_top", -1),
+        ("const_prob", 1.5),
+        ("function_weights", {"tan": 1.0}),
+        ("function_weights", (1.0, -1.0, 1.0, 1.0)),
         ("survival", "plus"),
         ("model_selection", "simplest"),
         ("max_time", 0.0),
@@ -83,6 +86,22 @@ def test_bad_parameter_is_named_in_fit(param, value):
     with pytest.raises(ValueError, match=param) as info:
         model.fit(X, y)
     assert isinstance(info.value, ArgumentError)
+
+
+def test_const_prob_and_function_weights_reach_the_strategy():
+    """The regressor's terminal-set and function-weight options are the GP's (no compile)."""
+    model = SymbolicRegressor(
+        function_set=("add", "mul", "sin"), const_prob=0.0, function_weights={"sin": 0.5}
+    )
+    c = model._checked()
+    gp = GP(c["population_size"], c["function_set"], 2, c["max_len"], **model._strategy_options(c, 1))
+    assert gp.const_prob == 0.0
+    assert gp.function_weights == pytest.approx((0.4, 0.4, 0.2))  # unnamed functions keep weight 1
+    assert gp.initializer.function_weights == gp.mutation_generator.function_weights == gp.function_weights
+    default = SymbolicRegressor()
+    c = default._checked()
+    gp = GP(c["population_size"], c["function_set"], 2, c["max_len"], **default._strategy_options(c, 1))
+    assert gp.const_prob == 0.5 and gp.function_weights is None
 
 
 def test_bad_combination_names_the_parameter():
@@ -336,3 +355,74 @@ def test_breast_cancer_binary():
 @pytest.mark.slow
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+# -- the persistent compile cache -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_cache_writes_unless_the_suite_asks():
+    """The estimators turn JAX's persistent compile cache on by default (in ~/.cache); this module's
+    in-process fits run without it, unless the suite's environment names a directory."""
+    import os
+
+    with pytest.MonkeyPatch.context() as mp:
+        if "EVOTENSOR_CACHE_DIR" not in os.environ:
+            mp.setenv("EVOTENSOR_CACHE_DIR", "off")
+        yield
+
+
+def test_fit_turns_the_default_compile_cache_on_before_compiling(fitted, monkeypatch):
+    import evotensor.gp.sklearn as sk
+
+    calls = []
+    real = sk._Program._compile
+
+    def enable(warn=False):
+        calls.append(("enable", warn))
+
+    def compile_(self, *args):
+        calls.append("compile")
+        return real(self, *args)
+
+    monkeypatch.setattr(sk, "enable_default_cache", enable)
+    monkeypatch.setattr(sk._Program, "_compile", compile_)
+    SymbolicRegressor(**FAST, random_state=0).fit(*planted())  # the module's program: nothing new compiles
+    assert calls[0] == ("enable", True) and "compile" in calls[1:]
+
+
+FIRST_FIT = """
+import json, numpy as np
+from evotensor.gp import SymbolicRegressor
+rng = np.random.default_rng(0)
+X = rng.uniform(-2, 2, (50, 2)); y = X[:, 0] * X[:, 1] + 1
+m = SymbolicRegressor(population_size=16, generations=2, max_len=8, random_state=0).fit(X, y)
+print(json.dumps({"best": m.best_.expression, "compile": m.compile_seconds_}))
+"""
+
+
+@pytest.mark.slow
+def test_a_fresh_process_reads_the_first_fits_programs_from_the_default_cache(tmp_path):
+    """With nothing set, a first fit writes its programs to ~/.cache/evotensor/jax and a second fresh
+    process reads them (nothing new written, the same model); EVOTENSOR_CACHE_DIR=off writes nothing."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def fresh(home, **extra):
+        env = {k: v for k, v in os.environ.items() if k != "EVOTENSOR_CACHE_DIR"}
+        env.update(extra, HOME=str(home), JAX_PLATFORMS="cpu")
+        out = subprocess.run([sys.executable, "-c", FIRST_FIT], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    cache = tmp_path / "home" / ".cache" / "evotensor" / "jax"
+    cold = fresh(tmp_path / "home")
+    written = sorted(p.name for p in cache.iterdir())
+    assert written  # at least the generation chunk's program
+    warm = fresh(tmp_path / "home")
+    assert sorted(p.name for p in cache.iterdir()) == written and warm["best"] == cold["best"]
+    assert warm["compile"] < cold["compile"]
+    off = fresh(tmp_path / "off", EVOTENSOR_CACHE_DIR="off")
+    assert off["best"] == cold["best"] and not (tmp_path / "off").exists()

@@ -231,6 +231,31 @@ def _const_range(value: Any) -> tuple[float, float]:
     return low, high
 
 
+def _function_weights(value: Any, function_set: Any) -> tuple[float, ...] | None:
+    """``None``, or the functions' weights normalized to sum 1, in ``function_set.names`` order."""
+    if value is None:
+        return None
+    names = tuple(function_set.names)
+    given = value
+    if isinstance(value, Mapping):
+        unknown = set(value) - set(names)
+        if unknown:
+            raise ArgumentError(
+                f"function_weights names unknown function(s) {sorted(unknown)}; valid: {names}"
+            )
+        given = [value.get(f, 0.0) for f in names]
+    try:
+        w = np.asarray(given, np.float64)
+    except (TypeError, ValueError):
+        w = np.full(0, np.nan)
+    if w.shape != (len(names),) or not np.all(np.isfinite(w) & (w >= 0)) or not np.any(w > 0):
+        raise ArgumentError(
+            f"function_weights must be {len(names)} finite non-negative weights (order {names}) or a "
+            f"{{name: weight}} mapping, not all zero; got {value!r}"
+        )
+    return tuple(float(x) for x in w / w.sum())
+
+
 def _check_number(value: Any, name: str) -> float:
     """A finite real number (not a bool)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -330,6 +355,11 @@ class GPConfig:
             the population over). A non-finite fitness is infeasible (dominated by every finite one). Size is
             an objective, so ``parsimony_coefficient`` must be 0; lexicase (which selects on
             per-case errors) is refused.
+        function_weights: relative weights with which new function nodes are drawn (initial trees,
+            subtree and insert mutation): a sequence in ``function_set.names`` order or a mapping
+            ``{name: weight}`` (missing names: 0), non-negative, not all zero. ``None`` (default):
+            uniform. Normalized to a tuple. Point mutation still swaps a function for a uniform one
+            of the same arity.
 
     After construction, ``selection`` is still what was given; the resolved selection is
     ``selector``, the resolved survival ``survivor``, ``parsimony_auto`` says whether the coefficient
@@ -359,6 +389,7 @@ class GPConfig:
     parsimony_coefficient: float | str = 0.0
     operators: OperatorRegistry | None = None
     survival: str | Callable[..., Any] = "generational"
+    function_weights: Sequence[float] | Mapping[str, float] | None = None
     selector: ParentSelection = dataclasses.field(init=False, repr=False)
     survivor: Survival = dataclasses.field(init=False, repr=False)
     parsimony_auto: bool = dataclasses.field(init=False, repr=False)
@@ -377,6 +408,7 @@ class GPConfig:
         put("leaf_prob", _leaf_prob(self.leaf_prob))
         put("const_prob", check_fraction(self.const_prob, "const_prob", allow_zero=True))
         put("const_range", _const_range(self.const_range))
+        put("function_weights", _function_weights(self.function_weights, self.function_set))
         if self.modi_prob is None:
             put("modi_prob", 0.5 if self.n_outputs > 1 else 0.0)
         put("modi_prob", check_fraction(self.modi_prob, "modi_prob", allow_zero=True))

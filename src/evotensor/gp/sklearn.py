@@ -25,9 +25,12 @@ Compiled programs are reused. A fit runs the generations in compiled chunks of :
 generations whose data ``X, y`` are *arguments* of the program (not constants baked into it, as
 :func:`evotensor.run` does) and whose last chunk masks the generations past the end (a
 ``lax.cond`` per step), so one program serves every fit with the same settings and data shapes,
-whatever ``generations`` or ``random_state``: a second fit in a process compiles nothing, and
-with ``EVOTENSOR_CACHE_DIR`` set, JAX's persistent cache (:mod:`evotensor.core.compile_cache`)
-serves a fresh process. The run
+whatever ``generations`` or ``random_state``: a second fit in a process compiles nothing. A fresh
+process reads them from JAX's persistent compilation cache, on by default in
+``~/.cache/evotensor/jax`` as for the CLI (:mod:`evotensor.core.compile_cache`;
+``EVOTENSOR_CACHE_DIR`` moves it, ``EVOTENSOR_CACHE_DIR=off`` turns it off, a cache directory
+configured in JAX itself is used as it is; an unwritable directory is skipped with a
+``RuntimeWarning``). The run
 follows :func:`evotensor.run`'s random-key schedule (:func:`evotensor.core.run.generation_keys`), so
 a fit with ``random_state=s`` starts from the population of ``evotensor.run(gp, problem,
 generations, jax.random.key(s))``; its fitness agrees with that run's to float32 rounding only (that
@@ -52,7 +55,8 @@ import dataclasses
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -64,7 +68,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_int, check_positive
-from evotensor.core.compile_cache import enable_requested_cache
+from evotensor.core.compile_cache import enable_default_cache
 from evotensor.core.evaluation import to_natural
 from evotensor.core.run import Loop, RunResult, check_params
 from evotensor.gp import export, front
@@ -247,13 +251,50 @@ class _Program:
     """The compiled pieces of one fit configuration (strategy settings, problem kind, data shapes).
 
     ``init(key, params)``, ``chunk(carry, loop_key, params, X, y, remaining)`` (:data:`CHUNK`
-    generations, those at positions ``>= remaining`` skipped) and ``scaling(forest, X, y)`` (the
-    hall of fame's slopes and intercepts) are compiled on first use and then reused.
+    generations, those at positions ``>= remaining`` skipped), ``scaling(forest, X, y)`` (the
+    hall of fame's slopes and intercepts) and ``front(loss, rule)`` are compiled by :meth:`prepare`
+    (or on first use) and then reused.
     """
 
     def __init__(self, strategy: GP, problem: Any):
         self.strategy, self.problem = strategy, problem
         self.compiled: dict[Any, Any] = {}
+
+    def prepare(self, key: jax.Array, params: Any, X: Any, y: Any, rule: Any, scaling: bool) -> float:
+        """Compile every program a fit needs that is not compiled yet; returns the seconds spent (0.0
+        when there was none).
+
+        Python lowers the programs one after the other while XLA compiles those already lowered, each
+        in its own thread (XLA releases the GIL): with a free core the small programs (init, scaling,
+        front) compile in the shadow of the generation chunk's compile instead of after it. The
+        shapes come from the lowered init's outputs; the programs are those of a lazy compile.
+        """
+        names = ["init", "chunk", ("front", rule)] + (["scaling"] if scaling else [])
+        todo = [name for name in names if name not in self.compiled]
+        if not todo:
+            return 0.0
+        t0 = time.perf_counter()
+        init = jax.jit(self._init_fn()).lower(key, params)
+        carry, loop_key = init.out_info  # shapes and dtypes, without tracing the init again
+        hof = carry.strategy_state.hall_of_fame
+
+        def strong(tree: Any) -> Any:  # the front and the scaling get host arrays: never weakly typed
+            return jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype), tree)
+
+        calls = {
+            "chunk": (self._chunk_fn(), carry, loop_key, params, X, y, jnp.int32(0)),
+            ("front", rule): (self._front_fn(rule), jax.ShapeDtypeStruct(hof.loss.shape, jnp.float32)),
+            "scaling": (self._scaling_fn(), strong(hof.forest), X, y),
+        }
+        with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+            futures = {"init": pool.submit(init.compile)} if "init" in todo else {}
+            for name in todo:
+                if name != "init":
+                    fn, *args = calls[name]
+                    futures[name] = pool.submit(jax.jit(fn).lower(*args).compile)
+            for name, future in futures.items():
+                self.compiled[name] = future.result()
+        return time.perf_counter() - t0
 
     def _compile(self, name: Any, fn: Any, *args: Any) -> tuple[Any, float]:
         """``(compiled fn, seconds spent compiling now)``."""
@@ -263,12 +304,14 @@ class _Program:
         self.compiled[name] = jax.jit(fn).lower(*args).compile()
         return self.compiled[name], time.perf_counter() - t0
 
+    def _init_fn(self) -> Any:
+        return Loop(self.strategy, self.problem).init
+
     def init(self, key: jax.Array, params: Any) -> tuple[Any, float]:
-        loop = Loop(self.strategy, self.problem)
-        fn, seconds = self._compile("init", loop.init, key, params)
+        fn, seconds = self._compile("init", self._init_fn(), key, params)
         return fn(key, params), seconds
 
-    def chunk(self, carry: Any, loop_key: jax.Array, params: Any, X: Any, y: Any, remaining: int):
+    def _chunk_fn(self) -> Any:
         strategy, template = self.strategy, self.problem
 
         def run_chunk(carry, loop_key, params, X, y, remaining):
@@ -284,11 +327,14 @@ class _Program:
 
             return jax.lax.scan(body, carry, jnp.arange(CHUNK, dtype=jnp.int32))
 
+        return run_chunk
+
+    def chunk(self, carry: Any, loop_key: jax.Array, params: Any, X: Any, y: Any, remaining: int):
         remaining = jnp.int32(remaining)
-        fn, seconds = self._compile("chunk", run_chunk, carry, loop_key, params, X, y, remaining)
+        fn, seconds = self._compile("chunk", self._chunk_fn(), carry, loop_key, params, X, y, remaining)
         return fn(carry, loop_key, params, X, y, remaining), seconds
 
-    def scaling(self, forest: Forest, X: Any, y: Any) -> tuple[tuple[Any, Any], float]:
+    def _scaling_fn(self) -> Any:
         p = self.problem
 
         def coefficients(forest, X, y):
@@ -296,13 +342,19 @@ class _Program:
                 return _with_data(p, X, y).scaling(forest)
             return scaling_coefficients(forest, X, y, p.function_set, p.n_outputs, backend=p.backend)
 
-        fn, seconds = self._compile("scaling", coefficients, forest, X, y)
+        return coefficients
+
+    def scaling(self, forest: Forest, X: Any, y: Any) -> tuple[tuple[Any, Any], float]:
+        fn, seconds = self._compile("scaling", self._scaling_fn(), forest, X, y)
         return fn(forest, X, y), seconds
+
+    def _front_fn(self, rule: Any) -> Any:
+        return lambda loss: _front_choice(loss, rule)
 
     def front(self, loss: Any, rule: Any) -> tuple[tuple[Any, Any, Any], float]:
         """:func:`_front_choice` of ``loss`` compiled (once per ``rule``)."""
         loss = jnp.asarray(loss, jnp.float32)
-        fn, seconds = self._compile(("front", rule), lambda v: _front_choice(v, rule), loss)
+        fn, seconds = self._compile(("front", rule), self._front_fn(rule), loss)
         return fn(loss), seconds
 
 
@@ -342,6 +394,14 @@ def _function_set(value: Any, default_protected: bool) -> FunctionSet:
         return FunctionSet(tuple(value), protected=default_protected)
     except (ValueError, TypeError) as err:
         raise ArgumentError(f"function_set={value!r} is not a valid function set: {err}") from None
+
+
+def _weights_of(weights: Any, fs: FunctionSet) -> Any:
+    """``function_weights`` for ``GP``: a mapping gets weight 1 for the functions it does not name
+    (unknown names are left in, for ``GP``'s error to name them); anything else as it is."""
+    if isinstance(weights, Mapping):
+        return {**dict.fromkeys(fs.names, 1.0), **weights}
+    return weights
 
 
 def _seed(random_state: Any) -> int:
@@ -490,7 +550,7 @@ class _SymbolicEstimator(BaseEstimator):
         )
         fs = c["function_set"]
         t_start = time.perf_counter()
-        enable_requested_cache()
+        enable_default_cache(warn=True)  # before anything compiles (see the module docstring)
         problem = self._problem(X, y, fs, c)
         options = self._strategy_options(c, problem.n_outputs)
         n_vars = X.shape[1]
@@ -513,7 +573,10 @@ class _SymbolicEstimator(BaseEstimator):
         program = _program(key, strategy, problem)
         gp = program.strategy
         params = check_params(gp, None)
-        compile_seconds = run_seconds = 0.0
+        run_seconds = 0.0
+        compile_seconds = program.prepare(
+            jax.random.key(c["seed"]), params, problem.X, problem.y, c["model_selection"], self._scales()
+        )
         (carry, loop_key), seconds = program.init(jax.random.key(c["seed"]), params)
         compile_seconds += seconds
         Xd, yd = problem.X, problem.y
@@ -703,6 +766,13 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         refine_top: re-score the best ``refine_top`` trees of every generation without the float32
             floor of the closed-form scaled error (``SymbolicRegression(refine_top=)``), so exact
             models outrank near-misses. Default 0 (off).
+        const_prob: probability that a new leaf is a constant (uniform in ``[-1, 1]``). Default 0.5.
+            0: the terminal set is the variables only (as the Koza and Nguyen benchmarks specify);
+            the linear scaling ``a, b`` still fit scale and offset, and ``x/x`` makes a 1.
+        function_weights: relative weights of the functions in new subtrees (initial trees, subtree
+            and insert mutation): ``None`` (default: uniform), a sequence in the function set's order,
+            or a mapping ``{name: weight}`` in which unnamed functions keep weight 1 (e.g. ``{"sin":
+            0.1, "cos": 0.1}`` makes those ten times rarer). See ``GP(function_weights=)``.
 
     Example::
 
@@ -730,6 +800,8 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         random_state: Any = None,
         backend: str = "auto",
         verbose: int = 0,
+        const_prob: float = 0.5,
+        function_weights: Any = None,
     ):
         self.population_size = population_size
         self.generations = generations
@@ -749,9 +821,19 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         self.random_state = random_state
         self.backend = backend
         self.verbose = verbose
+        self.const_prob = const_prob
+        self.function_weights = function_weights
 
     def _targets(self, y: np.ndarray) -> np.ndarray:
         return _float32_data(y, "y")
+
+    def _strategy_options(self, c: dict[str, Any], n_outputs: int) -> dict[str, Any]:
+        # checked by GPConfig when the strategy is built (its errors name the argument)
+        options = super()._strategy_options(c, n_outputs)
+        options["const_prob"] = self.const_prob
+        if self.function_weights is not None:
+            options["function_weights"] = _weights_of(self.function_weights, c["function_set"])
+        return options
 
     def _scales(self) -> bool:
         return bool(self.linear_scaling)

@@ -87,7 +87,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evotensor.core import rng
 from evotensor.core.checks import ArgumentError
 from evotensor.core.evaluation import Evaluation, stand_ins_for_nonfinite
 from evotensor.core.pytree import pytree_dataclass
@@ -205,10 +204,10 @@ class GP:
         max_len: slots per tree; the hard length cap of every operator. Default 128.
         **options: the other fields of :class:`~evotensor.gp.config.GPConfig` (``n_outputs``,
             ``init_depth``, ``init_method``, ``leaf_prob``, ``const_prob``, ``const_range``,
-            ``modi_prob``, ``mutation_depth``, ``selection``, ``tournament_size``, ``survival_rate``,
-            ``elite_rate``, ``crossover``, ``const_perturb``, ``mutation_rate``, ``mutation_probs``,
-            ``parsimony_coefficient``, ``operators``, ``survival``), documented there; checked once,
-            there.
+            ``function_weights``, ``modi_prob``, ``mutation_depth``, ``selection``,
+            ``tournament_size``, ``survival_rate``, ``elite_rate``, ``crossover``, ``const_perturb``,
+            ``mutation_rate``, ``mutation_probs``, ``parsimony_coefficient``, ``operators``,
+            ``survival``), documented there; checked once, there.
 
     Every field of the configuration (``self.config``) reads as an attribute (``gp.max_len``,
     ``gp.tournament_size``, ``gp.mutation_probs``: the normalized weights, ...); ``gp.selection`` is
@@ -250,7 +249,11 @@ class GP:
             round(c.mutation_rate * (c.population_size - self.n_elite)), c.mutation_probs
         )
         leaf = dict(
-            const_prob=c.const_prob, const_range=c.const_range, n_outputs=c.n_outputs, modi_prob=c.modi_prob
+            const_prob=c.const_prob,
+            const_range=c.const_range,
+            n_outputs=c.n_outputs,
+            modi_prob=c.modi_prob,
+            function_weights=c.function_weights,
         )
         fs, lo, hi = c.function_set, c.init_depth[0], c.init_depth[1]
         self.initializer = TreeGenerator(fs, c.n_vars, c.max_len, lo, hi, c.init_method, c.leaf_prob, **leaf)
@@ -555,7 +558,10 @@ class GP:
         integers, the raw uint32 bits (see :func:`evotensor.gp.selection.uniform_ints`)."""
         layout = self._layout()
         sizes = [int(np.prod(shape)) for _, shape, _ in layout]
-        bits = rng.bits(key, (sum(sizes),), jnp.uint32)
+        # jax.random's rolled hash, not core.rng's unrolled one (the same numbers): the draw is cut
+        # into ~50 slices, and XLA:CPU fuses the unrolled hash into every slice's consumer, so the
+        # generation's program was 1.5x larger and took ~20% longer to compile, for no faster run
+        bits = jax.random.bits(key, (sum(sizes),), jnp.uint32)
         out, start = {}, 0
         for (name, shape, as_bits), size in zip(layout, sizes):
             chunk = bits[start : start + size].reshape(shape)
