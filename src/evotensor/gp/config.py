@@ -231,18 +231,14 @@ def _const_range(value: Any) -> tuple[float, float]:
     return low, high
 
 
-def _function_weights(value: Any, function_set: Any) -> tuple[float, ...] | None:
-    """``None``, or the functions' weights normalized to sum 1, in ``function_set.names`` order."""
-    if value is None:
-        return None
-    names = tuple(function_set.names)
+def _named_weights(value: Any, names: tuple[str, ...], arg: str, what: str) -> tuple[float, ...]:
+    """``value`` (weights in ``names`` order, or a ``{name: weight}`` mapping whose missing names get
+    0) normalized to sum 1; ``arg`` and ``what`` name the argument and its items in errors."""
     given = value
     if isinstance(value, Mapping):
         unknown = set(value) - set(names)
         if unknown:
-            raise ArgumentError(
-                f"function_weights names unknown function(s) {sorted(unknown)}; valid: {names}"
-            )
+            raise ArgumentError(f"{arg} names unknown {what}(s) {sorted(unknown)}; valid: {names}")
         given = [value.get(f, 0.0) for f in names]
     try:
         w = np.asarray(given, np.float64)
@@ -250,10 +246,17 @@ def _function_weights(value: Any, function_set: Any) -> tuple[float, ...] | None
         w = np.full(0, np.nan)
     if w.shape != (len(names),) or not np.all(np.isfinite(w) & (w >= 0)) or not np.any(w > 0):
         raise ArgumentError(
-            f"function_weights must be {len(names)} finite non-negative weights (order {names}) or a "
+            f"{arg} must be {len(names)} finite non-negative weights (order {names}) or a "
             f"{{name: weight}} mapping, not all zero; got {value!r}"
         )
     return tuple(float(x) for x in w / w.sum())
+
+
+def _function_weights(value: Any, function_set: Any) -> tuple[float, ...] | None:
+    """``None``, or the functions' weights normalized to sum 1, in ``function_set.names`` order."""
+    if value is None:
+        return None
+    return _named_weights(value, tuple(function_set.names), "function_weights", "function")
 
 
 def _check_number(value: Any, name: str) -> float:
@@ -466,23 +469,7 @@ class GPConfig:
         given = self.mutation_probs
         if given is None:
             given = [op.weight for op in self.operators.mutations]
-        elif isinstance(given, Mapping):
-            unknown = set(given) - set(names)
-            if unknown:
-                raise ArgumentError(
-                    f"mutation_probs names unknown mutation(s) {sorted(unknown)}; valid: {names}"
-                )
-            given = [given.get(m, 0.0) for m in names]
-        try:
-            probs = np.asarray(given, np.float64)
-        except (TypeError, ValueError):
-            probs = np.full(0, np.nan)
-        if probs.shape != (len(names),) or not np.all(probs >= 0) or not np.any(probs > 0):
-            raise ArgumentError(
-                f"mutation_probs must be {len(names)} non-negative weights (order {names}) or a "
-                f"{{name: weight}} mapping, not all zero; got {self.mutation_probs!r}"
-            )
-        return tuple(float(x) for x in probs / probs.sum())
+        return _named_weights(given, tuple(names), "mutation_probs", "mutation")
 
     @property
     def n_elite(self) -> int:
