@@ -367,3 +367,37 @@ def test_config_checks():
         distance(spec, "neat-python", spec.empty(), spec.empty())
     with pytest.raises(ArgumentError, match="single genome"):
         distance(spec, DistanceConfig(), spec.empty((3,)), spec.empty())
+
+
+@jax.jit
+def _matrix_and_pairs(pop, reps):
+    spec = SPECS["ff"]
+    out = []
+    for cfg in (CONFIGS[i] for i in (0, 3, 6, 7)):
+        pairwise = jax.vmap(lambda a, cfg=cfg: jax.vmap(lambda b: distance(spec, cfg, a, b))(reps))(pop)
+        out.append((distance_matrix(spec, cfg, pop, reps), pairwise))
+    return out
+
+
+def test_distance_matrix_is_bitwise_pairwise_with_rows_anywhere():
+    """distance_matrix looks up only the rows some genome uses, in chunks (the last one overlapping
+    its predecessor): with hidden nodes and connections moved to random rows, the last rows
+    included, it still gives every pair's :func:`distance` bit for bit."""
+    from tests.neat.reference_network import scatter_rows
+
+    spec = SPECS["ff"]
+    hidden_rows = spec.max_nodes - spec.num_io
+    rng = np.random.default_rng(7)
+    genomes = []
+    for s in range(5):
+        for d in random_pair(spec, 300 + s):
+            node_perm, conn_perm = rng.permutation(hidden_rows), rng.permutation(spec.max_conns)
+            if not genomes:  # the first genome's first rows (in use) move to the last rows
+                node_perm = (np.arange(hidden_rows) + 1) % hidden_rows
+                conn_perm = (np.arange(spec.max_conns) + 1) % spec.max_conns
+            genomes.append(scatter_rows(spec, genome_from_dict(spec, d), node_perm, conn_perm))
+    pop = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *genomes)
+    assert bool(pop.conn_valid[0, -1]) and bool(pop.node_valid[0, -1])
+    for matrix, pairwise in _matrix_and_pairs(pop, pop[jnp.array([4, 0, 9])]):
+        np.testing.assert_array_equal(np.asarray(matrix), np.asarray(pairwise))
+        assert np.all(np.asarray(matrix)[[4, 0, 9], [0, 1, 2]] == 0)

@@ -484,3 +484,21 @@ def test_forward_recurrent_resets_each_call():
     close(y1, ref.activate([1.0, 0.0, 0.0]), rtol=1e-6)
     close(y2, ref.activate([1.0, 0.0, 0.0]), rtol=1e-6)
     close(y2_again, y2, rtol=0)  # a fresh zero state every call
+
+
+@jax.jit
+def _transform_population(pop):
+    return nw.transform(FF, pop, "sparse")
+
+
+@settings(max_examples=10)
+@given(data=st.lists(scattered(FF), min_size=4, max_size=4))
+def test_population_transform_equals_each_genomes_own(data):
+    """A population's networks (endpoint lookups and level rounds over the rows some genome uses,
+    in chunks) are each genome's own network, bit for bit, with rows scattered anywhere."""
+    pop = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *[g for g, _ in data])
+    nets = _transform_population(pop)
+    for i, (genome, _) in enumerate(data):
+        one = transform_program(FF, "sparse")(genome)
+        for got, want in zip(jax.tree_util.tree_leaves(nets[i]), jax.tree_util.tree_leaves(one)):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -40,6 +40,8 @@ Coefficients left ``None`` take the mode's defaults: ``c_d = 1.0`` everywhere, `
 
 Cost: one sort of the second genome's rows and a ``log2``-step binary search per row of the first,
 ``O((N + C) log C)`` per pair, ``O(N + C)`` memory; never a ``[C, C]`` comparison.
+:func:`distance_matrix` searches only the rows some genome of the population uses (genomes fill
+their first free rows, so usually a small prefix) and gives the same values, bit for bit.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ import numpy as np
 from jax import lax
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int, check_real
-from evotensor.neat.genome import Genome, GenomeSpec
+from evotensor.neat.genome import EMPTY, Genome, GenomeSpec
 
 __all__ = [
     "DISTANCE_MODES",
@@ -61,6 +63,7 @@ __all__ = [
     "SortedTable",
     "distance",
     "distance_matrix",
+    "endpoint_lookup",
     "endpoint_rows",
     "homologous_rows",
 ]
@@ -179,6 +182,7 @@ def _from_int32(x: jax.Array, dtype) -> jax.Array:
     return x.astype(dtype)
 
 
+@jax.tree_util.register_pytree_node_class
 class SortedTable:
     """One table's key columns sorted once, for repeated lookups (:meth:`lookup`) that also fetch
     the matching rows' payload columns in a single packed gather.
@@ -241,6 +245,17 @@ class SortedTable:
         self.keys = tuple(jnp.concatenate([c, jnp.full((pad,), _INT_MAX, jnp.int32)]) for c in out[:n])
         self.perm = jnp.concatenate([out[n + 1], jnp.zeros((pad,), jnp.int32)])
         self._packed = jnp.concatenate([jnp.stack(out[n + 2 :], axis=1), jnp.zeros((pad, width), jnp.int32)])
+
+    def tree_flatten(self):
+        """A pytree (so a population's tables can be built and used under ``vmap``)."""
+        return (self.keys, self.perm, self._packed, self.n_valid), tuple(self._layout)
+
+    @classmethod
+    def tree_unflatten(cls, layout, children):
+        table = object.__new__(cls)
+        table.keys, table.perm, table._packed, table.n_valid = children
+        table._layout = list(layout)
+        return table
 
     def lookup(self, query) -> tuple[jax.Array, jax.Array, tuple]:
         """For each query row (key columns ``int32 [R]``): ``(pos int32 [R], found bool [R],
@@ -314,55 +329,144 @@ def homologous_rows(
     return sorted_table.perm[pos], found
 
 
+def endpoint_lookup(genome: Genome) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """The node rows of every connection's endpoints, and whether a node holds the key: ``(src
+    int32 [..., C], dst int32 [..., C], src_found bool [..., C], dst_found bool [..., C])`` for one
+    genome (arrays ``[N]``, ``[C]``) or a population (``[P, ...]``); meaningless for unused
+    connection rows (and rows for a key no node holds). One sorted node table per genome
+    (:class:`SortedTable`) and one lookup of both endpoint columns; for a population only the
+    connection rows some genome uses are looked up (the others get row ``0``, not found)."""
+    if genome.node_key.ndim == 1:
+        C = genome.conn_in.shape[0]
+        table = SortedTable((genome.node_key,), genome.node_valid)
+        pos, found, _ = table.lookup((jnp.concatenate([genome.conn_in, genome.conn_out]),))
+        rows = table.perm[pos]
+        return rows[:C], rows[C:], found[:C], found[C:]
+    if genome.node_key.ndim != 2:
+        return jax.vmap(endpoint_lookup)(genome)
+    tables = jax.vmap(lambda g: SortedTable((g.node_key,), g.node_valid))(genome)
+
+    def chunk(c_in, c_out):  # [P, W] each
+        W = c_in.shape[1]
+
+        def one(table, c_in, c_out):
+            pos, found, _ = table.lookup((jnp.concatenate([c_in, c_out]),))
+            rows = table.perm[pos]
+            return rows[:W], rows[W:], found[:W], found[W:]
+
+        return jax.vmap(one)(tables, c_in, c_out)
+
+    return _used_rows(chunk, (genome.conn_in, genome.conn_out), genome.conn_valid, (0, 0, False, False))
+
+
 def endpoint_rows(genome: Genome) -> tuple[jax.Array, jax.Array]:
-    """The node rows of every connection's endpoints in one genome (arrays ``[N]``, ``[C]``):
-    ``(src int32 [C], dst int32 [C])``, meaningless for unused connection rows (and for a key no
-    node holds). One sorted node table (:class:`SortedTable`) and one lookup of both endpoint
-    columns; ``vmap`` it for a population."""
-    C = genome.conn_in.shape[0]
-    table = SortedTable((genome.node_key,), genome.node_valid)
-    pos, _, _ = table.lookup((jnp.concatenate([genome.conn_in, genome.conn_out]),))
-    rows = table.perm[pos]
-    return rows[:C], rows[C:]
+    """The node rows of every connection's endpoints: ``(src int32 [..., C], dst int32 [..., C])``
+    for one genome (arrays ``[N]``, ``[C]``) or a population; meaningless for unused connection
+    rows (and for a key no node holds). See :func:`endpoint_lookup`."""
+    src, dst, _, _ = endpoint_lookup(genome)
+    return src, dst
 
 
 def _safe_ratio(value: jax.Array, count: jax.Array) -> jax.Array:
     return jnp.where(count > 0, value / jnp.maximum(count, 1).astype(jnp.float32), 0.0)
 
 
-def _node_term(
-    spec: GenomeSpec, config: DistanceConfig, a: Genome, b: Genome, with_inputs: bool
+# The distance of a genome ``a`` to a genome ``b`` in two parts: per-row terms of ``a``'s rows, each
+# row looked up in ``b``'s sorted tables (:func:`_tables`, :func:`_node_rows`, :func:`_conn_rows`),
+# then sums and counts over the rows (:func:`_combine`). :func:`distance` runs both on one pair;
+# :func:`distance_matrix` computes the row terms of a whole population against one genome only for
+# the rows some genome uses (:func:`_used_rows`), which gives the same row arrays and so the same sums.
+
+
+def _node_genes(g: Genome, with_inputs: bool) -> jax.Array:
+    return g.node_valid if with_inputs else g.node_valid & (g.node_key >= 0)
+
+
+def _tables(spec: GenomeSpec, config: DistanceConfig, b: Genome) -> dict[str, SortedTable]:
+    """``b``'s sorted tables for the mode (``b``: one genome)."""
+    tables = {}
+    if config.compatibility_include_node_genes and config.mode != "paper":
+        gene_b = _node_genes(b, config.mode == "tensorneat")
+        tables["node"] = SortedTable(
+            (b.node_key,), gene_b, (b.node_attrs, b.node_act, b.node_agg), method="sort"
+        )
+    if config.mode == "tensorneat":
+        tables["conn"] = SortedTable((b.conn_in, b.conn_out), b.conn_valid, (b.conn_attrs,))
+    else:
+        tables["conn"] = SortedTable(
+            (b.conn_innov,),
+            b.conn_valid,
+            (b.conn_in, b.conn_out, b.conn_enabled, b.conn_attrs),
+            method="sort",
+        )
+    return tables
+
+
+def _node_rows(spec: GenomeSpec, config: DistanceConfig, table: SortedTable, key, attrs, act, agg):
+    """Per node row of ``a`` (columns ``[R]``, ``attrs [R, A]``): ``(matched bool [R], d float32
+    [R])``, a homologous node gene of ``b`` and the attribute distance to it."""
+    _, found, (attrs_b, act_b, agg_b) = table.lookup((key,))
+    gene = key >= 0 if config.mode != "tensorneat" else key != EMPTY
+    d = spec.node_gene.attribute_distance(attrs, act, agg, attrs_b, act_b, agg_b)
+    return gene & found, d
+
+
+def _conn_rows(
+    spec: GenomeSpec, config: DistanceConfig, table: SortedTable, c_in, c_out, innov, enabled, attrs
+):
+    """Per connection row of ``a`` (columns ``[R]``, ``attrs [R, B]``): ``(matched bool [R], d
+    float32 [R], enabled_differs bool [R])``."""
+    valid = innov != EMPTY
+    if config.mode == "tensorneat":
+        _, found, (attrs_b,) = table.lookup((c_in, c_out))
+        return valid & found, spec.conn_gene.attribute_distance(attrs, attrs_b), jnp.zeros_like(valid)
+    _, found, (in_b, out_b, enabled_b, attrs_b) = table.lookup((innov,))
+    matched = valid & found & (c_in == in_b) & (c_out == out_b)
+    return matched, spec.conn_gene.attribute_distance(attrs, attrs_b), enabled != enabled_b
+
+
+def _row_terms(spec: GenomeSpec, config: DistanceConfig, tables, a: Genome) -> dict[str, tuple]:
+    """All per-row terms of one genome ``a`` (arrays ``[N]``, ``[C]``)."""
+    out = {"conn": _conn_rows(spec, config, tables["conn"], *_conn_columns(a))}
+    if "node" in tables:
+        out["node"] = _node_rows(spec, config, tables["node"], *_node_columns(a))
+    return out
+
+
+def _node_columns(g: Genome) -> tuple:
+    return g.node_key, g.node_attrs, g.node_act, g.node_agg
+
+
+def _conn_columns(g: Genome) -> tuple:
+    return g.conn_in, g.conn_out, g.conn_innov, g.conn_enabled, g.conn_attrs
+
+
+def _combine(
+    spec: GenomeSpec, config: DistanceConfig, a: Genome, b: Genome, rows: dict[str, tuple]
 ) -> jax.Array:
-    gene_a = a.node_valid if with_inputs else a.node_valid & (a.node_key >= 0)
-    gene_b = b.node_valid if with_inputs else b.node_valid & (b.node_key >= 0)
-    table = SortedTable((b.node_key,), gene_b, (b.node_attrs, b.node_act, b.node_agg), method="sort")
-    _, found, (attrs_b, act_b, agg_b) = table.lookup((a.node_key,))
-    matched = gene_a & found
-    d = spec.node_gene.attribute_distance(a.node_attrs, a.node_act, a.node_agg, attrs_b, act_b, agg_b)
-    homologous = jnp.sum(jnp.where(matched, d, 0.0))
-    n_a = jnp.sum(gene_a, dtype=jnp.int32)
-    n_b = jnp.sum(gene_b, dtype=jnp.int32)
-    n_match = jnp.sum(matched, dtype=jnp.int32)
-    non_homologous = (n_a + n_b - 2 * n_match).astype(jnp.float32)
-    value = config.weight_coefficient * homologous + config.disjoint_coefficient * non_homologous
-    return _safe_ratio(value, jnp.maximum(n_a, n_b))
-
-
-def _innovation_stats(spec: GenomeSpec, a: Genome, b: Genome):
-    """Matching by innovation number (and equal endpoints): (sum attr dist, #enabled differs,
-    #matching, #excess, #disjoint, n_a, n_b)."""
+    """The distance from ``a``'s per-row terms (:func:`_row_terms`) and both genomes' counts (one
+    pair: arrays ``[N]``, ``[C]``)."""
+    c_d, c_w, c_e = config.disjoint_coefficient, config.weight_coefficient, config.excess_coefficient
+    total = jnp.zeros((), jnp.float32)
+    if "node" in rows:
+        with_inputs = config.mode == "tensorneat"
+        matched, d = rows["node"]
+        homologous = jnp.sum(jnp.where(matched, d, 0.0))
+        n_a = jnp.sum(_node_genes(a, with_inputs), dtype=jnp.int32)
+        n_b = jnp.sum(_node_genes(b, with_inputs), dtype=jnp.int32)
+        n_match = jnp.sum(matched, dtype=jnp.int32)
+        non_homologous = (n_a + n_b - 2 * n_match).astype(jnp.float32)
+        value = c_w * homologous + c_d * non_homologous
+        total = total + _safe_ratio(value, jnp.maximum(n_a, n_b))
+    matched, d, differs = rows["conn"]
     va, vb = a.conn_valid, b.conn_valid
-    table = SortedTable(
-        (b.conn_innov,), vb, (b.conn_in, b.conn_out, b.conn_enabled, b.conn_attrs), method="sort"
-    )
-    _, found, (in_b, out_b, enabled_b, attrs_b) = table.lookup((a.conn_innov,))
-    matched = va & found & (a.conn_in == in_b) & (a.conn_out == out_b)
-    d = spec.conn_gene.attribute_distance(a.conn_attrs, attrs_b)
     attr = jnp.sum(jnp.where(matched, d, 0.0))
-    enabled_differs = jnp.sum(matched & (a.conn_enabled != enabled_b), dtype=jnp.int32)
     n_a = jnp.sum(va, dtype=jnp.int32)
     n_b = jnp.sum(vb, dtype=jnp.int32)
     n_match = jnp.sum(matched, dtype=jnp.int32)
+    if config.mode == "tensorneat":  # connections homologous by (in, out): no excess/disjoint split
+        non_homologous = (n_a + n_b - 2 * n_match).astype(jnp.float32)
+        return total + _safe_ratio(c_w * attr + c_d * non_homologous, jnp.maximum(n_a, n_b))
     # an empty genome's maximum is below every innovation number (all >= 0): all excess
     max_a = jnp.max(jnp.where(va, a.conn_innov, -1))
     max_b = jnp.max(jnp.where(vb, b.conn_innov, -1))
@@ -370,7 +474,15 @@ def _innovation_stats(spec: GenomeSpec, a: Genome, b: Genome):
         vb & (b.conn_innov > max_a), dtype=jnp.int32
     )
     disjoint = n_a + n_b - 2 * n_match - excess
-    return attr, enabled_differs, n_match, excess, disjoint, n_a, n_b
+    if config.mode == "paper":
+        n = jnp.maximum(n_a, n_b)
+        n = jnp.where(n < config.normalize_small_genomes_threshold, 1, jnp.maximum(n, 1)).astype(jnp.float32)
+        w_bar = _safe_ratio(attr, n_match)
+        return (c_e * excess.astype(jnp.float32) + c_d * disjoint.astype(jnp.float32)) / n + c_w * w_bar
+    enabled_differs = jnp.sum(matched & differs, dtype=jnp.int32)
+    homologous = attr + config.compatibility_enable_penalty * enabled_differs.astype(jnp.float32)
+    value = c_w * homologous + c_d * disjoint.astype(jnp.float32) + c_e * excess.astype(jnp.float32)
+    return total + _safe_ratio(value, jnp.maximum(n_a, n_b))
 
 
 def distance(spec: GenomeSpec, config: DistanceConfig, a: Genome, b: Genome) -> jax.Array:
@@ -389,32 +501,62 @@ def distance(spec: GenomeSpec, config: DistanceConfig, a: Genome, b: Genome) -> 
                 f"{name} must be a single genome [{spec.max_nodes}], [{spec.max_conns}]; got "
                 f"{g.node_key.shape}, {g.conn_innov.shape} (vmap or distance_matrix for populations)"
             )
-    c_d, c_w, c_e = config.disjoint_coefficient, config.weight_coefficient, config.excess_coefficient
-    if config.mode == "paper":
-        attr, _, n_match, excess, disjoint, n_a, n_b = _innovation_stats(spec, a, b)
-        n = jnp.maximum(n_a, n_b)
-        n = jnp.where(n < config.normalize_small_genomes_threshold, 1, jnp.maximum(n, 1)).astype(jnp.float32)
-        w_bar = _safe_ratio(attr, n_match)
-        return (c_e * excess.astype(jnp.float32) + c_d * disjoint.astype(jnp.float32)) / n + c_w * w_bar
-    total = jnp.zeros((), jnp.float32)
-    if config.compatibility_include_node_genes:
-        total = total + _node_term(spec, config, a, b, with_inputs=config.mode == "tensorneat")
-    if config.mode == "neat-python":
-        attr, enabled_differs, _, excess, disjoint, n_a, n_b = _innovation_stats(spec, a, b)
-        homologous = attr + config.compatibility_enable_penalty * enabled_differs.astype(jnp.float32)
-        value = c_w * homologous + c_d * disjoint.astype(jnp.float32) + c_e * excess.astype(jnp.float32)
-        return total + _safe_ratio(value, jnp.maximum(n_a, n_b))
-    # tensorneat: connections homologous by (in, out)
-    va, vb = a.conn_valid, b.conn_valid
-    table = SortedTable((b.conn_in, b.conn_out), vb, (b.conn_attrs,))
-    _, found, (attrs_b,) = table.lookup((a.conn_in, a.conn_out))
-    matched = va & found
-    d = spec.conn_gene.attribute_distance(a.conn_attrs, attrs_b)
-    homologous = jnp.sum(jnp.where(matched, d, 0.0))
-    n_a = jnp.sum(va, dtype=jnp.int32)
-    n_b = jnp.sum(vb, dtype=jnp.int32)
-    non_homologous = (n_a + n_b - 2 * jnp.sum(matched, dtype=jnp.int32)).astype(jnp.float32)
-    return total + _safe_ratio(c_w * homologous + c_d * non_homologous, jnp.maximum(n_a, n_b))
+    return _combine(spec, config, a, b, _row_terms(spec, config, _tables(spec, config, b), a))
+
+
+# rows per chunk of :func:`_used_rows`
+_ROW_CHUNK = 8
+
+
+def _used_rows(fn, columns: tuple, valid: jax.Array, empty: tuple) -> tuple:
+    """``fn`` (columns ``[P, W, ...]`` -> outputs ``[P, W, ...]``, row by row) of a population's rows
+    (``columns`` ``[P, T, ...]``), only up to the last row any genome uses (``valid bool [P, T]``),
+    in chunks of ``W = _ROW_CHUNK`` rows (a ``fori_loop`` of as many steps as needed; the last chunk
+    ends at row ``T``, overlapping its predecessor). Rows no genome uses get ``empty`` (one value per
+    output: what ``fn`` gives for an unused row, where it matters). Outputs ``[P, T, ...]``."""
+    P, T = valid.shape
+    W = min(_ROW_CHUNK, T)
+    used = jnp.max(jnp.where(valid, jnp.arange(T, dtype=jnp.int32), -1)) + 1
+    shapes = jax.eval_shape(fn, *(jax.ShapeDtypeStruct((P, W, *c.shape[2:]), c.dtype) for c in columns))
+    init = tuple(jnp.full((P, T, *s.shape[2:]), e, s.dtype) for s, e in zip(shapes, empty))
+
+    def chunk(j, outs):
+        start = jnp.minimum(j * W, T - W)
+        res = fn(*(lax.dynamic_slice_in_dim(c, start, W, axis=1) for c in columns))
+        return tuple(lax.dynamic_update_slice_in_dim(o, r, start, axis=1) for o, r in zip(outs, res))
+
+    return lax.fori_loop(0, (used + W - 1) // W, chunk, init)
+
+
+def _distances_to(spec: GenomeSpec, config: DistanceConfig, population: Genome, b: Genome) -> jax.Array:
+    """``float32 [P]``: every genome of ``population`` to the one genome ``b``; the row terms only
+    for rows in use (:func:`_used_rows`), the same values as ``vmap(distance)``."""
+    tables = _tables(spec, config, b)
+
+    def flat(fn):  # the rows of a chunk as one flat batch of lookups in b's tables
+        def run(*cols):
+            P, W = cols[0].shape[:2]
+            out = fn(*(c.reshape(P * W, *c.shape[2:]) for c in cols))
+            return tuple(o.reshape(P, W, *o.shape[1:]) for o in out)
+
+        return run
+
+    rows = {
+        "conn": _used_rows(
+            flat(lambda *c: _conn_rows(spec, config, tables["conn"], *c)),
+            _conn_columns(population),
+            population.conn_valid,
+            (False, 0.0, False),
+        )
+    }
+    if "node" in tables:
+        rows["node"] = _used_rows(
+            flat(lambda *c: _node_rows(spec, config, tables["node"], *c)),
+            _node_columns(population),
+            population.node_valid,
+            (False, 0.0),
+        )
+    return jax.vmap(lambda a, r: _combine(spec, config, a, b, r))(population, rows)
 
 
 def distance_matrix(
@@ -424,11 +566,13 @@ def distance_matrix(
     representatives: Genome,
     batch_size: int | None = None,
 ) -> jax.Array:
-    """Distances of every genome to every representative: ``float32 [P, S]``.
+    """Distances of every genome to every representative: ``float32 [P, S]``, the same values as
+    :func:`distance` of each pair.
 
     ``population``: genomes ``[P, ...]``; ``representatives``: ``[S, ...]`` (e.g. species centres).
-    ``lax.map`` walks over the representatives, ``batch_size`` at a time (``None``: one), each step
-    a ``vmap`` over the population that sorts each representative's rows once: memory
+    ``lax.map`` walks over the representatives, ``batch_size`` at a time (``None``: one); each step
+    sorts the representative's rows once and looks up the population's rows in use (up to the last
+    row any genome uses: genomes fill their first free rows, so usually a small prefix): memory
     ``O(batch_size * P * (N + C))``, never ``[P, S, C]`` or ``[C, C]``.
     """
     if batch_size is not None:
@@ -439,8 +583,6 @@ def distance_matrix(
         raise ArgumentError(
             f"representatives must be genomes [S, ...], got node_key {representatives.node_key.shape}"
         )
-
-    def to_all(rep: Genome) -> jax.Array:
-        return jax.vmap(lambda g: distance(spec, config, g, rep))(population)
-
-    return lax.map(to_all, representatives, batch_size=batch_size).T
+    return lax.map(
+        lambda rep: _distances_to(spec, config, population, rep), representatives, batch_size=batch_size
+    ).T

@@ -55,9 +55,11 @@ an add-connection a free connection row; a mutation that would overflow is skipp
 
 Everything is pure and ``jit``-able with ``spec`` and ``config`` static; per-genome work is
 ``vmap``-ped, the numbering is one sort over the population's proposals; cycle checks and pruning
-are bounded frontier propagations over the edge list (``segment_max`` in a ``lax.while_loop``),
-never ``[N, N]`` matrices. The node rows of the connections' endpoints are found once per call
-(one sorted node table per genome, :func:`~evotensor.neat.distance.endpoint_rows`) and kept up to
+are bounded frontier propagations over the edge lists of the whole population at once (one
+gather and one scatter per chunk of edge columns in a ``lax.while_loop``, only up to the last
+column any genome uses: genomes fill their first free rows), never ``[N, N]`` matrices. The node
+rows of the connections' endpoints are found once per call (one sorted node table per genome,
+:func:`~evotensor.neat.distance.endpoint_rows`) and kept up to
 date by the steps (node rows never move). The random numbers of the structural steps are one flat
 uniform draw (columns: the four decisions, the split, the fallback's and the added connection's
 endpoints, the deletions), plus one call of the gene types' ``init`` for all new nodes and one for
@@ -245,29 +247,58 @@ def _first_free(valid: jax.Array, exclude: jax.Array | None = None) -> jax.Array
     return jnp.argmax(free).astype(jnp.int32)
 
 
+# edge columns per chunk of the reach sweep: genomes fill their first free rows, so a population
+# usually uses a small prefix of its ``max_conns`` columns and the sweep stops at the last used one
+_REACH_CHUNK = 8
+
+
 def _reach(
     start: jax.Array, src: jax.Array, dst: jax.Array, edge: jax.Array, target: jax.Array | None = None
 ) -> jax.Array:
-    """Nodes reachable from ``start`` (``bool [N]``) along the edges ``src[e] -> dst[e]`` (rows)
-    with ``edge[e]``: frontier propagation, one ``segment_max`` per step, stopping when nothing new
-    is reached (at most ``N`` steps) or ``target`` is reached."""
-    N = start.shape[0]
+    """Nodes reachable from ``start`` (``bool [P, N]``) along each genome's edges ``src[p, e] ->
+    dst[p, e]`` (node rows, ``int32 [P, C]``) with ``edge[p, e]``, for the whole population at once:
+    ``bool [P, N]``.
+
+    Frontier propagation over one flat node array (genome ``p``'s row ``n`` at ``p * N + n``):
+    each step sweeps the edge columns in chunks of ``_REACH_CHUNK``, only up to the last column
+    any genome uses, with one gather and one scatter per chunk (a node reached by an earlier chunk
+    already propagates in a later one: the same fixed point, reached in no more steps). It stops when
+    nothing new is reached (at most ``N`` steps) or, with ``target`` (``int32 [P]``), when every
+    genome with a non-empty start has reached its target row (only ``reached[p, target[p]]`` is
+    meaningful then)."""
+    P, N = start.shape
+    C = src.shape[1]
+    W = min(_REACH_CHUNK, C)
+    chunks = -(-C // W)
+    sink = P * N  # inactive edges point here: a node never started, never read back
+    base = (jnp.arange(P, dtype=jnp.int32) * N)[:, None]
+    pad = ((0, 0), (0, chunks * W - C))
+    flat_src = jnp.pad(jnp.where(edge, src + base, sink), pad, constant_values=sink)
+    flat_dst = jnp.pad(jnp.where(edge, dst + base, sink), pad, constant_values=sink)
+    used = jnp.max(jnp.where(edge, jnp.arange(C, dtype=jnp.int32), -1)) + 1
+    n_chunks = (used + W - 1) // W
+    live = jnp.any(start, axis=1)
+
+    def sweep(j, reached):
+        s = lax.dynamic_slice(flat_src, (0, j * W), (P, W))
+        d = lax.dynamic_slice(flat_dst, (0, j * W), (P, W))
+        return reached.at[jnp.where(reached[s], d, sink)].set(True, mode="drop")
 
     def body(carry):
         i, reached, _ = carry
-        msg = (reached[src] & edge).astype(jnp.int32)
-        new = reached | (jax.ops.segment_max(msg, dst, num_segments=N) > 0)
+        new = lax.fori_loop(0, n_chunks, sweep, reached)
         return i + 1, new, jnp.any(new != reached)
 
     def cond(carry):
         i, reached, changed = carry
         go = changed & (i < N)
         if target is not None:
-            go = go & ~reached[target]
+            go = go & jnp.any(live & ~reached[base[:, 0] + target])
         return go
 
-    _, reached, _ = lax.while_loop(cond, body, (jnp.int32(0), start, jnp.bool_(True)))
-    return reached
+    flat = jnp.concatenate([start.reshape(P * N), jnp.zeros((1,), bool)])
+    _, reached, _ = lax.while_loop(cond, body, (jnp.int32(0), flat, jnp.bool_(True)))
+    return reached[:sink].reshape(P, N)
 
 
 def _clear_nodes(g: Genome, rows: jax.Array) -> Genome:
@@ -311,30 +342,40 @@ def _write_conn(g: Genome, row, in_key, out_key, innov, attrs, when) -> Genome:
     )
 
 
-def _one_required(spec: GenomeSpec, g: Genome, src: jax.Array, dst: jax.Array) -> jax.Array:
+def _required(spec: GenomeSpec, population: Genome, src, dst, when: jax.Array | None = None) -> jax.Array:
+    """``bool [P, N]``: the nodes (not input pins) that feed an output through enabled connections
+    (``src``, ``dst``: endpoint rows ``[P, C]``); only genomes with ``when`` (``bool [P]``) are
+    searched (the others start from an empty frontier and get nothing)."""
     idx = jnp.arange(spec.max_nodes)
-    outputs = (idx >= spec.num_inputs) & (idx < spec.num_io)
+    outputs = jnp.broadcast_to((idx >= spec.num_inputs) & (idx < spec.num_io), population.node_key.shape)
+    edge = population.conn_valid & population.conn_enabled
+    if when is not None:
+        outputs = outputs & when[:, None]
     # backwards: a node is required if it feeds a required node through an enabled connection
-    required = _reach(outputs, dst, src, g.conn_valid & g.conn_enabled)
-    return required & g.node_valid & (idx >= spec.num_inputs)
+    required = _reach(outputs, dst, src, edge)
+    return required & population.node_valid & (idx >= spec.num_inputs)
 
 
-def _one_prune(spec: GenomeSpec, g: Genome, src, dst, when: jax.Array) -> tuple[Genome, jax.Array]:
-    hidden = g.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
-    # a genome that does not prune starts from an empty frontier: one loop step
-    required = _one_required(spec, g.replace(conn_enabled=g.conn_enabled & when), src, dst)
-    drop = hidden & ~required & when
-    return _remove_nodes(g, drop, src, dst), jnp.sum(drop, dtype=jnp.int32)
+def _prune(spec: GenomeSpec, population: Genome, src, dst, when: jax.Array) -> tuple[Genome, jax.Array]:
+    """Remove, in the genomes with ``when`` (``bool [P]``), every hidden node that feeds no output
+    and its connections: ``(population, removed int32 [P])``."""
+    hidden = population.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
+    drop = hidden & ~_required(spec, population, src, dst, when) & when[:, None]
+    return jax.vmap(_remove_nodes)(population, drop, src, dst), jnp.sum(drop, axis=1, dtype=jnp.int32)
 
 
-def _one_creates_cycle(g: Genome, src, dst, in_row, out_row, same: jax.Array, when: jax.Array) -> jax.Array:
-    """Would a connection from node row ``in_row`` to node row ``out_row`` close a cycle: the
-    same node (``same``) or ``in`` reachable from ``out`` through any existing connection
-    (enabled or not)."""
-    node = jnp.arange(g.node_key.shape[0])
-    start = (node == out_row) & when
-    reached = _reach(start, src, dst, g.conn_valid, target=in_row)
-    return when & (same | jnp.any(reached & (node == in_row)))
+def _creates_cycle(
+    population: Genome, src, dst, in_row, out_row, same: jax.Array, when: jax.Array
+) -> jax.Array:
+    """``bool [P]``: would a connection from node row ``in_row`` to node row ``out_row`` (``int32
+    [P]``; ``out_row`` ``-1``: no such node) close a cycle in the genomes with ``when``: the same
+    node (``same``) or ``in`` reachable from ``out`` through any existing connection (enabled or
+    not)."""
+    node = jnp.arange(population.node_key.shape[1])
+    start = (node == out_row[:, None]) & when[:, None]
+    reached = _reach(start, src, dst, population.conn_valid, target=in_row)
+    hit = jnp.take_along_axis(reached, in_row[:, None], axis=1)[:, 0]
+    return when & (same | hit)
 
 
 def _new_conn_attrs(spec: GenomeSpec, config: MutationConfig, key: jax.Array, shape) -> jax.Array:
@@ -428,17 +469,7 @@ def _add_node(spec, config, population, rows, next_node_key, next_innov, mask, u
 # ---- add connection
 
 
-def _one_conn_propose_apply(
-    spec: GenomeSpec,
-    config: MutationConfig,
-    u: jax.Array,
-    attrs: jax.Array,
-    g: Genome,
-    src: jax.Array,
-    dst: jax.Array,
-    do: jax.Array,
-    mark: int,
-):
+def _one_conn_propose(spec: GenomeSpec, config: MutationConfig, u: jax.Array, g: Genome, do: jax.Array):
     idx = jnp.arange(spec.max_nodes)
     out_row, _ = _random_row(u[0], g.node_valid & (idx >= spec.num_inputs))
     if config.conn_from_outputs:
@@ -451,21 +482,27 @@ def _one_conn_propose_apply(
     exists = jnp.any(match)
     if config.surer:
         g = g.replace(conn_enabled=g.conn_enabled | (match & do))
-    want = do & ~exists
-    if spec.feed_forward:
-        want = want & ~_one_creates_cycle(g, src, dst, in_row, out_row, i_key == o_key, want)
+    return g, in_row, out_row, i_key, o_key, do & ~exists
+
+
+def _one_conn_apply(attrs, g: Genome, src, dst, in_row, out_row, i_key, o_key, want, mark: int):
     room = jnp.any(~g.conn_valid)
     ok = want & room
     free = _first_free(g.conn_valid)
     g = _write_conn(g, free, i_key, o_key, jnp.int32(mark), attrs, ok)
-    return g, _put(src, free, in_row, ok), _put(dst, free, out_row, ok), ok, i_key, o_key, want & ~room
+    return g, _put(src, free, in_row, ok), _put(dst, free, out_row, ok), ok, want & ~room
 
 
 def _add_conn_marked(spec, config, population, rows, mask, mark, u, attrs):
     """Add-connection (``u float32 [P, 2]``: the draws of ``out`` and ``in``; ``attrs [P, B]``)."""
-    population, src, dst, ok, i_key, o_key, skip = jax.vmap(
-        lambda u, a, g, s, d, do: _one_conn_propose_apply(spec, config, u, a, g, s, d, do, mark)
-    )(u, attrs, population, *rows, mask)
+    population, in_row, out_row, i_key, o_key, want = jax.vmap(
+        lambda u, g, do: _one_conn_propose(spec, config, u, g, do)
+    )(u, population, mask)
+    if spec.feed_forward:
+        want = want & ~_creates_cycle(population, *rows, in_row, out_row, i_key == o_key, want)
+    population, src, dst, ok, skip = jax.vmap(lambda a, g, s, d, *x: _one_conn_apply(a, g, s, d, *x, mark))(
+        attrs, population, *rows, in_row, out_row, i_key, o_key, want
+    )
     metrics = _metrics(conns_added=ok, capacity_skips=skip)
     return population, (src, dst), (ok, i_key, o_key, mark), metrics
 
@@ -486,31 +523,27 @@ def _number_marked(population: Genome, slots, next_innov):
 # ---- deletions
 
 
-def _one_delete_node(spec, config, u, g, src, dst, do):
+def _one_delete_node(spec, u, g, src, dst, do):
     hidden = g.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
     row, has = _random_row(u, hidden)
     ok = do & has
-    g = _remove_nodes(g, (jnp.arange(spec.max_nodes) == row) & ok, src, dst)
-    pruned = jnp.int32(0)
-    if config.prune_dangling:
-        g, pruned = _one_prune(spec, g, src, dst, ok)
-    return g, ok, pruned
+    return _remove_nodes(g, (jnp.arange(spec.max_nodes) == row) & ok, src, dst), ok
 
 
-def _one_delete_conn(spec, config, u, g, src, dst, do):
+def _one_delete_conn(spec, u, g, src, dst, do):
     row, has = _random_row(u, g.conn_valid)
     ok = do & has
-    g = _clear_conns(g, (jnp.arange(spec.max_conns) == row) & ok)
-    pruned = jnp.int32(0)
-    if config.prune_dangling:
-        g, pruned = _one_prune(spec, g, src, dst, ok)
-    return g, ok, pruned
+    return _clear_conns(g, (jnp.arange(spec.max_conns) == row) & ok), ok
 
 
 def _delete(one, spec, config, population, rows, mask, u):
-    """A deletion step (``u float32 [P]``: the choice); the endpoint rows of the remaining
-    connections do not change."""
-    return jax.vmap(lambda u, g, s, d, do: one(spec, config, u, g, s, d, do))(u, population, *rows, mask)
+    """A deletion step (``u float32 [P]``: the choice), then pruning where a deletion happened
+    (``config.prune_dangling``); the endpoint rows of the remaining connections do not change."""
+    population, ok = jax.vmap(lambda u, g, s, d, do: one(spec, u, g, s, d, do))(u, population, *rows, mask)
+    pruned = jnp.zeros(ok.shape, jnp.int32)
+    if config.prune_dangling:
+        population, pruned = _prune(spec, population, *rows, ok)
+    return population, ok, pruned
 
 
 def _draw(u: jax.Array, prob: float, mask: jax.Array | None) -> jax.Array:
@@ -520,7 +553,7 @@ def _draw(u: jax.Array, prob: float, mask: jax.Array | None) -> jax.Array:
 
 
 def _rows(population: Genome) -> tuple[jax.Array, jax.Array]:
-    return jax.vmap(endpoint_rows)(population)
+    return endpoint_rows(population)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -660,13 +693,14 @@ def mutate_attributes(key: jax.Array, spec: GenomeSpec, population: Genome) -> G
 def required_nodes(spec: GenomeSpec, population: Genome) -> jax.Array:
     """``bool [pop, N]``: nodes (outputs and hidden, not input pins) whose value reaches an output
     through enabled connections (neat-python's ``required_for_output``; outputs always)."""
-    return jax.vmap(lambda g: _one_required(spec, g, *endpoint_rows(g)))(population)
+    return _required(spec, population, *_rows(population))
 
 
 def prune_dangling(spec: GenomeSpec, population: Genome) -> tuple[Genome, jax.Array]:
     """Remove every hidden node not in :func:`required_nodes` and all connections touching it:
     ``(population, removed int32 [pop])``."""
-    return jax.vmap(lambda g: _one_prune(spec, g, *endpoint_rows(g), jnp.bool_(True)))(population)
+    P = population.node_key.shape[0]
+    return _prune(spec, population, *_rows(population), jnp.ones((P,), bool))
 
 
 def creates_cycle(population: Genome, in_key: jax.Array, out_key: jax.Array) -> jax.Array:
@@ -675,13 +709,16 @@ def creates_cycle(population: Genome, in_key: jax.Array, out_key: jax.Array) -> 
     ``creates_cycle``; a self-loop counts). Frontier propagation from ``out`` with ``segment_max``
     over the edge list, stopping when ``in`` is reached or nothing new is."""
 
-    def one(g, in_key, out_key):
+    def rows(g, in_key, out_key):
         in_row = jnp.argmax(g.node_key == in_key).astype(jnp.int32)
         is_out = g.node_key == out_key
-        out_row = jnp.where(jnp.any(is_out), jnp.argmax(is_out), -1).astype(jnp.int32)
-        return _one_creates_cycle(g, *endpoint_rows(g), in_row, out_row, in_key == out_key, jnp.bool_(True))
+        return in_row, jnp.where(jnp.any(is_out), jnp.argmax(is_out), -1).astype(jnp.int32)
 
-    return jax.vmap(one)(population, in_key, out_key)
+    in_row, out_row = jax.vmap(rows)(population, in_key, out_key)
+    P = population.node_key.shape[0]
+    return _creates_cycle(
+        population, *_rows(population), in_row, out_row, in_key == out_key, jnp.ones((P,), bool)
+    )
 
 
 def _structural_masks(u: jax.Array, config: MutationConfig):

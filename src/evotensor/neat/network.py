@@ -59,6 +59,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int, check_positive
 from evotensor.core.pytree import pytree_dataclass
@@ -69,7 +70,7 @@ from evotensor.neat.activations import (
     apply_aggregation,
     function_set,
 )
-from evotensor.neat.distance import SortedTable
+from evotensor.neat.distance import endpoint_lookup
 from evotensor.neat.genome import EMPTY, Genome, GenomeSpec
 
 __all__ = [
@@ -218,6 +219,46 @@ def _levels(valid: jax.Array, src: jax.Array, dst: jax.Array, n: int) -> jax.Arr
     return lvl
 
 
+# edge columns per chunk of :func:`_levels_population`
+_EDGE_CHUNK = 8
+
+
+def _levels_population(valid: jax.Array, src: jax.Array, dst: jax.Array, n: int) -> jax.Array:
+    """:func:`_levels` of a whole population at once (``valid [P, n]``, edges ``[P, C]`` sorted with
+    the live ones first, ``dst = n`` for the others): the same rounds, each one max-scatter per chunk
+    of ``_EDGE_CHUNK`` edge columns, only up to the last live edge of any genome (genomes use few of
+    their rows). A round reads the levels of the previous one, as :func:`_levels` does; a genome
+    that has converged stays unchanged in later rounds."""
+    P, C = src.shape
+    W = min(_EDGE_CHUNK, C)
+    base = (jnp.arange(P, dtype=jnp.int32) * (n + 1))[:, None]
+    flat_src, flat_dst = src + base, dst + base  # row n of each genome: the dead edges' sink
+    used = jnp.max(jnp.where(dst < n, jnp.arange(C, dtype=jnp.int32), -1)) + 1
+    lvl0 = jnp.where(valid, 0, -1).astype(jnp.int32)
+    lowest = jnp.iinfo(jnp.int32).min  # segment_max's value for a node without edges
+
+    def cond(carry):
+        _, changed, it = carry
+        return changed & (it < n)
+
+    def body(carry):
+        lvl, _, it = carry
+        flat = jnp.concatenate([lvl, jnp.zeros((P, 1), jnp.int32)], axis=1).reshape(-1)
+
+        def chunk(j, cand):
+            start = jnp.minimum(j * W, C - W)
+            s = lax.dynamic_slice_in_dim(flat_src, start, W, axis=1)
+            d = lax.dynamic_slice_in_dim(flat_dst, start, W, axis=1)
+            return cand.at[d].max(flat[s] + 1)
+
+        cand = lax.fori_loop(0, (used + W - 1) // W, chunk, jnp.full((P * (n + 1),), lowest, jnp.int32))
+        new = jnp.where(valid, jnp.maximum(lvl, cand.reshape(P, n + 1)[:, :n]), -1)
+        return new, jnp.any(new != lvl), it + 1
+
+    lvl, _, _ = lax.while_loop(cond, body, (lvl0, jnp.ones((), bool), jnp.zeros((), jnp.int32)))
+    return lvl
+
+
 def transform(spec: GenomeSpec, genome: Genome, method: str = "auto") -> Network:
     """The :class:`Network` of a genome (or of a population: leading axes are vmapped).
 
@@ -240,20 +281,26 @@ def transform(spec: GenomeSpec, genome: Genome, method: str = "auto") -> Network
             f"genome has {genome.node_key.shape[-1:]} node rows / {genome.conn_innov.shape[-1:]} connection "
             f"rows; spec wants ({spec.max_nodes},) / ({spec.max_conns},)"
         )
-    if genome.node_key.ndim > 1:
+    if genome.node_key.ndim > 2:
         return jax.vmap(lambda g: transform(spec, g, "dense" if dense else "sparse"))(genome)
-    return _transform_one(spec, genome, dense)
+    # both endpoint columns looked up in one sorted node table per genome (for a population only
+    # the connection rows some genome uses)
+    ends = endpoint_lookup(genome)
+    if genome.node_key.ndim == 1:
+        return _transform_one(spec, genome, dense, ends, spec.feed_forward)
+    net = jax.vmap(lambda g, e: _transform_one(spec, g, dense, e, False))(genome, ends)
+    if not spec.feed_forward:
+        return net
+    level = _levels_population(net.node_valid, net.edge_src, net.edge_dst, spec.max_nodes)
+    return net.replace(level=level, max_depth=jnp.maximum(jnp.max(level, axis=1), 0).astype(jnp.int32))
 
 
-def _transform_one(spec: GenomeSpec, g: Genome, dense: bool) -> Network:
-    n = spec.max_nodes
+def _transform_one(spec: GenomeSpec, g: Genome, dense: bool, ends, levels: bool) -> Network:
+    """One genome's network; ``levels=False`` leaves the levels at 0 (a population's are computed
+    together, :func:`_levels_population`)."""
+    n, C = spec.max_nodes, spec.max_conns
     valid = g.node_key != EMPTY
-    # both endpoint columns looked up in one sorted node table (a one-operand sort: on a CPU much
-    # cheaper than an argsort per column)
-    table = SortedTable((g.node_key,), valid)
-    pos, found, _ = table.lookup((jnp.concatenate([g.conn_in, g.conn_out]),))
-    rows, C = table.perm[pos], spec.max_conns
-    src_row, dst_row, src_ok, dst_ok = rows[:C], rows[C:], found[:C], found[C:]
+    src_row, dst_row, src_ok, dst_ok = ends
     active = (g.conn_innov != EMPTY) & g.conn_enabled & src_ok & dst_ok & (dst_row >= spec.num_inputs)
     key = jnp.where(active, dst_row, n).astype(jnp.int32)
     if (n + 1) * C <= np.iinfo(np.int32).max:
@@ -269,7 +316,7 @@ def _transform_one(spec: GenomeSpec, g: Genome, dense: bool) -> Network:
     weight = spec.conn_gene.weight(g.conn_attrs).astype(jnp.float32)
     edge_weight = jnp.where(live, weight[perm], 0.0)
     in_degree = jax.ops.segment_sum(live.astype(jnp.int32), edge_dst, n + 1, indices_are_sorted=True)[:n]
-    if spec.feed_forward:
+    if levels:
         level = _levels(valid, edge_src, edge_dst, n)
     else:
         level = jnp.where(valid, 0, -1).astype(jnp.int32)
