@@ -98,3 +98,28 @@ def test_rejections_are_flagged_and_counted_exactly_at_the_length_cap():
         expected = ("add", donors_t[j], ("var", 1)) if fits[j] else recipient
         assert got[j] == expected
     np.testing.assert_array_equal(np.asarray(out.length), np.where(fits, [2 + s for s in sizes], 3))
+
+
+def test_values_move_bit_for_bit():
+    # the donor's constants arrive, and a rejected row keeps its own, with their exact bits (-0.0,
+    # inf, a NaN with a payload): the exchange only moves slots, it never computes with values
+    nan = np.frombuffer(np.uint32(0x7FC01234).tobytes(), np.float32)[0]
+    r = Forest.from_tuples([("add", ("const", -0.0), ("var", 0))] * 2, 8, FS)
+    d = Forest.from_tuples([("mul", ("const", 1.0), ("const", 2.0))] * 2, 8, FS)
+    d = d.replace(value=d.value.at[:, 1].set(nan).at[:, 2].set(-np.inf))
+    out, ok = exchange(r, jnp.array([2, 9]), d, jnp.array([0, 0]))  # row 1: position outside
+    assert ok.tolist() == [True, False]
+    bits = lambda a: np.asarray(a).view(np.uint32)  # noqa: E731
+    expected = jnp.concatenate([r.value[0, :2], d.value[0, :3]])  # add(-0.0, mul(NaN, -inf))
+    np.testing.assert_array_equal(bits(out.value[0, :5]), bits(expected))
+    np.testing.assert_array_equal(bits(out.value[1]), bits(r.value[1]))
+    assert bits(out.value[0, 1]) == bits(np.float32(-0.0))
+
+
+def test_one_gather_per_field():
+    # program size: the four fields are read by one gather each from a shared source index, plus
+    # the two subtree-size lookups; a gather per field and side (10) made this the variation's
+    # largest compiled piece
+    f = Forest.empty(5, 16)
+    text = jax.jit(exchange).lower(f, jnp.zeros(5, jnp.int32), f, jnp.zeros(5, jnp.int32)).as_text()
+    assert text.count('"stablehlo.gather"') == 6
