@@ -36,6 +36,21 @@ wait
 tail -3 "$OUT/build.log"; echo "setup $(( $(date +%s) - T0 ))s"
 nvidia-smi -L 2>/dev/null
 python3 -c "import jax, evotensor.gp.native as n, evotensor.tree as t; print(jax.devices(), n.AVAILABLE, t.SPEEDUPS)" 2>&1 | tail -2
+# Constant fitting on the GPU: a helper's screening runs on an H100 (session 13, JAX 0.11.2) died with
+# CUDA_ERROR_ILLEGAL_ADDRESS whenever trees had constant leaves and constant optimization was on
+# (unconfirmed; no log kept). Each setting in its own process, so one crash does not hide the others.
+for KW in '{}' '{"constant_optimization": "auto"}' \
+          '{"survival": "nsga2", "constant_optimization": "auto", "refine_top": 64}'; do
+    EVOTENSOR_CACHE_DIR=off timeout 120 python3 -c "
+import json, sys, numpy as np
+from evotensor.gp import SymbolicRegressor
+kw = json.loads(sys.argv[1])
+X = np.random.default_rng(0).uniform(-1, 1, (200, 1)).astype('float32')
+y = X[:, 0] ** 3 + X[:, 0] ** 2 + X[:, 0]
+est = SymbolicRegressor(population_size=500, generations=10, random_state=0, **kw).fit(X, y)
+print('sr-constants', kw, 'R2', est.score(X, y), est.best_.expression)" "$KW" > "$OUT/sr_constants.log" 2>&1
+    echo "sr-constants $KW rc=$?"; grep -E "^sr-constants|Error|ILLEGAL" "$OUT/sr_constants.log" | tail -3
+done
 NPROC=$(nproc)
 # Ray's wheel alone is larger than what the device tool carries (64 MiB): without it, its two test
 # files are left out here, said so, and run in CI (which installs the distributed extra).

@@ -67,6 +67,8 @@ def fitted() -> SymbolicRegressor:
         ("linear_scaling", "yes"),
         ("refine_top", -1),
         ("const_prob", 1.5),
+        ("const_range", (1.0, -1.0)),
+        ("const_range", (0.0, float("inf"))),
         ("function_weights", {"tan": 1.0}),
         ("function_weights", (1.0, -1.0, 1.0, 1.0)),
         ("survival", "plus"),
@@ -91,17 +93,32 @@ def test_bad_parameter_is_named_in_fit(param, value):
 def test_const_prob_and_function_weights_reach_the_strategy():
     """The regressor's terminal-set and function-weight options are the GP's (no compile)."""
     model = SymbolicRegressor(
-        function_set=("add", "mul", "sin"), const_prob=0.0, function_weights={"sin": 0.5}
+        function_set=("add", "mul", "sin"),
+        const_prob=0.0,
+        function_weights={"sin": 0.5},
+        const_range=(1.0, 1.0),
     )
     c = model._checked()
     gp = GP(c["population_size"], c["function_set"], 2, c["max_len"], **model._strategy_options(c, 1))
-    assert gp.const_prob == 0.0
+    assert gp.const_prob == 0.0 and gp.const_range == (1.0, 1.0)
     assert gp.function_weights == pytest.approx((0.4, 0.4, 0.2))  # unnamed functions keep weight 1
     assert gp.initializer.function_weights == gp.mutation_generator.function_weights == gp.function_weights
     default = SymbolicRegressor()
     c = default._checked()
     gp = GP(c["population_size"], c["function_set"], 2, c["max_len"], **default._strategy_options(c, 1))
-    assert gp.const_prob == 0.5 and gp.function_weights is None
+    assert gp.const_prob == 0.5 and gp.function_weights is None and gp.const_range == (-1.0, 1.0)
+
+
+def test_const_range_sets_the_value_of_every_new_constant_leaf():
+    """``const_range=(1, 1)``: the {x, 1} terminal set; every constant of the initial trees is a 1."""
+    from evotensor.gp.functions import CONST
+
+    model = SymbolicRegressor(population_size=64, const_prob=0.5, const_range=(1.0, 1.0))
+    c = model._checked()
+    gp = GP(c["population_size"], c["function_set"], 2, c["max_len"], **model._strategy_options(c, 1))
+    state = gp.init(jax.random.key(0))
+    is_const = np.asarray(state.forest.opcode) == CONST
+    assert is_const.any() and np.all(np.asarray(state.forest.value)[is_const] == 1.0)
 
 
 def test_bad_combination_names_the_parameter():

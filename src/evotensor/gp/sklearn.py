@@ -766,13 +766,16 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         refine_top: re-score the best ``refine_top`` trees of every generation without the float32
             floor of the closed-form scaled error (``SymbolicRegression(refine_top=)``), so exact
             models outrank near-misses. Default 0 (off).
-        const_prob: probability that a new leaf is a constant (uniform in ``[-1, 1]``). Default 0.5.
-            0: the terminal set is the variables only (as the Koza and Nguyen benchmarks specify);
+        const_prob: probability that a new leaf is a constant (uniform in ``const_range``). Default 0.5.
+            0: the terminal set is the variables only;
             the linear scaling ``a, b`` still fit scale and offset, and ``x/x`` makes a 1.
         function_weights: relative weights of the functions in new subtrees (initial trees, subtree
             and insert mutation): ``None`` (default: uniform), a sequence in the function set's order,
             or a mapping ``{name: weight}`` in which unnamed functions keep weight 1 (e.g. ``{"sin":
             0.1, "cos": 0.1}`` makes those ten times rarer). See ``GP(function_weights=)``.
+        const_range: ``(low, high)`` of the new constants, drawn uniformly. Default (-1, 1).
+            ``(1, 1)`` makes every new constant leaf a 1 (a ``{x, 1}`` terminal set); constant
+            optimization may still tune it afterwards.
 
     Example::
 
@@ -802,6 +805,7 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         verbose: int = 0,
         const_prob: float = 0.5,
         function_weights: Any = None,
+        const_range: tuple[float, float] = (-1.0, 1.0),
     ):
         self.population_size = population_size
         self.generations = generations
@@ -823,6 +827,7 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         self.verbose = verbose
         self.const_prob = const_prob
         self.function_weights = function_weights
+        self.const_range = const_range
 
     def _targets(self, y: np.ndarray) -> np.ndarray:
         return _float32_data(y, "y")
@@ -831,6 +836,7 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         # checked by GPConfig when the strategy is built (its errors name the argument)
         options = super()._strategy_options(c, n_outputs)
         options["const_prob"] = self.const_prob
+        options["const_range"] = self.const_range
         if self.function_weights is not None:
             options["function_weights"] = _weights_of(self.function_weights, c["function_set"])
         return options
