@@ -135,12 +135,7 @@ def _best_text(problem: Any):
     """``best.txt``'s text: the best tree as the problem scores it (with its linear or logit
     scaling), constants to 6 significant digits."""
 
-    def text(best: Forest) -> str:
-        if best.opcode.ndim == 1:
-            best = Forest(*(a[None] for a in (best.opcode, best.value, best.size, best.output)))
-        return str(problem.expression(best, "string", precision=6))
-
-    return text
+    return lambda best: str(problem.expression(best, "string", precision=6))  # one tree or forest[i]
 
 
 def _r2(pred: np.ndarray, y: np.ndarray) -> float:
