@@ -21,7 +21,7 @@ from tests.gp.eval_helpers import (
 )
 
 from evotensor.gp.evaluate import METRICS, evaluate, fitness
-from evotensor.gp.functions import BUILTIN_NAMES, VAR, FunctionSet
+from evotensor.gp.functions import BUILTIN_NAMES, CONST, VAR, FunctionSet
 from evotensor.gp.pallas_kernel import (
     DATA_PARALLEL_MIN_POINTS,
     SMALL_STACK,
@@ -32,6 +32,7 @@ from evotensor.gp.pallas_kernel import (
     evaluate_pallas,
     fitness_pallas,
     stack_peak,
+    variable_row,
 )
 
 FS = FunctionSet(("add", "mul", "div", "sin", "log", "if_then_else"))
@@ -386,6 +387,24 @@ def test_out_of_range_variables_are_clamped_as_on_the_jax_path():
     # the kernel's own value array holds in-range indices (a GPU load never leaves X)
     kernel_values = np.asarray(_prepare(forest, jnp.asarray(X), ALL_RAW, "hybrid", 4, 8, None)["trees"][1])
     np.testing.assert_array_equal(kernel_values[:H_POP, :H_LEN], clamped.value)
+
+
+def test_constant_leaves_never_address_a_row_outside_X():
+    # every leaf loads a row before the opcode chooses; on a GPU a constant's value used as the row
+    # (5.0, a tuned 1e9, -1, NaN) read outside X: CUDA_ERROR_ILLEGAL_ADDRESS with constant leaves
+    forest = random_forest(5, ALL_RAW, H_POP, H_LEN, H_VARS)
+    is_const = forest.opcode == CONST
+    assert is_const.any()
+    wild = np.array([5.0, 1e9, -1.0, -1e9, np.nan, np.inf, -np.inf, 3.7], np.float32)
+    forest.value[is_const] = wild[np.arange(is_const.sum()) % wild.size]
+    opcode, value = _prepare(
+        forest, jnp.asarray(random_data(5, H_POINTS, H_VARS)), ALL_RAW, "hybrid", 4, 8, None
+    )["trees"][:2]
+    rows = np.asarray(variable_row(opcode, value))
+    assert rows.min() >= 0 and rows.max() < H_VARS
+    np.testing.assert_array_equal(rows[np.asarray(opcode) != VAR], 0)
+    is_var = np.asarray(opcode) == VAR
+    np.testing.assert_array_equal(rows[is_var], np.asarray(value)[is_var].astype(np.int32))
 
 
 def test_blocks_are_powers_of_two():

@@ -158,6 +158,18 @@ def _write(slots: tuple, idx: jax.Array, value: jax.Array) -> tuple:
     return tuple(jnp.where(idx == k, value, s) for k, s in enumerate(slots))
 
 
+def variable_row(opcode: jax.Array, value: jax.Array) -> jax.Array:
+    """The row of ``X`` a leaf slot loads: its variable index for ``VAR`` (already clipped to
+    ``[0, n_vars)`` when the forest is laid out), row 0 for any other slot.
+
+    Every leaf loads a row before the opcode picks between the variable and the constant, so a
+    constant's value must never become the address: on a GPU a row outside ``X`` is an illegal
+    memory access (``CUDA_ERROR_ILLEGAL_ADDRESS``), not the clamped read of the CPU interpreter.
+    Scalars or arrays of one shape -> ``int32`` of that shape.
+    """
+    return jnp.where(opcode == VAR, value, 0.0).astype(jnp.int32)
+
+
 def _tree_value(fs, groups, n_outputs, max_stack, op_ref, val_ref, out_ref, len_ref, x_ref, t):
     """Run tree ``t`` of the program's block on the program's rows -> ``[_next_pow2(n_outputs), rows]``.
 
@@ -172,7 +184,7 @@ def _tree_value(fs, groups, n_outputs, max_stack, op_ref, val_ref, out_ref, len_
     classes = [0] + sorted(groups)  # the arity classes present; 0: leaves
 
     def leaf(op, val, top, slots, sp):
-        x = x_ref[pl.ds(val.astype(jnp.int32), 1), :].reshape((rows,)).astype(jnp.float32)
+        x = x_ref[pl.ds(variable_row(op, val), 1), :].reshape((rows,)).astype(jnp.float32)
         node = jnp.where(op == VAR, x, jnp.where(op == CONST, val, 0.0))
         slots = _write(slots, sp - 1, top)  # the old top moves into the slots
         return node, node, slots
