@@ -1,7 +1,7 @@
 """Throughput and compile time versus device count, for every family, through ``run(..., mesh=)``.
 
     .venv/bin/python benchmarks/scale_devices.py [--devices 1,2,4] [--rounds 2] [--size small]
-        [--families es-cma,es-openes,qd,gp,neat] [--no-append]
+        [--families es-cma,es-openes,qd,gp,neat] [--generations N] [--no-append]
 
 Each device count runs in its own subprocess (JAX fixes its device count when it starts): on a CPU
 machine it gets that many host CPU devices (``jax_num_cpu_devices``), on a GPU machine the first
@@ -96,7 +96,13 @@ def _family(name: str, size: dict):
     return built.strategy, built.problem
 
 
-def worker(devices: int, families: list[str], size_name: str) -> None:
+def _size(name: str, generations: int | None) -> dict:
+    """The sizes of ``name``, with ``generations`` instead of its own when given (more generations:
+    a run long enough to time on a loaded machine)."""
+    return {**SIZES[name], **({"generations": generations} if generations else {})}
+
+
+def worker(devices: int, families: list[str], size_name: str, generations: int | None = None) -> None:
     """Runs in a subprocess: one JSON row per family on a mesh of ``devices`` devices."""
     import jax
 
@@ -108,7 +114,7 @@ def worker(devices: int, families: list[str], size_name: str) -> None:
 
     import evotensor
 
-    size = SIZES[size_name]
+    size = _size(size_name, generations)
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:devices]), ("pop",))
     for name in families:
         strategy, problem = _family(name, size)
@@ -136,13 +142,17 @@ def worker(devices: int, families: list[str], size_name: str) -> None:
 # -- the launcher ---------------------------------------------------------------------------------
 
 
-def _launch(devices: int, families: list[str], size: str, timeout: float) -> list[dict]:
+def _launch(
+    devices: int, families: list[str], size: str, timeout: float, generations: int | None
+) -> list[dict]:
     env = dict(os.environ)
     flags = env.get("XLA_FLAGS", "").split()
     forced = "--xla_force_host_platform_device_count"  # the worker sets its own count
     env["XLA_FLAGS"] = " ".join(f for f in flags if not f.startswith(forced))
     env.setdefault("EVOTENSOR_CACHE_DIR", "off")  # every round compiles: compile time is measured
     command = [sys.executable, __file__, "--worker", str(devices), "--families", ",".join(families)]
+    if generations:
+        command += ["--generations", str(generations)]
     done = subprocess.run(
         [*command, "--size", size], capture_output=True, text=True, env=env, timeout=timeout
     )
@@ -209,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--generations", type=int, default=None, help="generations (default: the size's)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per subprocess")
     parser.add_argument("--no-append", action="store_true", help=f"do not append to {RESULTS.name}")
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -218,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown families {unknown}; choose from {FAMILIES}")
     if args.worker is not None:
-        worker(args.worker, families, args.size)
+        worker(args.worker, families, args.size, args.generations)
         return
     counts = [int(c) for c in args.devices.split(",")]
     started, load_before = _dt.datetime.now(_dt.UTC), _load()
@@ -226,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     for r in range(args.rounds):
         for n in counts if r % 2 == 0 else counts[::-1]:
             print(f"round {r + 1}/{args.rounds}: {n} device(s) ...", flush=True)
-            rows += _launch(n, families, args.size, args.timeout)
+            rows += _launch(n, families, args.size, args.timeout, args.generations)
     table = _table(rows, counts, families)
     import jax
 
@@ -236,8 +247,8 @@ def main(argv: list[str] | None = None) -> None:
         f"- Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`\n"
         f"- Machine: {_machine()}; load average {load_before} before, {_load()} after; "
         f"jax {jax.__version__}, backend {jax.default_backend()}\n"
-        f"- Sizes: {SIZES[args.size]}; each row the median over rounds of one `evotensor.run` per "
-        "family and device count (all generations in one compiled chunk)\n"
+        f"- Sizes: {_size(args.size, args.generations)}; each row the median over rounds of one "
+        "`evotensor.run` per family and device count (all generations in one compiled chunk)\n"
     )
     print()
     print(header)

@@ -11,6 +11,9 @@ agree as the scenario promises:
   must be the local ``[pop / 4, max_len]`` slice.
 * ``lexicase``: the same with per-case errors and lexicase selection (the predictions split 4 ways):
   bit-identical.
+* ``variation``: a GP whose variation exercises every case of the per-device split
+  (:mod:`evotensor.gp.mesh_variation`: elites, NSGA-II, a user's operators, one of them computed
+  whole): bit-identical; also the split's plan and the collectives of the run's compiled chunk.
 * ``data``: a 2 x 2 mesh, trees split over ``pop`` and the 101 rows over ``data`` (one row left
   over): the fitness of one forest for several metrics with and without linear scaling, the
   predictions, and one evaluation with constant optimization, equal to one device within the
@@ -23,13 +26,17 @@ import re
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
 import evotensor
 from evotensor.core.checks import ArgumentError
 from evotensor.gp import GP, ConstantOptimizer, FunctionSet, SymbolicRegression, evaluate, fitness
+from evotensor.gp.functions import CONST
 from evotensor.gp.sharding import ForestMesh, evaluate_on_mesh, fitness_on_mesh
+from evotensor.gp.strategy import MUTATIONS
+from evotensor.gp.variation import GPOperator, default_registry
 
 POP, MAX_LEN, GENERATIONS = 24, 16, 3  # 24 x 16: "[6,16]" in the HLO can only be a quarter of the forest
 FUNCTIONS = ("add", "sub", "mul", "div", "sin")
@@ -128,6 +135,88 @@ def reference_lexicase() -> dict:
     return _lexicase(None)
 
 
+def _negate_constants(draws, forest, ctx, params):
+    """A user's mutation with a draw per row and one shared by its rows: split over the devices."""
+    u, shared = draws  # [n], [1]
+    hit = (forest.opcode == CONST) & (u[:, None] < shared[0])
+    return forest.replace(value=jnp.where(hit, -forest.value, forest.value)), jnp.any(hit, -1)
+
+
+def _scale_constants(draws, forest, ctx, params):
+    """A user's mutation whose one draw is not laid out by rows (``[n + 1]``: a shared factor,
+    then one per row): computed whole on every device."""
+    (u,) = draws
+    hit = (forest.opcode == CONST) & (u[1:, None] < 0.5)
+    return forest.replace(value=jnp.where(hit, forest.value * (0.5 + u[0]), forest.value)), jnp.any(hit, -1)
+
+
+def variation_gp() -> GP:
+    """A GP whose variation exercises every case of the per-device split (``variation`` scenario):
+    elites, leaf-biased crossover, NSGA-II survival, every built-in mutation and two of a user's
+    (one split, one computed whole), blocks whose counts do not divide by 4."""
+    registry = default_registry()
+    for name, shapes, apply in (
+        ("negate", lambda n, ctx: ((n,), (1,)), _negate_constants),
+        ("scale", lambda n, ctx: ((n + 1,),), _scale_constants),
+    ):
+        registry.register(GPOperator(name, "mutation", shapes, apply, grows=False))
+    probs = {**{name: 1.0 for name in MUTATIONS}, "negate": 2.0, "scale": 1.0}
+    return GP(
+        POP, FunctionSet(FUNCTIONS), 2, max_len=MAX_LEN, elite_rate=0.1, crossover="leaf_biased",
+        survival="nsga2", operators=registry, mutation_probs=probs, mutation_rate=0.9,
+    )  # fmt: skip
+
+
+COLLECTIVES = re.compile(
+    r"\b(all-gather|all-to-all|collective-permute|all-reduce|reduce-scatter)(?:-start)?\("
+)
+
+
+def collectives(hlo: str) -> dict[str, int]:
+    """``{op: count}`` of the collectives in an optimized HLO text."""
+    counts: dict[str, int] = {}
+    for op in COLLECTIVES.findall(hlo):
+        counts[op] = counts.get(op, 0) + 1
+    return counts
+
+
+def _variation(mesh: Any) -> dict:
+    """The ``variation`` scenario's run on ``mesh`` (``None``: one device, no mesh)."""
+    if mesh is None:
+        return _run(variation_gp(), _problem(), mesh)
+    compiled = []
+    compile_lowered = jax.stages.Lowered.compile
+
+    def keep(self, *args, **kwargs):  # the run's compiled programs, to read their collectives
+        out = compile_lowered(self, *args, **kwargs)
+        compiled.append(out)
+        return out
+
+    jax.stages.Lowered.compile = keep
+    try:
+        out = _run(variation_gp(), _problem(), mesh)
+    finally:
+        jax.stages.Lowered.compile = compile_lowered
+    plan = variation_gp().on_mesh(mesh)._variation_plan
+    out["plan"] = {
+        "local_children": plan.local_children,
+        "whole": [b.block.name for b in plan.blocks if b.local is b.block],
+    }
+    # the run's chunk of generations: the largest program it compiled
+    out["collectives"] = collectives(max((c.as_text() for c in compiled), key=len))
+    return out
+
+
+def scenario_variation() -> dict:
+    """The per-device variation (each device makes its share of the children) on 4 devices, and
+    the collectives of the run's compiled chunk of generations."""
+    return _variation(_mesh((4,), ("pop",)))
+
+
+def reference_variation() -> dict:
+    return _variation(None)
+
+
 METRIC_CASES = (("mse", True), ("mse", False), ("r2", True), ("rmse", False))
 
 
@@ -197,7 +286,7 @@ def _leaves(tree: Any, path: str = "") -> dict[str, np.ndarray]:
 def check(name: str, result: dict, reference: dict) -> None:
     """Raise ``AssertionError`` unless scenario ``name``'s ``result`` agrees with ``reference``."""
     got, want = _leaves(result), _leaves(reference)
-    if name in ("pop", "lexicase"):
+    if name in ("pop", "lexicase", "variation"):
         for key, value in want.items():
             if key == "/history/generation_mean":
                 # the run loop's mean over the fitness it lays out population-sharded: XLA adds the

@@ -68,7 +68,7 @@ def _against_references(names: list[str]) -> dict[str, tuple[dict, dict]]:
 
 @pytest.fixture(scope="module")
 def four_devices():
-    return _against_references(["pop", "data"])
+    return _against_references(["pop", "data", "variation"])
 
 
 def test_population_split_four_ways_is_bit_identical_to_one_device(four_devices):
@@ -82,6 +82,25 @@ def test_each_device_runs_the_kernels_on_its_own_slice_of_the_forest(four_device
     # the fitness kernel on [pop / 4, max_len], never on the whole forest [24, 16]
     assert ["evotensor_gp_moments", mesh_scenarios.POP // 4, mesh_scenarios.MAX_LEN] in calls
     assert not any(c[1:] == [mesh_scenarios.POP, mesh_scenarios.MAX_LEN] for c in calls), calls
+
+
+def test_variation_made_per_device_is_bit_identical_to_one_device(four_devices):
+    result, reference = four_devices["variation"]
+    mesh_scenarios.check("variation", result, reference)  # elites, NSGA-II, a user's operators
+    plan = result["plan"]
+    children = mesh_scenarios.POP - 3  # 10% elites: 3
+    assert plan["local_children"] < children  # each device made a share of the children, not all
+    assert plan["whole"] == ["scale"]  # the operator whose draws are not laid out by rows
+
+
+def test_a_generation_holds_a_handful_of_collectives(four_devices):
+    # the run's compiled chunk: the gathers of the parents, the children, the told forest and (for
+    # NSGA-II) the parents, of the [pop] fitness; the rejection counts; the run loop's own. Left to
+    # XLA's partitioner, the variation made 229 of them here (35 all-gathers, 63 all-to-alls, 115
+    # collective-permutes, 16 all-reduces)
+    counts = four_devices["variation"][0]["collectives"]
+    assert sum(counts.values()) <= 10, counts
+    assert "all-to-all" not in counts and "collective-permute" not in counts, counts
 
 
 def test_rows_split_over_a_data_axis_equal_one_device_to_summation_order(four_devices):

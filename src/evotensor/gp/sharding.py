@@ -39,7 +39,9 @@ Entry points: :meth:`evotensor.gp.SymbolicRegression.on_mesh` (and every problem
     pred = evaluate_on_mesh(layout, forest, X, fs)     # [pop, n, n_out], split along pop and data
 
 Layouts are stated on :func:`evotensor.core.mesh.auto_mesh` of the mesh given (XLA's partitioner
-places everything between the kernels).
+places everything between the kernels). A whole forest moves between devices packed into one int32
+array (:func:`pack_forest`), so gathering it is one collective (:meth:`ForestMesh.gathered`,
+:func:`all_gather_forest`); GP's variation on a mesh (:mod:`evotensor.gp.mesh_variation`) uses it.
 """
 
 from __future__ import annotations
@@ -147,6 +149,14 @@ class ForestMesh:
         # check_vma=False: the FFI and Pallas calls carry no replication rule for JAX to check
         return jax.shard_map(fn, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
 
+    def gathered(self, forest: Forest) -> Forest:
+        """Inside ``jit``: the population-sharded ``forest`` whole on every device, by one all-gather
+        of its packed fields (:func:`all_gather_forest`) instead of one per field and op that XLA's
+        partitioner would place around each use."""
+        spec = self.forest_spec(forest)
+        whole = jax.tree_util.tree_map(lambda _: P(), forest)
+        return self.shard_map(lambda f: all_gather_forest(f, self.axis), (spec,), whole)(forest)
+
     def rows(self, n_points: int, what: str = "X") -> tuple[int, int]:
         """``(split, rest)``: the first ``split = d * (n // d)`` rows are divided over the data axis'
         ``d`` devices, the last ``rest = n mod d`` are a group of their own (see the module
@@ -162,6 +172,32 @@ class ForestMesh:
 
 
 # ---- forests ------------------------------------------------------------------------------------------
+
+
+def pack_forest(forest: Forest) -> jax.Array:
+    """A forest's ``[..., L]`` int32 / float32 fields as one int32 ``[..., L, fields]`` (floats
+    bit-cast, so nothing changes on the way): one collective moves all of them."""
+    leaves = jax.tree_util.tree_leaves(forest)
+    as_int = [jax.lax.bitcast_convert_type(a, jnp.int32) if a.dtype == jnp.float32 else a for a in leaves]
+    return jnp.stack([a.astype(jnp.int32) for a in as_int], axis=-1)
+
+
+def unpack_forest(packed: jax.Array, like: Forest) -> Forest:
+    """The inverse of :func:`pack_forest`: a forest with ``like``'s structure and dtypes."""
+    leaves, tree = jax.tree_util.tree_flatten(like)
+    out = []
+    for i, a in enumerate(leaves):
+        x = packed[..., i]
+        out.append(
+            jax.lax.bitcast_convert_type(x, jnp.float32) if a.dtype == jnp.float32 else x.astype(a.dtype)
+        )
+    return jax.tree_util.tree_unflatten(tree, out)
+
+
+def all_gather_forest(forest: Forest, axis: str) -> Forest:
+    """Inside ``shard_map``: every device's rows of ``forest`` along ``axis``, in device order
+    (one all-gather of the packed fields)."""
+    return unpack_forest(jax.lax.all_gather(pack_forest(forest), axis, tiled=True), forest)
 
 
 def _as_forest(forest: Any) -> Forest:

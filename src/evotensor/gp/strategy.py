@@ -47,9 +47,11 @@ tournament) on that order, elites on the raw fitness as always. The survival is 
 by name (:class:`~evotensor.gp.config.Survival`), so a user's own survival plugs in the same way.
 
 On many devices (``evotensor.run(..., mesh=)``, :meth:`GP.on_mesh`): the forest of the state is
-split along the mesh's population axis, variation runs under ``jit`` on it (XLA's partitioner gathers
-the selected parents, at most ``[pop, max_len]``), selection reads the replicated ``[pop]`` fitness,
-and the results are those of one device for the same key; :mod:`evotensor.gp.sharding` splits the
+split along the mesh's population axis; variation runs per device inside ``shard_map``
+(:mod:`evotensor.gp.mesh_variation`: the parents gathered, every device drawing the generation's
+numbers and selecting on the replicated ``[pop]`` fitness, each making its share of the children,
+which are gathered back into one device's order); ``tell`` reads the told forest gathered once; the
+results are those of one device for the same key. :mod:`evotensor.gp.sharding` splits the
 evaluation (the custom-call evaluators run per device inside ``shard_map``).
 
 Epsilon-lexicase (``selection="lexicase"``) costs one random case order per parent (a sort of
@@ -97,6 +99,7 @@ from evotensor.gp.config import GPConfig
 from evotensor.gp.encoding import DecodedForest, Forest
 from evotensor.gp.evaluate import evaluate
 from evotensor.gp.generate import TreeGenerator
+from evotensor.gp.mesh_variation import VariationPlan, offspring_on_mesh
 from evotensor.gp.operators import default_insert_generator
 from evotensor.gp.selection import CaseErrors
 from evotensor.gp.sharding import ForestMesh
@@ -223,6 +226,7 @@ class GP:
     # hall of fame and out of NSGA-II's feasible fronts, which a finite stand-in value cannot do
     accepts_nonfinite = True
     _mesh_layout: ForestMesh | None = None  # set on the copy on_mesh returns
+    _variation_plan: VariationPlan | None = None  # on a mesh of several devices: how they share the children
 
     def __init__(
         self, population_size: int, function_set: Any, n_vars: int, max_len: int = 128, **options: Any
@@ -304,17 +308,21 @@ class GP:
         """This GP laid out for ``mesh`` (:mod:`evotensor.core.mesh`'s protocol; ``evotensor.run(...,
         mesh=)`` calls it): a copy whose state keeps the forest ``[pop, max_len]`` split along the
         mesh axis ``axis`` (:meth:`state_shardings`), whose ``ask`` returns the offspring split the
-        same way (variation runs under ``jit`` on the sharded forest: the selected parents are
-        gathered, at most ``[pop, max_len]`` as one device holds now), and whose ``tell`` selects on
-        the replicated ``[pop]`` fitness; the best tree, the hall of fame and every other field are
-        replicated. The same results as without a mesh for the same key (variation is integer and
-        gather work; tested bit for bit on 4 CPU devices).
+        same way (each device makes its share of the children from the gathered parents:
+        :mod:`evotensor.gp.mesh_variation`; a generation holds a few collectives: the gathers of
+        the parents, the children, the told forest and the ``[pop]`` fitness, and a sum of the
+        rejection counts), and whose ``tell`` selects on the replicated ``[pop]`` fitness; the best
+        tree, the hall of fame and every other field are replicated. The same results as without a
+        mesh for the same key (every child reads only its own tree and draws; tested bit for bit
+        on 4 CPU devices).
 
         Raises:
             ArgumentError: ``axis`` not an axis of the mesh, or a population size it does not divide.
         """
         placed = copy.copy(self)
         placed._mesh_layout = ForestMesh.of(mesh, axis, population_size=self.population_size)
+        n = placed._mesh_layout.tree_shards  # one device along the axis: nothing to split
+        placed._variation_plan = VariationPlan.of(self, n) if n > 1 else None
         return placed
 
     def state_shardings(self, state: GPState) -> GPState:
@@ -425,8 +433,13 @@ class GP:
             )
         selector = self.config.selector
         case_errors = self._case_errors(evaluation) if selector.on_case_errors else None
-        if self._mesh_layout is not None:  # selection, elites and the front read all of it
-            fitness = self._mesh_layout.constrain(fitness, None)
+        layout = self._mesh_layout
+        if layout is not None:  # selection, elites, the best tree and the front read all of it:
+            fitness = layout.constrain(fitness, None)  # one gather each, not one per use
+            if layout.tree_shards > 1:
+                forest = layout.gathered(forest)
+                if self.config.survivor.keeps_parents:
+                    state = state.replace(forest=layout.gathered(state.forest))  # type: ignore[attr-defined]
         raw = fitness.astype(jnp.float32)
         loss = jnp.where(jnp.isfinite(raw), raw, jnp.inf)  # non-finite: never in the front
         fitness = stand_ins_for_nonfinite(raw)  # what the run loop gives strategies that do not take NaN
@@ -476,6 +489,8 @@ class GP:
         previous = jnp.where(state.generation > 0, state.fitness, jnp.inf)
         both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), forest, state.forest)
         index = survive(jnp.concatenate([loss, previous]), both.length, P, self.max_len)
+        if self._mesh_layout is not None:  # computed whole on every device (no partial sorts)
+            index = self._mesh_layout.constrain(index, None)
         kept = jax.tree_util.tree_map(lambda a: a[index], both)
         return kept, jnp.concatenate([fitness, state.fitness])[index]
 
@@ -614,6 +629,8 @@ class GP:
         return pieces, rejected
 
     def _offspring(self, key: jax.Array, state: GPState, params: GPParams):
+        if self._variation_plan is not None:  # on a mesh: each device makes its share of the children
+            return offspring_on_mesh(self, self._mesh_layout, self._variation_plan, key, state, params)
         E = self.n_elite
         u = self._draw(key)
         forest = state.forest

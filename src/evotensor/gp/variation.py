@@ -33,6 +33,13 @@ GP's :class:`VariationContext`; ``params``: its :class:`~evotensor.gp.GPParams`,
 * crossover: ``apply(draws, pair [2C, L], crossing bool [C], ctx, params) -> (children [C, L],
   ok bool [C])``: ``pair`` holds the recipients then the donors, ``draw_shapes(C, ctx)`` is called
   with the number of pairs, and a pair with ``crossing`` False must come back as its recipient.
+
+Rows are independent: each result row reads only its own tree (pair) and its own draws, where a
+draw either has one axis of rows (for a fused pass: its members' rows, in member order) or is shared
+by every row. On a mesh the children are then made per device, each device running an operator on
+its own rows with the slices of the draws they read (:mod:`evotensor.gp.mesh_variation`), and the
+offspring stay those of one device; a block whose draw shapes do not show that layout is computed
+whole on every device instead.
 """
 
 from __future__ import annotations
