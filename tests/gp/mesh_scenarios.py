@@ -101,9 +101,11 @@ def _custom_call_operands(problem: SymbolicRegression, forest: Any) -> list[list
 
 
 def run_pop(mesh: Any) -> dict:
-    """The ``pop`` scenario's run on ``mesh`` (``None``: one device, no mesh)."""
+    """The ``pop`` scenario's run on ``mesh`` (``None``: one device, no mesh; with a mesh, also the
+    collectives of the run's compiled chunk)."""
     problem = _problem(constant_optimization=ConstantOptimizer(steps=3, fraction=0.25))
-    return _run(GP(POP, problem.function_set, 2, max_len=MAX_LEN), problem, mesh)
+    gp = GP(POP, problem.function_set, 2, max_len=MAX_LEN)
+    return _run(gp, problem, mesh) if mesh is None else _run_counting_collectives(gp, problem, mesh)
 
 
 def scenario_pop() -> dict:
@@ -180,10 +182,9 @@ def collectives(hlo: str) -> dict[str, int]:
     return counts
 
 
-def _variation(mesh: Any) -> dict:
-    """The ``variation`` scenario's run on ``mesh`` (``None``: one device, no mesh)."""
-    if mesh is None:
-        return _run(variation_gp(), _problem(), mesh)
+def _run_counting_collectives(gp: GP, problem: SymbolicRegression, mesh: Any) -> dict:
+    """:func:`_run`, with ``"collectives"``: those of the run's chunk of generations (the largest
+    program it compiled)."""
     compiled = []
     compile_lowered = jax.stages.Lowered.compile
 
@@ -194,16 +195,23 @@ def _variation(mesh: Any) -> dict:
 
     jax.stages.Lowered.compile = keep
     try:
-        out = _run(variation_gp(), _problem(), mesh)
+        out = _run(gp, problem, mesh)
     finally:
         jax.stages.Lowered.compile = compile_lowered
+    out["collectives"] = collectives(max((c.as_text() for c in compiled), key=len))
+    return out
+
+
+def _variation(mesh: Any) -> dict:
+    """The ``variation`` scenario's run on ``mesh`` (``None``: one device, no mesh)."""
+    if mesh is None:
+        return _run(variation_gp(), _problem(), mesh)
+    out = _run_counting_collectives(variation_gp(), _problem(), mesh)
     plan = variation_gp().on_mesh(mesh)._variation_plan
     out["plan"] = {
         "local_children": plan.local_children,
         "whole": [b.block.name for b in plan.blocks if b.local is b.block],
     }
-    # the run's chunk of generations: the largest program it compiled
-    out["collectives"] = collectives(max((c.as_text() for c in compiled), key=len))
     return out
 
 

@@ -71,7 +71,13 @@ from evotensor.gp.metrics import (
     total_sum_of_squares,
 )
 from evotensor.gp.selection import CaseErrors
-from evotensor.gp.sharding import ForestMesh, evaluate_on_mesh, fitness_on_mesh, optimize_on_mesh
+from evotensor.gp.sharding import (
+    ForestMesh,
+    evaluate_on_mesh,
+    fitness_on_mesh,
+    optimize_on_mesh,
+    tune_on_mesh,
+)
 
 __all__ = ["EVOGP_SR_FUNCTIONS", "Pagie1", "SymbolicRegression", "pagie1_data", "per_case_errors"]
 
@@ -346,8 +352,21 @@ class SymbolicRegression:
         return evaluation.replace(fitness=fit.at[top].set(value))
 
     def _tuned(self, key: jax.Array, forest: Any, minimized: jax.Array) -> Forest:
-        opcode, _, size, output, _ = forest_fields(forest)
         layout = self._mesh_layout
+        if layout is not None and layout.tree_shards > 1 and layout.data_axis is None:
+            # choose, tune and write back per device: a few collectives (see tune_on_mesh)
+            return tune_on_mesh(
+                layout,
+                self.constant_optimization,
+                key,
+                Forest(*forest_fields(forest)[:4]),
+                minimized,
+                self.X,
+                self.y,
+                self.function_set,
+                linear_scaling=self.linear_scaling,
+            )
+        opcode, _, size, output, _ = forest_fields(forest)
         value, _ = self.constant_optimization(
             key,
             forest,
