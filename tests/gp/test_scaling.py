@@ -272,3 +272,31 @@ def test_planted_exact_tree_is_the_reported_front_member():
         pick = int(select_model(hof.loss, hof.complexity, "best", hof.front_mask()))
         chosen[k] = float(np.asarray(hof.forest.value)[pick, 2])  # exp, mul, const, log, var
     assert chosen[0] == pytest.approx(0.499) and chosen[3] == 0.5
+
+
+def test_trees_the_caller_vouches_for_skip_the_check_and_the_others_get_nan():
+    """``valid=`` (a hall of fame's finite entries): the same coefficients for the trees marked valid,
+    NaN for the others (here an empty, malformed slot that the check would refuse), and no tree check
+    in the program (its prefix-count cumsum is the program's only reduce-window)."""
+    import jax
+
+    forest, X, y = planted()
+    empty = Forest.empty(1, forest.max_len)
+    both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), forest, empty)
+    valid = jnp.asarray([True, True, False])
+    backend = "native" if native.AVAILABLE else "jax"
+    with pytest.raises(ArgumentError):  # the check refuses the empty slot
+        scaling_coefficients(both, X, y, FS, backend=backend)
+    a, b = scaling_coefficients(both, X, y, FS, backend=backend, valid=valid)
+    a0, b0 = scaling_coefficients(forest, X, y, FS, backend=backend)
+    assert np.asarray(a[:2]).tobytes() == np.asarray(a0).tobytes()
+    assert np.asarray(b[:2]).tobytes() == np.asarray(b0).tobytes()
+    assert np.isnan(np.asarray(a[2])).all() and np.isnan(np.asarray(b[2])).all()
+    with pytest.raises(ArgumentError, match="valid"):
+        scaling_coefficients(both, X, y, FS, backend=backend, valid=valid[:2])
+
+    def lowered(**kw):
+        fn = jax.jit(lambda f: scaling_coefficients(f, X, y, FS, backend=backend, **kw))
+        return fn.lower(both).as_text()
+
+    assert "reduce_window" in lowered() and "reduce_window" not in lowered(valid=valid)

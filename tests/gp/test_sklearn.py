@@ -443,3 +443,87 @@ def test_a_fresh_process_reads_the_first_fits_programs_from_the_default_cache(tm
     assert warm["compile"] < cold["compile"]
     off = fresh(tmp_path / "off", EVOTENSOR_CACHE_DIR="off")
     assert off["best"] == cold["best"] and not (tmp_path / "off").exists()
+
+
+# -- compile options ----------------------------------------------------------------------------------
+
+
+def test_native_programs_get_the_cpu_compiler_options_and_xla_evaluated_ones_do_not():
+    """The classic emitters' programs equal the fusion emitters' bit for bit only where no tree is
+    evaluated or scaled by XLA itself: the native evaluator and native constant linearization, no
+    logit map."""
+    import evotensor.gp.sklearn as sk
+    from evotensor.gp import ConstantOptimizer, SymbolicClassification, native
+
+    X, y = planted(50)
+    fs = FunctionSet(("add", "sub", "mul", "div", "sin"))
+    native_problem = SymbolicRegression(X, y, fs)
+    jax_problem = SymbolicRegression(X, y, fs, backend="jax")
+    jax_tuning = SymbolicRegression(X, y, fs, constant_optimization=ConstantOptimizer(backend="jax"))
+    labels = (y > np.median(y)).astype(np.int32)
+    plain_classes = SymbolicClassification(X, labels, fs, logit_scaling=False)
+    logit_classes = SymbolicClassification(X, labels, fs, logit_scaling=True)
+    if native.AVAILABLE and jax.default_backend() == "cpu":
+        assert sk._compiler_options(native_problem) == sk.CPU_COMPILER_OPTIONS
+        assert sk._compiler_options(plain_classes) == sk.CPU_COMPILER_OPTIONS
+    for problem in (jax_problem, jax_tuning, logit_classes):
+        assert sk._compiler_options(problem) is None
+
+
+def test_compiler_options_xla_refuses_fall_back_to_its_defaults(monkeypatch):
+    import evotensor.gp.sklearn as sk
+
+    monkeypatch.setattr(sk, "_OPTIONS_REFUSED", [])
+    lowered = jax.jit(lambda a: a * 2.0).lower(jnp.ones(3))
+    compiled = sk._compiled(lowered, {"xla_no_such_option_anywhere": True})
+    np.testing.assert_array_equal(np.asarray(compiled(jnp.ones(3))), 2.0)
+    assert sk._OPTIONS_REFUSED  # and never tried again in this process
+
+
+WITH_AND_WITHOUT_OPTIONS = """
+import json, numpy as np
+import evotensor.gp.sklearn as sk
+from evotensor.gp import SymbolicRegressor
+rng = np.random.default_rng(0)
+X = rng.uniform(-2, 2, (200, 2)); y = 2.5 * X[:, 0] ** 2 - X[:, 1] + 3.0
+def fit(**kw):
+    sk._PROGRAMS.clear()
+    m = SymbolicRegressor(population_size=200, generations=30, max_len=32, random_state=0, **kw).fit(X, y)
+    leaves = sk.jax.tree_util.tree_leaves((m.run_result_.state, m.history_))
+    state = [np.asarray(a).tobytes().hex() for a in leaves]
+    return state, [r["loss"] for r in m.pareto_front_], sk._PROGRAMS[next(iter(sk._PROGRAMS))].options
+results = []
+for kw in ({}, dict(survival="nsga2", constant_optimization="auto", refine_top=16)):
+    with_options = fit(**kw)
+    sk.CPU_COMPILER_OPTIONS, saved = {}, sk.CPU_COMPILER_OPTIONS
+    without = fit(**kw)
+    sk.CPU_COMPILER_OPTIONS = saved
+    results.append([with_options[2], without[2], with_options[:2] == without[:2]])
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+def test_fits_compiled_with_and_without_the_cpu_compiler_options_are_bit_identical():
+    """A fit compiled with CPU_COMPILER_OPTIONS (native evaluator) and the same fit compiled with XLA's
+    defaults: every leaf of the final state and of the history and the front's losses, bit for bit
+    (defaults and NSGA-II with constant optimization). In a fresh process with XLA's default flags
+    (this suite's faster-compiling ones, ``tests/conftest.py``, round some constants differently)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from evotensor.gp import native
+
+    if not native.AVAILABLE:
+        pytest.skip("the options apply to natively evaluated programs only")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(EVOTENSOR_CACHE_DIR="off", JAX_PLATFORMS="cpu")
+    out = subprocess.run(
+        [sys.executable, "-c", WITH_AND_WITHOUT_OPTIONS], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    for with_options, without, same in json.loads(out.stdout.strip().splitlines()[-1]):
+        assert with_options == {"xla_cpu_use_fusion_emitters": False} and not without
+        assert same

@@ -135,27 +135,40 @@ def _check_decoded(forest: Any, n_vars: int, n_outputs: int) -> None:
         )
 
 
-def checked_forest(forest: Any, X: jax.Array, fs: FunctionSet, n_outputs: int, materialize: bool):
+def checked_forest(
+    forest: Any, X: jax.Array, fs: FunctionSet, n_outputs: int, materialize: bool, valid: Any = None
+):
     """The forest's arrays for a backend, ``(arrays, single, valid)``, after the boundary checks of
     the module docstring. ``valid`` is ``None`` for a concrete forest (a malformed one raised);
     for a traced one it is ``bool [pop]``, and its malformed trees are replaced by a one-node tree
     (so no backend runs them) whose results the caller masks. ``X`` gives the columns (and rows,
     for the size check) the trees run on; ``materialize``: whether the caller builds
     ``[pop, n_points, n_outputs]`` predictions. Used by :func:`evaluate`, :func:`fitness` and the
-    per-device evaluation of :mod:`evotensor.gp.sharding`."""
+    per-device evaluation of :mod:`evotensor.gp.sharding`.
+
+    A caller that already knows which trees are well formed (a hall of fame's entries with a finite
+    loss were evaluated before) gives ``valid`` (bool ``[pop]``) instead of having it checked: the
+    check is most of a small program's compile time. Trees it marks valid are run as they are."""
     shape = _forest_shape(forest)
     if shape is not None:
         check_evaluation_size(shape[0], shape[1], X.shape[0], n_outputs, materialize)
     _check_decoded(forest, X.shape[1], n_outputs)
     *arrays, single = forest_fields(forest)
     arrays = tuple(arrays)
-    if is_concrete(*arrays):
+    if valid is None and is_concrete(*arrays):
         message = first_invalid_tree(arrays, fs, X.shape[1])
         if message is not None:
             raise ArgumentError(message)
         return arrays, single, None
     opcode, value, size, output = arrays
-    valid = tree_validity(opcode, value, size, fs.arity, X.shape[1])
+    if valid is None:
+        valid = tree_validity(opcode, value, size, fs.arity, X.shape[1])
+    else:
+        valid = jnp.asarray(valid, bool)
+        if valid.size != opcode.shape[0]:
+            n = opcode.shape[0]
+            raise ArgumentError(f"valid must be bool [{n}] (one per tree), got shape {valid.shape}")
+        valid = valid.reshape(opcode.shape[:1])
     ok = valid[:, None]
     first = jnp.arange(opcode.shape[1]) == 0
     arrays = (
@@ -331,6 +344,7 @@ def scaling_coefficients(
     n_outputs: int | None = None,
     *,
     backend: str = "auto",
+    valid: Any = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The least-squares slope and intercept of every tree's outputs on ``(X, y)``: the ``a, b`` that
     ``fitness(..., linear_scaling=True)`` scores ``a * f + b`` with (see :mod:`evotensor.gp.scaling`).
@@ -339,10 +353,15 @@ def scaling_coefficients(
         forest: ``[pop, max_len]`` forest or one tree ``[max_len]``.
         X: ``[n_points, n_vars]``; y: ``[n_points]`` or ``[n_points, n_outputs]`` targets.
         function_set, n_outputs, backend: as in :func:`fitness`.
+        valid: optional bool ``[pop]``, the trees the caller knows to be well formed (e.g. a hall
+            of fame's entries with a finite loss: :attr:`~evotensor.gp.front.HallOfFame.exists`),
+            instead of the malformed-tree check (most of the compile time of a program that only
+            scales a few trees). The others get NaN; a malformed tree marked valid is not caught.
 
     Returns:
         ``(a, b)``, float32 ``[pop, n_outputs]`` each (``[n_outputs]`` for one tree); ``a = 0, b =
-        mean(y)`` for a tree with constant output; NaN for a tree with a non-finite prediction.
+        mean(y)`` for a tree with constant output; NaN for a tree with a non-finite prediction (or
+        malformed, or not ``valid``).
     """
     fs = check_function_set(function_set)
     check_choice(backend, "backend", BACKENDS)
@@ -350,7 +369,7 @@ def scaling_coefficients(
     yt, n_out = check_y(y, X.shape[0], "mse", n_outputs)
     check_finite_data(X, "X")
     check_finite_data(jnp.asarray(y, jnp.float32), "y")
-    arrays, single, valid = checked_forest(forest, X, fs, n_out, materialize=False)
+    arrays, single, valid = checked_forest(forest, X, fs, n_out, materialize=False, valid=valid)
     moments, bad_sum, y_mean = _scaling_moments(
         arrays, X, yt, fs, n_out, choose_backend(backend, fs), None, None
     )

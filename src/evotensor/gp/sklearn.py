@@ -30,7 +30,8 @@ process reads them from JAX's persistent compilation cache, on by default in
 ``~/.cache/evotensor/jax`` as for the CLI (:mod:`evotensor.core.compile_cache`;
 ``EVOTENSOR_CACHE_DIR`` moves it, ``EVOTENSOR_CACHE_DIR=off`` turns it off, a cache directory
 configured in JAX itself is used as it is; an unwritable directory is skipped with a
-``RuntimeWarning``). The run
+``RuntimeWarning``). On a CPU, programs whose trees are all evaluated natively compile with
+:data:`CPU_COMPILER_OPTIONS` (XLA's classic emitters: less compile time, the same results). The run
 follows :func:`evotensor.run`'s random-key schedule (:func:`evotensor.core.run.generation_keys`), so
 a fit with ``random_state=s`` starts from the population of ``evotensor.run(gp, problem,
 generations, jax.random.key(s))``; its fitness agrees with that run's to float32 rounding only (that
@@ -75,8 +76,9 @@ from evotensor.gp import export, front
 from evotensor.gp.classification import CLASSIFICATION_FUNCTIONS, SymbolicClassification
 from evotensor.gp.config import SURVIVALS
 from evotensor.gp.constants import ConstantOptimizer
+from evotensor.gp.constants import choose_backend as constants_backend
 from evotensor.gp.encoding import Forest
-from evotensor.gp.evaluate import BACKENDS, evaluate, scaling_coefficients
+from evotensor.gp.evaluate import BACKENDS, choose_backend, evaluate, scaling_coefficients
 from evotensor.gp.functions import FunctionSet
 from evotensor.gp.regression import SymbolicRegression
 from evotensor.gp.strategy import GP
@@ -239,6 +241,41 @@ def _expression(tree: Forest, fs: FunctionSet, slope: Any, intercept: Any, names
 # -- compiled fit programs -------------------------------------------------------------------------------
 
 
+# XLA:CPU compiles the estimators' programs markedly faster with its classic elemental emitters than
+# with its newer fusion emitters (benchmarks/results_sr_suite.md). Where every tree is evaluated
+# natively (the CPU default for built-in functions) the results are the same bit for bit at the same
+# run time (tested on regression fits with and without linear scaling, NSGA-II, constant
+# optimization, parsimony "auto", and classification); with the JAX evaluator, or a classifier's
+# logit scaling (Newton steps in XLA), a few fitness values differ in the last bits, so those
+# programs keep XLA's defaults. A JAX whose XLA lacks the option compiles with its defaults.
+CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+"""XLA compiler options of the estimators' natively evaluated programs on a CPU (empty: XLA's own)."""
+_OPTIONS_REFUSED: list[bool] = []  # set once XLA refused CPU_COMPILER_OPTIONS (then never tried again)
+
+
+def _compiler_options(problem: Any) -> dict[str, Any] | None:
+    """:data:`CPU_COMPILER_OPTIONS` for the programs of ``problem`` when every tree evaluation in them
+    is native (the evaluator and the constant optimizer's linearization) on the CPU backend and no
+    logit map is fitted in XLA, else ``None`` (XLA's defaults)."""
+    fs = problem.function_set
+    native = choose_backend(problem.backend, fs) == "native" and not getattr(problem, "logit_scaling", False)
+    tuner = getattr(problem, "constant_optimization", None)
+    if tuner is not None:
+        native = native and constants_backend(tuner.backend, fs) == "native"
+    return dict(CPU_COMPILER_OPTIONS) if native and jax.default_backend() == "cpu" else None
+
+
+def _compiled(lowered: Any, options: dict[str, Any] | None) -> Any:
+    """``lowered.compile()`` with compiler ``options`` (``None``: none; plain where XLA refuses them)."""
+    if not options or _OPTIONS_REFUSED:
+        return lowered.compile()
+    try:
+        return lowered.compile(compiler_options=options)
+    except Exception:  # an option this XLA does not know: compile as usual (a real error raises there)
+        _OPTIONS_REFUSED.append(True)
+        return lowered.compile()
+
+
 def _with_data(problem: Any, X: jax.Array, y: jax.Array) -> Any:
     """A shallow copy of ``problem`` reading the (traced) training data ``X, y``: every other attribute
     is static configuration, the same for every fit a program serves."""
@@ -251,7 +288,7 @@ class _Program:
     """The compiled pieces of one fit configuration (strategy settings, problem kind, data shapes).
 
     ``init(key, params)``, ``chunk(carry, loop_key, params, X, y, remaining)`` (:data:`CHUNK`
-    generations, those at positions ``>= remaining`` skipped), ``scaling(forest, X, y)`` (the
+    generations, those at positions ``>= remaining`` skipped), ``scaling(hof, X, y)`` (the
     hall of fame's slopes and intercepts) and ``front(loss, rule)`` are compiled by :meth:`prepare`
     (or on first use) and then reused.
     """
@@ -259,6 +296,7 @@ class _Program:
     def __init__(self, strategy: GP, problem: Any):
         self.strategy, self.problem = strategy, problem
         self.compiled: dict[Any, Any] = {}
+        self.options = _compiler_options(problem)
 
     def prepare(self, key: jax.Array, params: Any, X: Any, y: Any, rule: Any, scaling: bool) -> float:
         """Compile every program a fit needs that is not compiled yet; returns the seconds spent (0.0
@@ -284,14 +322,14 @@ class _Program:
         calls = {
             "chunk": (self._chunk_fn(), carry, loop_key, params, X, y, jnp.int32(0)),
             ("front", rule): (self._front_fn(rule), jax.ShapeDtypeStruct(hof.loss.shape, jnp.float32)),
-            "scaling": (self._scaling_fn(), strong(hof.forest), X, y),
+            "scaling": (self._scaling_fn(), strong(hof), X, y),
         }
         with ThreadPoolExecutor(max_workers=len(todo)) as pool:
-            futures = {"init": pool.submit(init.compile)} if "init" in todo else {}
+            futures = {"init": pool.submit(_compiled, init, self.options)} if "init" in todo else {}
             for name in todo:
                 if name != "init":
                     fn, *args = calls[name]
-                    futures[name] = pool.submit(jax.jit(fn).lower(*args).compile)
+                    futures[name] = pool.submit(_compiled, jax.jit(fn).lower(*args), self.options)
             for name, future in futures.items():
                 self.compiled[name] = future.result()
         return time.perf_counter() - t0
@@ -301,7 +339,7 @@ class _Program:
         if name in self.compiled:
             return self.compiled[name], 0.0
         t0 = time.perf_counter()
-        self.compiled[name] = jax.jit(fn).lower(*args).compile()
+        self.compiled[name] = _compiled(jax.jit(fn).lower(*args), self.options)
         return self.compiled[name], time.perf_counter() - t0
 
     def _init_fn(self) -> Any:
@@ -337,16 +375,19 @@ class _Program:
     def _scaling_fn(self) -> Any:
         p = self.problem
 
-        def coefficients(forest, X, y):
+        def coefficients(hof, X, y):
             if getattr(p, "logit_scaling", False):  # classification: each tree's fitted logit map
-                return _with_data(p, X, y).scaling(forest)
-            return scaling_coefficients(forest, X, y, p.function_set, p.n_outputs, backend=p.backend)
+                return _with_data(p, X, y).scaling(hof.forest)
+            # the entries with a finite loss were scored, so they are well formed: no check of the
+            # trees (most of this small program's compile time)
+            fs, n_out = p.function_set, p.n_outputs
+            return scaling_coefficients(hof.forest, X, y, fs, n_out, backend=p.backend, valid=hof.exists)
 
         return coefficients
 
-    def scaling(self, forest: Forest, X: Any, y: Any) -> tuple[tuple[Any, Any], float]:
-        fn, seconds = self._compile("scaling", self._scaling_fn(), forest, X, y)
-        return fn(forest, X, y), seconds
+    def scaling(self, hof: Any, X: Any, y: Any) -> tuple[tuple[Any, Any], float]:
+        fn, seconds = self._compile("scaling", self._scaling_fn(), hof, X, y)
+        return fn(hof, X, y), seconds
 
     def _front_fn(self, rule: Any) -> Any:
         return lambda loss: _front_choice(loss, rule)
@@ -640,7 +681,7 @@ class _SymbolicEstimator(BaseEstimator):
         chosen = int(np.searchsorted(members, int(chosen)))
         slope = intercept = None
         if self._scales():
-            (a, b), more = program.scaling(jax.tree_util.tree_map(jnp.asarray, hof.forest), X, y)
+            (a, b), more = program.scaling(jax.tree_util.tree_map(jnp.asarray, hof), X, y)
             seconds += more
             slope, intercept = np.asarray(a, np.float64), np.asarray(b, np.float64)
         loss = self._loss(np.asarray(hof.loss, np.float64))[members]
