@@ -33,9 +33,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # group -> pip arguments
 VENVS: dict[str, list[str]] = {
     "es": ["evosax==0.3.2", "jax==0.10.2", "jaxlib==0.10.2"],
-    # neat-python 2.1.0 is not on PyPI (newest there: 2.0.0); "neat21" installs it from source
+    # neat-python 2.1.0 is not on PyPI (newest there: 2.0.0); "neat21" installs it from source, with
+    # gymnasium for neat_cartpole.py's neat-python engines (CartPole-v1)
     "neat": ["neat-python==2.0.0"],
-    "neat21": [],
+    "neat21": ["gymnasium==1.3.0"],
     # TensorNEAT (its own dependencies: brax, gymnax, mujoco, flax, ...) with the project's JAX (CPU
     # jaxlib; TensorNEAT asks for jax>=0.4.28). gymnax 0.0.9: TensorNEAT's GymNaxEnv unpacks the
     # 5-tuple `step` of gymnax < 1.0 (1.0 returns terminated and truncated apart); `six`: see control

@@ -54,7 +54,8 @@ import neat
 VERSION = version("neat-python")
 
 # neat-python's examples/xor/config-feedforward (identical in 2.0.0 and 2.1.0), written out; only
-# pop_size and no_fitness_termination are substituted (the example's values: 150 and False).
+# pop_size and no_fitness_termination are substituted (the example's values: 150 and False), and
+# num_inputs / num_outputs (2 and 1; CartPole: 4 and 2).
 XOR_CONFIG = """\
 [NEAT]
 fitness_criterion     = max
@@ -88,8 +89,8 @@ initial_connection      = full_direct
 node_add_prob           = 0.2
 node_delete_prob        = 0.2
 num_hidden              = 0
-num_inputs              = 2
-num_outputs             = 1
+num_inputs              = {num_inputs}
+num_outputs             = {num_outputs}
 response_init_mean      = 1.0
 response_init_stdev     = 0.0
 response_max_value      = 30.0
@@ -153,8 +154,15 @@ def machine() -> dict:
     }
 
 
-def make_config(pop_size: int, no_fitness_termination: bool) -> neat.Config:
-    text = XOR_CONFIG.format(pop_size=pop_size, no_fitness_termination=no_fitness_termination)
+def make_config(
+    pop_size: int, no_fitness_termination: bool, num_inputs: int = 2, num_outputs: int = 1
+) -> neat.Config:
+    text = XOR_CONFIG.format(
+        pop_size=pop_size,
+        no_fitness_termination=no_fitness_termination,
+        num_inputs=num_inputs,
+        num_outputs=num_outputs,
+    )
     with tempfile.NamedTemporaryFile("w", suffix=".ini", delete=False) as f:
         f.write(text)
     try:
@@ -186,11 +194,13 @@ class Tracker(neat.reporting.BaseReporter):
         self.generation = -1
         self.solved_at = None
         self.species = 0
+        self.start_generation_t = []
         self.post_evaluate_t = []
         self.end_generation_t = []
 
     def start_generation(self, generation):
         self.generation = generation
+        self.start_generation_t.append(time.perf_counter())
 
     def post_evaluate(self, config, population, species, best_genome):
         self.post_evaluate_t.append(time.perf_counter())
@@ -292,6 +302,170 @@ def run_timing(seed: int, pop_size: int, generations: int) -> dict:
     }
 
 
+# --------------------------------------------------------------------------------------------
+# CartPole-v1 (gymnasium), the workload of ``neat_cartpole.py``
+
+CARTPOLE_EPISODES = 5
+_ENV = None  # one gymnasium environment per process (the main one or a ParallelEvaluator worker)
+
+
+def _cartpole_env():
+    global _ENV
+    if _ENV is None:
+        import gymnasium
+
+        _ENV = gymnasium.make("CartPole-v1")  # TimeLimit: an episode ends at 500 steps
+    return _ENV
+
+
+def cartpole_rollouts(genome, config, seed: int, episodes: int) -> tuple[float, int]:
+    """``(mean return, steps)`` of ``episodes`` CartPole-v1 episodes of neat-python's
+    ``FeedForwardNetwork`` of ``genome`` (action = argmax of the 2 outputs, the first on a tie as
+    NumPy's). The episodes' reset seeds come from a ``random.Random`` of ``(seed, genome.key)``:
+    the same fitness serial or in a ``ParallelEvaluator`` worker, and neat-python's own ``random``
+    (its reproduction) is never touched."""
+    net = neat.nn.FeedForwardNetwork.create(genome, config)
+    env = _cartpole_env()
+    rng = random.Random(seed * 1_000_003 + genome.key)
+    total, steps = 0.0, 0
+    for _ in range(episodes):
+        obs, _ = env.reset(seed=rng.getrandbits(31))
+        done = False
+        while not done:
+            out = net.activate(obs.tolist())
+            obs, reward, terminated, truncated, _ = env.step(0 if out[0] >= out[1] else 1)
+            total += reward
+            steps += 1
+            done = terminated or truncated
+    return total / episodes, steps
+
+
+def cartpole_fitness(genome, config, seed: int = 0, episodes: int = CARTPOLE_EPISODES) -> float:
+    """The ``ParallelEvaluator`` form of :func:`cartpole_rollouts`: ``(genome, config) -> fitness``."""
+    return cartpole_rollouts(genome, config, seed, episodes)[0]
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its live children (the ``ParallelEvaluator``'s pool workers:
+    ``process_time`` counts only this process, ``os.times`` only children already waited for)."""
+    import multiprocessing
+
+    total = time.process_time()
+    tick = os.sysconf("SC_CLK_TCK")
+    for child in multiprocessing.active_children():
+        try:
+            with open(f"/proc/{child.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def run_cartpole(seed: int, pop_size: int, generations: int, workers: int, episodes: int) -> dict:
+    """Exactly ``generations`` generations of neat-python on CartPole-v1 at ``pop_size``: the XOR
+    example's config with 4 inputs and 2 outputs (:func:`make_config`), fitness = mean return of
+    ``episodes`` episodes (:func:`cartpole_rollouts`), evaluated serially (``workers=0``) or by a
+    ``neat.ParallelEvaluator(workers, ...)``. Per generation: wall and CPU (workers included)
+    seconds, the evaluation / reproduce / speciate split, best and mean return, and the mean
+    episode length (= the mean return: CartPole pays 1 per step; the serial run checks it)."""
+    import functools
+
+    config = make_config(pop_size, True, 4, 2)
+    random.seed(seed)
+    t_setup = time.perf_counter()
+    population = neat.Population(config)
+    evaluator = None
+    if workers:
+        fitness = functools.partial(cartpole_fitness, seed=seed, episodes=episodes)
+        evaluator = neat.ParallelEvaluator(workers, fitness)
+    setup_s = time.perf_counter() - t_setup
+    tracker = Tracker()
+    population.add_reporter(tracker)
+    eval_s, speciate_s, best_per_gen, mean_per_gen, mean_len_per_gen, cpu_marks = [], [], [], [], [], []
+
+    def timed_eval(genomes, cfg):
+        t = time.perf_counter()
+        if evaluator is not None:
+            evaluator.evaluate(genomes, cfg)
+        else:
+            steps = 0
+            for _, genome in genomes:
+                genome.fitness, n = cartpole_rollouts(genome, cfg, seed, episodes)
+                steps += n
+            mean_len = steps / (episodes * len(genomes))
+        eval_s.append(time.perf_counter() - t)
+        returns = [g.fitness for _, g in genomes]
+        best_per_gen.append(max(returns))
+        mean_per_gen.append(statistics.fmean(returns))
+        if evaluator is None and abs(mean_len - mean_per_gen[-1]) > 1e-6 * max(1.0, mean_len):
+            raise AssertionError(f"mean episode length {mean_len} != mean return {mean_per_gen[-1]}")
+        mean_len_per_gen.append(mean_per_gen[-1])
+
+    speciate = population.species.speciate
+
+    def timed_speciate(*args, **kwargs):
+        t = time.perf_counter()
+        out = speciate(*args, **kwargs)
+        speciate_s.append(time.perf_counter() - t)
+        return out
+
+    class CPUMarks(neat.reporting.BaseReporter):
+        def start_generation(self, generation):
+            cpu_marks.append(_cpu_s())
+
+        def end_generation(self, config, population, species_set):
+            cpu_marks.append(_cpu_s())
+
+    population.species.speciate = timed_speciate
+    population.add_reporter(CPUMarks())
+    c0, t0 = _cpu_s(), time.perf_counter()
+    try:
+        population.run(timed_eval, generations)
+    finally:
+        wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+        if evaluator is not None:
+            evaluator.close()
+    between = [e - p for p, e in zip(tracker.post_evaluate_t, tracker.end_generation_t)]
+    reproduce_s = [b - s for b, s in zip(between, speciate_s)]
+    gen_s = [e - s for s, e in zip(tracker.start_generation_t, tracker.end_generation_t)]
+    gen_cpu_s = [cpu_marks[2 * i + 1] - cpu_marks[2 * i] for i in range(len(cpu_marks) // 2)]
+    rest, rest_cpu = gen_s[1:] or gen_s, gen_cpu_s[1:] or gen_cpu_s
+    med = statistics.median
+    return {
+        "record": "timing",
+        "engine": "neat-python",
+        "version": VERSION,
+        "task": "cartpole",
+        "workers": workers,
+        "episodes": episodes,
+        "gymnasium": version("gymnasium"),
+        "seed": seed,
+        "pop": pop_size,
+        "generations": generations,
+        "setup_s": setup_s,
+        "compile_s": None,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "first_gen_s": gen_s[0],
+        "s_per_generation": sum(rest) / len(rest),
+        "cpu_s_per_generation": sum(rest_cpu) / len(rest),
+        "gen_s": gen_s,
+        "gen_cpu_s": gen_cpu_s,
+        "eval_s": med(eval_s[1:] or eval_s),
+        "tell_s": med([r + s for r, s in zip(reproduce_s, speciate_s)][1:] or reproduce_s),
+        "eval_per_gen_s": eval_s,
+        "reproduce_s": reproduce_s,
+        "speciate_s": speciate_s,
+        "best_per_gen": best_per_gen,
+        "mean_return_per_gen": mean_per_gen,
+        "mean_episode_length_per_gen": mean_len_per_gen,
+        "species_last": tracker.species,
+        "mean_nodes": statistics.mean(g.size()[0] for g in population.population.values()),
+        "mean_conns": statistics.mean(g.size()[1] for g in population.population.values()),
+    }
+
+
 def parse_seeds(text: str) -> list[int]:
     """``"0-9"`` or ``"0,3,5"`` -> seeds."""
     seeds = []
@@ -303,28 +477,48 @@ def parse_seeds(text: str) -> list[int]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", nargs="?", default="xor", choices=("xor", "timing"))
+    parser.add_argument("mode", nargs="?", default="xor", choices=("xor", "timing", "cartpole"))
     parser.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,3,5 (default 0-9)")
-    parser.add_argument("--generations", type=int, help="xor: at most this many (300); timing: exactly (20)")
-    parser.add_argument("--pop", type=int, default=1000, help="timing mode's population (default 1000)")
+    parser.add_argument(
+        "--generations", type=int, help="xor: at most this many (300); timing: exactly (20); cartpole: (5)"
+    )
+    parser.add_argument("--pop", type=int, default=1000, help="timing / cartpole population (default 1000)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="cartpole: ParallelEvaluator workers (0: serial, the default)"
+    )
+    parser.add_argument(
+        "--episodes", type=int, default=CARTPOLE_EPISODES, help="cartpole: episodes per fitness (5)"
+    )
     args = parser.parse_args(argv)
     seeds = parse_seeds(args.seeds)
-    generations = args.generations or (300 if args.mode == "xor" else 20)
+    generations = args.generations or {"xor": 300, "timing": 20, "cartpole": 5}[args.mode]
+    settings = SETTINGS
+    if args.mode == "timing":
+        settings += f"; pop {args.pop}, no fitness termination"
+    elif args.mode == "cartpole":
+        settings = (
+            f"{SETTINGS.replace('fitness 4 - SSE, threshold 3.9, ', '')}; 4 inputs, 2 outputs, "
+            f"pop {args.pop}, no fitness termination; fitness: mean return of {args.episodes} "
+            "gymnasium CartPole-v1 episodes (at most 500 steps), argmax action; "
+            + (f"ParallelEvaluator({args.workers})" if args.workers else "serial evaluation")
+        )
     meta = {
         "record": "meta",
         "engine": "neat-python",
         "version": VERSION,
         "module": neat.__file__,
         "mode": args.mode,
-        "settings": SETTINGS + ("" if args.mode == "xor" else f"; pop {args.pop}, no fitness termination"),
+        "settings": settings,
         **machine(),
     }
     print(json.dumps(meta), flush=True)
     for seed in seeds:
         if args.mode == "xor":
             rec = run_xor(seed, generations)
-        else:
+        elif args.mode == "timing":
             rec = run_timing(seed, args.pop, generations)
+        else:
+            rec = run_cartpole(seed, args.pop, generations, args.workers, args.episodes)
         rec["load"] = os.getloadavg()[0]
         print(json.dumps(rec), flush=True)
 

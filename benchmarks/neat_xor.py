@@ -287,7 +287,7 @@ def evotensor_timing_run(strategy, problem, seed: int, generations: int, repeats
     t0, c0 = time.perf_counter(), time.process_time()
     step = jax.jit(loop.step, donate_argnums=0).lower(carry, loop_key, None).compile()
     compile_s, compile_cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    gen_s, gen_cpu_s, best_per_gen, metrics = [], [], [], {}
+    gen_s, gen_cpu_s, best_per_gen, mean_per_gen, metrics = [], [], [], [], {}
     for _ in range(generations):
         t, c = time.perf_counter(), time.process_time()
         carry, metrics = step(carry, loop_key, None)
@@ -295,6 +295,7 @@ def evotensor_timing_run(strategy, problem, seed: int, generations: int, repeats
         gen_s.append(time.perf_counter() - t)
         gen_cpu_s.append(time.process_time() - c)
         best_per_gen.append(float(metrics["generation_best"]))
+        mean_per_gen.append(float(metrics["generation_mean"]))
     rest = gen_s[1:] or gen_s
     rec = {
         "pop": strategy.population_size,
@@ -310,6 +311,7 @@ def evotensor_timing_run(strategy, problem, seed: int, generations: int, repeats
         "gen_s": gen_s,
         "gen_cpu_s": gen_cpu_s,
         "best_per_gen": best_per_gen,
+        "mean_per_gen": mean_per_gen,
         "species_last": int(carry.strategy_state.species.num_species),
         "mean_nodes": float(metrics["mean_nodes"]),
         "mean_conns": float(metrics["mean_conns"]),

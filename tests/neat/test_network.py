@@ -349,6 +349,53 @@ def test_nonfinite_dangling_node_leaves_outputs_alone(method):
     assert np.isnan(np.asarray(state)).any() and np.all(np.isfinite(np.asarray(y)))
 
 
+ANY_EDGE_FROM = jax.jit(nw._any_edge_from)
+
+
+@given(
+    n=st.sampled_from([5, 32, 33, 70]),  # one compile per size: a word, a full word, two, three
+    seed=st.integers(0, 2**31 - 1),
+    density=st.sampled_from([0.0, 0.05, 0.3, 1.0]),
+)
+@settings(max_examples=12, deadline=None)
+def test_any_edge_from_is_the_adjacency_product(n, seed, density):
+    """The dense path's NaN test (bit words) says what ``adj @ mask > 0`` says, past 32 nodes too."""
+    rng = np.random.default_rng(seed)
+    adj = rng.random((n, n)) < density
+    mask = rng.random(n) < 0.3
+    want = (adj.astype(np.int64) @ mask.astype(np.int64)) > 0
+    got = np.asarray(ANY_EDGE_FROM(jnp.asarray(adj), jnp.asarray(mask)))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("method", ["sparse", "dense"])
+def test_nan_crosses_a_zero_weight_edge(method):
+    """neat-python computes ``0 * NaN = NaN``: a NaN node reaches an output through a 0-weight edge
+    (and only through an edge), on both paths."""
+    spec = make_spec(acts=("sigmoid", "identity"), aggs=("sum",), max_nodes=14)
+    d = {
+        "nodes": {
+            0: {"bias": 0.1},
+            1: {"bias": 0.2},
+            6: {"bias": 3e38, "activation": "identity"},
+            7: {"bias": -3e38, "activation": "identity"},
+            8: {"bias": 0.0, "activation": "identity"},  # 10 * 3e38 + 10 * -3e38 = inf - inf = NaN
+        },
+        "connections": {
+            (-1, 0): {"innovation": 0, "weight": 0.5},
+            (-2, 1): {"innovation": 1, "weight": -0.5},
+            (-3, 6): {"innovation": 2, "weight": 1.0},
+            (-3, 7): {"innovation": 3, "weight": 1.0},
+            (6, 8): {"innovation": 4, "weight": 10.0},
+            (7, 8): {"innovation": 5, "weight": 10.0},
+            (8, 0): {"innovation": 6, "weight": 0.0},
+        },
+    }
+    _, y = ff_one(spec, method)(genome_from_dict(spec, d), jnp.asarray([0.3, -0.7, 1.0]))
+    y = np.asarray(y)
+    assert np.isnan(y[0]) and np.isfinite(y[1])
+
+
 def test_custom_node_gene_output():
     """node_output of a user gene (a gate attribute multiplying the activation) is what runs."""
     from evotensor.neat import FloatAttribute

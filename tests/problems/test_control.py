@@ -197,3 +197,56 @@ def test_stateful_policy_carries_state_and_resets_per_episode():
                     break
     np.testing.assert_allclose(np.asarray(ev.fitness), expected.mean(axis=1))
     assert len(set(np.asarray(ev.fitness).tolist())) > 1  # the carried count changes the actions
+
+
+def test_chunked_rollout_is_the_scan_bit_for_bit(cartpole):
+    """The early-exit rollout (GymnaxProblem(chunk=K)) gives the scan's returns, lengths and
+    spreads exactly: every individual's episodes take the same steps with the same keys (5
+    individuals in chunks of 2: one padding slot)."""
+    problem, pop, key, a = cartpole
+    early = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=problem.max_steps, chunk=2)
+    b = jax.jit(lambda k, ph: early.evaluate(k, ph, DECODER.apply))(key, pop)
+    for got, want in ((b.fitness, a.fitness), *((b.info[k], a.info[k]) for k in a.info)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    lengths = np.asarray(a.info["episode_length"])
+    assert len(set(lengths.tolist())) > 1 and lengths.min() < problem.max_steps  # some end early
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, size, episodes, max_steps, chunk",
+    [
+        ("CartPole-v1", 7, 2, 61, 3),  # padding slots, a last block shorter than 8 steps
+        ("Pendulum-v1", 3, 1, 20, 2),  # no episode ends early: every chunk runs to the end
+    ],
+)
+def test_chunked_rollout_other_shapes(name, size, episodes, max_steps, chunk):
+    scan = GymnaxProblem(name, num_episodes=episodes, max_steps=max_steps)
+    early = GymnaxProblem(name, num_episodes=episodes, max_steps=max_steps, chunk=chunk)
+    pop = population(scan, size, seed=3, scale=0.7)
+    key = jax.random.key(11)
+    a = jax.jit(lambda k, ph: scan.evaluate(k, ph, DECODER.apply))(key, pop)
+    b = jax.jit(lambda k, ph: early.evaluate(k, ph, DECODER.apply))(key, pop)
+    for got, want in ((b.fitness, a.fitness), *((b.info[k], a.info[k]) for k in a.info)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_chunk_argument():
+    with pytest.raises(ValueError, match="chunk"):
+        GymnaxProblem("CartPole-v1", chunk=0)
+    assert "chunk=64" in repr(GymnaxProblem("CartPole-v1", chunk=64))
+    assert "chunk" not in repr(GymnaxProblem("CartPole-v1"))
+
+
+@pytest.mark.slow
+def test_chunked_rollout_carries_policy_state():
+    """A stateful policy's state moves with its individual through the early exit's compactions."""
+    policy = CountingPolicy()
+    pop = {"period": jnp.asarray([1, 2, 3, 50, 7], jnp.int32)}
+    key = jax.random.key(5)
+    scan = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=80)
+    early = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=80, chunk=2)
+    a = jax.jit(lambda k, ph: scan.evaluate(k, ph, policy))(key, pop)
+    b = jax.jit(lambda k, ph: early.evaluate(k, ph, policy))(key, pop)
+    np.testing.assert_array_equal(np.asarray(b.fitness), np.asarray(a.fitness))
+    assert len(set(np.asarray(a.fitness).tolist())) > 1

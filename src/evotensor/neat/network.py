@@ -347,6 +347,23 @@ def _clamp(v: jax.Array) -> jax.Array:
     return jnp.clip(v, -_FMAX, _FMAX)
 
 
+def _bit_words(mask: jax.Array) -> jax.Array:
+    """``uint32 [..., ceil(n / 32)]``: the bool ``mask [..., n]`` packed 32 entries to a word."""
+    n = mask.shape[-1]
+    words = -(-n // 32)
+    padded = jnp.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, words * 32 - n)])
+    bits = jnp.left_shift(jnp.uint32(1), jnp.arange(32, dtype=jnp.uint32))
+    packed = jnp.where(padded.reshape(*mask.shape[:-1], words, 32), bits, jnp.uint32(0))
+    return jnp.sum(packed, axis=-1, dtype=jnp.uint32)  # distinct bits: the sum is their OR
+
+
+def _any_edge_from(adj: jax.Array, mask: jax.Array) -> jax.Array:
+    """``bool [N]``: whether node ``i`` has an edge (``adj [N, N]``, destination x source) from a
+    node where ``mask [N]``; bit words instead of an ``[N, N]`` product (a second matmul per level
+    cost as much as the weighted sum itself)."""
+    return jnp.any((_bit_words(adj) & _bit_words(mask)[None, :]) != 0, axis=-1)
+
+
 def _aggregate(spec: GenomeSpec, fs: FunctionSet, net: Network, v: jax.Array) -> jax.Array:
     """``[N]``: every node's aggregated weighted input, from node values ``v [N]``."""
     options = spec.node_gene.aggregation.options
@@ -360,10 +377,7 @@ def _aggregate(spec: GenomeSpec, fs: FunctionSet, net: Network, v: jax.Array) ->
     if any(a.from_sum is not None for a in aggs):
         nan = jnp.isnan(v)
         total = jnp.matmul(w, jnp.where(nan, 0.0, v), precision=jax.lax.Precision.HIGHEST)
-        hit = jnp.matmul(
-            adj.astype(jnp.float32), nan.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST
-        )
-        total = jnp.where(hit > 0, jnp.nan, total)
+        total = jnp.where(_any_edge_from(adj, nan), jnp.nan, total)
     contrib = None
     empty = net.in_degree == 0
     out = None
