@@ -42,11 +42,15 @@ Like for like, and not:
   recovery (:func:`exact_options`: ``survival="nsga2"``, ``constant_optimization="auto"``,
   ``refine_top=64``, and ``function_weights`` 0.1 for every one-argument function but ``exp``, 0.02 for
   ``exp``, 1 for the others: ``sin``/``exp(exp(x))``/... near-misses otherwise crowd the polynomials
-  out). Its model text is
+  out); its documented budget is :data:`EXACT_BUDGET`, pop 10000 x 20. Its model text is
   ``model.sympy()`` (simplified; 30 s at most, then unsimplified). For evotensor the symbolic column
   also counts the runs where *any* member of the (loss, size) front is a symbolic solution (``front
   k``; ``front_solution_size`` in the JSON: the smallest such member), which tells a search that never
-  found the exact form from a model selection that passed it over.
+  found the exact form from a model selection that passed it over. ``evotensor+portfolio``
+  (:func:`portfolio_members`) splits the same evaluations between two searches: ``evotensor+exact``
+  with the suite's terminal set at the full population for 90% of them, and a small, short search
+  with random constants and uniform function weights for the other 10%; its model is picked by the
+  "best" rule from the union of the two fronts.
 * gplearn 0.4.3 ``SymbolicRegressor``: ``population_size``, ``generations``, the function set,
   ``n_jobs=1``, ``random_state`` and its defaults otherwise: metric mean absolute error, tournament
   20, ``parsimony_coefficient`` 0.001, ``p_crossover`` 0.9, subtree / hoist / point mutation 0.01 each,
@@ -67,8 +71,14 @@ Like for like, and not:
   (-1, 1); Operon: ``constant`` leaves); ``variables`` gives the variables only, as the Koza and
   Nguyen problems are usually run (evotensor: ``const_prob=0``; gplearn: ``const_range=None``;
   Operon: no ``constant`` symbol, though its variable leaves still carry a fitted weight each,
-  which pyoperon cannot switch off). Every engine keeps its linear scaling (evotensor's and
-  Operon's ``a * f + b``; gplearn has none), so ``x/x`` or a scaling makes any constant factor.
+  which pyoperon cannot switch off); ``variables+one`` gives the variables and the constant 1, a
+  leaf that is never tuned (evotensor: ``const_prob=0``, ``fixed_constants=(1.0,)`` at
+  ``fixed_constant_prob`` :data:`FIXED_CONSTANT_PROB` (``--fixed-constant-prob``), a column of ones
+  that Levenberg-Marquardt cannot touch; gplearn: ``const_range=(1, 1)``, which it never tunes;
+  Operon: its ``constant`` symbol, the closest it has: pyoperon 0.6.2 has no fixed-value leaf, its
+  constants are drawn and mutated, integers in ``symbolic_mode``). Every engine keeps its linear
+  scaling (evotensor's and Operon's ``a * f + b``; gplearn has none), so ``x/x`` or a scaling makes
+  any constant factor.
 * Budget: each engine evaluates ``pop`` trees per generation for ``generations`` generations
   (Operon also its initial population: its ``evaluations`` field is recorded). evotensor's
   evaluator uses both cores of this machine, gplearn and Operon one each: CPU time is reported
@@ -92,6 +102,8 @@ Usage::
         --generations 100 --engines evotensor+exact,operon --single-fit --in-process --out exact.json
     .venv/bin/python benchmarks/sr_suite.py --problems nguyen-3 --seeds 10 --pop 2000 --generations 100 \
         --terminals variables --engines evotensor+exact,operon+symbolic --single-fit --in-process
+    .venv/bin/python benchmarks/sr_suite.py --problems nguyen-7,nguyen-8 --seeds 10 --pop 10000 \
+        --generations 20 --terminals variables --engines evotensor+exact --single-fit --in-process
 """
 
 from __future__ import annotations
@@ -121,7 +133,15 @@ DEFAULT_PROBLEMS = (
     "pagie-1",
 )
 QUICK_PROBLEMS = ("nguyen-1", "nguyen-7", "keijzer-6")
-ENGINES = ("evotensor", "evotensor+co", "evotensor+exact", "gplearn", "operon", "operon+symbolic")
+ENGINES = (
+    "evotensor",
+    "evotensor+co",
+    "evotensor+exact",
+    "evotensor+portfolio",
+    "gplearn",
+    "operon",
+    "operon+symbolic",
+)
 EXACT_OPTIONS = {"survival": "nsga2", "constant_optimization": "auto", "refine_top": 64}
 """``evotensor+exact``: the settings for exact symbolic recovery (NSGA-II survival on (loss, size),
 Levenberg-Marquardt constants, the 64 best trees re-scored without the closed form's float32 floor),
@@ -134,7 +154,16 @@ EXACT_EXP_WEIGHT = 0.02
 ``exp(exp(x))`` are the near-misses that the polynomials' runs stall on (cutting ``exp`` alone from 0.1
 took Nguyen-3 from 5/10 to 9/10 and Nguyen-4 from 2/10 to 7/10 at pop 2000 x 100; results_sr_suite.md,
 2026-11-26 night)."""
-TERMINALS = ("erc", "variables")
+EXACT_BUDGET = (10000, 20)
+"""``evotensor+exact``'s documented budget for exact recovery (``--pop``, ``--generations``): the 200,000
+evaluations of pop 2000 x 100 spent on a larger population for fewer generations, which the
+near-misses take over less (98/110 symbolic solutions on Nguyen-1..8 and Koza-1..3 against 86/110 at
+2000 x 100, Nguyen-7 1/10 -> 7/10; ``evotensor+portfolio`` at this budget: 105/110, at least 7/10 on
+each problem; results_sr_suite.md, 2026-11-26 night)."""
+TERMINALS = ("erc", "variables", "variables+one")
+FIXED_CONSTANT_PROB = 0.2
+"""``--terminals variables+one``: evotensor's share of the constant 1 among new variable leaves
+(``SymbolicRegressor(fixed_constant_prob=)``; ``--fixed-constant-prob``)."""
 
 DEFAULT_ENGINES = ("evotensor", "gplearn", "operon")
 SYMBOLIC_TIMEOUT = 10.0  # seconds of sympy per model, as is_symbolic_solution's default
@@ -174,6 +203,96 @@ def r2_score(y: np.ndarray, pred: np.ndarray) -> float:
     return 1.0 - float(np.sum((y - pred) ** 2)) / sst if sst > 0 else -math.inf
 
 
+def portfolio_members(a, function_set: tuple[str, ...]) -> list[tuple[int, int, dict]]:
+    """``evotensor+portfolio``: ``(population, generations, options)`` of its two searches, the same for
+    every problem, whose evaluations add up to ``--pop`` x ``--generations`` (``evotensor+exact``'s
+    budget). A tenth of them go to a small, short search with random constants (``const_prob`` 0.5,
+    tuned by Levenberg-Marquardt) and uniform function weights, ``EXACT_OPTIONS`` otherwise: pop / 5
+    for generations / 2, the setting that finds powers such as ``exp(0.5*log(x0))`` (``sqrt``) but
+    loses the polynomials to tuned near-misses. The rest is ``evotensor+exact`` with the suite's
+    terminal set, at the full population for the generations left."""
+    erc_pop, erc_gens = max(a.pop // 5, 2), max(a.generations // 2, 1)
+    main_gens = max(a.generations - math.ceil(erc_pop * erc_gens / a.pop), 1)
+    return [
+        (a.pop, main_gens, _terminal_options(exact_options(function_set), a)),
+        (erc_pop, erc_gens, dict(EXACT_OPTIONS)),
+    ]
+
+
+def _terminal_options(options: dict, a) -> dict:
+    """``options`` with the suite's terminal set (``--terminals``) for evotensor."""
+    if a.terminals == "variables":  # no constant leaves (the linear scaling a, b stay)
+        return {**options, "const_prob": 0.0}
+    if a.terminals == "variables+one":  # and the constant 1, a leaf that nothing tunes
+        return {
+            **options,
+            "const_prob": 0.0,
+            "fixed_constants": (1.0,),
+            "fixed_constant_prob": a.fixed_constant_prob,
+        }
+    return dict(options)
+
+
+def worker_portfolio(a, t_import: float) -> dict:
+    """``evotensor+portfolio``: the searches of :func:`portfolio_members` one after the other in this
+    process; the model is chosen from the union of their (loss, size) fronts by PySR's "best" rule
+    (the estimators' default ``model_selection``), as one run's front would be."""
+    from importlib.metadata import version
+
+    import jax
+
+    from evotensor.gp import SymbolicRegressor, pareto_front_indices, select_model
+    from evotensor.gp.functions import FunctionSet
+
+    t_import = time.perf_counter() - t_import
+    X, y, X_test, y_test = _load(a.data)
+    fs = FunctionSet(tuple(a.function_set.split(",")), protected=False)
+    models, wall, cpu, compile_s, run_s = [], 0.0, 0.0, 0.0, 0.0
+    evaluations = 0
+    for pop, generations, options in portfolio_members(a, fs.names):
+        est = SymbolicRegressor(
+            population_size=pop, generations=generations, function_set=fs, random_state=a.seed, **options
+        )
+        evaluations += pop * generations
+        t0, c0 = time.perf_counter(), time.process_time()
+        est.fit(X, y)
+        wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
+        compile_s, run_s = compile_s + est.compile_seconds_, run_s + est.run_seconds_
+        models += est.front_models_
+    loss = np.array([m.loss for m in models])
+    size = np.array([m.complexity for m in models])
+    front = [models[i] for i in pareto_front_indices(loss, size)]
+    best = front[
+        int(select_model(np.array([m.loss for m in front]), np.array([m.complexity for m in front])))
+    ]
+    from evotensor.core.timeout import TimeLimitExceeded, call_with_time_limit
+
+    try:
+        text, simplified = str(call_with_time_limit(best.sympy, SIMPLIFY_TIMEOUT)), True
+    except TimeLimitExceeded:
+        text, simplified = str(best.sympy(simplify=False)), False
+    return {
+        "front_models": [str(m.sympy(simplify=False)) for m in front],
+        "front_sizes": [int(m.complexity) for m in front],
+        "r2_test": r2_score(y_test, best.raw_predict(X_test)[:, 0]),
+        "r2_train": r2_score(y, best.raw_predict(X)[:, 0]),
+        "size": int(best.complexity),
+        "model": text,
+        "model_simplified": simplified,
+        "expression": best.expression,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "wall2_s": None,
+        "cpu2_s": None,
+        "compile2_s": None,
+        "import_s": t_import,
+        "evaluations": evaluations,
+        "version": f"evotensor {version('evotensor')}, jax {jax.__version__}",
+    }
+
+
 def worker_evotensor(a, t_import: float) -> dict:
     """Two fits in this fresh process: the first compiles (or reads the persistent cache), the second
     reuses the compiled programs."""
@@ -190,8 +309,7 @@ def worker_evotensor(a, t_import: float) -> dict:
 
     options = {"constant_optimization": "auto"} if a.worker == "evotensor+co" else {}
     options = exact_options(fs.names) if a.worker == "evotensor+exact" else options
-    if a.terminals == "variables":  # no constant leaves (the linear scaling a, b stay)
-        options = {**options, "const_prob": 0.0}
+    options = _terminal_options(options, a)
 
     def make():
         return SymbolicRegressor(
@@ -271,7 +389,8 @@ def worker_gplearn(a, t_import: float) -> dict:
         function_set=fs,
         n_jobs=1,
         random_state=a.seed,
-        const_range=None if a.terminals == "variables" else (-1.0, 1.0),  # None: no constants
+        # None: no constants; (1, 1): the constant 1 (gplearn never tunes a constant)
+        const_range={"variables": None, "variables+one": (1.0, 1.0)}.get(a.terminals, (-1.0, 1.0)),
     )
     wall, cpu, r2_test, r2_train = _fit_and_score(est, X, y, X_test, y_test)
     return {
@@ -348,6 +467,7 @@ WORKERS = {
     "evotensor": worker_evotensor,
     "evotensor+co": worker_evotensor,
     "evotensor+exact": worker_evotensor,
+    "evotensor+portfolio": worker_portfolio,
     "gplearn": worker_gplearn,
     "operon": worker_operon,
     "operon+symbolic": worker_operon,
@@ -518,7 +638,14 @@ def main() -> None:
         "--terminals",
         choices=TERMINALS,
         default="erc",
-        help="leaves of every engine: variables and random constants (erc), or the variables only",
+        help="leaves of every engine: variables and random constants (erc), the variables only, or the "
+        "variables and the constant 1 (variables+one)",
+    )
+    ap.add_argument(
+        "--fixed-constant-prob",
+        type=float,
+        default=FIXED_CONSTANT_PROB,
+        help="--terminals variables+one: evotensor's share of the constant 1 among new variable leaves",
     )
     ap.add_argument("--engines", default=",".join(DEFAULT_ENGINES), help=f"comma-separated, of {ENGINES}")
     ap.add_argument("--out", default=None, help="write every run and the settings to this JSON file")
@@ -582,6 +709,7 @@ def main() -> None:
         "seeds": a.seeds,
         "noise": a.noise,
         "terminals": a.terminals,
+        "fixed_constant_prob": a.fixed_constant_prob,
         "compile_cache": a.compile_cache,
         "problems": problems,
         "engines": engines,
@@ -614,7 +742,7 @@ def main() -> None:
                 cmd = [python, os.path.abspath(__file__), "--worker", engine, "--data", path]
                 cmd += ["--function-set", ",".join(spec.function_set), "--seed", str(seed)]
                 cmd += ["--pop", str(a.pop), "--generations", str(a.generations)]
-                cmd += ["--terminals", a.terminals]
+                cmd += ["--terminals", a.terminals, "--fixed-constant-prob", str(a.fixed_constant_prob)]
                 cmd += ["--single-fit"] if a.single_fit else []
                 load = os.getloadavg()[0]
                 if a.in_process and engine.startswith("evotensor"):

@@ -1,5 +1,5 @@
-"""GPConfig's ``function_weights``: checked, normalized, and obeyed by every generator of new subtrees
-(initial trees, subtree mutation, insert mutation)."""
+"""GPConfig's ``function_weights`` and ``variable_weights``: checked, normalized, and obeyed by (or
+passed to) every generator of new subtrees (initial trees, subtree mutation, insert mutation)."""
 
 import math
 
@@ -58,3 +58,16 @@ def test_every_generator_of_new_subtrees_draws_functions_by_the_weights():
         counts = _counts(generate(jax.random.key(0), 2000))
         assert counts["sin"] == counts["cos"] == counts["const"] == 0, (name, counts)
         assert 2.6 < counts["add"] / counts["mul"] < 3.4, (name, counts)  # ~3 (thousands of draws)
+
+
+def test_variable_weights_are_checked_normalized_and_reach_every_generator():
+    c = GPConfig(8, FS, 3, 16, variable_weights={"x2": 1.0, "x0": 3.0})
+    assert c.variable_weights == (0.75, 0.0, 0.25)
+    assert GPConfig(8, FS, 2, 16, variable_weights=(1, 3)).variable_weights == (0.25, 0.75)
+    assert GPConfig(8, FS, 2, 16).variable_weights is None  # uniform, as before
+    gp = GP(8, FS, 2, 16, variable_weights=(1, 3))
+    for gen in (gp.initializer, gp.mutation_generator, gp.insert_generator):
+        assert gen.variable_weights == (0.25, 0.75)
+    for bad in ((1.0,), (0.0, 0.0), (1.0, -1.0), {"x5": 1.0}, (1.0, math.nan)):
+        with pytest.raises(ArgumentError, match="variable_weights"):
+            GPConfig(8, FS, 2, 16, variable_weights=bad)

@@ -33,6 +33,7 @@ GENERATORS = {
     ),
     "stats": _gen(max_len=64, min_depth=2, max_depth=5, const_prob=0.25, const_range=(2.0, 3.0)),
     "weights_no_vars": _gen(function_set=FS3, n_vars=0, function_weights=(1.0, 0.0), max_depth=3),
+    "variable_weights": _gen(max_len=64, min_depth=2, max_depth=5, variable_weights=(0.7, 0.0, 0.3)),
 }
 
 
@@ -103,6 +104,17 @@ def test_function_weights_and_no_variables():
     assert not np.any(op == VAR)  # n_vars == 0: every leaf is a constant
 
 
+def test_variable_weights_set_how_often_each_variable_is_drawn():
+    """Weights (0.7, 0, 0.3): x1 never appears, x0 in 70% of the variable leaves; constants keep their
+    share (the weights only choose among the variables)."""
+    forest = _pooled("variable_weights", 4)
+    op, val = np.asarray(forest.opcode), np.asarray(forest.value)
+    drawn = val[op == VAR].astype(int)
+    assert drawn.size > 1000 and not np.any(drawn == 1)
+    assert abs(np.mean(drawn == 0) - 0.7) < 0.04
+    assert 0.4 < np.sum(op == CONST) / (np.sum(op == CONST) + drawn.size) < 0.6  # const_prob 0.5
+
+
 def test_generate_function_is_the_generator():
     g, _ = GENERATORS["half_and_half"]
     shape = jax.eval_shape(lambda k: generate(k, 5, FS, 3, 32, min_depth=1, max_depth=4), jax.random.key(0))
@@ -129,6 +141,9 @@ def test_deterministic_given_key():
         (dict(const_range=(1.0, 0.0)), "const_range"),
         (dict(modi_prob=2.0), "modi_prob"),
         (dict(function_weights=(1.0,)), "function_weights"),
+        (dict(variable_weights=(1.0, 1.0)), "variable_weights"),
+        (dict(variable_weights=(0.0, 0.0, 0.0)), "variable_weights"),
+        (dict(variable_weights=(1.0, float("nan"), 1.0)), "variable_weights"),
         (dict(n_vars=-1), "n_vars"),
     ],
 )

@@ -71,6 +71,9 @@ def fitted() -> SymbolicRegressor:
         ("const_range", (0.0, float("inf"))),
         ("function_weights", {"tan": 1.0}),
         ("function_weights", (1.0, -1.0, 1.0, 1.0)),
+        ("fixed_constants", (0.1,)),  # not exact in float32
+        ("fixed_constants", 1.0),
+        ("fixed_constant_prob", 1.0),
         ("survival", "plus"),
         ("model_selection", "simplest"),
         ("max_time", 0.0),
@@ -119,6 +122,47 @@ def test_const_range_sets_the_value_of_every_new_constant_leaf():
     state = gp.init(jax.random.key(0))
     is_const = np.asarray(state.forest.opcode) == CONST
     assert is_const.any() and np.all(np.asarray(state.forest.value)[is_const] == 1.0)
+
+
+def test_fixed_constants_are_never_tuned_and_show_as_literals():
+    """``fixed_constants`` with Levenberg-Marquardt on: the run's trees read the constants' columns
+    (never a tuned CONST: const_prob is 0), the models show them as literals, read the features only
+    and predict what the run's trees compute on the data with the columns."""
+    from evotensor.gp import evaluate
+    from evotensor.gp.functions import CONST, VAR
+    from evotensor.gp.terminals import with_constant_columns
+
+    X, y = planted(60)
+    model = SymbolicRegressor(
+        population_size=48,
+        generations=CHUNK,
+        max_len=16,
+        random_state=0,
+        constant_optimization="auto",
+        const_prob=0.0,
+        fixed_constants=(1.0, 2.0),
+        fixed_constant_prob=0.5,
+    ).fit(X, y)
+    run = model.run_result_.state.forest
+    op, val = np.asarray(run.opcode), np.asarray(run.value)
+    assert not np.any(op == CONST) and np.any((op == VAR) & (val >= 2))  # the columns, untouched
+    assert set(np.unique(val[op == VAR]).astype(int)) <= {0, 1, 2, 3}
+    shown = 0
+    X1 = with_constant_columns(X, (1.0, 2.0))
+    for m in model.front_models_:
+        mop, mval = np.asarray(m.tree.opcode), np.asarray(m.tree.value)
+        assert set(mval[mop == CONST]) <= {1.0, 2.0} and not np.any((mop == VAR) & (mval >= 2))
+        assert {s.name for s in m.sympy(simplify=False).free_symbols} <= {"x0", "x1"}
+        shown += np.any(mop == CONST)
+    assert shown > 0
+    # the chosen model's prediction: the hall of fame's tree on the data with the columns, scaled
+    hof = model.run_result_.state.hall_of_fame
+    k = model.best_.complexity - 1
+    raw = np.asarray(
+        evaluate(jax.tree_util.tree_map(lambda a: np.asarray(a)[k], hof.forest), X1, model.best_.function_set)
+    )
+    want = raw[:, 0] * model.best_.slope[0] + model.best_.intercept[0]
+    np.testing.assert_allclose(model.predict(X), want, rtol=1e-6, atol=1e-6)
 
 
 def test_bad_combination_names_the_parameter():

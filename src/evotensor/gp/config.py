@@ -259,6 +259,13 @@ def _function_weights(value: Any, function_set: Any) -> tuple[float, ...] | None
     return _named_weights(value, tuple(function_set.names), "function_weights", "function")
 
 
+def _variable_weights(value: Any, n_vars: int) -> tuple[float, ...] | None:
+    """``None``, or the ``n_vars`` variables' weights normalized to sum 1."""
+    if value is None:
+        return None
+    return _named_weights(value, tuple(f"x{j}" for j in range(n_vars)), "variable_weights", "variable")
+
+
 def _check_number(value: Any, name: str) -> float:
     """A finite real number (not a bool)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -363,6 +370,12 @@ class GPConfig:
             ``{name: weight}`` (missing names: 0), non-negative, not all zero. ``None`` (default):
             uniform. Normalized to a tuple. Point mutation still swaps a function for a uniform one
             of the same arity.
+        variable_weights: relative weights with which a new variable leaf picks each of the ``n_vars``
+            variables (initial trees, subtree and insert mutation): a sequence of ``n_vars`` or a
+            mapping ``{"x0": weight, ...}`` (missing names: 0), non-negative, not all zero. ``None``
+            (default): uniform. Normalized to a tuple. Point mutation still draws a variable
+            uniformly. Used for columns of fixed constants appended to the data
+            (:mod:`evotensor.gp.terminals`), which should be rarer than the features.
 
     After construction, ``selection`` is still what was given; the resolved selection is
     ``selector``, the resolved survival ``survivor``, ``parsimony_auto`` says whether the coefficient
@@ -393,6 +406,7 @@ class GPConfig:
     operators: OperatorRegistry | None = None
     survival: str | Callable[..., Any] = "generational"
     function_weights: Sequence[float] | Mapping[str, float] | None = None
+    variable_weights: Sequence[float] | Mapping[str, float] | None = None
     selector: ParentSelection = dataclasses.field(init=False, repr=False)
     survivor: Survival = dataclasses.field(init=False, repr=False)
     parsimony_auto: bool = dataclasses.field(init=False, repr=False)
@@ -412,6 +426,7 @@ class GPConfig:
         put("const_prob", check_fraction(self.const_prob, "const_prob", allow_zero=True))
         put("const_range", _const_range(self.const_range))
         put("function_weights", _function_weights(self.function_weights, self.function_set))
+        put("variable_weights", _variable_weights(self.variable_weights, self.n_vars))
         if self.modi_prob is None:
             put("modi_prob", 0.5 if self.n_outputs > 1 else 0.0)
         put("modi_prob", check_fraction(self.modi_prob, "modi_prob", allow_zero=True))

@@ -16,8 +16,8 @@ At a node of depth ``d`` in a tree whose depth bound is ``D`` (root depth 0):
 
 Functions are drawn by ``function_weights`` (uniform by default). A leaf is a constant with
 probability ``const_prob`` (uniform in the continuous ``const_range``), otherwise a variable drawn
-uniformly from ``n_vars``. With ``n_outputs > 1`` a function node becomes a Modi node with
-probability ``modi_prob``, its output uniform in ``[0, n_outputs)``.
+from ``n_vars`` by ``variable_weights`` (uniform by default). With ``n_outputs > 1`` a function
+node becomes a Modi node with probability ``modi_prob``, its output uniform in ``[0, n_outputs)``.
 """
 
 from __future__ import annotations
@@ -74,6 +74,9 @@ class TreeGenerator:
         modi_prob: probability that a function node is a Modi node.
         function_weights: optional relative weights of the functions (in ``function_set.names``
             order).
+        variable_weights: optional relative weights of the ``n_vars`` variables when a leaf is a
+            variable (e.g. to make columns of fixed constants appended to the data rarer than the
+            features: :mod:`evotensor.gp.terminals`). ``None``: uniform.
     """
 
     function_set: Any
@@ -88,6 +91,7 @@ class TreeGenerator:
     n_outputs: int = 1
     modi_prob: float = 0.0
     function_weights: Sequence[float] | None = None
+    variable_weights: Sequence[float] | None = None
 
     def __post_init__(self):
         def bad(name, why):
@@ -130,6 +134,10 @@ class TreeGenerator:
             w = np.asarray(self.function_weights, np.float64)
             if w.shape != (n_funcs,) or np.any(w < 0) or not np.any(w > 0):
                 bad("function_weights", f"must be {n_funcs} non-negative weights, not all zero")
+        if self.variable_weights is not None:
+            w = np.asarray(self.variable_weights, np.float64)
+            if w.shape != (self.n_vars,) or not np.all(w >= 0) or not np.any(w > 0):  # NaN fails too
+                bad("variable_weights", f"must be {self.n_vars} non-negative weights, not all zero")
 
     # -- tables (NumPy constants baked into the trace) -----------------------------------------
     def _tables(self):
@@ -207,7 +215,12 @@ class TreeGenerator:
         """A leaf from its uniform ``r1``: ``(opcode, value)`` (constant with ``const_prob``)."""
         lo, hi = (float(c) for c in self.const_range)
         is_const, r_leaf = split_uniform(r1, 1.0 if self.n_vars == 0 else float(self.const_prob))
-        var = jnp.minimum(jnp.floor(r_leaf * self.n_vars), max(self.n_vars - 1, 0))
+        if self.variable_weights is None:
+            var = jnp.minimum(jnp.floor(r_leaf * self.n_vars), max(self.n_vars - 1, 0))
+        else:  # inverse CDF: the first variable whose cumulative weight exceeds r_leaf
+            w = np.asarray(self.variable_weights, np.float64)
+            cdf = jnp.asarray((np.cumsum(w) / np.sum(w))[:-1], jnp.float32)
+            var = jnp.sum(r_leaf[..., None] >= cdf, axis=-1).astype(jnp.float32)
         cval = lo + (hi - lo) * r_leaf
         return jnp.where(is_const, CONST, VAR), jnp.where(is_const, cval, var)
 
@@ -300,6 +313,7 @@ def generate(
     n_outputs: int = 1,
     modi_prob: float = 0.0,
     function_weights: Sequence[float] | None = None,
+    variable_weights: Sequence[float] | None = None,
 ) -> Forest:
     """``n`` random trees, Forest ``[n, max_len]``; see :class:`TreeGenerator` for the arguments.
 
@@ -322,5 +336,6 @@ def generate(
         n_outputs=n_outputs,
         modi_prob=modi_prob,
         function_weights=function_weights,
+        variable_weights=variable_weights,
     )
     return gen(key, n)

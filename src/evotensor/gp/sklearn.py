@@ -72,7 +72,7 @@ from evotensor.core.checks import ArgumentError, check_choice, check_fraction, c
 from evotensor.core.compile_cache import enable_default_cache
 from evotensor.core.evaluation import to_natural
 from evotensor.core.run import Loop, RunResult, check_params
-from evotensor.gp import export, front
+from evotensor.gp import export, front, terminals
 from evotensor.gp.classification import CLASSIFICATION_FUNCTIONS, SymbolicClassification
 from evotensor.gp.config import SURVIVALS
 from evotensor.gp.constants import ConstantOptimizer
@@ -505,6 +505,11 @@ class _SymbolicEstimator(BaseEstimator):
     def _scales(self) -> bool:
         return False
 
+    def _fixed_constants(self) -> tuple[tuple[float, ...], float]:
+        """``(values, prob)``: fixed constants appended to ``X`` as columns (:mod:`evotensor.gp.terminals`)
+        and their share of the variable leaves; none here."""
+        return (), 0.0
+
     # -- parameters ----
     def _checked(self) -> dict[str, Any]:
         """Every parameter checked (an ArgumentError naming the first bad one)."""
@@ -590,10 +595,17 @@ class _SymbolicEstimator(BaseEstimator):
             tuple(str(n) for n in names) if names is not None else tuple(f"x{j}" for j in range(X.shape[1]))
         )
         fs = c["function_set"]
+        fixed, fixed_prob = self._fixed_constants()
+        self._n_features, self._fixed = X.shape[1], fixed
+        if fixed:  # one column per fixed constant: read as variables, so never tuned
+            X = terminals.with_constant_columns(X, fixed)
         t_start = time.perf_counter()
         enable_default_cache(warn=True)  # before anything compiles (see the module docstring)
         problem = self._problem(X, y, fs, c)
         options = self._strategy_options(c, problem.n_outputs)
+        if fixed:
+            weights = terminals.constant_column_weights(self._n_features, fixed, fixed_prob)
+            options["variable_weights"] = weights
         n_vars = X.shape[1]
 
         def strategy() -> GP:
@@ -690,6 +702,8 @@ class _SymbolicEstimator(BaseEstimator):
         rows, models = [], []
         for i, m in enumerate(members):
             tree = jax.tree_util.tree_map(lambda a, m=m: np.asarray(a)[m], hof.forest)
+            # a fixed constant's column read as the literal: the tree then reads the features only
+            tree = terminals.columns_to_constants(tree, self._n_features, self._fixed)
             s = None if slope is None else slope[m]
             t = None if intercept is None else intercept[m]
             expression = (
@@ -815,8 +829,18 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
             or a mapping ``{name: weight}`` in which unnamed functions keep weight 1 (e.g. ``{"sin":
             0.1, "cos": 0.1}`` makes those ten times rarer). See ``GP(function_weights=)``.
         const_range: ``(low, high)`` of the new constants, drawn uniformly. Default (-1, 1).
-            ``(1, 1)`` makes every new constant leaf a 1 (a ``{x, 1}`` terminal set); constant
-            optimization may still tune it afterwards.
+            ``(1, 1)`` makes every new constant leaf a 1; constant optimization may still tune it
+            afterwards (``fixed_constants`` are never tuned).
+        fixed_constants: constants that are terminals of their own and are never tuned, e.g.
+            ``(1.0,)`` for a ``{x, 1}`` terminal set beside (or, with ``const_prob=0``, instead of)
+            the random constants. Each is an extra column of ``X`` filled with the value, which the
+            trees read like a variable (:mod:`evotensor.gp.terminals`); the models (``best_``,
+            ``front_models_``, every export) show it as the literal number (``run_result_`` keeps
+            the run's trees, which read columns ``n_features_in_ + k``). Values must be exact in
+            float32. Default ``()``: none.
+        fixed_constant_prob: the probability that a new variable leaf is one of ``fixed_constants``
+            (spread evenly over them; the features share the rest), in ``(0, 1)``. Default 0.2.
+            Point mutation draws among the features and constants uniformly.
 
     Example::
 
@@ -847,6 +871,8 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         const_prob: float = 0.5,
         function_weights: Any = None,
         const_range: tuple[float, float] = (-1.0, 1.0),
+        fixed_constants: tuple[float, ...] = (),
+        fixed_constant_prob: float = 0.2,
     ):
         self.population_size = population_size
         self.generations = generations
@@ -869,9 +895,18 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         self.const_prob = const_prob
         self.function_weights = function_weights
         self.const_range = const_range
+        self.fixed_constants = fixed_constants
+        self.fixed_constant_prob = fixed_constant_prob
 
     def _targets(self, y: np.ndarray) -> np.ndarray:
         return _float32_data(y, "y")
+
+    def _fixed_constants(self) -> tuple[tuple[float, ...], float]:
+        values = terminals.check_constants(self.fixed_constants, "fixed_constants")
+        prob = check_fraction(self.fixed_constant_prob, "fixed_constant_prob")
+        if prob >= 1.0:
+            raise ArgumentError(f"fixed_constant_prob must be in (0, 1), got {self.fixed_constant_prob!r}")
+        return values, prob
 
     def _strategy_options(self, c: dict[str, Any], n_outputs: int) -> dict[str, Any]:
         # checked by GPConfig when the strategy is built (its errors name the argument)

@@ -258,6 +258,7 @@ class GP:
             n_outputs=c.n_outputs,
             modi_prob=c.modi_prob,
             function_weights=c.function_weights,
+            variable_weights=c.variable_weights,
         )
         fs, lo, hi = c.function_set, c.init_depth[0], c.init_depth[1]
         self.initializer = TreeGenerator(fs, c.n_vars, c.max_len, lo, hi, c.init_method, c.leaf_prob, **leaf)
