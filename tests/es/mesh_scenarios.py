@@ -43,6 +43,7 @@ FAST = [
     "tests.es.mesh_scenarios:scenario_open_es",
     "tests.es.mesh_scenarios:scenario_cma_es",
     "tests.es.mesh_scenarios:programs",
+    "tests.neat.mesh_scenarios:collectives",
 ]
 FAST_NEAT = ["tests.neat.mesh_scenarios:scenario_neat_xor"]
 SLOW = [  # SNES and PGPE: spot checks of the same MeshStrategy path OpenES takes in the default tier

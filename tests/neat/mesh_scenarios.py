@@ -92,12 +92,74 @@ def program() -> dict:
     from tests.es.mesh_scenarios import compiled_generation_text
 
     n = jax.device_count()
-    text = compiled_generation_text(small_neat(), XOR(), _mesh())
+    neat = small_neat()
+    text = compiled_generation_text(neat, XOR(), _mesh())
     gathered = re.findall(r"= \(?[a-z0-9]+\[([\d,]*)\][^ ]* all-gather(?:-start)?\(", text)
+    # a genome's tables packed side by side (MeshLayout.gathered): one row of this many 32-bit words
+    width = sum(int(np.prod(leaf.shape[1:])) for leaf in jax.tree_util.tree_leaves(neat.spec.empty((1,))))
     return {
         "forward_whole": f"f32[{POP},4,1]" in text,
         "forward_shard": f"f32[{POP // n},4,1]" in text,
         "conn_table_shard": f"s32[{POP // n},{MAX_CONNS}]" in text,
-        "population_gathers": sum(1 for shape in gathered if shape == f"{POP},{MAX_CONNS}"),
+        "population_gathers": sum(1 for shape in gathered if shape == f"{POP},{width}"),
+        "table_gathers": sum(1 for shape in gathered if shape == f"{POP},{MAX_CONNS}"),
         "all_gather_shapes": sorted(set(gathered)),
     }
+
+
+_COLLECTIVE = re.compile(r"\b(all-gather|all-to-all|collective-permute|all-reduce)(?:-start)?\(")
+_CALLEE = re.compile(
+    r"(condition|body|to_apply|calls|branch_computations|true_computation|false_computation)"
+    r"=(?:\{([^}]*)\}|%?([\w.\-]+))"
+)
+
+
+def loop_depths(hlo: str) -> list[tuple[int, str]]:
+    """``[(loops, op)]``: every collective of an optimized HLO text with the number of ``while`` loops
+    around it (0: once per program run; more: once per iteration of each), found from the
+    computations' call graph (a loop's body and condition are one level deeper than the loop)."""
+    computations: dict[str, list[str]] = {}
+    current, entry = None, None
+    for line in hlo.splitlines():
+        header = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+        if header:
+            current = header.group(2)
+            computations[current] = []
+            entry = current if header.group(1) else entry
+        elif current is not None and line.startswith(" "):
+            computations[current].append(line)
+    depth = {entry: 0}
+    todo = [entry]
+    while todo:
+        name = todo.pop()
+        for line in computations[name]:
+            loop = " while(" in line
+            for kind, braced, single in _CALLEE.findall(line):
+                for callee in re.findall(r"%?([\w.\-]+)", braced or single):
+                    d = depth[name] + int(loop and kind in ("condition", "body"))
+                    if callee in computations and depth.get(callee, -1) < d:
+                        depth[callee] = d
+                        todo.append(callee)
+    return [
+        (depth[name], match.group(1))
+        for name, lines in computations.items()
+        if name in depth
+        for line in lines
+        if (match := _COLLECTIVE.search(line))
+    ]
+
+
+def collectives() -> dict:
+    """The collectives of one compiled generation of :func:`small_neat` on XOR on this process's
+    devices: ``{"total": {op: count}, "in_loops": {op: count}}`` (``in_loops``: those inside a loop
+    of the generation, paid once per iteration)."""
+    from tests.es.mesh_scenarios import compiled_generation_text
+
+    found = loop_depths(compiled_generation_text(small_neat(), XOR(), _mesh()))
+    total: dict[str, int] = {}
+    in_loops: dict[str, int] = {}
+    for loops, op in found:
+        total[op] = total.get(op, 0) + 1
+        if loops:
+            in_loops[op] = in_loops.get(op, 0) + 1
+    return {"total": total, "in_loops": in_loops}

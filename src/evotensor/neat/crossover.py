@@ -47,6 +47,8 @@ No ``[C, C]`` array is ever built.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -300,6 +302,7 @@ def crossover_population(
     *,
     maximize: bool,
     config: CrossoverConfig = CrossoverConfig(),
+    per_genome: Callable[..., Any] | None = None,
 ) -> Genome:
     """``n`` children, child ``i`` from parents ``parent1_idx[i]`` and ``parent2_idx[i]``.
 
@@ -309,6 +312,11 @@ def crossover_population(
     orientation); there is deliberately no default. The fitter parent is ``parent1`` when its
     fitness is strictly better, else ``parent2`` (neat-python's rule: a tie makes ``parent2`` the
     fitter); NaN fitness is the worst. Returns children ``[n, ...]``. Pure and jit-able.
+
+    ``per_genome``: how the per-child work runs, ``per_genome(fn, *arrays)`` with ``arrays`` of
+    leading axis ``[n]`` (default ``fn(*arrays)``); on a mesh NEAT passes
+    :meth:`evotensor.neat.sharding.MeshLayout.per_genome` (each device builds its own children,
+    with its own loop trip counts); the children are the same.
     """
     if not isinstance(maximize, bool):
         raise ArgumentError(f"maximize must be a bool, got {maximize!r}")
@@ -335,4 +343,7 @@ def crossover_population(
     # child i is crossover(split(key, n)[i], ...): one uniform vector per child
     n, K = p1.shape[0], _num_uniforms(spec, config)
     u = jax.vmap(lambda k: jax.random.uniform(k, (K,)))(jax.random.split(key, n))
-    return jax.vmap(lambda u, a, b, e: _crossover(u, spec, config, a, b, e))(u, fitter, other, f1 == f2)
+    children = jax.vmap(lambda u, a, b, e: _crossover(u, spec, config, a, b, e))
+    if per_genome is None:
+        return children(u, fitter, other, f1 == f2)
+    return per_genome(children, u, fitter, other, f1 == f2)

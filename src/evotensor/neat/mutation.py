@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -247,6 +248,17 @@ def _first_free(valid: jax.Array, exclude: jax.Array | None = None) -> jax.Array
     return jnp.argmax(free).astype(jnp.int32)
 
 
+# ``per_genome(fn, *arrays)``: ``fn(*arrays)`` on arrays of leading axis [P] whose rows are independent
+PerGenome = Callable[..., Any]
+# ``across_genomes(fn, rows, *shared)``: ``fn(rows, *shared)``, reading every genome's rows at once
+AcrossGenomes = Callable[..., Any]
+
+
+def _whole_population(fn: Callable[..., Any], rows: Any, *shared: Any) -> Any:
+    """``fn(rows, *shared)``: the default ``across_genomes``."""
+    return fn(rows, *shared)
+
+
 # edge columns per chunk of the reach sweep: genomes fill their first free rows, so a population
 # usually uses a small prefix of its ``max_conns`` columns and the sweep stops at the last used one
 _REACH_CHUNK = 8
@@ -356,11 +368,19 @@ def _required(spec: GenomeSpec, population: Genome, src, dst, when: jax.Array | 
     return required & population.node_valid & (idx >= spec.num_inputs)
 
 
-def _prune(spec: GenomeSpec, population: Genome, src, dst, when: jax.Array) -> tuple[Genome, jax.Array]:
+def _whole(fn: Callable[..., Any], *population: Any) -> Any:
+    """``fn(*population)``: the default ``per_genome`` (one device computes every row)."""
+    return fn(*population)
+
+
+def _prune(
+    spec: GenomeSpec, population: Genome, src, dst, when: jax.Array, per_genome: PerGenome = _whole
+) -> tuple[Genome, jax.Array]:
     """Remove, in the genomes with ``when`` (``bool [P]``), every hidden node that feeds no output
     and its connections: ``(population, removed int32 [P])``."""
     hidden = population.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
-    drop = hidden & ~_required(spec, population, src, dst, when) & when[:, None]
+    required = per_genome(lambda g, s, d, w: _required(spec, g, s, d, w), population, src, dst, when)
+    drop = hidden & ~required & when[:, None]
     return jax.vmap(_remove_nodes)(population, drop, src, dst), jnp.sum(drop, axis=1, dtype=jnp.int32)
 
 
@@ -442,7 +462,19 @@ def _draws(key: jax.Array, spec: GenomeSpec, config: MutationConfig, P: int, uni
     return u, _new_node_genes(spec, config, k_node, P), _new_conn_attrs(spec, config, k_conn, (P, conns))
 
 
-def _add_node(spec, config, population, rows, next_node_key, next_innov, mask, u, node_genes, conn_attrs):
+def _add_node(
+    spec,
+    config,
+    population,
+    rows,
+    next_node_key,
+    next_innov,
+    mask,
+    u,
+    node_genes,
+    conn_attrs,
+    across_genomes: AcrossGenomes = _whole_population,
+):
     """Splits, numbered (``u float32 [P]``: the split choice; ``node_genes``, ``conn_attrs [P, 2, B]``:
     the new genes); returns the genomes that need the add-connection fallback."""
     P = population.node_key.shape[0]
@@ -454,8 +486,8 @@ def _add_node(spec, config, population, rows, next_node_key, next_innov, mask, u
         identity = (take(population.conn_in), take(population.conn_out))
     else:
         identity = (take(population.conn_innov),)
-    new_key, innov_in, innov_out, next_node_key, next_innov = number_splits(
-        identity, ok, next_node_key, next_innov
+    new_key, innov_in, innov_out, next_node_key, next_innov = across_genomes(
+        lambda rows, *counters: number_splits(*rows, *counters), (identity, ok), next_node_key, next_innov
     )
     new = (*node_genes, conn_attrs)
     population, src, dst = jax.vmap(lambda g, s, d, *a: _one_split_apply(spec, config, g, s, d, *a))(
@@ -493,13 +525,14 @@ def _one_conn_apply(attrs, g: Genome, src, dst, in_row, out_row, i_key, o_key, w
     return g, _put(src, free, in_row, ok), _put(dst, free, out_row, ok), ok, want & ~room
 
 
-def _add_conn_marked(spec, config, population, rows, mask, mark, u, attrs):
+def _add_conn_marked(spec, config, population, rows, mask, mark, u, attrs, per_genome: PerGenome = _whole):
     """Add-connection (``u float32 [P, 2]``: the draws of ``out`` and ``in``; ``attrs [P, B]``)."""
     population, in_row, out_row, i_key, o_key, want = jax.vmap(
         lambda u, g, do: _one_conn_propose(spec, config, u, g, do)
     )(u, population, mask)
     if spec.feed_forward:
-        want = want & ~_creates_cycle(population, *rows, in_row, out_row, i_key == o_key, want)
+        cycle = per_genome(_creates_cycle, population, *rows, in_row, out_row, i_key == o_key, want)
+        want = want & ~cycle
     population, src, dst, ok, skip = jax.vmap(lambda a, g, s, d, *x: _one_conn_apply(a, g, s, d, *x, mark))(
         attrs, population, *rows, in_row, out_row, i_key, o_key, want
     )
@@ -507,13 +540,15 @@ def _add_conn_marked(spec, config, population, rows, mask, mark, u, attrs):
     return population, (src, dst), (ok, i_key, o_key, mark), metrics
 
 
-def _number_marked(population: Genome, slots, next_innov):
+def _number_marked(population: Genome, slots, next_innov, across_genomes: AcrossGenomes = _whole_population):
     """Number the connections added under temporary marks, one number per distinct pair across all
     slots, and write the numbers over the marks."""
     ok = jnp.stack([s[0] for s in slots], 1)
     i_key = jnp.stack([s[1] for s in slots], 1)
     o_key = jnp.stack([s[2] for s in slots], 1)
-    innov, next_innov = number_connections(i_key, o_key, ok, next_innov)
+    innov, next_innov = across_genomes(
+        lambda rows, counter: number_connections(*rows, counter), (i_key, o_key, ok), next_innov
+    )
     conn_innov = population.conn_innov
     for j, (_, _, _, mark) in enumerate(slots):
         conn_innov = jnp.where(conn_innov == mark, innov[:, j : j + 1], conn_innov)
@@ -536,13 +571,13 @@ def _one_delete_conn(spec, u, g, src, dst, do):
     return _clear_conns(g, (jnp.arange(spec.max_conns) == row) & ok), ok
 
 
-def _delete(one, spec, config, population, rows, mask, u):
+def _delete(one, spec, config, population, rows, mask, u, per_genome: PerGenome = _whole):
     """A deletion step (``u float32 [P]``: the choice), then pruning where a deletion happened
     (``config.prune_dangling``); the endpoint rows of the remaining connections do not change."""
     population, ok = jax.vmap(lambda u, g, s, d, do: one(spec, u, g, s, d, do))(u, population, *rows, mask)
     pruned = jnp.zeros(ok.shape, jnp.int32)
     if config.prune_dangling:
-        population, pruned = _prune(spec, population, *rows, ok)
+        population, pruned = _prune(spec, population, *rows, ok, per_genome)
     return population, ok, pruned
 
 
@@ -742,6 +777,8 @@ def mutate(
     next_node_key: jax.Array,
     next_innov: jax.Array,
     active: jax.Array | None = None,
+    per_genome: PerGenome = _whole,
+    across_genomes: AcrossGenomes = _whole_population,
 ) -> tuple[Genome, jax.Array, jax.Array, dict[str, jax.Array]]:
     """Mutate every genome of ``population`` once (neat-python's ``DefaultGenome.mutate``; see
     the module docstring for the order and the numbering).
@@ -755,6 +792,16 @@ def mutate(
             (:func:`evotensor.neat.innovation.initial_counters` for a fresh population).
         active: optional ``bool [pop]``: only these genomes are mutated; the others (NEAT's
             elites) come back unchanged, draw no structural mutation and use up no number.
+        per_genome: how the per-genome searches (endpoint rows, the cycle checks, pruning's
+            reachability) run: ``per_genome(fn, *arrays)`` with ``arrays`` of leading axis
+            ``[pop]`` and rows independent; default ``fn(*arrays)``. On a mesh NEAT passes
+            :meth:`evotensor.neat.sharding.MeshLayout.per_genome` (each device searches its own
+            genomes, with its own loop trip counts); the result is the same.
+        across_genomes: how the generation-wide numbering (the sorts of every genome's proposals)
+            runs: ``across_genomes(fn, rows, *counters)`` with ``rows`` a tuple of ``[pop, ...]``
+            arrays; default ``fn(rows, *counters)``. On a mesh:
+            :meth:`evotensor.neat.sharding.MeshLayout.across_genomes` (the proposals gathered once,
+            numbered whole on every device).
 
     Returns:
         ``(population, next_node_key, next_innov, metrics)``: the counters advanced by the
@@ -788,27 +835,41 @@ def mutate(
         )
     unchanged = population
     # the endpoint rows of every connection, found once and kept up to date by every step
-    rows = _rows(population)
+    rows = per_genome(_rows, population)
     population, rows, next_node_key, next_innov, metrics, fallback = _add_node(
-        spec, config, population, rows, next_node_key, next_innov, m_add_node, u[:, 4], nodes, conns[:, :2]
+        spec,
+        config,
+        population,
+        rows,
+        next_node_key,
+        next_innov,
+        m_add_node,
+        u[:, 4],
+        nodes,
+        conns[:, :2],
+        across_genomes,
     )
     slots = []
     if config.surer:
         population, rows, slot, m = _add_conn_marked(
-            spec, config, population, rows, fallback, _FALLBACK_MARK, u[:, 5:7], conns[:, 2]
+            spec, config, population, rows, fallback, _FALLBACK_MARK, u[:, 5:7], conns[:, 2], per_genome
         )
         slots.append(slot)
         metrics = _add_metrics(metrics, m)
-    population, ok, pruned = _delete(_one_delete_node, spec, config, population, rows, m_del_node, u[:, 7])
+    population, ok, pruned = _delete(
+        _one_delete_node, spec, config, population, rows, m_del_node, u[:, 7], per_genome
+    )
     metrics = _add_metrics(metrics, _metrics(nodes_deleted=ok, nodes_pruned=pruned))
     population, rows, slot, m = _add_conn_marked(
-        spec, config, population, rows, m_add_conn, _ADD_MARK, u[:, 8:10], conns[:, 2 + fb]
+        spec, config, population, rows, m_add_conn, _ADD_MARK, u[:, 8:10], conns[:, 2 + fb], per_genome
     )
     slots.append(slot)
     metrics = _add_metrics(metrics, m)
-    population, ok, pruned = _delete(_one_delete_conn, spec, config, population, rows, m_del_conn, u[:, 10])
+    population, ok, pruned = _delete(
+        _one_delete_conn, spec, config, population, rows, m_del_conn, u[:, 10], per_genome
+    )
     metrics = _add_metrics(metrics, _metrics(conns_deleted=ok, nodes_pruned=pruned))
-    population, next_innov = _number_marked(population, slots, next_innov)
+    population, next_innov = _number_marked(population, slots, next_innov, across_genomes)
     mutated = mutate_attributes(k_attr, spec, population)
     if active is None:
         return mutated, next_node_key, next_innov, metrics

@@ -185,6 +185,7 @@ class NEAT:
         """
         placed = copy.copy(self)
         placed.layout = MeshLayout(mesh, axis, self.population_size)
+        placed.decoder = placed.layout.decoder(self.decoder)  # each device decodes its own genomes
         return placed
 
     def state_shardings(self, state: NEATState) -> Any:
@@ -195,9 +196,10 @@ class NEAT:
         return self.layout.state_shardings(state)
 
     def _distances(self, population: Genome, representatives: Genome) -> jax.Array:
-        # each device measures its own genomes; the [P, R] result (R columns of P floats) is gathered
+        # speciation's loop asks for one [P] column per iteration: every device measures the whole
+        # (replicated) population itself, as splitting it would cost a gather per iteration
         measure = lambda pop, reps: distance_matrix(self.spec, self.config.distance, pop, reps)  # noqa: E731
-        return self.layout.replicated(self.layout.own_rows(measure, population, representatives))
+        return self.layout.everywhere(measure, population, representatives)
 
     def init(self, key: jax.Array, params: Any = None) -> NEATState:
         """A fresh population (:meth:`GenomeSpec.initial`), speciated."""
@@ -240,7 +242,7 @@ class NEAT:
         # the [P] fitness is small and every step below needs all of it: replicated; so are the
         # parents (any genome may parent any child: one gather of the population per generation)
         fitness = layout.replicated(sanitize_fitness(-jnp.asarray(evaluation.fitness, jnp.float32)))
-        population = layout.replicated(layout.population(genotypes))
+        population = layout.gathered(genotypes)
 
         i = jnp.argmax(fitness)
         improved = fitness[i] > state.best_fitness
@@ -260,11 +262,20 @@ class NEAT:
             fitness,
             maximize=True,
             config=cfg.crossover,
+            per_genome=layout.per_genome,  # each device builds its own children
         )
         # each device builds and mutates its own rows of the offspring
         children = layout.population(children)
         children, next_node_key, next_innov, mutation_metrics = mutate(
-            k_mut, spec, cfg.mutation, children, state.next_node_key, state.next_innov, active=~plan.elite
+            k_mut,
+            spec,
+            cfg.mutation,
+            children,
+            state.next_node_key,
+            state.next_innov,
+            active=~plan.elite,
+            per_genome=layout.per_genome,  # each device searches its own genomes (own trip counts)
+            across_genomes=layout.across_genomes,  # the numbering: proposals gathered once
         )
         elites = population[plan.parent1]
         new = jax.tree_util.tree_map(
@@ -282,7 +293,7 @@ class NEAT:
         new = layout.population(_where_tree(extinct, frozen, new))
         # speciation picks representatives anywhere in the population: it reads a gathered copy
         # (one gather, not one per representative) and splits each distance column (_distances)
-        gathered = layout.replicated(new)
+        gathered = layout.gathered(new)
         plan_species = plan.species_state
         species_start = jax.tree_util.tree_map(
             lambda fresh_s, s: jnp.where(plan.reset, fresh_s, s),
