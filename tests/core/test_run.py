@@ -173,3 +173,18 @@ def test_default_chunk_divides_the_generations_when_it_can():
         c = _default_chunk(g)
         assert 1 <= c <= 500 and (g % c == 0 or c == min(500, -(-g // 20)))
         assert g // c <= max(40, g // 500)  # at most ~2x the intended number of progress updates
+
+
+def test_a_run_on_a_mesh_decodes_with_the_placed_strategys_decoder():
+    # the CLI tasks pass strategy.decoder explicitly; on a mesh the placed copy's decoder (NEAT's
+    # decodes per device) must be used, while a user's own decoder is kept
+    from types import SimpleNamespace
+
+    from evotensor.core.run import placed_decoder
+
+    own, placed_own, users = object(), object(), object()
+    strategy, placed = SimpleNamespace(decoder=own), SimpleNamespace(decoder=placed_own)
+    assert placed_decoder(strategy, placed, own) is placed_own
+    assert placed_decoder(strategy, placed, users) is users
+    assert placed_decoder(strategy, placed, None) is None  # Loop then takes the placed strategy's
+    assert placed_decoder(SimpleNamespace(), SimpleNamespace(), users) is users

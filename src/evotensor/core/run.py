@@ -540,6 +540,15 @@ class _Chunks:
         return carry, _as_numpy(metrics)
 
 
+def placed_decoder(strategy: Any, placed: Any, decoder: Any) -> Any:
+    """The decoder a run on a mesh uses: the placed strategy's own (a family may lay its decoding
+    out per device, as NEAT does) when ``decoder`` is the unplaced ``strategy``'s own decoder passed
+    explicitly (as the CLI tasks do), else ``decoder`` as given (``None``: the placed strategy's)."""
+    if decoder is not None and decoder is getattr(strategy, "decoder", None):
+        return getattr(placed, "decoder", decoder)
+    return decoder
+
+
 def run(
     strategy: Any,
     problem: Any,
@@ -648,7 +657,7 @@ def run(
         loop = Loop(
             placed,
             on_mesh(problem, mesh, mesh_axis),
-            decoder,
+            placed_decoder(strategy, placed, decoder),
             mesh=mesh,
             mesh_axis=mesh_axis,
             population_size=rows,
