@@ -37,8 +37,10 @@ tail -3 "$OUT/build.log"; echo "setup $(( $(date +%s) - T0 ))s"
 nvidia-smi -L 2>/dev/null
 python3 -c "import jax, evotensor.gp.native as n, evotensor.tree as t; print(jax.devices(), n.AVAILABLE, t.SPEEDUPS)" 2>&1 | tail -2
 # Constant fitting on the GPU: a helper's screening runs on an H100 (session 13, JAX 0.11.2) died with
-# CUDA_ERROR_ILLEGAL_ADDRESS whenever trees had constant leaves and constant optimization was on
-# (unconfirmed; no log kept). Each setting in its own process, so one crash does not hide the others.
+# CUDA_ERROR_ILLEGAL_ADDRESS whenever trees had constant leaves (no log kept). Likely cause, fixed in
+# session 14 without a GPU: the Pallas kernel loaded a row of X addressed by a constant leaf's value
+# (pallas_kernel.variable_row). These fits confirm it. Each setting in its own process, so one crash
+# does not hide the others; the first has constant leaves without constant optimization.
 for KW in '{}' '{"constant_optimization": "auto"}' \
           '{"survival": "nsga2", "constant_optimization": "auto", "refine_top": 64}'; do
     EVOTENSOR_CACHE_DIR=off timeout 120 python3 -c "
