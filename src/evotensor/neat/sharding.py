@@ -124,6 +124,9 @@ class MeshLayout:
         self.axis = axis
         self.split = NamedSharding(self.mesh, P(axis))
         self.whole = NamedSharding(self.mesh, P())
+        # one device along the axis: the per-device programs are the plain ones (a shard_map of one
+        # device only fences XLA's fusion)
+        self.devices = int(self.mesh.shape[axis])
 
     def population(self, tree: Any) -> Any:
         """Every leaf of a population pytree (leading ``[P]`` axis) split along the axis."""
@@ -176,6 +179,8 @@ class MeshLayout:
         replicated ``shared``, and keeps its own rows of each ``[P, ...]`` output (the rest of the
         outputs replicated). A sort of split keys left to XLA's partitioner gathers each key
         array on its own."""
+        if self.devices == 1:
+            return fn(population, *shared)
         rows = jax.tree_util.tree_leaves(population)[0].shape[0]
         per_row = lambda a: a.ndim > 0 and a.shape[0] == rows  # noqa: E731
         shapes = jax.eval_shape(fn, population, *shared)
@@ -207,6 +212,8 @@ class MeshLayout:
         any genome still running?" (an all-reduce) at every iteration, and a gather or scatter
         over flattened rows inside it becomes an all-gather per iteration.
         """
+        if self.devices == 1:
+            return fn(*population)
         split = jax.tree_util.tree_map(lambda _: P(self.axis), population)
         return jax.shard_map(fn, mesh=self.mesh, in_specs=split, out_specs=P(self.axis), check_vma=False)(
             *population
@@ -217,6 +224,8 @@ class MeshLayout:
         communication (its result is replicated): for small per-genome work inside a sequential
         loop (speciation's distance columns), where splitting it would cost a gather per iteration.
         """
+        if self.devices == 1:
+            return fn(*args)
         whole = jax.tree_util.tree_map(lambda _: P(), args)
         return jax.shard_map(fn, mesh=self.mesh, in_specs=whole, out_specs=P(), check_vma=False)(*args)
 
