@@ -243,6 +243,18 @@ def run_xor(seed: int, generations: int) -> dict:
     }
 
 
+def timed(fn, seconds: list):
+    """``fn`` that appends the wall seconds of each call to ``seconds``."""
+
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        out = fn(*args, **kwargs)
+        seconds.append(time.perf_counter() - t)
+        return out
+
+    return wrapper
+
+
 def run_timing(seed: int, pop_size: int, generations: int) -> dict:
     config = make_config(pop_size, True)
     random.seed(seed)
@@ -259,15 +271,7 @@ def run_timing(seed: int, pop_size: int, generations: int) -> dict:
         eval_s.append(time.perf_counter() - t)
         best_per_gen.append(max(g.fitness for _, g in genomes))
 
-    speciate = pop.species.speciate
-
-    def timed_speciate(*args, **kwargs):
-        t = time.perf_counter()
-        out = speciate(*args, **kwargs)
-        speciate_s.append(time.perf_counter() - t)
-        return out
-
-    pop.species.speciate = timed_speciate
+    pop.species.speciate = timed(pop.species.speciate, speciate_s)
     c0, t0 = time.process_time(), time.perf_counter()
     pop.run(timed_eval, generations)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -402,14 +406,6 @@ def run_cartpole(seed: int, pop_size: int, generations: int, workers: int, episo
             raise AssertionError(f"mean episode length {mean_len} != mean return {mean_per_gen[-1]}")
         mean_len_per_gen.append(mean_per_gen[-1])
 
-    speciate = population.species.speciate
-
-    def timed_speciate(*args, **kwargs):
-        t = time.perf_counter()
-        out = speciate(*args, **kwargs)
-        speciate_s.append(time.perf_counter() - t)
-        return out
-
     class CPUMarks(neat.reporting.BaseReporter):
         def start_generation(self, generation):
             cpu_marks.append(_cpu_s())
@@ -417,7 +413,7 @@ def run_cartpole(seed: int, pop_size: int, generations: int, workers: int, episo
         def end_generation(self, config, population, species_set):
             cpu_marks.append(_cpu_s())
 
-    population.species.speciate = timed_speciate
+    population.species.speciate = timed(population.species.speciate, speciate_s)
     population.add_reporter(CPUMarks())
     c0, t0 = _cpu_s(), time.perf_counter()
     try:
