@@ -40,8 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from evotensor.core.packing import all_gather_rows, pack_rows, unpack_rows
 from evotensor.gp import selection as sel
-from evotensor.gp.sharding import ForestMesh, all_gather_forest, pack_forest, unpack_forest
+from evotensor.gp.sharding import ForestMesh
 from evotensor.gp.variation import MutationBlock, VariationContext
 
 __all__ = ["VariationPlan", "offspring_on_mesh"]
@@ -319,7 +320,7 @@ def offspring_on_mesh(
     def per_device(key, state, params):
         d = jax.lax.axis_index(axis)
         like = state.forest
-        forest = all_gather_forest(like, axis)  # the parents
+        forest = all_gather_rows(like, axis)  # the parents
         state = state.replace(forest=forest)
         u = gp._draw(key)  # the whole draw, as one device makes it
         parents = gp._parents(u, state, params, key)
@@ -347,13 +348,13 @@ def offspring_on_mesh(
         if row < plan.local_children:
             pieces.append(take(children, slice(row, None)))
         mutated = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=0), *pieces)
-        gathered = pack_forest(mutated)  # [K, L, fields]
+        gathered = pack_rows(mutated)  # [K, fields * L]
         if plan.gather:
-            gathered = jax.lax.all_gather(gathered, axis, tiled=True)  # [n * K, L, fields]
+            gathered = jax.lax.all_gather(gathered, axis, tiled=True)  # [n * K, fields * L]
         if E:
-            elites = pack_forest(take(forest, sel.elite_indices(state.fitness, E)))  # raw fitness
+            elites = pack_rows(take(forest, sel.elite_indices(state.fitness, E)))  # raw fitness
             gathered = jnp.concatenate([elites, gathered])
-        out = unpack_forest(gathered[jnp.asarray(plan.rows)[d]], like)
+        out = unpack_rows(gathered[jnp.asarray(plan.rows)[d]], like)
         rejected = jax.lax.psum(jnp.stack([rej_c, rej_m]).astype(jnp.int32), axis)
         return out, rejected[0], rejected[1]
 

@@ -57,6 +57,7 @@ from jax.sharding import PartitionSpec as P
 
 from evotensor.core.checks import ArgumentError, check_choice
 from evotensor.core.mesh import POPULATION_AXIS, auto_mesh, axis_size, check_mesh
+from evotensor.core.packing import all_gather_rows
 from evotensor.gp import constants, native, pallas_kernel, scaling
 from evotensor.gp.encoding import Forest
 from evotensor.gp.evaluate import (
@@ -155,7 +156,7 @@ class ForestMesh:
         partitioner would place around each use."""
         spec = self.forest_spec(forest)
         whole = jax.tree_util.tree_map(lambda _: P(), forest)
-        return self.shard_map(lambda f: all_gather_forest(f, self.axis), (spec,), whole)(forest)
+        return self.shard_map(lambda f: all_gather_rows(f, self.axis), (spec,), whole)(forest)
 
     def rows(self, n_points: int, what: str = "X") -> tuple[int, int]:
         """``(split, rest)``: the first ``split = d * (n // d)`` rows are divided over the data axis'
@@ -172,32 +173,6 @@ class ForestMesh:
 
 
 # ---- forests ------------------------------------------------------------------------------------------
-
-
-def pack_forest(forest: Forest) -> jax.Array:
-    """A forest's ``[..., L]`` int32 / float32 fields as one int32 ``[..., L, fields]`` (floats
-    bit-cast, so nothing changes on the way): one collective moves all of them."""
-    leaves = jax.tree_util.tree_leaves(forest)
-    as_int = [jax.lax.bitcast_convert_type(a, jnp.int32) if a.dtype == jnp.float32 else a for a in leaves]
-    return jnp.stack([a.astype(jnp.int32) for a in as_int], axis=-1)
-
-
-def unpack_forest(packed: jax.Array, like: Forest) -> Forest:
-    """The inverse of :func:`pack_forest`: a forest with ``like``'s structure and dtypes."""
-    leaves, tree = jax.tree_util.tree_flatten(like)
-    out = []
-    for i, a in enumerate(leaves):
-        x = packed[..., i]
-        out.append(
-            jax.lax.bitcast_convert_type(x, jnp.float32) if a.dtype == jnp.float32 else x.astype(a.dtype)
-        )
-    return jax.tree_util.tree_unflatten(tree, out)
-
-
-def all_gather_forest(forest: Forest, axis: str) -> Forest:
-    """Inside ``shard_map``: every device's rows of ``forest`` along ``axis``, in device order
-    (one all-gather of the packed fields)."""
-    return unpack_forest(jax.lax.all_gather(pack_forest(forest), axis, tiled=True), forest)
 
 
 def _as_forest(forest: Any) -> Forest:
@@ -598,7 +573,7 @@ def tune_on_mesh(
         return packed[:, :-1], packed[:, -1]
 
     def per_device(key, local, minimized, X, y):
-        whole = all_gather_forest(local, axis)
+        whole = all_gather_rows(local, axis)
         value, _ = optimizer(key, whole, minimized, X, y, function_set, optimize=optimize, **options)
         rows = local.opcode.shape[0]
         start = jax.lax.axis_index(axis) * rows

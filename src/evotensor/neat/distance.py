@@ -55,6 +55,7 @@ import numpy as np
 from jax import lax
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int, check_real
+from evotensor.core.packing import from_int32, to_int32
 from evotensor.neat.genome import EMPTY, Genome, GenomeSpec
 
 __all__ = [
@@ -168,20 +169,6 @@ def _lex_less(a: Sequence[jax.Array], b: Sequence[jax.Array]) -> jax.Array:
     return less
 
 
-def _as_int32(x: jax.Array) -> jax.Array:
-    if x.dtype == jnp.float32:
-        return lax.bitcast_convert_type(x, jnp.int32)
-    return x.astype(jnp.int32)
-
-
-def _from_int32(x: jax.Array, dtype) -> jax.Array:
-    if dtype == jnp.float32:
-        return lax.bitcast_convert_type(x, jnp.float32)
-    if dtype == jnp.bool_:
-        return x != 0
-    return x.astype(dtype)
-
-
 @jax.tree_util.register_pytree_node_class
 class SortedTable:
     """One table's key columns sorted once, for repeated lookups (:meth:`lookup`) that also fetch
@@ -220,7 +207,7 @@ class SortedTable:
         self._layout = [(c.shape[1:], c.dtype) for c in payload]
         self.n_valid = jnp.sum(valid, dtype=jnp.int32)
         rows = [c.reshape(T, -1) for c in (valid.astype(jnp.int32), *cols)]
-        rows += [_as_int32(c).reshape(T, -1) for c in payload]
+        rows += [to_int32(c).reshape(T, -1) for c in payload]
         rows = jnp.concatenate(rows, axis=1)
         if len(cols) == 1 and method == "rank":
             self.keys = (jnp.concatenate([lax.sort(cols[0]), jnp.full((pad,), _INT_MAX, jnp.int32)]),)
@@ -276,7 +263,7 @@ class SortedTable:
         out, col = [], 1 + len(q)
         for shape, dtype in self._layout:
             width = int(np.prod(shape, dtype=np.int64))
-            out.append(_from_int32(row[:, col : col + width].reshape(row.shape[:1] + shape), dtype))
+            out.append(from_int32(row[:, col : col + width].reshape(row.shape[:1] + shape), dtype))
             col += width
         return base, found, tuple(out)
 

@@ -254,9 +254,10 @@ PerGenome = Callable[..., Any]
 AcrossGenomes = Callable[..., Any]
 
 
-def _whole_population(fn: Callable[..., Any], rows: Any, *shared: Any) -> Any:
-    """``fn(rows, *shared)``: the default ``across_genomes``."""
-    return fn(rows, *shared)
+def _whole(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: the default ``per_genome`` and ``across_genomes`` (one device computes every
+    row and sees the whole population)."""
+    return fn(*args)
 
 
 # edge columns per chunk of the reach sweep: genomes fill their first free rows, so a population
@@ -368,11 +369,6 @@ def _required(spec: GenomeSpec, population: Genome, src, dst, when: jax.Array | 
     return required & population.node_valid & (idx >= spec.num_inputs)
 
 
-def _whole(fn: Callable[..., Any], *population: Any) -> Any:
-    """``fn(*population)``: the default ``per_genome`` (one device computes every row)."""
-    return fn(*population)
-
-
 def _prune(
     spec: GenomeSpec, population: Genome, src, dst, when: jax.Array, per_genome: PerGenome = _whole
 ) -> tuple[Genome, jax.Array]:
@@ -473,7 +469,7 @@ def _add_node(
     u,
     node_genes,
     conn_attrs,
-    across_genomes: AcrossGenomes = _whole_population,
+    across_genomes: AcrossGenomes = _whole,
 ):
     """Splits, numbered (``u float32 [P]``: the split choice; ``node_genes``, ``conn_attrs [P, 2, B]``:
     the new genes); returns the genomes that need the add-connection fallback."""
@@ -540,7 +536,7 @@ def _add_conn_marked(spec, config, population, rows, mask, mark, u, attrs, per_g
     return population, (src, dst), (ok, i_key, o_key, mark), metrics
 
 
-def _number_marked(population: Genome, slots, next_innov, across_genomes: AcrossGenomes = _whole_population):
+def _number_marked(population: Genome, slots, next_innov, across_genomes: AcrossGenomes = _whole):
     """Number the connections added under temporary marks, one number per distinct pair across all
     slots, and write the numbers over the marks."""
     ok = jnp.stack([s[0] for s in slots], 1)
@@ -778,7 +774,7 @@ def mutate(
     next_innov: jax.Array,
     active: jax.Array | None = None,
     per_genome: PerGenome = _whole,
-    across_genomes: AcrossGenomes = _whole_population,
+    across_genomes: AcrossGenomes = _whole,
 ) -> tuple[Genome, jax.Array, jax.Array, dict[str, jax.Array]]:
     """Mutate every genome of ``population`` once (neat-python's ``DefaultGenome.mutate``; see
     the module docstring for the order and the numbering).

@@ -51,11 +51,11 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from evotensor.core.mesh import POPULATION_AXIS, auto_mesh, check_mesh
+from evotensor.core.packing import all_gather_rows
 
 __all__ = ["MeshLayout", "OneDevice", "PerDeviceDecoder"]
 
@@ -167,7 +167,7 @@ class MeshLayout:
         bitcast to int32, booleans widened; bit for bit) and gathers the packed rows once, where
         a sharding constraint costs one all-gather per leaf (a genome has eight tables)."""
         split = jax.tree_util.tree_map(lambda _: P(self.axis), population)
-        gather = lambda population: _all_gather_packed(population, self.axis)  # noqa: E731
+        gather = lambda population: all_gather_rows(population, self.axis)  # noqa: E731
         return jax.shard_map(gather, mesh=self.mesh, in_specs=(split,), out_specs=P(), check_vma=False)(
             population
         )
@@ -188,7 +188,7 @@ class MeshLayout:
         n = int(self.mesh.shape[self.axis])
 
         def local(population, *shared):
-            out = fn(_all_gather_packed(population, self.axis), *shared)
+            out = fn(all_gather_rows(population, self.axis), *shared)
             start = jax.lax.axis_index(self.axis) * (rows // n)
             own = lambda a: jax.lax.dynamic_slice_in_dim(a, start, rows // n) if per_row(a) else a  # noqa: E731
             return jax.tree_util.tree_map(own, out)
@@ -248,40 +248,6 @@ class MeshLayout:
 
     def __repr__(self) -> str:
         return f"MeshLayout({int(self.mesh.shape[self.axis])} devices along {self.axis!r})"
-
-
-def _all_gather_packed(population: Any, axis: str) -> Any:
-    """Inside ``shard_map``: this device's rows of a population pytree -> every device's rows, in
-    one all-gather of the 32-bit and boolean leaves packed side by side (any other dtype: a gather
-    of its own)."""
-    leaves, treedef = jax.tree_util.tree_flatten(population)
-    packable = [i for i, a in enumerate(leaves) if _packable(a.dtype)]
-    out = [None] * len(leaves)
-    if packable:
-        rows = leaves[packable[0]].shape[0]
-        flat = [_to_int32(leaves[i]).reshape(rows, -1) for i in packable]
-        whole = jax.lax.all_gather(jnp.concatenate(flat, axis=1), axis, tiled=True)
-        start = 0
-        for i, f in zip(packable, flat):
-            part = whole[:, start : start + f.shape[1]]
-            start += f.shape[1]
-            out[i] = _from_int32(part.reshape((whole.shape[0],) + leaves[i].shape[1:]), leaves[i].dtype)
-    for i, a in enumerate(leaves):
-        if out[i] is None:
-            out[i] = jax.lax.all_gather(a, axis, tiled=True)
-    return jax.tree_util.tree_unflatten(treedef, out)
-
-
-def _packable(dtype: Any) -> bool:
-    return dtype == jnp.bool_ or (jnp.dtype(dtype).itemsize == 4 and jnp.dtype(dtype).kind in "iuf")
-
-
-def _to_int32(a: jax.Array) -> jax.Array:
-    return a.astype(jnp.int32) if a.dtype == jnp.bool_ else jax.lax.bitcast_convert_type(a, jnp.int32)
-
-
-def _from_int32(a: jax.Array, dtype: Any) -> jax.Array:
-    return (a != 0) if dtype == jnp.bool_ else jax.lax.bitcast_convert_type(a, dtype)
 
 
 class PerDeviceDecoder:
