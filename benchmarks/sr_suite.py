@@ -47,10 +47,11 @@ Like for like, and not:
   also counts the runs where *any* member of the (loss, size) front is a symbolic solution (``front
   k``; ``front_solution_size`` in the JSON: the smallest such member), which tells a search that never
   found the exact form from a model selection that passed it over. ``evotensor+portfolio``
-  (:func:`portfolio_members`) splits the same evaluations between two searches: ``evotensor+exact``
-  with the suite's terminal set at the full population for 90% of them, and a small, short search
-  with random constants and uniform function weights for the other 10%; its model is picked by the
-  "best" rule from the union of the two fronts.
+  (``evotensor.gp.SymbolicPortfolio.exact_recovery``, both members seeded with the suite's seed)
+  splits the same evaluations between two searches: ``evotensor+exact`` with the suite's terminal set
+  at the full population for 90% of them, and a small, short search with random constants and
+  uniform function weights for the other 10%; its model is picked by the "best" rule from the union
+  of the two fronts (``member`` in the JSON: the search that found it).
 * gplearn 0.4.3 ``SymbolicRegressor``: ``population_size``, ``generations``, the function set,
   ``n_jobs=1``, ``random_state`` and its defaults otherwise: metric mean absolute error, tournament
   20, ``parsimony_coefficient`` 0.001, ``p_crossover`` 0.9, subtree / hoist / point mutation 0.01 each,
@@ -142,18 +143,6 @@ ENGINES = (
     "operon",
     "operon+symbolic",
 )
-EXACT_OPTIONS = {"survival": "nsga2", "constant_optimization": "auto", "refine_top": 64}
-"""``evotensor+exact``: the settings for exact symbolic recovery (NSGA-II survival on (loss, size),
-Levenberg-Marquardt constants, the 64 best trees re-scored without the closed form's float32 floor),
-with :func:`exact_options`' function weights."""
-EXACT_UNARY_WEIGHT = 0.1
-"""``evotensor+exact``: the weight of each one-argument function (``sin``, ``log``, ...) in new subtrees,
-against 1 for the others: transcendental near-misses otherwise crowd out the polynomials."""
-EXACT_EXP_WEIGHT = 0.02
-"""``evotensor+exact``: ``exp``'s own weight (in place of :data:`EXACT_UNARY_WEIGHT`): ``exp`` and
-``exp(exp(x))`` are the near-misses that the polynomials' runs stall on (cutting ``exp`` alone from 0.1
-took Nguyen-3 from 5/10 to 9/10 and Nguyen-4 from 2/10 to 7/10 at pop 2000 x 100; results_sr_suite.md,
-2026-11-26 night)."""
 EXACT_BUDGET = (10000, 20)
 """``evotensor+exact``'s documented budget for exact recovery (``--pop``, ``--generations``): the 200,000
 evaluations of pop 2000 x 100 spent on a larger population for fewer generations, which the
@@ -174,8 +163,10 @@ def exact_options(function_set: tuple[str, ...]) -> dict:
     """``evotensor+exact``'s ``SymbolicRegressor`` options for a problem's function set:
     :data:`EXACT_OPTIONS` and ``function_weights`` (:data:`EXACT_UNARY_WEIGHT` for each unary function
     but ``exp``, :data:`EXACT_EXP_WEIGHT` for ``exp``; 1 for the others). The same for every problem:
-    nothing here looks at the truth."""
+    nothing here looks at the truth. The constants are ``SymbolicPortfolio.exact_recovery``'s main
+    member's (``evotensor.gp.portfolio``), so this engine and the portfolio's member stay one setting."""
     from evotensor.gp.functions import FunctionSet
+    from evotensor.gp.portfolio import EXACT_EXP_WEIGHT, EXACT_OPTIONS, EXACT_UNARY_WEIGHT
 
     fs = FunctionSet(tuple(function_set), protected=False)
     unary = {
@@ -203,22 +194,6 @@ def r2_score(y: np.ndarray, pred: np.ndarray) -> float:
     return 1.0 - float(np.sum((y - pred) ** 2)) / sst if sst > 0 else -math.inf
 
 
-def portfolio_members(a, function_set: tuple[str, ...]) -> list[tuple[int, int, dict]]:
-    """``evotensor+portfolio``: ``(population, generations, options)`` of its two searches, the same for
-    every problem, whose evaluations add up to ``--pop`` x ``--generations`` (``evotensor+exact``'s
-    budget). A tenth of them go to a small, short search with random constants (``const_prob`` 0.5,
-    tuned by Levenberg-Marquardt) and uniform function weights, ``EXACT_OPTIONS`` otherwise: pop / 5
-    for generations / 2, the setting that finds powers such as ``exp(0.5*log(x0))`` (``sqrt``) but
-    loses the polynomials to tuned near-misses. The rest is ``evotensor+exact`` with the suite's
-    terminal set, at the full population for the generations left."""
-    erc_pop, erc_gens = max(a.pop // 5, 2), max(a.generations // 2, 1)
-    main_gens = max(a.generations - math.ceil(erc_pop * erc_gens / a.pop), 1)
-    return [
-        (a.pop, main_gens, _terminal_options(exact_options(function_set), a)),
-        (erc_pop, erc_gens, dict(EXACT_OPTIONS)),
-    ]
-
-
 def _terminal_options(options: dict, a) -> dict:
     """``options`` with the suite's terminal set (``--terminals``) for evotensor."""
     if a.terminals == "variables":  # no constant leaves (the linear scaling a, b stay)
@@ -234,37 +209,31 @@ def _terminal_options(options: dict, a) -> dict:
 
 
 def worker_portfolio(a, t_import: float) -> dict:
-    """``evotensor+portfolio``: the searches of :func:`portfolio_members` one after the other in this
-    process; the model is chosen from the union of their (loss, size) fronts by PySR's "best" rule
-    (the estimators' default ``model_selection``), as one run's front would be."""
+    """``evotensor+portfolio``: ``SymbolicPortfolio.exact_recovery(--pop, --generations)``, the
+    documented recipe (``evotensor+exact`` with the suite's terminal set for about 90% of the
+    evaluations, a small, short search with tuned random constants and uniform function weights for
+    the rest), its model chosen by PySR's "best" rule from the union of the two fronts. Both members
+    are seeded with ``--seed`` itself (``exact__random_state``, ``erc__random_state``), as this
+    worker's figures of 2026-11-26 were, rather than with seeds the portfolio draws from it."""
     from importlib.metadata import version
 
     import jax
 
-    from evotensor.gp import SymbolicRegressor, pareto_front_indices, select_model
+    from evotensor.gp import SymbolicPortfolio
     from evotensor.gp.functions import FunctionSet
 
     t_import = time.perf_counter() - t_import
     X, y, X_test, y_test = _load(a.data)
     fs = FunctionSet(tuple(a.function_set.split(",")), protected=False)
-    models, wall, cpu, compile_s, run_s = [], 0.0, 0.0, 0.0, 0.0
-    evaluations = 0
-    for pop, generations, options in portfolio_members(a, fs.names):
-        est = SymbolicRegressor(
-            population_size=pop, generations=generations, function_set=fs, random_state=a.seed, **options
-        )
-        evaluations += pop * generations
-        t0, c0 = time.perf_counter(), time.process_time()
-        est.fit(X, y)
-        wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
-        compile_s, run_s = compile_s + est.compile_seconds_, run_s + est.run_seconds_
-        models += est.front_models_
-    loss = np.array([m.loss for m in models])
-    size = np.array([m.complexity for m in models])
-    front = [models[i] for i in pareto_front_indices(loss, size)]
-    best = front[
-        int(select_model(np.array([m.loss for m in front]), np.array([m.complexity for m in front])))
-    ]
+    # the "exact" member's terminal set; with --terminals erc it keeps the estimator's const_prob 0.5
+    terminals = _terminal_options({"const_prob": 0.5}, a)
+    portfolio = SymbolicPortfolio.exact_recovery(a.pop, a.generations, fs, **terminals)
+    portfolio.set_params(exact__random_state=a.seed, erc__random_state=a.seed)
+    t0, c0 = time.perf_counter(), time.process_time()
+    portfolio.fit(X, y)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    front, best = portfolio.front_models_, portfolio.best_
+    compile_s, run_s, evaluations = portfolio.compile_seconds_, portfolio.run_seconds_, portfolio.evaluations_
     from evotensor.core.timeout import TimeLimitExceeded, call_with_time_limit
 
     try:
@@ -280,6 +249,7 @@ def worker_portfolio(a, t_import: float) -> dict:
         "model": text,
         "model_simplified": simplified,
         "expression": best.expression,
+        "member": portfolio.best_member_,
         "wall_s": wall,
         "cpu_s": cpu,
         "compile_s": compile_s,

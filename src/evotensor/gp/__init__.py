@@ -199,11 +199,14 @@ __all__ += ["ForestMesh", "evaluate_on_mesh", "fitness_on_mesh", "optimize_on_me
 # scikit-learn estimators (issue 15); imported on first use: scikit-learn takes ~1-2 s to import
 _SKLEARN_NAMES = ("SymbolicClassifier", "SymbolicModel", "SymbolicRegressor")
 __all__ += list(_SKLEARN_NAMES)
+# several SymbolicRegressor searches, one model from their joint front (issue 15); imported on first use
+_LAZY_MODULES = {"SymbolicPortfolio": "evotensor.gp.portfolio"}
+__all__ += list(_LAZY_MODULES)
 
 
 def __getattr__(name: str):
-    if name in _SKLEARN_NAMES:
+    if name in _SKLEARN_NAMES or name in _LAZY_MODULES:
         import importlib
 
-        return getattr(importlib.import_module("evotensor.gp.sklearn"), name)
+        return getattr(importlib.import_module(_LAZY_MODULES.get(name, "evotensor.gp.sklearn")), name)
     raise AttributeError(f"module 'evotensor.gp' has no attribute {name!r}")
