@@ -196,6 +196,11 @@ from evotensor.gp.sharding import ForestMesh, evaluate_on_mesh, fitness_on_mesh,
 
 __all__ += ["ForestMesh", "evaluate_on_mesh", "fitness_on_mesh", "optimize_on_mesh"]
 
+# weighted variables w * x as mul(CONST w, VAR i), Operon's; their one-node complexity (issue 15)
+from evotensor.gp.weighted import weighted_length  # noqa: E402
+
+__all__ += ["weighted_length"]
+
 # scikit-learn estimators (issue 15); imported on first use: scikit-learn takes ~1-2 s to import
 _SKLEARN_NAMES = ("SymbolicClassifier", "SymbolicModel", "SymbolicRegressor")
 __all__ += list(_SKLEARN_NAMES)

@@ -38,6 +38,7 @@ from evotensor.gp import selection as sel
 from evotensor.gp.generate import METHODS
 from evotensor.gp.metrics import check_function_set, memory_limit
 from evotensor.gp.variation import OperatorRegistry, default_registry
+from evotensor.gp.weighted import mul_opcode
 
 __all__ = [
     "SELECTIONS",
@@ -266,6 +267,16 @@ def _variable_weights(value: Any, n_vars: int) -> tuple[float, ...] | None:
     return _named_weights(value, tuple(f"x{j}" for j in range(n_vars)), "variable_weights", "variable")
 
 
+def _weighted_variables(value: Any, function_set: Any) -> bool:
+    """``value`` as a bool; with True, ``function_set`` must have ``mul`` (a weighted variable is
+    ``mul(w, x)``)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentError(f"weighted_variables must be a bool, got {value!r}")
+    if value:
+        mul_opcode(function_set, "weighted_variables")
+    return bool(value)
+
+
 def _check_number(value: Any, name: str) -> float:
     """A finite real number (not a bool)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -376,6 +387,14 @@ class GPConfig:
             (default): uniform. Normalized to a tuple. Point mutation still draws a variable
             uniformly. Used for columns of fixed constants appended to the data
             (:mod:`evotensor.gp.terminals`), which should be rarer than the features.
+        weighted_variables: every variable leaf is a weighted variable ``w * x`` (Operon's), encoded
+            as the three-slot subtree ``mul(CONST w, VAR i)`` with ``w ~ N(0, 1)`` at creation; the
+            operators keep it whole, constant mutations perturb ``w`` and constant optimization
+            (``ConstantOptimizer``) tunes it like any constant (see :mod:`evotensor.gp.weighted`).
+            It counts as one node in the complexity (hall of fame, front, parsimony, NSGA-II), but
+            takes three slots of ``max_len``: a tree of complexity ``k`` with ``v`` variables needs
+            ``k + 2 v`` slots, so give about twice the ``max_len`` of an unweighted run for the same
+            model sizes. Needs ``mul`` in ``function_set``. Default False.
 
     After construction, ``selection`` is still what was given; the resolved selection is
     ``selector``, the resolved survival ``survivor``, ``parsimony_auto`` says whether the coefficient
@@ -407,6 +426,7 @@ class GPConfig:
     survival: str | Callable[..., Any] = "generational"
     function_weights: Sequence[float] | Mapping[str, float] | None = None
     variable_weights: Sequence[float] | Mapping[str, float] | None = None
+    weighted_variables: bool = False
     selector: ParentSelection = dataclasses.field(init=False, repr=False)
     survivor: Survival = dataclasses.field(init=False, repr=False)
     parsimony_auto: bool = dataclasses.field(init=False, repr=False)
@@ -427,6 +447,7 @@ class GPConfig:
         put("const_range", _const_range(self.const_range))
         put("function_weights", _function_weights(self.function_weights, self.function_set))
         put("variable_weights", _variable_weights(self.variable_weights, self.n_vars))
+        put("weighted_variables", _weighted_variables(self.weighted_variables, self.function_set))
         if self.modi_prob is None:
             put("modi_prob", 0.5 if self.n_outputs > 1 else 0.0)
         put("modi_prob", check_fraction(self.modi_prob, "modi_prob", allow_zero=True))

@@ -3,8 +3,9 @@ model selection, and NSGA-II's non-dominated sorting and crowding distance.
 
 Everything that runs every generation is fixed-shape, jittable and free of host loops:
 
-* :class:`HallOfFame`: the best tree seen so far for every complexity (tree length in nodes,
-  ``1..max_len``): ``loss [max_len]`` (``+inf`` where none yet) and ``forest [max_len, max_len]``;
+* :class:`HallOfFame`: the best tree seen so far for every complexity (tree length in nodes, a
+  weighted variable counting as one (:mod:`evotensor.gp.weighted`); ``1..max_len``):
+  ``loss [max_len]`` (``+inf`` where none yet) and ``forest [max_len, max_len]``;
   :func:`update` takes a told population in (a per-length segment minimum, lowest index on ties; an
   entry is replaced only by a strictly better loss). Its Pareto front is a prefix-minimum scan over
   complexity (:meth:`HallOfFame.front_mask`).
@@ -134,8 +135,10 @@ def update(hof: HallOfFame, forest: Forest, loss: jax.Array, length: jax.Array |
         hof: the hall of fame (``max_len`` equal to the forest's).
         forest: Forest ``[pop, max_len]``.
         loss: ``[pop]`` minimized loss; a non-finite loss never enters.
-        length: int ``[pop]`` tree lengths (default ``forest.length``); a length outside
-            ``[1, max_len]`` (an empty slot) never enters.
+        length: int ``[pop]`` the trees' complexities (default ``forest.length``; ``GP`` passes
+            :meth:`~evotensor.gp.GP.complexity`, where a weighted variable counts as one node,
+            :func:`evotensor.gp.weighted.weighted_length`); a length outside ``[1, max_len]`` (an
+            empty slot) never enters.
 
     Returns:
         The new hall of fame. For every complexity ``c``, the population's lowest loss among trees of

@@ -18,6 +18,14 @@ Functions are drawn by ``function_weights`` (uniform by default). A leaf is a co
 probability ``const_prob`` (uniform in the continuous ``const_range``), otherwise a variable drawn
 from ``n_vars`` by ``variable_weights`` (uniform by default). With ``n_outputs > 1`` a function
 node becomes a Modi node with probability ``modi_prob``, its output uniform in ``[0, n_outputs)``.
+
+With ``weighted_variables=True`` a variable leaf is a weighted variable ``mul(CONST w, VAR i)``
+(:mod:`evotensor.gp.weighted`), ``w`` drawn from N(0, 1) as Operon initializes its variables'
+weights: the scan places the ``mul`` like a function and pushes its two leaves, already decided, onto
+the stack of pending children (so the trees stay prefix-ordered and within ``max_len``). A variable
+leaf drawn where fewer than two more slots fit becomes a constant. A weighted variable stands where
+the leaf was drawn, so it is a leaf for the depth bounds. Depth-one trees then go through the scan
+too (their closed form places plain leaves).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from evotensor.core import rng
 from evotensor.core.checks import ArgumentError
 from evotensor.gp.encoding import CONST, PAD, VAR, Forest
 from evotensor.gp.functions import FunctionSet
+from evotensor.gp.weighted import mul_opcode
 
 METHODS = ("full", "grow", "half_and_half")
 
@@ -77,6 +86,9 @@ class TreeGenerator:
         variable_weights: optional relative weights of the ``n_vars`` variables when a leaf is a
             variable (e.g. to make columns of fixed constants appended to the data rarer than the
             features: :mod:`evotensor.gp.terminals`). ``None``: uniform.
+        weighted_variables: every variable leaf is ``mul(CONST w, VAR i)`` with ``w ~ N(0, 1)``
+            (see the module docstring; needs ``mul`` in ``function_set``). Such a leaf takes three
+            of the ``max_len`` slots.
     """
 
     function_set: Any
@@ -92,6 +104,7 @@ class TreeGenerator:
     modi_prob: float = 0.0
     function_weights: Sequence[float] | None = None
     variable_weights: Sequence[float] | None = None
+    weighted_variables: bool = False
 
     def __post_init__(self):
         def bad(name, why):
@@ -138,6 +151,10 @@ class TreeGenerator:
             w = np.asarray(self.variable_weights, np.float64)
             if w.shape != (self.n_vars,) or not np.all(w >= 0) or not np.any(w > 0):  # NaN fails too
                 bad("variable_weights", f"must be {self.n_vars} non-negative weights, not all zero")
+        if not isinstance(self.weighted_variables, (bool, np.bool_)):
+            bad("weighted_variables", "must be a bool")
+        if self.weighted_variables:
+            object.__setattr__(self, "_mul", mul_opcode(self.function_set))
 
     # -- tables (NumPy constants baked into the trace) -----------------------------------------
     def _tables(self):
@@ -177,7 +194,7 @@ class TreeGenerator:
             full = jnp.zeros(n, bool)
         else:
             full = u[-1, 1] < 0.5
-        if self.max_depth <= 1:  # a root and its leaves: no scan needed (e.g. insert mutation's trees)
+        if self.max_depth <= 1 and not self.weighted_variables:  # a root and its leaves: no scan needed
             opcode, value, output, size = self._depth_one(u[:-1], depth_bound, full)
         else:
             opcode, value, output, height = self._batch(u[:-1], depth_bound, full)
@@ -202,7 +219,7 @@ class TreeGenerator:
         total = jnp.sum(w, axis=1)
         is_func = want_func & (total > 0)
         func = jnp.argmax(jnp.cumsum(w, axis=1) > (r_func * total)[:, None], axis=1).astype(jnp.int32)
-        leaf_op, leaf_val = self._leaf(r1)
+        leaf_op, leaf_val = self._leaf(r1, budget)
         opcode = jnp.where(is_func, func, leaf_op)
         value = jnp.where(is_func, 0.0, leaf_val)
         modi_draw, r_out = split_uniform(r1, modi_prob)
@@ -211,8 +228,11 @@ class TreeGenerator:
         a = jnp.where(is_func, arity[opcode], 0)
         return opcode, value, out, a
 
-    def _leaf(self, r1):
-        """A leaf from its uniform ``r1``: ``(opcode, value)`` (constant with ``const_prob``)."""
+    def _leaf(self, r1, budget=None):
+        """A leaf from its uniform ``r1``: ``(opcode, value)`` (constant with ``const_prob``). With
+        weighted variables a variable leaf is returned as its ``mul`` (value: the variable index;
+        the scan pushes its two leaves), or as a constant where ``budget [n]`` (child slots left)
+        is under 2."""
         lo, hi = (float(c) for c in self.const_range)
         is_const, r_leaf = split_uniform(r1, 1.0 if self.n_vars == 0 else float(self.const_prob))
         if self.variable_weights is None:
@@ -222,6 +242,9 @@ class TreeGenerator:
             cdf = jnp.asarray((np.cumsum(w) / np.sum(w))[:-1], jnp.float32)
             var = jnp.sum(r_leaf[..., None] >= cdf, axis=-1).astype(jnp.float32)
         cval = lo + (hi - lo) * r_leaf
+        if self.weighted_variables:
+            is_const = is_const | (budget < 2)
+            return jnp.where(is_const, CONST, self._mul), jnp.where(is_const, cval, var)
         return jnp.where(is_const, CONST, VAR), jnp.where(is_const, cval, var)
 
     def _depth_one(self, u: jax.Array, depth_bound: jax.Array, full: jax.Array):
@@ -265,10 +288,15 @@ class TreeGenerator:
             d = jnp.sum(jnp.where(slots == (top - 1)[:, None], stack, 0), axis=1)
             top = jnp.where(active, top - 1, top)
             budget = L - t - 1 - top  # child slots left once this node and the pending ones are placed
-            opcode, value, out, a = self._node(r[0], r[1], d, budget, depth_bound, full)
+            opcode, value, out, a = self._node(r[0], r[1], jnp.maximum(d, 0), budget, depth_bound, full)
             # push a copies of d + 1 onto slots top .. top + a - 1
             push = (slots >= top[:, None]) & (slots < (top + a)[:, None])
-            stack = jnp.where(push, (d + 1)[:, None], stack)
+            child = jnp.broadcast_to((d + 1)[:, None], stack.shape)
+            if self.weighted_variables:
+                opcode, value, a, child = self._weighted_step(r, d, opcode, value, a, child, top)
+                out = jnp.where(d < 0, -1, out)  # a decided leaf is never a Modi node
+                push = (slots >= top[:, None]) & (slots < (top + a)[:, None])
+            stack = jnp.where(push, child, stack)
             top = jnp.where(active, top + a, 0)
             opcode = jnp.where(active, opcode, PAD).astype(jnp.int32)
             value = jnp.where(active, value, 0.0).astype(jnp.float32)
@@ -278,6 +306,32 @@ class TreeGenerator:
         init = (jnp.zeros((n, L), jnp.int32), jnp.ones(n, jnp.int32))
         _, (opcode, value, output, height) = jax.lax.scan(step, init, (jnp.arange(L), u))
         return opcode.T, value.T, output.T, height.T
+
+    # A pending entry of the stack is a depth (>= 0) or a leaf a weighted variable's ``mul`` already
+    # decided: _WEIGHT for its weight, _VAR_BASE - i for its variable i (negative, so never a depth).
+    def _weighted_step(self, r, d, opcode, value, a, child, top):
+        """The scan step's node with weighted variables: a popped decided leaf (``d < 0``) becomes
+        that leaf (the weight drawn from N(0, 1) by the inverse CDF of this slot's ``r[1]``); a new
+        weighted variable's ``mul`` (``opcode == mul`` from :meth:`_leaf` with arity 0, unlike a drawn
+        ``mul`` function) gets arity 2 and pushes its variable, then its
+        weight on top (popped first: prefix order ``mul, CONST, VAR``)."""
+        slots = jnp.arange(child.shape[-1])[None, :]
+        forced = d < 0
+        is_weight = d == _WEIGHT
+        w = jax.scipy.special.ndtri(jnp.clip(r[1], 2.0**-25, BELOW_ONE))
+        head = ~forced & (opcode == self._mul) & (a == 0)
+        var = value
+        opcode = jnp.where(forced, jnp.where(is_weight, CONST, VAR), jnp.where(head, self._mul, opcode))
+        value = jnp.where(forced, jnp.where(is_weight, w, (_VAR_BASE - d).astype(jnp.float32)), value)
+        value = jnp.where(head, 0.0, value)
+        a = jnp.where(forced, 0, jnp.where(head, 2, a))
+        decided = jnp.where(slots == top[:, None], (_VAR_BASE - var).astype(jnp.int32)[:, None], _WEIGHT)
+        child = jnp.where(head[:, None], decided, child)
+        return opcode, value, a, child
+
+
+_WEIGHT = -1
+_VAR_BASE = -2
 
 
 def _sizes_from_heights(height: jax.Array) -> jax.Array:
@@ -314,6 +368,7 @@ def generate(
     modi_prob: float = 0.0,
     function_weights: Sequence[float] | None = None,
     variable_weights: Sequence[float] | None = None,
+    weighted_variables: bool = False,
 ) -> Forest:
     """``n`` random trees, Forest ``[n, max_len]``; see :class:`TreeGenerator` for the arguments.
 
@@ -337,5 +392,6 @@ def generate(
         modi_prob=modi_prob,
         function_weights=function_weights,
         variable_weights=variable_weights,
+        weighted_variables=weighted_variables,
     )
     return gen(key, n)

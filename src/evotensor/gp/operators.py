@@ -16,6 +16,14 @@ Semantics (fixing the known bugs of the reference implementation):
 * crossover points may use Koza's internal/leaf bias (``internal_bias=0.9``: a function node with
   probability 0.9 when the tree has one, else a leaf); ``None`` draws uniformly over all nodes.
 
+``weighted=True`` (forests of weighted variables ``mul(CONST w, VAR i)``, :mod:`evotensor.gp.weighted`)
+keeps every weighted variable whole: no crossover or structural mutation chooses a slot inside one
+(its ``CONST`` or ``VAR``), and a weighted variable counts as a leaf, not as a function (Koza's bias,
+leaf-biased crossover, hoist and delete); point mutation never rewrites its ``mul`` and rewrites a
+leaf into a leaf of the same kind (a variable into another variable, keeping its weight: Operon's
+change-variable mutation; a constant or weight into a new constant), so no bare variable appears.
+Subtree and insert mutation take ``weighted`` from their generator.
+
 :class:`~evotensor.gp.GP` uses them as :class:`~evotensor.gp.variation.GPOperator` objects of an
 operator registry (:mod:`evotensor.gp.variation`), on uniforms cut from one draw per generation
 (:func:`uniform_shapes`, :func:`apply_with_uniforms`, and the fused passes
@@ -37,6 +45,7 @@ from evotensor.gp.exchange import exchange
 from evotensor.gp.generate import BELOW_ONE as _BELOW_ONE
 from evotensor.gp.generate import TreeGenerator
 from evotensor.gp.generate import split_uniform as _reuse
+from evotensor.gp.weighted import inside_weighted, weighted_heads
 
 # ---- node choice -----------------------------------------------------------------------------------
 
@@ -58,6 +67,20 @@ def _uniform_choice(u: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array
     return jnp.where(has, idx, 0), has
 
 
+def _units(opcode: jax.Array, function_set: Any, weighted: bool) -> tuple[jax.Array, jax.Array]:
+    """``(is_node, is_func)``, bool ``[pop, L]``: the slots an operator may choose, and those of them
+    that are functions. With ``weighted``, a weighted variable is one leaf: its ``CONST`` and ``VAR``
+    are not choosable and its ``mul`` is not a function."""
+    arity = jnp.asarray(function_set.arity, jnp.int32)
+    is_node = opcode != PAD
+    is_func = is_node & (arity[opcode] > 0)
+    if weighted:
+        heads = weighted_heads(opcode, function_set)
+        is_node = is_node & ~inside_weighted(heads)
+        is_func = is_func & ~heads
+    return is_node, is_func
+
+
 def _node_at(u: jax.Array, n: jax.Array) -> jax.Array:
     """A uniform node of each tree given its length ``n [pop]``: the nodes are the slots ``[0, n)``,
     so this is ``_uniform_choice(u, is_node)`` without counting."""
@@ -65,29 +88,34 @@ def _node_at(u: jax.Array, n: jax.Array) -> jax.Array:
 
 
 def random_nodes(
-    key: jax.Array, forest: Forest, function_set: Any, internal_bias: float | jax.Array | None = None
+    key: jax.Array,
+    forest: Forest,
+    function_set: Any,
+    internal_bias: float | jax.Array | None = None,
+    weighted: bool = False,
 ) -> jax.Array:
     """One node index per tree, int32 ``[pop]``.
 
     ``internal_bias=None``: uniform over the tree's nodes. Otherwise Koza's bias: with probability
     ``internal_bias`` a uniform function node (if the tree has any), else a uniform leaf.
+    ``weighted``: never inside a weighted variable, which counts as a leaf (module docstring).
     """
     u = rng.uniform(key, (forest.opcode.shape[0],))
-    return _random_nodes(u, forest.opcode, forest.size[..., 0], function_set, internal_bias)
+    return _random_nodes(u, forest.opcode, forest.size[..., 0], function_set, internal_bias, weighted)
 
 
 def _random_nodes(
-    u: jax.Array, opcode: jax.Array, n: jax.Array, function_set: Any, internal_bias
+    u: jax.Array, opcode: jax.Array, n: jax.Array, function_set: Any, internal_bias, weighted: bool = False
 ) -> jax.Array:
     """:func:`random_nodes` from one uniform per tree ``u [pop]``, the trees' ``opcode [pop, L]`` and
     lengths ``n [pop]``. With a bias, ``u`` first decides function-or-leaf and (rescaled,
     :func:`~evotensor.gp.generate.split_uniform`) then picks the node: one counting pass per tree."""
-    if internal_bias is None:
+    if internal_bias is None and not weighted:
         return _node_at(u, n)
+    is_node, is_func = _units(opcode, function_set, weighted)
+    if internal_bias is None:
+        return _uniform_choice(u, is_node)[0]
     want_func, r = _reuse(u, internal_bias)
-    arity = jnp.asarray(function_set.arity, jnp.int32)
-    is_node = opcode != PAD
-    is_func = is_node & (arity[opcode] > 0)
     # A tree without a function node is a single leaf: the function mask is empty there and the
     # choice falls back to slot 0, that leaf, as the leaf choice would.
     idx, _ = _uniform_choice(r, jnp.where(want_func[:, None], is_func, is_node & ~is_func))
@@ -103,62 +131,70 @@ def one_point_crossover(
     donors: Forest,
     function_set: Any,
     internal_bias: float | jax.Array | None = None,
+    weighted: bool = False,
 ) -> tuple[Forest, jax.Array]:
     """Replace a random subtree of each recipient by a random subtree of its donor.
 
     Args:
         recipients, donors: Forests ``[pop, L]`` (row ``j`` is one parent pair).
         internal_bias: Koza's function-node probability for both crossover points (None: uniform).
+        weighted: keep weighted variables whole (module docstring).
     """
     (u,) = _draw(key, uniform_shapes("one_point_crossover", recipients.opcode.shape[0]))
-    return _one_point_crossover(u, recipients, donors, function_set, internal_bias)
+    return _one_point_crossover(u, recipients, donors, function_set, internal_bias, weighted)
 
 
 def crossover_points(
-    u: jax.Array, opcode: jax.Array, length: jax.Array, function_set: Any, internal_bias=None
+    u: jax.Array, opcode: jax.Array, length: jax.Array, function_set: Any, internal_bias=None, weighted=False
 ) -> jax.Array:
     """The crossover points of one-point crossover for ``pop`` pairs stacked as ``2 * pop`` trees
     (recipients, then donors): ``u [2, pop]`` uniforms, ``opcode [2 * pop, L]``, ``length [2 * pop]``
     -> int32 ``[2 * pop]``. The strategy gathers both parents' rows in one array, so the points of
     all of them are chosen in one pass."""
-    return _random_nodes(u.reshape(-1), opcode, length, function_set, internal_bias)
+    return _random_nodes(u.reshape(-1), opcode, length, function_set, internal_bias, weighted)
 
 
-def _one_point_crossover(u, recipients, donors, function_set, internal_bias=None):
+def _one_point_crossover(u, recipients, donors, function_set, internal_bias=None, weighted=False):
     opcode = jnp.concatenate([recipients.opcode, donors.opcode], axis=0)
     length = jnp.concatenate([recipients.length, donors.length], axis=0)
-    pq = crossover_points(u, opcode, length, function_set, internal_bias)
+    pq = crossover_points(u, opcode, length, function_set, internal_bias, weighted)
     pop = recipients.opcode.shape[0]
     return exchange(recipients, pq[:pop], donors, pq[pop:])
 
 
 def leaf_biased_crossover(
-    key: jax.Array, recipients: Forest, donors: Forest, function_set: Any, leaf_bias: float | jax.Array = 0.3
+    key: jax.Array,
+    recipients: Forest,
+    donors: Forest,
+    function_set: Any,
+    leaf_bias: float | jax.Array = 0.3,
+    weighted: bool = False,
 ) -> tuple[Forest, jax.Array]:
     """One-point crossover whose points are both leaves with probability ``leaf_bias`` (per pair),
-    otherwise both uniform over all nodes (EvoGP's leaf-biased crossover)."""
+    otherwise both uniform over all nodes (EvoGP's leaf-biased crossover). ``weighted``: keep
+    weighted variables whole, each one leaf (module docstring)."""
     (u,) = _draw(key, uniform_shapes("leaf_biased_crossover", recipients.opcode.shape[0]))
-    return _leaf_biased_crossover(u, recipients, donors, function_set, leaf_bias)
+    return _leaf_biased_crossover(u, recipients, donors, function_set, leaf_bias, weighted)
 
 
 def leaf_biased_points(
-    u: jax.Array, opcode: jax.Array, length: jax.Array, function_set: Any, leaf_bias=0.3
+    u: jax.Array, opcode: jax.Array, length: jax.Array, function_set: Any, leaf_bias=0.3, weighted=False
 ) -> jax.Array:
     """The points of leaf-biased crossover for ``pop`` pairs stacked as ``2 * pop`` trees (see
     :func:`crossover_points`): ``u [3, pop]`` (the pair's leaf coin, the recipient's and the donor's
     choice) -> int32 ``[2 * pop]``."""
-    arity = jnp.asarray(function_set.arity, jnp.int32)
-    is_leaf = (opcode != PAD) & (arity[opcode] == 0)
+    is_node, is_func = _units(opcode, function_set, weighted)
     leaves = jnp.tile(u[0] < leaf_bias, 2)
     r = u[1:].reshape(-1)
-    return jnp.where(leaves, _uniform_choice(r, is_leaf)[0], _node_at(r, length))
+    anywhere = _uniform_choice(r, is_node)[0] if weighted else _node_at(r, length)
+    return jnp.where(leaves, _uniform_choice(r, is_node & ~is_func)[0], anywhere)
 
 
-def _leaf_biased_crossover(u, recipients, donors, function_set, leaf_bias=0.3):
+def _leaf_biased_crossover(u, recipients, donors, function_set, leaf_bias=0.3, weighted=False):
     pop = recipients.opcode.shape[0]
     opcode = jnp.concatenate([recipients.opcode, donors.opcode], axis=0)
     length = jnp.concatenate([recipients.length, donors.length], axis=0)
-    pq = leaf_biased_points(u, opcode, length, function_set, leaf_bias)
+    pq = leaf_biased_points(u, opcode, length, function_set, leaf_bias, weighted)
     return exchange(recipients, pq[:pop], donors, pq[pop:])
 
 
@@ -222,6 +258,7 @@ def structural_mutations(
     subtree_generator: TreeGenerator | None = None,
     insert_generator: TreeGenerator | None = None,
     subtree_bias: float | jax.Array | None = None,
+    weighted: bool = False,
 ) -> tuple[Forest, jax.Array]:
     """Subtree, hoist, insert and delete mutation of consecutive row blocks in one exchange.
 
@@ -233,6 +270,8 @@ def structural_mutations(
     Args:
         uniforms: arrays of the shapes :func:`structural_uniform_shapes` gives.
         forest: Forest ``[sum(counts), L]``.
+        weighted: keep weighted variables whole (module docstring): no position, hoisted node or
+            graft slot inside one; hoist and delete never take a weighted variable's ``mul``.
 
     Returns:
         ``(forest [n, L], ok bool [n])`` (``ok`` False: the row is unchanged, see the module docstring).
@@ -249,8 +288,7 @@ def structural_mutations(
     L = forest.max_len
     kinds = _row_kinds(counts)
     arity = jnp.asarray(function_set.arity, jnp.int32)
-    is_node = forest.opcode != PAD
-    is_func = is_node & (arity[forest.opcode] > 0)
+    is_node, is_func = _units(forest.opcode, function_set, weighted)
     n = forest.length
     rows = (
         lambda f, kind: jax.tree_util.tree_map(  # noqa: E731
@@ -271,9 +309,12 @@ def structural_mutations(
         counted = jnp.asarray(need_func | sub)
     else:
         r, mask, counted = u[0], is_func, jnp.asarray(need_func)
+    if weighted:  # every row counts: a uniform slot of the tree may be inside a weighted variable
+        mask = jnp.where(counted[:, None], mask, is_node)
+        counted = jnp.ones(n.shape, bool)
     p = _node_at(u[0], n)
     has_func = jnp.ones(n.shape, bool)
-    if need_func.any() or (subtree_bias is not None and counts[0]):
+    if need_func.any() or (subtree_bias is not None and counts[0]) or weighted:
         chosen, has = _uniform_choice(r, mask)
         p = jnp.where(counted, chosen, p)
         has_func = jnp.where(jnp.asarray(need_func), has, True)
@@ -282,7 +323,12 @@ def structural_mutations(
     # of p), a fresh tree (subtree: its root), or the fresh tree with p's subtree grafted (insert).
     take = lambda a, i: jnp.take_along_axis(a, i[:, None], axis=1)[:, 0]  # noqa: E731
     s = take(forest.size, jnp.clip(p, 0, L - 1))
-    q_hoist = p + 1 + jnp.minimum(jnp.floor(u[1] * (s - 1)), jnp.maximum(s - 2, 0)).astype(jnp.int32)
+    if weighted and counts[1]:  # a unit strictly inside p's subtree (p is never a weighted variable)
+        slot = jnp.arange(L)[None, :]
+        inside = (slot > p[:, None]) & (slot < (p + s)[:, None]) & is_node
+        q_hoist = _uniform_choice(u[1], inside)[0]
+    else:
+        q_hoist = p + 1 + jnp.minimum(jnp.floor(u[1] * (s - 1)), jnp.maximum(s - 2, 0)).astype(jnp.int32)
     a = arity[take(forest.opcode, jnp.clip(p, 0, L - 1))]
     c = jnp.minimum(jnp.floor(u[1] * a), jnp.maximum(a - 1, 0)).astype(jnp.int32)
     q_delete = p + 1  # child k starts right after child k-1's subtree
@@ -308,8 +354,14 @@ def structural_mutations(
         # graft p's subtree at a uniform non-root slot of the fresh tree
         lo, hi = sum(counts[:2]), sum(counts[:3])
         n_t = fresh.length
-        slot = 1 + jnp.minimum(jnp.floor(u[1, lo:hi] * (n_t - 1)), jnp.maximum(n_t - 2, 0)).astype(jnp.int32)
-        slot = jnp.where(n_t > 1, slot, -1)
+        if weighted:  # a non-root slot outside the fresh tree's weighted variables
+            fresh_units = _units(fresh.opcode, function_set, True)[0] & (jnp.arange(L) > 0)[None, :]
+            slot, has_slot = _uniform_choice(u[1, lo:hi], fresh_units)
+            slot = jnp.where(has_slot, slot, -1)
+        else:
+            k = jnp.minimum(jnp.floor(u[1, lo:hi] * (n_t - 1)), jnp.maximum(n_t - 2, 0))
+            slot = 1 + k.astype(jnp.int32)
+            slot = jnp.where(n_t > 1, slot, -1)
         grafted, ok_insert = exchange(fresh, slot, rows(forest, 2), p[lo:hi])
         blocks.append(grafted)
     if counts[3]:
@@ -332,32 +384,46 @@ def subtree_mutation(
 def _subtree_mutation(us, forest, generator, internal_bias=None):
     n = forest.opcode.shape[0]
     return structural_mutations(
-        us, forest, (n, 0, 0, 0), generator.function_set, generator, None, internal_bias
+        us,
+        forest,
+        (n, 0, 0, 0),
+        generator.function_set,
+        generator,
+        None,
+        internal_bias,
+        weighted=generator.weighted_variables,
     )
 
 
-def hoist_mutation(key: jax.Array, forest: Forest, function_set: Any) -> tuple[Forest, jax.Array]:
+def hoist_mutation(
+    key: jax.Array, forest: Forest, function_set: Any, weighted: bool = False
+) -> tuple[Forest, jax.Array]:
     """Replace a random function node's subtree by a random subtree strictly inside it.
 
     ``p`` is uniform over function nodes, ``q`` uniform over ``(p, p + size[p])``; trees without a
-    function node are unchanged (``ok`` False).
+    function node are unchanged (``ok`` False). ``weighted``: see the module docstring.
     """
     (u,) = _draw(key, uniform_shapes("hoist_mutation", forest.opcode.shape[0]))
-    return _hoist_mutation(u, forest, function_set)
+    return _hoist_mutation(u, forest, function_set, weighted)
 
 
-def _hoist_mutation(u, forest, function_set):
-    return structural_mutations((u,), forest, (0, forest.opcode.shape[0], 0, 0), function_set)
+def _hoist_mutation(u, forest, function_set, weighted=False):
+    counts = (0, forest.opcode.shape[0], 0, 0)
+    return structural_mutations((u,), forest, counts, function_set, weighted=weighted)
 
 
-def delete_mutation(key: jax.Array, forest: Forest, function_set: Any) -> tuple[Forest, jax.Array]:
-    """Replace a random function node by one of its children (uniform over its children)."""
+def delete_mutation(
+    key: jax.Array, forest: Forest, function_set: Any, weighted: bool = False
+) -> tuple[Forest, jax.Array]:
+    """Replace a random function node by one of its children (uniform over its children).
+    ``weighted``: a weighted variable is a leaf, never deleted into its weight or variable."""
     (u,) = _draw(key, uniform_shapes("delete_mutation", forest.opcode.shape[0]))
-    return _delete_mutation(u, forest, function_set)
+    return _delete_mutation(u, forest, function_set, weighted)
 
 
-def _delete_mutation(u, forest, function_set):
-    return structural_mutations((u,), forest, (0, 0, 0, forest.opcode.shape[0]), function_set)
+def _delete_mutation(u, forest, function_set, weighted=False):
+    counts = (0, 0, 0, forest.opcode.shape[0])
+    return structural_mutations((u,), forest, counts, function_set, weighted=weighted)
 
 
 def default_insert_generator(
@@ -389,7 +455,8 @@ def insert_mutation(key: jax.Array, forest: Forest, generator: TreeGenerator) ->
 
 def _insert_mutation(us, forest, generator):
     n = forest.opcode.shape[0]
-    return structural_mutations(us, forest, (0, 0, n, 0), generator.function_set, None, generator)
+    fs, weighted = generator.function_set, generator.weighted_variables
+    return structural_mutations(us, forest, (0, 0, n, 0), fs, None, generator, weighted=weighted)
 
 
 # ---- in-place rewrites ------------------------------------------------------------------------------
@@ -425,13 +492,15 @@ def _rewrite_nodes(
     n_vars: int,
     const_range: tuple[float, float],
     const_prob: float | jax.Array,
+    weighted: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """Point rewrites of every node given uniforms ``r`` (broadcastable to ``[pop, L]``):
     ``(opcode, value)`` to use where a node is rewritten.
 
     A function becomes another function of the same arity (uniform; unchanged if it has none), a
     leaf becomes a fresh leaf (a constant uniform in ``const_range`` with probability ``const_prob``,
-    else a uniform variable). Modi outputs stay."""
+    else a uniform variable). Modi outputs stay. ``weighted``: a leaf keeps its kind (a variable
+    becomes a uniform variable, a constant a new constant), so no bare variable appears."""
     alt_np, count_np = _same_arity_table(function_set)
     alt, count = jnp.asarray(alt_np), jnp.asarray(count_np)
     arity = jnp.asarray(function_set.arity, jnp.int32)
@@ -444,6 +513,10 @@ def _rewrite_nodes(
     as_const, rest = _reuse(r, const_prob if n_vars > 0 else 1.0)
     var = jnp.minimum(jnp.floor(rest * n_vars), max(n_vars - 1, 0)).astype(jnp.float32)
     cval = lo + (hi - lo) * rest
+    if weighted:  # from the whole uniform: the leaf's kind is not drawn
+        as_const = op != VAR
+        var = jnp.minimum(jnp.floor(r * n_vars), max(n_vars - 1, 0)).astype(jnp.float32)
+        cval = lo + (hi - lo) * r
     new_op = jnp.where(is_func, new_func, jnp.where(as_const, CONST, VAR))
     new_val = jnp.where(is_func, 0.0, jnp.where(as_const, cval, var))
     return new_op, new_val
@@ -472,6 +545,7 @@ def inplace_mutations(
     const_range: tuple[float, float] = (-1.0, 1.0),
     const_prob: float | jax.Array = 0.5,
     sigma: float | jax.Array | None = None,
+    weighted: bool = False,
 ) -> tuple[Forest, jax.Array]:
     """Single-point, multi-point, single-constant and multi-constant mutation of consecutive row
     blocks (``counts`` rows of each kind in :data:`INPLACE` order) in one pass.
@@ -485,6 +559,8 @@ def inplace_mutations(
     Args:
         u: uniforms ``[n, max(L, 2)]``, ``n = sum(counts)``.
         forest: Forest ``[n, L]``.
+        weighted: point rows never rewrite a weighted variable's ``mul`` and keep every leaf's kind
+            (see :func:`_rewrite_nodes`); the constant rows perturb weights like any constant.
 
     Returns:
         ``(forest [n, L], ok bool [n])``: ``ok`` False where no node was rewritten (unchanged).
@@ -502,9 +578,12 @@ def inplace_mutations(
     single, point = jnp.asarray(single_np)[:, None], jnp.asarray(point_np)[:, None]
     op = forest.opcode
     slot = jnp.arange(L)[None, :]
-    target = jnp.where(point, op != PAD, op == CONST)
+    pointable = op != PAD
+    if weighted and point_np.any():
+        pointable = pointable & ~weighted_heads(op, function_set)
+    target = jnp.where(point, pointable, op == CONST)
     if single_np.any():
-        if point_np[single_np].all():  # single-point rows only: uniform over the nodes, no counting
+        if point_np[single_np].all() and not weighted:  # single-point rows only: no counting
             p, has = _node_at(u[:, 0], forest.length), forest.length > 0
         else:
             p, has = _uniform_choice(u[:, 0], target)
@@ -518,7 +597,7 @@ def inplace_mutations(
     value = forest.value
     new_op, new_val = op, value
     if point_np.any():
-        pt_op, pt_val = _rewrite_nodes(r, forest, function_set, n_vars, const_range, const_prob)
+        pt_op, pt_val = _rewrite_nodes(r, forest, function_set, n_vars, const_range, const_prob, weighted)
         new_op, new_val = jnp.where(point, pt_op, op), jnp.where(point, pt_val, value)
     if not point_np.all():
         new_val = jnp.where(point, new_val, _new_constants(r, value, const_range, sigma))
@@ -536,16 +615,26 @@ def single_point_mutation(
     n_vars: int,
     const_range: tuple[float, float] = (-1.0, 1.0),
     const_prob: float | jax.Array = 0.5,
+    weighted: bool = False,
 ) -> tuple[Forest, jax.Array]:
     """Rewrite one uniformly chosen node per tree (see :func:`multi_point_mutation` for the rule)."""
     (u,) = _draw(key, uniform_shapes("single_point_mutation", *forest.opcode.shape))
-    return _single_point_mutation(u, forest, function_set, n_vars, const_range, const_prob)
+    return _single_point_mutation(u, forest, function_set, n_vars, const_range, const_prob, weighted)
 
 
-def _single_point_mutation(u, forest, function_set, n_vars, const_range=(-1.0, 1.0), const_prob=0.5):
+def _single_point_mutation(
+    u, forest, function_set, n_vars, const_range=(-1.0, 1.0), const_prob=0.5, weighted=False
+):
     counts = (forest.opcode.shape[0], 0, 0, 0)
     return inplace_mutations(
-        u, forest, counts, function_set, n_vars, const_range=const_range, const_prob=const_prob
+        u,
+        forest,
+        counts,
+        function_set,
+        n_vars,
+        const_range=const_range,
+        const_prob=const_prob,
+        weighted=weighted,
     )
 
 
@@ -557,19 +646,22 @@ def multi_point_mutation(
     rate: float | jax.Array = 0.1,
     const_range: tuple[float, float] = (-1.0, 1.0),
     const_prob: float | jax.Array = 0.5,
+    weighted: bool = False,
 ) -> tuple[Forest, jax.Array]:
     """Rewrite every node independently with probability ``rate``.
 
     A function becomes a uniformly drawn *other* function of the same arity (unchanged if none),
     a leaf becomes a fresh leaf (constant uniform in ``const_range`` with probability ``const_prob``,
     else a uniform variable); the shape and the Modi outputs are kept. ``ok``: at least one node
-    was rewritten.
+    was rewritten. ``weighted``: see the module docstring.
     """
     (u,) = _draw(key, uniform_shapes("multi_point_mutation", *forest.opcode.shape))
-    return _multi_point_mutation(u, forest, function_set, n_vars, rate, const_range, const_prob)
+    return _multi_point_mutation(u, forest, function_set, n_vars, rate, const_range, const_prob, weighted)
 
 
-def _multi_point_mutation(u, forest, function_set, n_vars, rate=0.1, const_range=(-1.0, 1.0), const_prob=0.5):
+def _multi_point_mutation(
+    u, forest, function_set, n_vars, rate=0.1, const_range=(-1.0, 1.0), const_prob=0.5, weighted=False
+):
     counts = (0, forest.opcode.shape[0], 0, 0)
     return inplace_mutations(
         u,
@@ -580,6 +672,7 @@ def _multi_point_mutation(u, forest, function_set, n_vars, rate=0.1, const_range
         point_rate=rate,
         const_range=const_range,
         const_prob=const_prob,
+        weighted=weighted,
     )
 
 

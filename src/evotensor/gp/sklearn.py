@@ -110,7 +110,8 @@ class SymbolicModel:
     Attributes:
         expression: the model as a string (``a*(f) + b`` with linear scaling; a multi-output tree
             writes its Modi nodes as ``out[k]=...``), variables named after ``feature_names``.
-        complexity: the tree's length in nodes.
+        complexity: the tree's length in nodes (a weighted variable ``w * x`` counting as one with
+            ``weighted_variables=True``).
         loss: its training loss (regression: the mean squared error, scaled; classification: the
             metric as a loss, ``cross_entropy`` or ``1 - accuracy``).
         score: PySR's score on the front (``-d log loss / d complexity``; 0 for the simplest).
@@ -568,6 +569,9 @@ class _SymbolicEstimator(BaseEstimator):
             parsimony_coefficient=c["parsimony_coefficient"],
             survival=c["survival"],
         )
+        weighted = getattr(self, "weighted_variables", False)  # (estimators pickled before it)
+        if weighted is not False:  # checked by GPConfig (its error names weighted_variables)
+            options["weighted_variables"] = weighted
         if c["tournament_size"] is not None:
             options["tournament_size"] = c["tournament_size"]
         return options
@@ -804,6 +808,11 @@ _COMMON_DOC = """
             an int is the JAX seed itself, else one seed is drawn from the generator.
         backend: the evaluator, ``"auto"`` (default), ``"jax"``, ``"native"`` or ``"pallas"``.
         verbose: print progress after every chunk when ``> 0``.
+        weighted_variables: every variable leaf is a weighted variable ``w * x`` (Operon's), ``w``
+            tuned by ``constant_optimization`` and perturbed by mutation; it counts as one node in
+            the complexity (``pareto_front_``) but takes three slots of ``max_len`` (give about
+            twice the ``max_len``). Needs ``"mul"`` in ``function_set``. Default False. See
+            ``GP(weighted_variables=)``.
 """
 
 
@@ -873,6 +882,7 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         const_range: tuple[float, float] = (-1.0, 1.0),
         fixed_constants: tuple[float, ...] = (),
         fixed_constant_prob: float = 0.2,
+        weighted_variables: bool = False,
     ):
         self.population_size = population_size
         self.generations = generations
@@ -897,6 +907,7 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         self.const_range = const_range
         self.fixed_constants = fixed_constants
         self.fixed_constant_prob = fixed_constant_prob
+        self.weighted_variables = weighted_variables
 
     def _targets(self, y: np.ndarray) -> np.ndarray:
         return _float32_data(y, "y")
@@ -989,6 +1000,7 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicEstimator):
         random_state: Any = None,
         backend: str = "auto",
         verbose: int = 0,
+        weighted_variables: bool = False,
     ):
         self.population_size = population_size
         self.generations = generations
@@ -1007,6 +1019,7 @@ class SymbolicClassifier(ClassifierMixin, _SymbolicEstimator):
         self.random_state = random_state
         self.backend = backend
         self.verbose = verbose
+        self.weighted_variables = weighted_variables
 
     def _targets(self, y: np.ndarray) -> np.ndarray:
         check_classification_targets(y)

@@ -36,7 +36,11 @@ EvoGP; gplearn has no elitism): the most accurate tree always survives, so the b
 population never gets worse. ``"auto"`` equals gplearn's for maximized metrics; for minimized ones
 gplearn's formula has the opposite sign (see :func:`~evotensor.gp.selection.covariant_parsimony`).
 
-Parsimony as a second objective: ``state.hall_of_fame`` holds, for every complexity (tree length),
+Model size is :meth:`GP.complexity`: the tree's length in nodes, where, with
+``weighted_variables=True``, a weighted variable ``mul(CONST w, VAR i)`` counts as one node (as
+Operon counts its weighted variables); parsimony, the hall of fame and NSGA-II all read it.
+
+Parsimony as a second objective: ``state.hall_of_fame`` holds, for every complexity,
 the most accurate tree told so far, updated in every ``tell`` from the raw fitness (a non-finite
 fitness never enters); its Pareto front (``front_size`` in the metrics), PySR's score and model
 selection and the front as a table are in :mod:`evotensor.gp.front`. With ``survival="nsga2"``
@@ -104,6 +108,7 @@ from evotensor.gp.operators import default_insert_generator
 from evotensor.gp.selection import CaseErrors
 from evotensor.gp.sharding import ForestMesh
 from evotensor.gp.variation import BUILTIN_OPERATORS, VariationContext, mutation_blocks
+from evotensor.gp.weighted import weighted_length
 from evotensor.tree import Tree
 
 MUTATIONS = tuple(op.name for op in BUILTIN_OPERATORS if op.kind == "mutation")
@@ -181,7 +186,7 @@ class GPState:
     parents: int32 ``[2 * (pop - n_elite)]``, the recipient then donor parents drawn by the last
         ``tell`` (``selection="lexicase"`` only; zeros otherwise).
     hall_of_fame: :class:`~evotensor.gp.front.HallOfFame`, the best tree told so far for every
-        length ``1..max_len`` (on the raw fitness).
+        complexity ``1..max_len`` (:meth:`GP.complexity`; on the raw fitness).
 
     With ``survival="nsga2"``, ``forest`` and ``fitness`` are the survivors, best first.
     """
@@ -210,7 +215,7 @@ class GP:
             ``function_weights``, ``modi_prob``, ``mutation_depth``, ``selection``,
             ``tournament_size``, ``survival_rate``, ``elite_rate``, ``crossover``, ``const_perturb``,
             ``mutation_rate``, ``mutation_probs``, ``parsimony_coefficient``, ``operators``,
-            ``survival``), documented there; checked once, there.
+            ``survival``, ``weighted_variables``), documented there; checked once, there.
 
     Every field of the configuration (``self.config``) reads as an attribute (``gp.max_len``,
     ``gp.tournament_size``, ``gp.mutation_probs``: the normalized weights, ...); ``gp.selection`` is
@@ -259,16 +264,20 @@ class GP:
             modi_prob=c.modi_prob,
             function_weights=c.function_weights,
             variable_weights=c.variable_weights,
+            weighted_variables=c.weighted_variables,
         )
         fs, lo, hi = c.function_set, c.init_depth[0], c.init_depth[1]
         self.initializer = TreeGenerator(fs, c.n_vars, c.max_len, lo, hi, c.init_method, c.leaf_prob, **leaf)
         d_min, d_max = c.mutation_depth
         a = int(fs.max_arity)
         full_size = d_max + 1 if a == 1 else (a ** (d_max + 1) - 1) // (a - 1)
+        extra = 2 if c.weighted_variables else 0  # slots a weighted variable adds to its leaf
+        full_size += extra * a**d_max  # a full tree's a ** d_max leaves
         self.mutation_generator = TreeGenerator(
             fs, c.n_vars, min(c.max_len, full_size), d_min, d_max, "half_and_half", c.leaf_prob, **leaf
         )
-        self.insert_generator = default_insert_generator(fs, c.n_vars, min(c.max_len, 1 + a), **leaf)
+        insert_size = min(c.max_len, 1 + (1 + extra) * a)
+        self.insert_generator = default_insert_generator(fs, c.n_vars, insert_size, **leaf)
         self.context = VariationContext(
             fs,
             c.n_vars,
@@ -278,6 +287,7 @@ class GP:
             c.const_perturb,
             self.mutation_generator,
             self.insert_generator,
+            c.weighted_variables,
         )
         counts = dict(zip(c.operators.names("mutation"), self.mutation_counts))
         self.mutation_blocks = mutation_blocks(c.operators, counts, self.context)
@@ -449,7 +459,8 @@ class GP:
         best = jax.tree_util.tree_map(lambda new, old: jnp.where(improved, new, old), forest[i], state.best)
         best_fitness = jnp.where(improved, fitness[i], state.best_fitness)
         length = forest.length
-        hall_of_fame = front.update(state.hall_of_fame, forest, loss, length)
+        complexity = self.complexity(forest)
+        hall_of_fame = front.update(state.hall_of_fame, forest, loss, complexity)
         kept, kept_fitness = self._survivors(state, forest, loss, fitness)
         new_state = state.replace(  # type: ignore[attr-defined]
             forest=kept,
@@ -474,7 +485,7 @@ class GP:
             "front_size": hall_of_fame.front_size(),
         }
         if self.parsimony_auto:
-            metrics["parsimony_coefficient"] = sel.covariant_parsimony(fitness, length)
+            metrics["parsimony_coefficient"] = sel.covariant_parsimony(fitness, complexity)
         return self._laid_out(new_state), metrics
 
     def _survivors(
@@ -489,7 +500,7 @@ class GP:
         P = self.population_size
         previous = jnp.where(state.generation > 0, state.fitness, jnp.inf)
         both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), forest, state.forest)
-        index = survive(jnp.concatenate([loss, previous]), both.length, P, self.max_len)
+        index = survive(jnp.concatenate([loss, previous]), self.complexity(both), P, self.max_len)
         if self._mesh_layout is not None:  # computed whole on every device (no partial sorts)
             index = self._mesh_layout.constrain(index, None)
         kept = jax.tree_util.tree_map(lambda a: a[index], both)
@@ -525,6 +536,15 @@ class GP:
         bad = jnp.any(~jnp.isfinite(errors), axis=1, keepdims=True)
         return jnp.where(bad, jnp.inf, errors)
 
+    def complexity(self, forest: Forest) -> jax.Array:
+        """The model size of each tree, int32 ``[...]``: its length in nodes, with a weighted
+        variable counting as one node under ``weighted_variables=True``
+        (:func:`evotensor.gp.weighted.weighted_length`). The hall of fame's index, the size objective
+        of NSGA-II and the length that parsimony pressure penalizes."""
+        if self.config.weighted_variables:
+            return weighted_length(forest, self.function_set)
+        return forest.length
+
     def selection_fitness(self, state: GPState, params: GPParams | None = None) -> jax.Array:
         """The minimized fitness ``[pop]`` that parents are selected on (all selections but lexicase):
         ``state.fitness + c * length`` with ``c = params.parsimony_coefficient``, or the covariant
@@ -537,7 +557,7 @@ class GP:
         if self.config.survivor.keeps_parents:
             order = jnp.arange(self.population_size, dtype=jnp.float32)
             return jnp.where(state.generation > 0, order, state.fitness)
-        length = state.forest.length
+        length = self.complexity(state.forest)
         if self.parsimony_auto:
             c = sel.covariant_parsimony(state.fitness, length)
         else:

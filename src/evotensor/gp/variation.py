@@ -88,6 +88,9 @@ class VariationContext:
             redraw in ``const_range`` (False).
         subtree_generator: the fresh subtrees of subtree mutation.
         insert_generator: the fresh parents of insert mutation.
+        weighted_variables: the trees' variables are weighted variables ``mul(CONST w, VAR i)``
+            (:mod:`evotensor.gp.weighted`), which the built-in operators keep whole (a user's
+            operator reads it to do the same).
     """
 
     function_set: Any
@@ -98,6 +101,7 @@ class VariationContext:
     const_perturb: bool
     subtree_generator: TreeGenerator
     insert_generator: TreeGenerator
+    weighted_variables: bool = False
 
     def const_sigma(self, params: Any) -> jax.Array | None:
         """The perturbation scale of constant mutations (``None``: redraw uniformly)."""
@@ -333,13 +337,15 @@ def _exchange_pairs(pair: Forest, points: jax.Array, crossing: jax.Array) -> tup
 
 def _one_point(draws, pair, crossing, ctx, params):
     (u,) = draws
-    points = ops.crossover_points(u, pair.opcode, pair.length, ctx.function_set, params.internal_bias)
+    fs, weighted = ctx.function_set, ctx.weighted_variables
+    points = ops.crossover_points(u, pair.opcode, pair.length, fs, params.internal_bias, weighted)
     return _exchange_pairs(pair, points, crossing)
 
 
 def _leaf_biased(draws, pair, crossing, ctx, params):
     (u,) = draws
-    points = ops.leaf_biased_points(u, pair.opcode, pair.length, ctx.function_set, params.leaf_bias)
+    fs, weighted = ctx.function_set, ctx.weighted_variables
+    points = ops.leaf_biased_points(u, pair.opcode, pair.length, fs, params.leaf_bias, weighted)
     return _exchange_pairs(pair, points, crossing)
 
 
@@ -354,10 +360,12 @@ def _builtin_mutation(
     fused: str,
     args: Callable[[VariationContext, Any], tuple],
     generator: str | None = None,
+    weighted: bool = False,
 ) -> GPOperator:
     """The public operator ``<name>_mutation`` of :mod:`evotensor.gp.operators` on its draws, with
-    ``args(ctx, params)`` after the forest (``generator``: the context field its draw shapes need):
-    what its fused pass computes on its block, and what runs if it is registered without the pass."""
+    ``args(ctx, params)`` after the forest (``generator``: the context field its draw shapes need;
+    ``weighted``: it takes ``weighted=ctx.weighted_variables``): what its fused pass computes on its
+    block, and what runs if it is registered without the pass."""
     full = name + "_mutation"
 
     def draw_shapes(n: int, ctx: VariationContext) -> Shapes:
@@ -365,7 +373,8 @@ def _builtin_mutation(
         return ops.uniform_shapes(full, n, max_len=ctx.max_len, generator=gen)
 
     def apply(draws, forest, ctx, params):
-        return ops.apply_with_uniforms(full, draws, forest, *args(ctx, params))
+        kwargs = {"weighted": ctx.weighted_variables} if weighted else {}
+        return ops.apply_with_uniforms(full, draws, forest, *args(ctx, params), **kwargs)
 
     return GPOperator(name, "mutation", draw_shapes, apply, grows=grows, weight=weight, fused=fused)
 
@@ -375,8 +384,9 @@ def _structural_shapes(counts, ctx):
 
 
 def _structural(draws, forest, counts, ctx, params):
-    fs = ctx.function_set
-    return ops.structural_mutations(draws, forest, counts, fs, ctx.subtree_generator, ctx.insert_generator)
+    fs, weighted = ctx.function_set, ctx.weighted_variables
+    gens = (ctx.subtree_generator, ctx.insert_generator)
+    return ops.structural_mutations(draws, forest, counts, fs, *gens, weighted=weighted)
 
 
 def _inplace_shapes(counts, ctx):
@@ -396,6 +406,7 @@ def _inplace(draws, forest, counts, ctx, params):
         ctx.const_range,
         ctx.const_prob,
         ctx.const_sigma(params),
+        ctx.weighted_variables,
     )
 
 
@@ -416,13 +427,16 @@ BUILTIN_OPERATORS = (
         args=lambda c, p: (c.subtree_generator,),
         generator="subtree_generator",
     ),
-    _builtin_mutation("hoist", weight=0.1, grows=False, fused=_S, args=lambda c, p: (c.function_set,)),
+    _builtin_mutation(
+        "hoist", weight=0.1, grows=False, fused=_S, args=lambda c, p: (c.function_set,), weighted=True
+    ),
     _builtin_mutation(
         "single_point",
         weight=0.1,
         grows=False,
         fused=_I,
         args=lambda c, p: (c.function_set, c.n_vars, c.const_range, c.const_prob),
+        weighted=True,
     ),
     _builtin_mutation(
         "multi_point",
@@ -430,6 +444,7 @@ BUILTIN_OPERATORS = (
         grows=False,
         fused=_I,
         args=lambda c, p: (c.function_set, c.n_vars, p.point_rate, c.const_range, c.const_prob),
+        weighted=True,
     ),
     _builtin_mutation(
         "insert",
@@ -439,7 +454,9 @@ BUILTIN_OPERATORS = (
         args=lambda c, p: (c.insert_generator,),
         generator="insert_generator",
     ),
-    _builtin_mutation("delete", weight=0.1, grows=False, fused=_S, args=lambda c, p: (c.function_set,)),
+    _builtin_mutation(
+        "delete", weight=0.1, grows=False, fused=_S, args=lambda c, p: (c.function_set,), weighted=True
+    ),
     _builtin_mutation(
         "single_constant",
         weight=0.1,
