@@ -115,6 +115,7 @@ def run_one(engine: str, seed: int, args) -> list[dict]:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "evotensor", "--seeds", str(seed)]
         cmd += ["--pop", str(args.pop), "--generations", str(args.generations), "--mode", args.mode]
         cmd += ["--episodes", str(args.episodes), "--repeats", str(args.repeats), "--chunk", str(args.chunk)]
+        cmd += ["--src", args.src]
     elif engine.startswith("neat-python"):
         cmd = [venv_python("neat21"), os.path.join(HERE, "neat_anchor_neatpython.py"), "cartpole"]
         cmd += ["--seeds", str(seed), "--pop", str(args.pop), "--generations", str(args.generations)]
@@ -125,7 +126,7 @@ def run_one(engine: str, seed: int, args) -> list[dict]:
         cmd += ["--task", "cartpole", "--seeds", str(seed), "--pop", str(args.pop)]
         cmd += ["--generations", str(args.generations), "--repeats", str(args.repeats)]
     env = dict(
-        os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", "")
+        os.environ, PYTHONPATH=os.path.abspath(args.src) + os.pathsep + os.environ.get("PYTHONPATH", "")
     )
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env if engine == "evotensor" else None)
     if proc.returncode != 0:
@@ -135,6 +136,8 @@ def run_one(engine: str, seed: int, args) -> list[dict]:
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     for row in rows:
         row["engine_label"] = engine
+        if engine == "evotensor":
+            row["src"] = os.path.abspath(args.src)
         if row.get("record") == "timing":
             if engine == "neat-python-x2":
                 row["engine_label"] = f"neat-python ParallelEvaluator({row.get('workers')})"
@@ -171,6 +174,11 @@ def main(argv=None) -> None:
         default=CHUNK,
         help="evotensor: GymnaxProblem(chunk=...), networks stepped at a time by the early-exit rollout "
         "(0: the plain scan of all 500 steps)",
+    )
+    ap.add_argument(
+        "--src",
+        default=os.path.join(ROOT, "src"),
+        help="evotensor: the package's source folder (e.g. an exported older revision, to time it alike)",
     )
     ap.add_argument("--out", default=None, help="JSON lines file (default .bench/neat/cartpole_<time>.jsonl)")
     ap.add_argument("--worker", choices=["evotensor"], help=argparse.SUPPRESS)

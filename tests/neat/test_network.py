@@ -186,7 +186,10 @@ def test_population_of_topologies_jit_vmap(dicts):
     pop = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *genomes)
     nets, single, batch = _population_program(pop, XS)
     assert nets.level.shape == (5, FF.max_nodes) and nets.max_depth.shape == (5,)
-    assert nets.dense_weight.shape == (5, FF.max_nodes, FF.max_nodes)  # auto: dense at 14 nodes
+    if nw.resolve_method(FF) == "dense":
+        assert nets.dense_weight.shape == (5, FF.max_nodes, FF.max_nodes)
+    else:
+        assert nets.dense_weight is None
     for i, d in enumerate(dicts):
         want = [feedforward(FF, norm(FF, d), x) for x in XS.tolist()]
         close(batch[i], want)
@@ -512,7 +515,19 @@ def test_bad_arguments():
         nw.OutputMode(activate=1)
     with pytest.raises(ArgumentError, match="num_steps"):
         nw.forward_recurrent(REC, net, jnp.zeros(3), 0)
-    assert nw.resolve_method(FF) == "dense" and nw.resolve_method(make_spec(max_nodes=40)) == "sparse"
+    with pytest.raises(ArgumentError, match="method"):
+        nw.resolve_method(FF, "fast")
+
+
+def test_auto_method_per_platform():
+    """``auto``: dense up to DENSE_MAX_NODES rows on an accelerator; on a CPU only where the dense
+    form is not much bigger than the edge list (max_nodes^2 <= 8 max_conns)."""
+    small, wide = make_spec(max_nodes=32, max_conns=64), make_spec(max_nodes=8, max_conns=100)
+    assert nw.resolve_method(small, platform="gpu") == "dense"
+    assert nw.resolve_method(small, platform="cpu") == "sparse"
+    assert nw.resolve_method(wide, platform="cpu") == "dense"
+    assert nw.resolve_method(make_spec(max_nodes=40), platform="gpu") == "sparse"
+    assert nw.resolve_method(small, "dense", platform="cpu") == "dense"
 
 
 def test_forward_recurrent_resets_each_call():

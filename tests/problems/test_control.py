@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -229,6 +231,53 @@ def test_chunked_rollout_other_shapes(name, size, episodes, max_steps, chunk):
     b = jax.jit(lambda k, ph: early.evaluate(k, ph, DECODER.apply))(key, pop)
     for got, want in ((b.fitness, a.fitness), *((b.info[k], a.info[k]) for k in a.info)):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("name", ["CartPole-v1", pytest.param("Acrobot-v1", marks=pytest.mark.slow)])
+def test_step_without_auto_reset_is_env_step_bit_for_bit(name):
+    """The rollout steps gymnax envs without their auto-reset (never seen behind the done-mask): up to
+    each episode's end, observations, rewards and done flags are ``env.step``'s bit for bit (500
+    episodes of 40 steps; inlined without a jit boundary, XLA rounded CartPole's dynamics an ulp
+    differently and episodes drifted apart)."""
+    problem = GymnaxProblem(name)
+    env, params = problem.env, problem.env_params
+    assert problem._skip_reset
+
+    def rollout(step, key):
+        k_reset, k_steps = jax.random.split(key)
+        obs, state = env.reset(k_reset, params)
+
+        def body(carry, k):
+            obs, state = carry
+            action = problem.action(
+                jnp.stack([obs[1] + 0.3 * obs[2], 0.01 * obs[0], obs[3]])[: problem.output_size]
+            )
+            obs, state, reward, done = _split_step_output(step(k, state, action, params))
+            return (obs, state), (obs, reward, done)
+
+        return jax.lax.scan(body, (obs, state), jax.random.split(k_steps, 40))[1]
+
+    keys = jax.random.split(jax.random.key(0), 500)
+    lean = jax.jit(jax.vmap(lambda k: rollout(problem._env_step, k)))(keys)
+    full = jax.jit(jax.vmap(lambda k: rollout(env.step, k)))(keys)
+    done = np.asarray(full[2])
+    before = np.cumsum(done, axis=1) == 0  # steps before the first done
+    upto = np.cumsum(done, axis=1) - done == 0  # ... and the first done (env.step's obs is a reset)
+    assert before.sum() > 2500 and (done.any() or name != "CartPole-v1")
+    np.testing.assert_array_equal(np.asarray(lean[0])[before], np.asarray(full[0])[before])
+    for a, b in zip(lean[1:], full[1:]):
+        np.testing.assert_array_equal(np.asarray(a)[upto], np.asarray(b)[upto])
+
+
+def test_env_with_its_own_step_keeps_it():
+    import gymnax
+
+    from evotensor.problems.control import _skips_reset
+
+    env, _ = gymnax.make("DeepSea-bsuite")  # overrides Environment.step
+    assert not _skips_reset(env) and not GymnaxProblem("DeepSea-bsuite")._skip_reset
+    problem = pickle.loads(pickle.dumps(GymnaxProblem("CartPole-v1", chunk=4)))  # still picklable
+    assert problem._skip_reset and problem.chunk == 4
 
 
 def test_chunk_argument():

@@ -12,7 +12,8 @@ population: leading axes are mapped for you). It turns the genome's tables into 
   inputs (input pins, bias nodes, orphans all have level 0), computed by relaxing
   ``level[dst] = max(level[src] + 1)`` with one segment-max over the edges per round, so the cost
   is ``O(depth * max_conns)``, never ``max_nodes^2`` sequential steps; and the **max depth**;
-* for the dense path (small networks), an ``[N, N]`` weight matrix and adjacency.
+* for the dense path (small networks on an accelerator, :func:`resolve_method`), an ``[N, N]``
+  weight matrix and adjacency.
 
 Nodes that cannot reach an output are **not pruned**: every valid node is computed. The outputs
 are still exactly neat-python's, because a node that cannot reach an output never feeds one that
@@ -94,8 +95,13 @@ __all__ = [
 ]
 
 DENSE_MAX_NODES = 32
-"""``method="auto"`` builds the dense ``[N, N]`` form when ``spec.max_nodes`` is at most this."""
+"""``method="auto"`` builds the dense ``[N, N]`` form on an accelerator when ``spec.max_nodes`` is
+at most this (on a CPU only where the edge list is much longer, see :func:`resolve_method`)."""
 
+# a gathered + scattered edge of the sparse forward costs roughly this many multiply-adds of the
+# dense one on a CPU (results_neat.md, session 15; rounded down: near the break-even the dense
+# form, the earlier default, stays)
+_CPU_EDGE_COST = 8
 _FMAX = float(np.finfo(np.float32).max)
 _METHODS = ("auto", "sparse", "dense")
 
@@ -190,12 +196,23 @@ def _output_mode(outputs: OutputMode | None) -> OutputMode:
     return outputs
 
 
-def resolve_method(spec: GenomeSpec, method: str = "auto") -> str:
-    """``"sparse"`` or ``"dense"``: ``method`` itself, or for ``"auto"`` dense when
-    ``spec.max_nodes <= DENSE_MAX_NODES``."""
+def resolve_method(spec: GenomeSpec, method: str = "auto", platform: str | None = None) -> str:
+    """``"sparse"`` or ``"dense"``: ``method`` itself, or for ``"auto"`` dense on an accelerator when
+    ``spec.max_nodes <= DENSE_MAX_NODES``, else sparse.
+
+    ``platform``: the backend the networks run on (default ``jax.default_backend()``). On a CPU a
+    level costs ``max_conns`` gathered and scattered edges on the edge list against ``max_nodes^2``
+    multiply-adds in the dense form, and an edge costs several multiply-adds, so there ``"auto"`` is
+    dense only where also ``max_nodes^2 <= 8 max_conns``: at NEAT's usual ``(32, 64)`` rows the edge
+    list is the faster one (benchmarks/results_neat.md, sessions 6 and 15). Both give the same
+    outputs to float32 rounding (the sums add in a different order)."""
     check_choice(method, "method", _METHODS)
     if method == "auto":
-        return "dense" if spec.max_nodes <= DENSE_MAX_NODES else "sparse"
+        platform = jax.default_backend() if platform is None else platform
+        small = spec.max_nodes <= DENSE_MAX_NODES
+        if platform == "cpu":
+            small = small and spec.max_nodes**2 <= _CPU_EDGE_COST * spec.max_conns
+        return "dense" if small else "sparse"
     return method
 
 

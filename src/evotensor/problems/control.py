@@ -5,7 +5,8 @@ A whole population's rollouts are one XLA program::
     vmap(population) ∘ vmap(episodes) ∘ lax.scan(steps)
 
 Every episode runs for the full ``max_steps`` with a done-mask: once an episode ends (terminated
-or truncated) its later rewards are masked out, so there is no early exit and no host loop. The
+or truncated) its later rewards are masked out, so there is no early exit and no host loop (and
+gymnax's auto-reset, which nothing would see, is skipped: :func:`_step_without_reset`). The
 fitness of an individual is its mean return over ``num_episodes`` episodes, each with its own
 reset key.
 
@@ -39,6 +40,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -260,6 +262,31 @@ def _split_step_output(out: tuple) -> tuple[Any, Any, jax.Array, jax.Array]:
     return obs, state, jnp.asarray(reward, jnp.float32), done
 
 
+def _skips_reset(env: Any) -> bool:
+    """Whether ``env`` keeps gymnax's base ``Environment.step`` (and has ``is_truncated``, gymnax >=
+    1.0), so that the rollout may step it with :func:`_step_without_reset`."""
+    from gymnax.environments.environment import Environment
+
+    return getattr(type(env), "step", None) is Environment.step and hasattr(env, "is_truncated")
+
+
+@functools.partial(jax.jit, static_argnums=0)  # as gymnax's step: XLA then rounds the dynamics alike
+def _step_without_reset(env: Any, key: jax.Array, state: Any, action: Any, params: Any) -> tuple:
+    """gymnax's ``Environment.step`` minus its auto-reset (for an env where :func:`_skips_reset`).
+
+    The base ``step`` splits ``key`` into a step key and a reset key, steps with the first and, where
+    the episode ended, swaps in a fresh reset drawn with the second. The rollout masks everything
+    after the end, so that reset is never seen, yet it cost random draws and a key split on every
+    step: for CartPole several times the step itself (and the policy's forward pass), see
+    benchmarks/results_neat.md, session 15. The step itself gets the same key, so trajectories,
+    returns and lengths are those of ``env.step`` (bit for bit under this ``jit``: inlined into the
+    rollout, XLA rounded CartPole's dynamics an ulp differently).
+    """
+    key_step, _ = jax.random.split(key)
+    obs, state, reward, terminated, info = env.step_env(key_step, state, action, params)
+    return obs, state, reward, terminated, env.is_truncated(state, params), info
+
+
 class GymnaxProblem:
     """A gymnax environment as a policy problem (fitness: mean episode return, maximized).
 
@@ -305,6 +332,7 @@ class GymnaxProblem:
             raise ArgumentError(f"unknown gymnax env_name {env_name!r}; known: {known}")
         self.env_name = env_name
         self.env, default_params = gymnax.make(env_name)
+        self._skip_reset = _skips_reset(self.env)
         self.env_params = default_params if env_params is None else env_params
         self.num_episodes = check_int(num_episodes, "num_episodes")
         default_steps = int(self.env_params.max_steps_in_episode)
@@ -335,6 +363,12 @@ class GymnaxProblem:
         squashed = (jnp.tanh(y.reshape(self._action_shape)) + 1.0) / 2.0
         return self._low + squashed * (self._high - self._low)
 
+    def _env_step(self, key: jax.Array, state: Any, action: Any, params: Any) -> tuple:
+        """``env.step``, without the auto-reset where gymnax's base ``step`` is used."""
+        if self._skip_reset:
+            return _step_without_reset(self.env, key, state, action, params)
+        return self.env.step(key, state, action, params)
+
     def _start(self, apply: Apply | StatefulPolicy, phenotype: Any, key: jax.Array) -> tuple[Any, jax.Array]:
         """An episode's reset: ``(carry, step keys [max_steps])``."""
         k_reset, k_steps = jax.random.split(key)
@@ -353,7 +387,7 @@ class GymnaxProblem:
         else:
             y = apply(phenotype, policy_input)
         act = self.action(y)
-        obs, state, reward, done = _split_step_output(self.env.step(key, state, act, self.env_params))
+        obs, state, reward, done = _split_step_output(self._env_step(key, state, act, self.env_params))
         return (obs, state, policy_state), reward, done
 
     def episode(
