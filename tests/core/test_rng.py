@@ -141,3 +141,26 @@ def test_legacy_non_partitionable_threefry_falls_back():
         assert np.array_equal(rng.normal(key, (5, 7)), jax.random.normal(key, (5, 7)))
         """
     )
+
+
+_SPLIT = jax.jit(rng.split, static_argnums=1)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=SEEDS, num=st.sampled_from([1, 3, (2, 3)]))
+def test_split_equals_jax_random_split_and_keeps_the_key_kind(seed, num):
+    for key in (jax.random.key(seed), jax.random.PRNGKey(seed)):
+        ours, ref = _SPLIT(key, num), jax.random.split(key, num)
+        assert ours.dtype == ref.dtype and ours.shape == ref.shape
+        typed = jnp.issubdtype(ref.dtype, jax.dtypes.prng_key)
+        data = (lambda k: jax.random.key_data(k)) if typed else (lambda k: k)  # noqa: E731
+        assert same(data(ours), data(ref))
+
+
+def test_split_under_vmap_and_of_other_keys_equals_jax_random_split():
+    keys = jax.random.split(jax.random.key(2), 4)
+    ours = jax.vmap(lambda k: rng.split(k, 3))(keys)
+    ref = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
+    assert same(jax.random.key_data(ours), jax.random.key_data(ref))
+    rbg = jax.random.key(2, impl="rbg")  # not Threefry: passed on to jax.random
+    assert same(jax.random.key_data(rng.split(rbg)), jax.random.key_data(jax.random.split(rbg)))

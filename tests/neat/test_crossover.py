@@ -423,3 +423,16 @@ def test_argument_checks():
         crossover(key, spec, pop, pop)
     with pytest.raises(ArgumentError, match="config"):
         crossover(key, spec, pop[0], pop[1], config="paper")
+
+
+def test_children_draw_from_the_unrolled_hash():
+    # the children's coins come from evotensor.core.rng (JAX's numbers; on the CPU JAX lowers its own
+    # Threefry as a rolled loop, a ``threefry2x32`` function: one slow kernel per draw and split)
+    spec = GenomeSpec(2, 1, max_nodes=5, max_conns=6)
+    pop = spec.initial(jax.random.key(0), 6)
+    fn = jax.jit(
+        lambda k, pop, a, b, f: crossover_population(k, spec, pop, a, b, f, maximize=True, config=NEAT_PYTHON)
+    )
+    text = fn.lower(jax.random.key(1), pop, jnp.arange(6), jnp.arange(6)[::-1], jnp.arange(6.0)).as_text()
+    if jax.default_backend() == "cpu":
+        assert "@threefry2x32" not in text

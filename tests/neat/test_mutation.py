@@ -592,3 +592,13 @@ def test_inactive_genomes_are_untouched_and_use_no_numbers():
     assert all(check_genome(spec, out[g]) == [] for g in range(P))
     with pytest.raises(ArgumentError, match="active"):
         mutate(jax.random.key(4), spec, config, pop, nk, ni, active[:-1])
+
+
+def test_attribute_mutation_draws_from_the_unrolled_hash():
+    # every gene attribute's draws come from evotensor.core.rng (JAX's numbers; on the CPU JAX lowers
+    # its own Threefry as a rolled loop, a ``threefry2x32`` function: one slow kernel per draw)
+    spec = CASES["ff_neat_python"][0]
+    pop = initial(spec, jax.random.key(0), 4)
+    text = jax.jit(mutate_attributes, static_argnums=1).lower(jax.random.key(1), spec, pop).as_text()
+    if jax.default_backend() == "cpu":
+        assert "@threefry2x32" not in text

@@ -16,8 +16,9 @@ the fast path is taken (tested bit for bit against ``jax.random``). Any other ke
 a custom implementation), JAX's legacy non-partitionable Threefry mode, or a JAX without
 ``jax.extend.random.define_prng_impl`` falls back to ``jax.random`` unchanged.
 
-Only draws go through here; keys are split and folded with ``jax.random`` as usual, and the
-re-wrapped key never escapes these functions, so state and checkpoints hold ordinary keys.
+Only draws and :func:`split` go through here (keys are folded with ``jax.random`` as usual), and
+the re-wrapped key never escapes these functions, so state and checkpoints hold ordinary keys
+(:func:`split` returns keys of the kind it was given).
 """
 
 from __future__ import annotations
@@ -70,6 +71,17 @@ def _unrolled_random_bits(key: jax.Array, bit_width: int, shape: tuple[int, ...]
     return lax.convert_element_type(bits1 ^ bits2, dtype)
 
 
+def _unrolled_split(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """``split`` of JAX's partitionable Threefry: key ``i`` (row-major) is the hash of the 64-bit
+    counter ``i`` as ``(hi, lo)`` words, its two words the key data ``[*shape, 2]``."""
+    size = math.prod(shape)
+    if size >= 2**32:  # the high counter word is not always 0: leave it to JAX
+        return _THREEFRY.split(key, shape)
+    lo = lax.iota(np.uint32, size).reshape(shape)
+    bits1, bits2 = threefry2x32(key[0], key[1], jnp.zeros_like(lo), lo)
+    return jnp.stack([bits1, bits2], axis=-1)
+
+
 def _define_impl() -> tuple[Any, Any]:
     try:
         from jax.extend.random import define_prng_impl, threefry_prng_impl
@@ -78,7 +90,7 @@ def _define_impl() -> tuple[Any, Any]:
     impl = define_prng_impl(
         key_shape=(2,),
         seed=threefry_prng_impl.seed,
-        split=threefry_prng_impl.split,
+        split=_unrolled_split,
         random_bits=_unrolled_random_bits,
         fold_in=threefry_prng_impl.fold_in,
         name="threefry2x32_unrolled",
@@ -133,3 +145,18 @@ def permutation(key: jax.Array, *args: Any, **kwargs: Any) -> jax.Array:
 def choice(key: jax.Array, *args: Any, **kwargs: Any) -> jax.Array:
     """``jax.random.choice`` (same signature, same numbers)."""
     return jax.random.choice(fast_key(key), *args, **kwargs)
+
+
+def split(key: jax.Array, num: int | tuple[int, ...] = 2) -> jax.Array:
+    """``jax.random.split`` (same signature, same keys, of ``key``'s own kind: a typed Threefry key
+    gives typed Threefry keys, a raw ``uint32`` key raw ones), hashed by the unrolled Threefry (on
+    the CPU one fused kernel instead of JAX's rolled loop)."""
+    fast = fast_key(key)
+    if fast is key:
+        return jax.random.split(key, num)
+    # materialized (a few words): the hash is elementwise, and XLA would otherwise recompute the
+    # keys inside the kernel of every draw made from them
+    data = lax.optimization_barrier(jax.random.key_data(jax.random.split(fast, num)))
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(key))
+    return data

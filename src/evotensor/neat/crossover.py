@@ -54,6 +54,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_choice, check_fraction
 from evotensor.neat.distance import SortedTable, endpoint_rows, homologous_rows
 from evotensor.neat.genome import EMPTY, Genome, GenomeSpec
@@ -278,7 +279,7 @@ def crossover(
             f"got {fitter.node_key.shape}, {other.conn_innov.shape} (vmap for a population)"
         )
     return _crossover(
-        jax.random.uniform(key, (_num_uniforms(spec, config),)), spec, config, fitter, other, equal_fitness
+        rng.uniform(key, (_num_uniforms(spec, config),)), spec, config, fitter, other, equal_fitness
     )
 
 
@@ -342,7 +343,7 @@ def crossover_population(
     other = population[jnp.where(first_better, p2, p1)]
     # child i is crossover(split(key, n)[i], ...): one uniform vector per child
     n, K = p1.shape[0], _num_uniforms(spec, config)
-    u = jax.vmap(lambda k: jax.random.uniform(k, (K,)))(jax.random.split(key, n))
+    u = jax.vmap(lambda k: rng.uniform(k, (K,)))(rng.split(key, n))
     children = jax.vmap(lambda u, a, b, e: _crossover(u, spec, config, a, b, e))
     if per_genome is None:
         return children(u, fitter, other, f1 == f2)

@@ -31,6 +31,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_real
 
 __all__ = ["ChoiceAttribute", "ConnectionGene", "FloatAttribute", "NodeGene"]
@@ -81,15 +82,15 @@ class FloatAttribute:
         if self.init_type == "uniform":
             low = max(self.min_value, self.init_mean - 2 * self.init_std)
             high = min(self.max_value, self.init_mean + 2 * self.init_std)
-            return jax.random.uniform(key, shape, jnp.float32, low, high)
-        x = self.init_mean + self.init_std * jax.random.normal(key, shape, jnp.float32)
+            return rng.uniform(key, shape, jnp.float32, low, high)
+        x = self.init_mean + self.init_std * rng.normal(key, shape, jnp.float32)
         return jnp.clip(x, self.min_value, self.max_value)
 
     def mutate(self, key: jax.Array, values: jax.Array) -> jax.Array:
         """Mutated copy of ``values`` (any shape), each element independently."""
-        k_r, k_n, k_i = jax.random.split(key, 3)
-        r = jax.random.uniform(k_r, values.shape)
-        perturbed = values + self.mutate_power * jax.random.normal(k_n, values.shape, jnp.float32)
+        k_r, k_n, k_i = rng.split(key, 3)
+        r = rng.uniform(k_r, values.shape)
+        perturbed = values + self.mutate_power * rng.normal(k_n, values.shape, jnp.float32)
         out = jnp.where(r < self.mutate_rate, perturbed, values)
         out = jnp.where(
             (r >= self.mutate_rate) & (r < self.mutate_rate + self.replace_rate),
@@ -138,13 +139,13 @@ class ChoiceAttribute:
         """Fresh ids ``int32 shape``."""
         if self.default in self.options:
             return jnp.full(shape, self.options.index(self.default), jnp.int32)
-        return jax.random.randint(key, shape, 0, len(self.options), jnp.int32)
+        return rng.randint(key, shape, 0, len(self.options), jnp.int32)
 
     def mutate(self, key: jax.Array, ids: jax.Array) -> jax.Array:
         """Mutated copy of ``ids`` (any shape)."""
-        k_r, k_c = jax.random.split(key)
-        replace = jax.random.uniform(k_r, ids.shape) < self.mutate_rate
-        fresh = jax.random.randint(k_c, ids.shape, 0, len(self.options), jnp.int32)
+        k_r, k_c = rng.split(key)
+        replace = rng.uniform(k_r, ids.shape) < self.mutate_rate
+        fresh = rng.randint(k_c, ids.shape, 0, len(self.options), jnp.int32)
         return jnp.where(replace, fresh, ids).astype(jnp.int32)
 
 
@@ -226,7 +227,7 @@ class NodeGene(_FloatColumns):
 
     def init_attrs(self, key: jax.Array, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Fresh ``(attrs float32 [*shape, num_floats], activation int32 shape, aggregation int32 shape)``."""
-        keys = jax.random.split(key, len(self.floats) + 2)
+        keys = rng.split(key, len(self.floats) + 2)
         attrs = jnp.stack([a.init(k, shape) for a, k in zip(self.floats, keys)], axis=-1)
         return attrs, self.activation.init(keys[-2], shape), self.aggregation.init(keys[-1], shape)
 
@@ -234,7 +235,7 @@ class NodeGene(_FloatColumns):
         self, key: jax.Array, attrs: jax.Array, activation: jax.Array, aggregation: jax.Array
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Every attribute mutated independently; shapes as :meth:`init_attrs`."""
-        keys = jax.random.split(key, len(self.floats) + 2)
+        keys = rng.split(key, len(self.floats) + 2)
         cols = [a.mutate(k, attrs[..., i]) for i, (a, k) in enumerate(zip(self.floats, keys))]
         return (
             jnp.stack(cols, axis=-1),
@@ -293,7 +294,7 @@ class ConnectionGene(_FloatColumns):
 
     def init_attrs(self, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
         """Fresh ``attrs float32 [*shape, num_floats]``."""
-        keys = jax.random.split(key, len(self.floats))
+        keys = rng.split(key, len(self.floats))
         return jnp.stack([a.init(k, shape) for a, k in zip(self.floats, keys)], axis=-1)
 
     def mutate_attrs(
@@ -302,10 +303,10 @@ class ConnectionGene(_FloatColumns):
         """Mutated ``(attrs, enabled)``: every float independently; with ``enabled_mutate_rate``
         ``enabled`` is redrawn as a fair coin (neat-python's boolean attribute mutation, so it
         actually changes with half that rate)."""
-        keys = jax.random.split(key, len(self.floats) + 2)
+        keys = rng.split(key, len(self.floats) + 2)
         cols = [a.mutate(k, attrs[..., i]) for i, (a, k) in enumerate(zip(self.floats, keys))]
-        redraw = jax.random.uniform(keys[-2], enabled.shape) < self.enabled_mutate_rate
-        coin = jax.random.bernoulli(keys[-1], 0.5, enabled.shape)
+        redraw = rng.uniform(keys[-2], enabled.shape) < self.enabled_mutate_rate
+        coin = jax.random.bernoulli(rng.fast_key(keys[-1]), 0.5, enabled.shape)
         return jnp.stack(cols, axis=-1), jnp.where(redraw, coin, enabled)
 
     def attribute_distance(self, attrs_a: jax.Array, attrs_b: jax.Array) -> jax.Array:

@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_int
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.neat.genes import ConnectionGene, NodeGene
@@ -184,7 +185,7 @@ class GenomeSpec:
         ``initial_connection``; attributes drawn from the genes' ``init``. Pure, jit-able."""
         n_in, n_out, N, C = self.num_inputs, self.num_outputs, self.max_nodes, self.max_conns
         g = self.empty((population_size,))
-        k_node, k_conn, k_keep = jax.random.split(key, 3)
+        k_node, k_conn, k_keep = rng.split(key, 3)
         io_keys = jnp.concatenate(
             [-1 - jnp.arange(n_in, dtype=jnp.int32), jnp.arange(n_out, dtype=jnp.int32)]
         )
@@ -209,7 +210,7 @@ class GenomeSpec:
         innov = jnp.arange(L, dtype=jnp.int32)
         keep = jnp.ones((population_size, L), bool)
         if self.initial_connection == "partial":
-            keep = jax.random.uniform(k_keep, (population_size, L)) < self.connection_fraction
+            keep = rng.uniform(k_keep, (population_size, L)) < self.connection_fraction
         # kept links first (stable), so a genome never needs more rows than it has links
         order = jnp.argsort(~keep, axis=1, stable=True)
         keep = jnp.take_along_axis(keep, order, 1)

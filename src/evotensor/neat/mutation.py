@@ -77,6 +77,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_choice, check_fraction
 from evotensor.neat.distance import endpoint_rows
 from evotensor.neat.genome import EMPTY, Genome, GenomeSpec
@@ -453,6 +454,9 @@ def _draws(key: jax.Array, spec: GenomeSpec, config: MutationConfig, P: int, uni
     """Every random number of one structural pass from few random calls: ``uniforms`` uniform
     columns ``float32 [P, uniforms]`` (one flat draw), the new nodes' genes (the node gene's
     ``init``, one call) and ``conns`` new connections' attributes ``[P, conns, B]`` (one call)."""
+    # jax.random, not the unrolled hash of evotensor.core.rng: these few numbers feed many kernels
+    # of the structural steps, and XLA fuses (recomputes) an elementwise hash into each of them;
+    # JAX's CPU lowering (a loop) materializes them once
     k_u, k_node, k_conn = jax.random.split(key, 3)
     u = jax.random.uniform(k_u, (P * uniforms,)).reshape(P, uniforms)
     return u, _new_node_genes(spec, config, k_node, P), _new_conn_attrs(spec, config, k_conn, (P, conns))
@@ -693,7 +697,7 @@ def mutate_attributes(key: jax.Array, spec: GenomeSpec, population: Genome) -> G
     """Every node gene (not the input pins) and every connection gene mutated by the gene types'
     ``mutate_attrs``; padding rows and input pins unchanged. ``population``: ``Genome`` with any
     leading axes."""
-    k_node, k_conn = jax.random.split(key)
+    k_node, k_conn = rng.split(key)
     # the genes mutate elementwise with draws shaped like their arguments: flat arguments give the
     # same numbers (the random counter is the flat index) from kernels that compile much faster
     lead, clead = population.node_key.shape, population.conn_innov.shape
@@ -815,7 +819,7 @@ def mutate(
     P = population.node_key.shape[0]
     next_node_key = jnp.asarray(next_node_key, jnp.int32)
     next_innov = jnp.asarray(next_innov, jnp.int32)
-    k_struct, k_attr = jax.random.split(key)
+    k_struct, k_attr = rng.split(key)
     # u's columns: 0-3 the four structural decisions, 4 the split connection, 5-6 the fallback's
     # out/in, 7 the deleted node, 8-9 the added connection's out/in, 10 the deleted connection;
     # new connections: 2 per split, then the fallback's, then the added one

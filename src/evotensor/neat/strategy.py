@@ -38,6 +38,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.evaluation import Evaluation
 from evotensor.core.pytree import pytree_dataclass
@@ -238,7 +239,7 @@ class NEAT:
         [P]`` is minimized (the run loop's convention)."""
         del params
         spec, cfg, P, layout = self.spec, self.config, self.population_size, self.layout
-        k_plan, k_cross, k_mut, k_reset = jax.random.split(key, 4)
+        k_plan, k_cross, k_mut, k_reset = rng.split(key, 4)
         # the [P] fitness is small and every step below needs all of it: replicated; so are the
         # parents (any genome may parent any child: one gather of the population per generation)
         fitness = layout.replicated(sanitize_fitness(-jnp.asarray(evaluation.fitness, jnp.float32)))
