@@ -57,12 +57,7 @@ from sklearn.utils.validation import check_is_fitted
 from evotensor.core.checks import ArgumentError, check_choice, check_int, check_positive
 from evotensor.gp import front
 from evotensor.gp.functions import FunctionSet
-from evotensor.gp.sklearn import REGRESSION_FUNCTIONS, SymbolicRegressor
-
-try:  # scikit-learn >= 1.6
-    from sklearn.utils.validation import validate_data as _sk_validate_data
-except ImportError:  # pragma: no cover - older scikit-learn
-    _sk_validate_data = None
+from evotensor.gp.sklearn import REGRESSION_FUNCTIONS, SymbolicRegressor, float32_data, validate_data
 
 __all__ = ["EXACT_EXP_WEIGHT", "EXACT_OPTIONS", "EXACT_UNARY_WEIGHT", "SymbolicPortfolio", "union_front"]
 
@@ -80,28 +75,6 @@ polynomials out)."""
 EXACT_EXP_WEIGHT = 0.02
 """:meth:`SymbolicPortfolio.exact_recovery`'s main member: the weight of ``exp`` (``exp`` and
 ``exp(exp(x))`` are the near-misses the polynomials' runs stall on)."""
-
-
-def _validate_data(estimator: Any, X: Any, y: Any = None, fit: bool = False, **kwargs: Any) -> Any:
-    """scikit-learn's data validation: ``(X, y)`` in ``fit`` (``reset``), ``X`` after it."""
-    if _sk_validate_data is not None:
-        if fit:
-            return _sk_validate_data(estimator, X, y, reset=True, **kwargs)
-        return _sk_validate_data(estimator, X, reset=False, **kwargs)
-    if fit:  # pragma: no cover - scikit-learn < 1.6
-        if y is None:
-            raise ValueError(f"{type(estimator).__name__} requires y to be passed, but the target y is None")
-        return estimator._validate_data(X, y, reset=True, **kwargs)
-    return estimator._validate_data(X, reset=False, **kwargs)  # pragma: no cover
-
-
-def _float32(a: np.ndarray, name: str) -> np.ndarray:
-    """``a`` in float32, refusing values that overflow it (the members compute in float32)."""
-    with np.errstate(over="ignore"):
-        out = np.asarray(a, np.float32)
-    if not np.all(np.isfinite(out)):
-        raise ArgumentError(f"{name} has values too large for float32 (|x| > {np.finfo(np.float32).max:.3g})")
-    return out
 
 
 def _member_seeds(random_state: Any, n: int) -> list[int]:
@@ -465,7 +438,7 @@ class SymbolicPortfolio(RegressorMixin, BaseEstimator):
         from the union of their fronts. Returns ``self``."""
         t_start = time.perf_counter()
         c = self._checked()
-        _, y = _validate_data(self, X, y, fit=True, y_numeric=True, dtype=np.float64)
+        _, y = validate_data(self, X, y, fit=True, y_numeric=True, dtype=np.float64)
         fitted: list[tuple[str, SymbolicRegressor]] = []
         for k, (i, name, template) in enumerate(c["members"]):
             est = clone(template)
@@ -526,8 +499,8 @@ class SymbolicPortfolio(RegressorMixin, BaseEstimator):
     def predict(self, X: Any) -> np.ndarray:
         """Predictions ``[n_samples]`` of the chosen model (``best_``)."""
         check_is_fitted(self, "best_")
-        X = _validate_data(self, X, dtype=np.float64)
-        return self.best_.raw_predict(_float32(X, "X"), backend=self._backend)[:, 0]
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return self.best_.raw_predict(float32_data(X, "X"), backend=self._backend)[:, 0]
 
     def sympy(self, simplify: bool = True) -> Any:
         """The chosen model as a sympy expression (see :meth:`evotensor.gp.SymbolicModel.sympy`)."""

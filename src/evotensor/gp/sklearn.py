@@ -460,10 +460,12 @@ def _seed(random_state: Any) -> int:
     return int(rng.randint(np.iinfo(np.int32).max))
 
 
-def _validate_data(
+def validate_data(
     estimator: Any, X: Any, y: Any = None, reset: bool = True, fit: bool = False, **kwargs: Any
 ):
-    """scikit-learn's data validation: ``(X, y)`` in ``fit`` (``y=None`` refused there), ``X`` after."""
+    """scikit-learn's data validation: ``(X, y)`` in ``fit`` (``y=None`` refused there), ``X`` after
+    (with ``reset=False``); ``sklearn.utils.validation.validate_data`` where it exists (>= 1.6), the
+    estimator's own ``_validate_data`` before. Shared with :mod:`evotensor.gp.portfolio`."""
     if _sk_validate_data is not None:
         if fit:
             return _sk_validate_data(estimator, X, y, reset=reset, **kwargs)
@@ -475,8 +477,9 @@ def _validate_data(
     return estimator._validate_data(X, reset=reset, **kwargs)  # pragma: no cover
 
 
-def _float32_data(a: np.ndarray, name: str) -> np.ndarray:
-    """``a`` in float32, refusing values that overflow it (they would be ``inf`` on the device)."""
+def float32_data(a: np.ndarray, name: str) -> np.ndarray:
+    """``a`` in float32, refusing values that overflow it (they would be ``inf`` on the device): an
+    :class:`ArgumentError` naming ``name``."""
     with np.errstate(over="ignore"):
         out = np.asarray(a, np.float32)
     if not np.all(np.isfinite(out)):
@@ -589,10 +592,10 @@ class _SymbolicEstimator(BaseEstimator):
             ``self``, fitted (see the module docstring for the attributes).
         """
         c = self._checked()
-        X, y = _validate_data(
+        X, y = validate_data(
             self, X, y, fit=True, y_numeric=isinstance(self, RegressorMixin), dtype=np.float64
         )
-        X = _float32_data(X, "X")
+        X = float32_data(X, "X")
         y = self._targets(y)
         names = getattr(self, "feature_names_in_", None)
         self._names = (
@@ -756,8 +759,8 @@ class _SymbolicEstimator(BaseEstimator):
     def _outputs(self, X: Any) -> np.ndarray:
         """The chosen model's outputs ``[n_samples, n_outputs]`` on validated ``X``."""
         check_is_fitted(self, "best_")
-        X = _validate_data(self, X, reset=False, dtype=np.float64)
-        return self.best_.raw_predict(_float32_data(X, "X"), backend=self._backend)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return self.best_.raw_predict(float32_data(X, "X"), backend=self._backend)
 
     def sympy(self, simplify: bool = True) -> Any:
         """The chosen model (``best_``) as a sympy expression (see :meth:`SymbolicModel.sympy`)."""
@@ -910,7 +913,7 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         self.weighted_variables = weighted_variables
 
     def _targets(self, y: np.ndarray) -> np.ndarray:
-        return _float32_data(y, "y")
+        return float32_data(y, "y")
 
     def _fixed_constants(self) -> tuple[tuple[float, ...], float]:
         values = terminals.check_constants(self.fixed_constants, "fixed_constants")
