@@ -343,27 +343,7 @@ def test_exact_recovery_is_the_documented_90_10_split():
 
 # -- scikit-learn's checks ---------------------------------------------------------------------------------
 
-NO_FIT_CHECKS = [
-    getattr(sk_checks, name)
-    for name in (
-        "check_no_attributes_set_in_init",
-        "check_parameters_default_constructible",
-        "check_do_not_raise_errors_in_init_or_set_params",
-        "check_set_params",
-        "check_get_params_invariance",
-        "check_estimators_unfitted",
-        "check_estimator_repr",
-        "check_estimator_cloneable",
-        "check_mixin_order",
-        "check_valid_tag_types",
-    )
-    if hasattr(sk_checks, name)
-]
-
-
-@pytest.mark.parametrize("check", NO_FIT_CHECKS, ids=lambda c: c.__name__)
-def test_sklearn_checks_without_fit(check):
-    check("SymbolicPortfolio", SymbolicPortfolio(members()))
+# scikit-learn's checks that never fit: in tests/gp/test_sklearn.py's table with the other estimators
 
 
 TINY = dict(population_size=32, max_len=16)

@@ -231,6 +231,7 @@ NO_FIT_CHECKS = [
         "check_parameters_default_constructible",
         "check_do_not_raise_errors_in_init_or_set_params",
         "check_set_params",
+        "check_get_params_invariance",
         "check_estimators_unfitted",
         "check_estimator_repr",
         "check_estimator_cloneable",
@@ -241,10 +242,24 @@ NO_FIT_CHECKS = [
 ]
 
 
+def _portfolio():
+    from evotensor.gp import SymbolicPortfolio
+
+    return SymbolicPortfolio(
+        [("a", SymbolicRegressor(generations=3)), ("b", SymbolicRegressor(generations=2))]
+    )
+
+
+# one table for the family's estimators (the portfolio's fitted checks: tests/gp/test_portfolio.py)
 @pytest.mark.parametrize("check", NO_FIT_CHECKS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize("cls", [SymbolicRegressor, SymbolicClassifier], ids=lambda c: c.__name__)
-def test_sklearn_checks_without_fit(cls, check):
-    check(cls.__name__, cls())
+@pytest.mark.parametrize(
+    "make",
+    [SymbolicRegressor, SymbolicClassifier, _portfolio],
+    ids=["SymbolicRegressor", "SymbolicClassifier", "SymbolicPortfolio"],
+)
+def test_sklearn_checks_without_fit(make, check):
+    estimator = make()
+    check(type(estimator).__name__, estimator)
 
 
 def test_constant_optimization_tunes_constants_lamarckian():
