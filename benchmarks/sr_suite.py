@@ -161,20 +161,14 @@ SIMPLIFY_TIMEOUT = 30.0  # seconds for evotensor's model.sympy() before falling 
 
 def exact_options(function_set: tuple[str, ...]) -> dict:
     """``evotensor+exact``'s ``SymbolicRegressor`` options for a problem's function set:
-    :data:`EXACT_OPTIONS` and ``function_weights`` (:data:`EXACT_UNARY_WEIGHT` for each unary function
-    but ``exp``, :data:`EXACT_EXP_WEIGHT` for ``exp``; 1 for the others). The same for every problem:
-    nothing here looks at the truth. The constants are ``SymbolicPortfolio.exact_recovery``'s main
-    member's (``evotensor.gp.portfolio``), so this engine and the portfolio's member stay one setting."""
+    ``evotensor.gp.portfolio.exact_options`` (``EXACT_OPTIONS`` and the one-argument functions'
+    weights), so this engine and ``SymbolicPortfolio.exact_recovery``'s main member are one setting.
+    The same for every problem: nothing here looks at the truth."""
     from evotensor.gp.functions import FunctionSet
-    from evotensor.gp.portfolio import EXACT_EXP_WEIGHT, EXACT_OPTIONS, EXACT_UNARY_WEIGHT
+    from evotensor.gp.portfolio import exact_options as options
 
-    fs = FunctionSet(tuple(function_set), protected=False)
-    unary = {
-        f: EXACT_EXP_WEIGHT if f == "exp" else EXACT_UNARY_WEIGHT
-        for f in fs.names
-        if fs.arity[fs.opcode(f)] == 1
-    }
-    return {**EXACT_OPTIONS, "function_weights": unary} if unary else dict(EXACT_OPTIONS)
+    out = options(FunctionSet(tuple(function_set), protected=False))
+    return out if out["function_weights"] else {k: v for k, v in out.items() if k != "function_weights"}
 
 
 # ---- workers (one fresh process per fit pair) ------------------------------------------------------

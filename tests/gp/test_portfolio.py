@@ -23,7 +23,13 @@ from sklearn.utils import estimator_checks as sk_checks
 
 from evotensor.core.checks import ArgumentError
 from evotensor.gp import FunctionSet, SymbolicClassifier, SymbolicPortfolio, SymbolicRegressor
-from evotensor.gp.portfolio import EXACT_EXP_WEIGHT, EXACT_OPTIONS, EXACT_UNARY_WEIGHT, union_front
+from evotensor.gp.portfolio import (
+    EXACT_EXP_WEIGHT,
+    EXACT_OPTIONS,
+    EXACT_UNARY_WEIGHT,
+    exact_options,
+    union_front,
+)
 
 SHARED = dict(population_size=200, max_len=32)  # test_sklearn's FAST configuration
 
@@ -333,6 +339,16 @@ def test_exact_recovery_is_the_documented_90_10_split():
     (_, exact), (_, erc) = small.estimators
     assert (exact.population_size, exact.generations, erc.population_size, erc.generations) == (7, 1, 2, 1)
     assert exact.function_weights is None and exact.const_prob == 0.3
+    unary = {
+        "sin": EXACT_UNARY_WEIGHT,
+        "cos": EXACT_UNARY_WEIGHT,
+        "exp": EXACT_EXP_WEIGHT,
+        "log": EXACT_UNARY_WEIGHT,
+    }
+    assert exact_options(fs) == {**EXACT_OPTIONS, "function_weights": unary}
+    assert exact_options(FunctionSet(("add", "mul"))) == {**EXACT_OPTIONS, "function_weights": None}
+    with pytest.raises(ArgumentError, match="function_set must be a FunctionSet"):
+        exact_options(("add", "sin"))
     # other SymbolicRegressor arguments reach both members and override the recipe's
     (_, exact), (_, erc) = SymbolicPortfolio.exact_recovery(
         100, 20, fs, survival="generational", function_weights={"sin": 1.0}

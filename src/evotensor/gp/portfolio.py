@@ -52,14 +52,20 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.utils import Bunch, check_random_state
-from sklearn.utils.validation import check_is_fitted
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int, check_positive
 from evotensor.gp import front
 from evotensor.gp.functions import FunctionSet
-from evotensor.gp.sklearn import REGRESSION_FUNCTIONS, SymbolicRegressor, float32_data, validate_data
+from evotensor.gp.sklearn import REGRESSION_FUNCTIONS, ChosenModelMixin, SymbolicRegressor, validate_data
 
-__all__ = ["EXACT_EXP_WEIGHT", "EXACT_OPTIONS", "EXACT_UNARY_WEIGHT", "SymbolicPortfolio", "union_front"]
+__all__ = [
+    "EXACT_EXP_WEIGHT",
+    "EXACT_OPTIONS",
+    "EXACT_UNARY_WEIGHT",
+    "SymbolicPortfolio",
+    "exact_options",
+    "union_front",
+]
 
 DROP = "drop"
 """A member given as ``"drop"`` (scikit-learn's convention) is left out of the fit."""
@@ -75,6 +81,22 @@ polynomials out)."""
 EXACT_EXP_WEIGHT = 0.02
 """:meth:`SymbolicPortfolio.exact_recovery`'s main member: the weight of ``exp`` (``exp`` and
 ``exp(exp(x))`` are the near-misses the polynomials' runs stall on)."""
+
+
+def exact_options(function_set: FunctionSet) -> dict[str, Any]:
+    """The :class:`~evotensor.gp.SymbolicRegressor` options of :meth:`SymbolicPortfolio.exact_recovery`'s
+    main member for ``function_set``: :data:`EXACT_OPTIONS` and ``function_weights``
+    (:data:`EXACT_UNARY_WEIGHT` for each one-argument function but ``exp``, :data:`EXACT_EXP_WEIGHT`
+    for ``exp``, 1 for the others; ``None`` when the set has no one-argument function). The same for
+    every problem: nothing here looks at the data."""
+    if not isinstance(function_set, FunctionSet):
+        raise ArgumentError(f"function_set must be a FunctionSet, got {function_set!r:.200}")
+    weights = {
+        name: EXACT_EXP_WEIGHT if name == "exp" else EXACT_UNARY_WEIGHT
+        for name in function_set.names
+        if function_set.arity[function_set.opcode(name)] == 1
+    }
+    return {**EXACT_OPTIONS, "function_weights": weights or None}
 
 
 def _member_seeds(random_state: Any, n: int) -> list[int]:
@@ -162,7 +184,7 @@ def _union_choice(loss: jax.Array, size: jax.Array, rule: Any) -> tuple[jax.Arra
     return index, valid, score, front.select_model(loss_f, size_f, rule, valid)
 
 
-class SymbolicPortfolio(RegressorMixin, BaseEstimator):
+class SymbolicPortfolio(RegressorMixin, ChosenModelMixin, BaseEstimator):
     """Several :class:`~evotensor.gp.SymbolicRegressor` searches, one model from their joint front.
 
     ``fit(X, y)`` fits a clone of every member on the same data, one after the other, and chooses
@@ -282,11 +304,6 @@ class SymbolicPortfolio(RegressorMixin, BaseEstimator):
             except (ValueError, TypeError) as err:
                 msg = f"function_set={function_set!r} is not a valid function set: {err}"
                 raise ArgumentError(msg) from None
-        weights = {
-            name: EXACT_EXP_WEIGHT if name == "exp" else EXACT_UNARY_WEIGHT
-            for name in fs.names
-            if fs.arity[fs.opcode(name)] == 1
-        }
         known = set(SymbolicRegressor().get_params())
         unknown = sorted(set(options) - known)
         if unknown:
@@ -297,11 +314,10 @@ class SymbolicPortfolio(RegressorMixin, BaseEstimator):
         main_gens = max(gens - math.ceil(erc_pop * erc_gens / pop), 1)
         exact = SymbolicRegressor(
             **{
-                **EXACT_OPTIONS,
+                **exact_options(fs),
                 "const_prob": const_prob,
                 "fixed_constants": fixed_constants,
                 "fixed_constant_prob": fixed_constant_prob,
-                "function_weights": weights or None,
                 **options,
                 "population_size": pop,
                 "generations": main_gens,
@@ -495,24 +511,7 @@ class SymbolicPortfolio(RegressorMixin, BaseEstimator):
         self.best_member_ = self.front_members_[chosen]
         self._backend = fitted[member[chosen]][1].backend
 
-    # -- after fitting ----
+    # -- after fitting (sympy, latex and the tags: ChosenModelMixin) ----
     def predict(self, X: Any) -> np.ndarray:
-        """Predictions ``[n_samples]`` of the chosen model (``best_``)."""
-        check_is_fitted(self, "best_")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        return self.best_.raw_predict(float32_data(X, "X"), backend=self._backend)[:, 0]
-
-    def sympy(self, simplify: bool = True) -> Any:
-        """The chosen model as a sympy expression (see :meth:`evotensor.gp.SymbolicModel.sympy`)."""
-        check_is_fitted(self, "best_")
-        return self.best_.sympy(simplify)
-
-    def latex(self, simplify: bool = True) -> str:
-        """The chosen model in LaTeX (see :meth:`evotensor.gp.SymbolicModel.latex`)."""
-        check_is_fitted(self, "best_")
-        return self.best_.latex(simplify)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = False
-        return tags
+        """Predictions ``[n_samples]`` of the chosen model (``best_``) on ``X [n_samples, n_features]``."""
+        return self._outputs(X)[:, 0]

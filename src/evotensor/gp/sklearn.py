@@ -490,7 +490,38 @@ def float32_data(a: np.ndarray, name: str) -> np.ndarray:
 # -- the estimators ------------------------------------------------------------------------------------
 
 
-class _SymbolicEstimator(BaseEstimator):
+class ChosenModelMixin:
+    """What a fitted estimator with one chosen model offers: its outputs, exports and tags.
+
+    For the estimators here and :class:`~evotensor.gp.SymbolicPortfolio`: ``fit`` sets ``best_`` (a
+    :class:`SymbolicModel`) and ``_backend`` (the evaluator it predicts with), and scikit-learn's
+    ``n_features_in_`` that :func:`validate_data` checks ``X`` against.
+    """
+
+    def _outputs(self, X: Any) -> np.ndarray:
+        """The chosen model's outputs ``[n_samples, n_outputs]`` on validated ``X [n_samples,
+        n_features]``."""
+        check_is_fitted(self, "best_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return self.best_.raw_predict(float32_data(X, "X"), backend=self._backend)
+
+    def sympy(self, simplify: bool = True) -> Any:
+        """The chosen model (``best_``) as a sympy expression (see :meth:`SymbolicModel.sympy`)."""
+        check_is_fitted(self, "best_")
+        return self.best_.sympy(simplify)
+
+    def latex(self, simplify: bool = True) -> Any:
+        """The chosen model (``best_``) in LaTeX (see :meth:`SymbolicModel.latex`)."""
+        check_is_fitted(self, "best_")
+        return self.best_.latex(simplify)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        return tags
+
+
+class _SymbolicEstimator(ChosenModelMixin, BaseEstimator):
     """What :class:`SymbolicRegressor` and :class:`SymbolicClassifier` share (fit, the front, exports)."""
 
     _default_functions: tuple[str, ...] = REGRESSION_FUNCTIONS
@@ -755,33 +786,11 @@ class _SymbolicEstimator(BaseEstimator):
         )
         return f"{text}; scaled: {maps}"
 
-    # -- after fitting ----
-    def _outputs(self, X: Any) -> np.ndarray:
-        """The chosen model's outputs ``[n_samples, n_outputs]`` on validated ``X``."""
-        check_is_fitted(self, "best_")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        return self.best_.raw_predict(float32_data(X, "X"), backend=self._backend)
-
-    def sympy(self, simplify: bool = True) -> Any:
-        """The chosen model (``best_``) as a sympy expression (see :meth:`SymbolicModel.sympy`)."""
-        check_is_fitted(self, "best_")
-        return self.best_.sympy(simplify)
-
-    def latex(self, simplify: bool = True) -> Any:
-        """The chosen model (``best_``) in LaTeX (see :meth:`SymbolicModel.latex`)."""
-        check_is_fitted(self, "best_")
-        return self.best_.latex(simplify)
-
     def __getstate__(self) -> dict[str, Any]:
         return _pack(super().__getstate__())
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(_unpack(state))
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = False
-        return tags
 
 
 _COMMON_DOC = """
