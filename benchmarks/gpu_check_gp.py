@@ -260,7 +260,7 @@ def throughput(mode):
             "n_points": n,
             "compile_s": round(compile_s, 3),
             "ms": round(1e3 * run_s, 3),
-            "gpops": round(nodes * n / run_s / 1e9, 2),
+            "gpops": float(f"{nodes * n / run_s / 1e9:.3g}"),  # 3 significant digits: tiny in CPU mode
         }
 
     for pop, n in grid:
