@@ -183,7 +183,8 @@ def test_all_invalid_real_candidates_freeze_the_state_despite_finite_padding():
     x, state = es.ask(jax.random.key(99), state, params)
     mask = es.active_mask(state)
     assert 0 < int(mask.sum()) < es.max_population_size
-    padded_finite = jnp.where(mask, jnp.nan, 1.0)
+    # NumPy float32 scalars: jnp.where(mask, nan, 1.0) is weakly typed, which recompiles tell
+    padded_finite = jnp.where(mask, np.float32(np.nan), np.float32(1.0))
     after, _ = tell(jax.random.key(5), state, x, padded_finite, params)
     changed = [
         jax.tree_util.keystr(path)

@@ -199,7 +199,8 @@ def test_problem_with_constant_optimization_returns_the_tuned_forest_and_its_fit
     problem = Pagie1(constant_optimization=ConstantOptimizer(steps=5, fraction=0.25, backend=backend))
     gp = GP(population_size=16, function_set=problem.function_set, n_vars=2, max_len=24)
     forest, _ = gp.ask(jax.random.key(1), gp.init(jax.random.key(0)))
-    ev = problem.evaluate(jax.random.key(2), forest)
+    # jitted, as evotensor.run calls it: one compile instead of the optimizer's steps op by op
+    ev = jax.jit(problem.evaluate)(jax.random.key(2), forest)
     tuned = ev.genotypes
     plain = Pagie1()
     before = np.asarray(plain.evaluate(None, forest).fitness)

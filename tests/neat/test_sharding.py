@@ -173,7 +173,9 @@ def test_a_generation_holds_a_handful_of_collectives():
     # distance column per species. Now the per-genome loops run per device (MeshLayout.per_genome),
     # speciation's columns are computed on every device, and the population (twice) and the
     # numbering's proposals (twice) travel in one packed all-gather each: 10 here
-    counts = four_devices()["tests.neat.mesh_scenarios:collectives"]
+    # "fast" spelled out: functools.cache keys four_devices() and four_devices("fast") apart, and
+    # tests/es/test_mesh.py asks for the latter, so a worker running both files launches once
+    counts = four_devices("fast")["tests.neat.mesh_scenarios:collectives"]
     assert sum(counts["total"].values()) <= 12, counts
     assert "all-to-all" not in counts["total"] and "collective-permute" not in counts["total"], counts
     # the one left inside a loop: the forward pass's, in XOR's evaluate (the problem vmaps the

@@ -51,7 +51,8 @@ def test_is_a_strategy_and_every_genome_stays_valid(xor_run):
 
 def test_best_genome_reproduces_its_fitness(xor_run):
     strategy, result = xor_run
-    net = strategy.decoder.decode(jax.tree_util.tree_map(lambda x: x[None], result.best_genotype))
+    # one compile, not op-by-op dispatch
+    net = jax.jit(strategy.decoder.decode)(jax.tree_util.tree_map(lambda x: x[None], result.best_genotype))
     fit = XOR().evaluate(None, net, strategy.decoder.apply).fitness[0]
     assert float(fit) == pytest.approx(result.best_fitness, rel=1e-5)
 
@@ -98,7 +99,9 @@ def test_nonfinite_fitness_never_reaches_the_state():
     for i in range(20):
         assert check_genome(strategy.spec, state.population[i]) == []
     # all non-finite: still a valid, finite state
-    state, _ = tell(jax.random.key(9), state, state.population, Evaluation(fitness=jnp.full(20, jnp.nan)))
+    # float32 spelled out: jnp.full(20, nan) is weakly typed, a new input type that recompiles tell
+    nan = jnp.full(20, jnp.nan, jnp.float32)
+    state, _ = tell(jax.random.key(9), state, state.population, Evaluation(fitness=nan))
     assert all(
         bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(state) if x.dtype == jnp.float32
     )

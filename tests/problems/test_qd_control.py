@@ -232,6 +232,10 @@ def test_hopper_same_key_same_result(hopper):
     assert not np.array_equal(np.asarray(other.fitness), np.asarray(ev.fitness))
 
 
+# a second compilation of a hopper rollout, inside a MAP-Elites run; the default tier runs the same
+# path (MAPElites on BraxQDProblem('hopper_uni') through evotensor.run with a ParamsDecoder) with these
+# assertions in tests/qd/test_tasks_and_plots.py::test_qd_brax_task_runs_a_short_hopper_search
+@pytest.mark.slow
 def test_hopper_map_elites_end_to_end(hopper):
     problem, *_ = hopper
     template = init_mlp(jax.random.key(0), (problem.observation_size, HIDDEN, problem.output_size))

@@ -87,6 +87,16 @@ def test_qd_brax_task_runs_a_short_hopper_search(tmp_path):
         task.strategy, task.problem, 2, jax.random.key(0), decoder=task.decoder, progress=False
     )
     assert result.history["num_elites"][-1] >= 1
+    # the archive holds finite elites with descriptors in range (also what the slow
+    # tests/problems/test_qd_control.py::test_hopper_map_elites_end_to_end asserts)
+    state = result.state.archive
+    occupied = np.asarray(state.occupied)
+    assert occupied.sum() >= 1
+    assert np.all(np.isfinite(np.asarray(state.objective)[occupied]))
+    measures = np.asarray(state.measures)[occupied]
+    ((low, high),) = task.problem.descriptor_ranges
+    assert (low, high) == (0.0, 1.0) and np.all((measures >= low) & (measures <= high))
+    assert np.isfinite(result.best_fitness)
     assert "coverage" in task.report(result, tmp_path) and (tmp_path / "qd.png").exists()
     with pytest.raises(ValueError, match="task"):
         get_task("qd-brax").build({"env": "cartpole"})
