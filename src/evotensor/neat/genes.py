@@ -83,20 +83,30 @@ class FloatAttribute:
             low = max(self.min_value, self.init_mean - 2 * self.init_std)
             high = min(self.max_value, self.init_mean + 2 * self.init_std)
             return rng.uniform(key, shape, jnp.float32, low, high)
-        x = self.init_mean + self.init_std * rng.normal(key, shape, jnp.float32)
+        if self.init_std == 0 and math.copysign(1.0, self.init_mean) > 0:
+            # ``mean + 0 * N(0, 1)`` is ``mean`` exactly (a ``-0.0`` mean could turn ``+0.0``): no draw
+            x = jnp.full(shape, self.init_mean, jnp.float32)
+        else:
+            x = self.init_mean + self.init_std * rng.normal(key, shape, jnp.float32)
         return jnp.clip(x, self.min_value, self.max_value)
 
     def mutate(self, key: jax.Array, values: jax.Array) -> jax.Array:
         """Mutated copy of ``values`` (any shape), each element independently."""
+        # a zero rate selects nothing (``r`` is never below 0): its draws are left out, which changes
+        # no number (the keys are split the same way), only what XLA compiles
         k_r, k_n, k_i = rng.split(key, 3)
-        r = rng.uniform(k_r, values.shape)
-        perturbed = values + self.mutate_power * rng.normal(k_n, values.shape, jnp.float32)
-        out = jnp.where(r < self.mutate_rate, perturbed, values)
-        out = jnp.where(
-            (r >= self.mutate_rate) & (r < self.mutate_rate + self.replace_rate),
-            self.init(k_i, values.shape),
-            out,
-        )
+        out = values
+        if self.mutate_rate > 0 or self.replace_rate > 0:
+            r = rng.uniform(k_r, values.shape)
+            if self.mutate_rate > 0:
+                perturbed = values + self.mutate_power * rng.normal(k_n, values.shape, jnp.float32)
+                out = jnp.where(r < self.mutate_rate, perturbed, out)
+            if self.replace_rate > 0:
+                out = jnp.where(
+                    (r >= self.mutate_rate) & (r < self.mutate_rate + self.replace_rate),
+                    self.init(k_i, values.shape),
+                    out,
+                )
         return jnp.clip(out, self.min_value, self.max_value).astype(jnp.float32)
 
 
@@ -139,13 +149,20 @@ class ChoiceAttribute:
         """Fresh ids ``int32 shape``."""
         if self.default in self.options:
             return jnp.full(shape, self.options.index(self.default), jnp.int32)
+        if len(self.options) == 1:  # ``randint(0, 1)`` is 0 everywhere
+            return jnp.zeros(shape, jnp.int32)
         return rng.randint(key, shape, 0, len(self.options), jnp.int32)
 
     def mutate(self, key: jax.Array, ids: jax.Array) -> jax.Array:
         """Mutated copy of ``ids`` (any shape)."""
+        if self.mutate_rate == 0:  # nothing is replaced: no draws to compile
+            return ids.astype(jnp.int32)
         k_r, k_c = rng.split(key)
         replace = rng.uniform(k_r, ids.shape) < self.mutate_rate
-        fresh = rng.randint(k_c, ids.shape, 0, len(self.options), jnp.int32)
+        if len(self.options) == 1:  # ``randint(0, 1)`` is 0 everywhere
+            fresh = jnp.zeros(ids.shape, jnp.int32)
+        else:
+            fresh = rng.randint(k_c, ids.shape, 0, len(self.options), jnp.int32)
         return jnp.where(replace, fresh, ids).astype(jnp.int32)
 
 
@@ -305,6 +322,8 @@ class ConnectionGene(_FloatColumns):
         actually changes with half that rate)."""
         keys = rng.split(key, len(self.floats) + 2)
         cols = [a.mutate(k, attrs[..., i]) for i, (a, k) in enumerate(zip(self.floats, keys))]
+        if self.enabled_mutate_rate == 0:  # never redrawn: no draws to compile
+            return jnp.stack(cols, axis=-1), enabled
         redraw = rng.uniform(keys[-2], enabled.shape) < self.enabled_mutate_rate
         coin = jax.random.bernoulli(rng.fast_key(keys[-1]), 0.5, enabled.shape)
         return jnp.stack(cols, axis=-1), jnp.where(redraw, coin, enabled)

@@ -454,10 +454,11 @@ def _draws(key: jax.Array, spec: GenomeSpec, config: MutationConfig, P: int, uni
     """Every random number of one structural pass from few random calls: ``uniforms`` uniform
     columns ``float32 [P, uniforms]`` (one flat draw), the new nodes' genes (the node gene's
     ``init``, one call) and ``conns`` new connections' attributes ``[P, conns, B]`` (one call)."""
-    # jax.random, not the unrolled hash of evotensor.core.rng: these few numbers feed many kernels
-    # of the structural steps, and XLA fuses (recomputes) an elementwise hash into each of them;
-    # JAX's CPU lowering (a loop) materializes them once
-    k_u, k_node, k_conn = jax.random.split(key, 3)
+    # the uniforms from jax.random, not the unrolled hash of evotensor.core.rng: these few numbers
+    # feed many kernels of the structural steps, and XLA fuses (recomputes) an elementwise hash into
+    # each of them; JAX's CPU lowering (a loop) materializes them once. The split (the same keys
+    # either way) is core.rng's: one small kernel instead of a loop of several
+    k_u, k_node, k_conn = rng.split(key, 3)
     u = jax.random.uniform(k_u, (P * uniforms,)).reshape(P, uniforms)
     return u, _new_node_genes(spec, config, k_node, P), _new_conn_attrs(spec, config, k_conn, (P, conns))
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_int
@@ -283,14 +284,19 @@ class NEAT:
             lambda e, c: jnp.where(plan.elite.reshape((P,) + (1,) * (c.ndim - 1)), e, c), elites, children
         )
 
-        fresh = spec.initial(k_reset, P)
-        keep_first = (jnp.arange(P) == 0).reshape(P, 1)
-        fresh = jax.tree_util.tree_map(
-            lambda f, b: jnp.where(keep_first.reshape((P,) + (1,) * (f.ndim - 1)), b[None], f), fresh, best
-        )
+        def reset(new):  # fresh genomes in slots 1.., the best so far in slot 0 (the offspring's dtypes)
+            first = jnp.arange(P) == 0
+
+            def pick(f, b, n):
+                return jnp.where(first.reshape((P,) + (1,) * (f.ndim - 1)), b[None], f).astype(n.dtype)
+
+            return jax.tree_util.tree_map(pick, spec.initial(k_reset, P), best, new)
+
         frozen = jax.tree_util.tree_map(lambda b: jnp.broadcast_to(b, (P, *b.shape)), best)
         extinct = state.extinct | (plan.extinct & ~plan.reset)
-        new = _where_tree(plan.reset, fresh, new)
+        # a branch, not a select: the fresh population is drawn only on a reset, and the branch's
+        # output is a buffer, so XLA does not copy the offspring's draws into every later reader
+        new = lax.cond(plan.reset, reset, lambda n: n, new)
         new = layout.population(_where_tree(extinct, frozen, new))
         # speciation picks representatives anywhere in the population: it reads a gathered copy
         # (one gather, not one per representative) and splits each distance column (_distances)
