@@ -564,3 +564,130 @@ def test_population_transform_equals_each_genomes_own(data):
         one = transform_program(FF, "sparse")(genome)
         for got, want in zip(jax.tree_util.tree_leaves(nets[i]), jax.tree_util.tree_leaves(one)):
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+# ---------------------------------------------------------------------------------------------
+# compact rows: a batch of small networks as dense rows over a few columns (FeedForwardPolicy)
+
+SUMS = make_spec(aggs=("sum", "mean"), max_nodes=16, max_conns=40)  # up to 13 non-input nodes
+
+
+@functools.cache
+def _batch_program(spec, outputs=None, with_batched=False):
+    """jit: (population [K], xs [K, B, I]) -> (compact sizes, path index, every path's y,
+    vmap(vmap(forward)) y[, batched y])."""
+    pol = nw.FeedForwardPolicy(spec, outputs=outputs)
+
+    def run(pop, xs):
+        nets = pol.decode(pop)
+        index, paths = pol.batch_paths(nets)
+        per_net = jax.vmap(lambda n, x: jax.vmap(lambda o: pol(n, o))(x))(nets, xs)
+        out = (nets.compact.size, index, [p(nets, xs) for p in paths], per_net)
+        return (*out, pol.batched(nets, xs)) if with_batched else out
+
+    return jax.jit(run)
+
+
+def _stack(genomes):
+    return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *genomes)
+
+
+def _batch_inputs(k):
+    return np.stack([XS * (0.5 + 0.25 * i) for i in range(k)])  # [K, 4, 3]: each network its own
+
+
+def _check_paths(dicts, pop, xs, size, index, ys):
+    """Every path gives the reference outputs for each network that fits its width (the last, the
+    per-network forward pass, for all), and ``index`` is each network's first fitting path."""
+    size = np.asarray(size)
+    widths = (*nw.COMPACT_WIDTHS, SUMS.max_nodes)
+    assert np.asarray(index).tolist() == [sum(int(s > w) for w in nw.COMPACT_WIDTHS) for s in size]
+    for i, gdict in enumerate(dicts):
+        assert size[i] == len(gdict["nodes"])  # every non-input node has a slot
+        want = [feedforward(SUMS, gdict, x) for x in xs[i].tolist()]
+        for width, got in zip(widths, ys):
+            if size[i] <= width:
+                close(got[i], want)
+
+
+@settings(max_examples=10)
+@given(data=st.lists(scattered(SUMS, max_hidden=11), min_size=2, max_size=2))
+def test_compact_paths_match_neat_python_reference(data):
+    """Random genomes (up to 11 hidden nodes, rows scattered) against the neat-python reference on
+    every path they fit."""
+    pop = _stack([g for g, _ in data])
+    xs = _batch_inputs(len(data))
+    size, index, ys, _ = _batch_program(SUMS)(pop, xs)
+    _check_paths([d for _, d in data], pop, xs, size, index, ys)
+
+
+def _chain(hidden, weight=0.7):
+    """A genome dict for SUMS: input 0 -> hidden 2 -> ... -> output 0 (``hidden`` nodes), input 1 ->
+    output 1, input 2 -> every hidden node (fan-in for the later slots)."""
+    keys = list(range(2, 2 + hidden))
+    nodes = {k: {"bias": 0.1 * k, "aggregation": "mean" if k % 3 == 0 else "sum"} for k in [0, 1, *keys]}
+    path = [-1, *keys, 0]
+    conns = {(a, b): {"weight": weight * (-1) ** i} for i, (a, b) in enumerate(zip(path, path[1:]))}
+    conns[(-2, 1)] = {"weight": -1.1}
+    for k in keys:
+        conns[(-3, k)] = {"weight": 0.3}
+    for i, c in enumerate(conns.values()):
+        c["innovation"] = i
+    return norm(SUMS, {"nodes": nodes, "connections": conns})
+
+
+@pytest.mark.parametrize("hiddens", [(0, 0), (0, 1), (2, 3), (4, 1), (1, 7), (8, 2), (3, 11)])
+def test_compact_tiers_match_reference(hiddens):
+    """Pairs whose larger network fits each width, or none (13 non-input nodes: the per-network
+    forward pass): every network on every path whose width it fits gives the reference outputs."""
+    dicts = [_chain(h) for h in hiddens]
+    pop = _stack([genome_from_dict(SUMS, d) for d in dicts])
+    xs = _batch_inputs(len(dicts))
+    size, index, ys, _ = _batch_program(SUMS)(pop, xs)
+    assert np.asarray(size).tolist() == [2 + h for h in hiddens]
+    _check_paths(dicts, pop, xs, size, index, ys)
+
+
+def test_compact_nonfinite_inputs():
+    """NaN, inf and huge inputs, and a zero-weight edge (a NaN input still reaches the output
+    through it, as in forward): each network's first path equals the per-network forward pass."""
+    pop = _stack([genome_from_dict(SUMS, _chain(1)), genome_from_dict(SUMS, _chain(3, weight=0.0))])
+    row = [[np.nan, 1.0, 0.5], [np.inf, -np.inf, 1.0], [0.5, np.nan, 2.0], [1e38, 1e38, -1e38]]
+    xs = np.asarray([row, row[::-1]], np.float32)
+    _, index, ys, per_net = _batch_program(SUMS)(pop, xs)
+    assert np.asarray(index).tolist() == [sum(int(s > w) for w in nw.COMPACT_WIDTHS) for s in (3, 5)]
+    for i in range(2):
+        got = np.asarray(ys[int(index[i])][i])
+        np.testing.assert_allclose(got, np.asarray(per_net[i]), rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert np.isnan(np.asarray(per_net)).any()
+
+
+@pytest.mark.slow
+def test_compact_batched_and_tensorneat_outputs():
+    """batched (the switch on the batch's largest index) and TensorNEAT's output mode (outputs
+    unactivated, then a transform) equal the per-network forward pass."""
+    pop = _stack([genome_from_dict(SUMS, _chain(h)) for h in (1, 3)])
+    xs = _batch_inputs(2)
+    for outputs in (None, nw.OutputMode.tensorneat(jnp.tanh)):
+        _, _, _, per_net, y = _batch_program(SUMS, outputs, True)(pop, xs)
+        np.testing.assert_allclose(np.asarray(y), np.asarray(per_net), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_compact_rows_and_batched_arguments():
+    pol = nw.FeedForwardPolicy(SUMS)
+    pop = _stack([genome_from_dict(SUMS, _chain(1))] * 2)
+    nets = jax.jit(pol.decode)(pop)
+    width = max(nw.COMPACT_WIDTHS)
+    assert nets.compact is not None and nets.compact.weight.shape == (2, width, 3 + width)
+    assert nw.compact_supported(SUMS) and not nw.compact_supported(FF)  # FF has max / product
+    empty = genome_from_dict(FF, norm(FF, {"nodes": {0: {}, 1: {}}, "connections": {}}))
+    assert nw.FeedForwardPolicy(FF).decode(_stack([empty] * 2)).compact is None
+    with pytest.raises(ArgumentError, match="obs"):
+        pol.batched(nets, jnp.zeros((3,)))
+    with pytest.raises(ArgumentError, match="obs"):
+        pol.batched(nets, jnp.zeros((2, 1, 4)))
+    with pytest.raises(ArgumentError, match="feed_forward"):
+        nw.compact_rows(REC, nets)
+    with pytest.raises(ArgumentError, match="network"):
+        nw.compact_rows(SUMS, pop)

@@ -299,3 +299,67 @@ def test_chunked_rollout_carries_policy_state():
     b = jax.jit(lambda k, ph: early.evaluate(k, ph, policy))(key, pop)
     np.testing.assert_array_equal(np.asarray(b.fitness), np.asarray(a.fitness))
     assert len(set(np.asarray(a.fitness).tolist())) > 1
+
+
+def test_first_argmax_is_jnp_argmax():
+    """The select-chain argmax of the batched rollout: ties give the first, NaN wins (the first)."""
+    from evotensor.problems.control import _first_argmax
+
+    values = np.asarray([0.0, -0.0, 1.0, -1.0, np.nan, np.inf, -np.inf, 2.0], np.float32)
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3):
+        y = jnp.asarray(rng.choice(values, size=(4000, n)))
+        np.testing.assert_array_equal(np.asarray(_first_argmax(y)), np.asarray(jnp.argmax(y, axis=-1)))
+
+
+class _Planned:
+    """mlp_apply with batch paths: path 0 gives zeros (action 0 always), path 1 the real outputs;
+    ``index`` says which the rollout is told to take (the same for every individual)."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def __call__(self, params, obs):
+        return mlp_apply(params, obs)
+
+    def batch_paths(self, params):
+        def real(p, obs):
+            return jax.vmap(lambda q, xs: jax.vmap(lambda o: mlp_apply(q, o))(xs))(p, obs)
+
+        def zeros(p, obs):
+            return jnp.zeros(obs.shape[:2] + (2,), jnp.float32)
+
+        size = jax.tree_util.tree_leaves(params)[0].shape[:1]
+        return jnp.full(size, self.index, jnp.int32), (zeros, real)
+
+
+def test_chunked_rollout_takes_the_planned_batch_path(cartpole):
+    """A policy with batch_paths: the chunked rollout steps with the path it names (index 1, the
+    real outputs: the scan's returns bit for bit; path 0 would always push left)."""
+    from evotensor.problems.control import is_batched
+
+    problem, pop, key, a = cartpole
+    early = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=problem.max_steps, chunk=2)
+    assert is_batched(_Planned(1)) and not is_batched(DECODER.apply)
+    b = jax.jit(lambda k, ph: early.evaluate(k, ph, _Planned(1)))(key, pop)
+    for got, want in ((b.fitness, a.fitness), *((b.info[k], a.info[k]) for k in a.info)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.slow
+def test_chunked_rollout_of_neat_networks_is_the_scan():
+    """NEAT feedforward networks (batch_paths: compact rows on a CPU) in the chunked rollout give
+    the returns of the plain scan, which runs each network's own forward pass."""
+    from evotensor.neat import NEAT
+
+    strategy = NEAT.from_mode("neat-python", 4, 2, population_size=6, max_nodes=16, max_conns=32)
+    state = strategy.init(jax.random.key(3))
+    genomes, _ = strategy.ask(jax.random.key(4), state)
+    scan = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=100)
+    early = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=100, chunk=4)
+    dec, key = strategy.decoder, jax.random.key(5)
+    a = jax.jit(lambda k, g: scan.evaluate(k, dec.decode(g), dec.apply))(key, genomes)
+    b = jax.jit(lambda k, g: early.evaluate(k, dec.decode(g), dec.apply))(key, genomes)
+    np.testing.assert_array_equal(np.asarray(b.fitness), np.asarray(a.fitness))
+    np.testing.assert_array_equal(np.asarray(b.info["episode_length"]), np.asarray(a.info["episode_length"]))
+    assert len(set(np.asarray(a.fitness).tolist())) > 1

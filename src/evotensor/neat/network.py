@@ -15,6 +15,12 @@ population: leading axes are mapped for you). It turns the genome's tables into 
 * for the dense path (small networks on an accelerator, :func:`resolve_method`), an ``[N, N]``
   weight matrix and adjacency.
 
+For a population on a CPU, :meth:`FeedForwardPolicy.decode` also builds :class:`CompactRows`: the
+non-input nodes renumbered in topological order as dense rows over ``num_inputs + W`` columns, so
+that a batch of networks that all have at most ``W`` non-input nodes (:data:`COMPACT_WIDTHS`) runs
+one slot at a time with static, triangular sums instead of every edge slot per level
+(:meth:`FeedForwardPolicy.batch_paths`; the chunked control rollout picks the width per chunk).
+
 Nodes that cannot reach an output are **not pruned**: every valid node is computed. The outputs
 are still exactly neat-python's, because a node that cannot reach an output never feeds one that
 can (pruning would only shorten the level loop when a dangling chain is the deepest one).
@@ -54,6 +60,7 @@ Example (a population)::
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -76,13 +83,16 @@ from evotensor.neat.genome import EMPTY, Genome, GenomeSpec
 
 __all__ = [
     "DENSE_MAX_NODES",
+    "COMPACT_WIDTHS",
     "CTRNNPolicy",
+    "CompactRows",
     "FeedForwardPolicy",
     "Network",
     "OutputMode",
     "RecurrentPolicy",
     "ctrnn_advance",
     "ctrnn_step",
+    "compact_rows",
     "ctrnn_time_steps",
     "forward",
     "forward_batch",
@@ -126,6 +136,8 @@ class Network:
         edge_weight: ``float32 [C]``.
         dense_weight: ``float32 [N, N]`` (destination, source) weights, or ``None`` (sparse path).
         dense_adj: ``bool [N, N]`` which entries of ``dense_weight`` are edges, or ``None``.
+        compact: the :class:`CompactRows` of the network (``FeedForwardPolicy.decode`` adds them
+            on a CPU for :meth:`FeedForwardPolicy.batched`), or ``None``.
     """
 
     node_attrs: jax.Array
@@ -140,6 +152,7 @@ class Network:
     edge_weight: jax.Array
     dense_weight: jax.Array | None = None
     dense_adj: jax.Array | None = None
+    compact: CompactRows | None = None
 
     @property
     def num_edges(self) -> jax.Array:
@@ -149,6 +162,38 @@ class Network:
     def __getitem__(self, index: Any) -> Network:
         """Select networks along the leading (population) axes."""
         return jax.tree_util.tree_map(lambda x: x[index], self)
+
+
+COMPACT_WIDTHS = (3, 6)
+"""Compact widths (non-input nodes, :class:`CompactRows`), narrowest first: the paths of
+:meth:`FeedForwardPolicy.batch_paths` before the per-network forward pass. A path's cost grows with
+the square of its width (at width 10 it was still faster than the edge list, 64 edge slots, on the
+CPU; at 16 no longer), and each path is compiled: two widths were both quicker to compile and, on
+NEAT's CartPole, no slower per generation than four (``benchmarks/results_neat.md``, session 16)."""
+
+
+@pytree_dataclass
+class CompactRows:
+    """A feedforward network's non-input nodes renumbered in topological order, as dense rows over
+    a few columns (arrays ``[H, ...]`` with ``H = max(COMPACT_WIDTHS)``, or with leading population
+    axes), made once per generation by :func:`compact_rows`.
+
+    Column ``j < I`` (``I = spec.num_inputs``) is input ``j``; column ``I + h`` is slot ``h``: the
+    ``h``-th valid non-input node sorted by (level, row), so a slot only reads earlier columns.
+
+    Fields:
+        row: ``int32 [H]`` the node row of slot ``h`` (``N`` past the last node).
+        weight: ``float32 [H, I + H]`` (slot, column) edge weights.
+        adj: ``bool [H, I + H]`` which entries of ``weight`` are edges.
+        out: ``int32 [O]`` the slot of each output node.
+        size: ``int32 []`` valid non-input nodes: the network fits width ``W`` iff ``size <= W``.
+    """
+
+    row: jax.Array
+    weight: jax.Array
+    adj: jax.Array
+    out: jax.Array
+    size: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,6 +399,106 @@ def _transform_one(spec: GenomeSpec, g: Genome, dense: bool, ends, levels: bool)
         adj = jnp.zeros((n + 1, n), bool).at[edge_dst, edge_src].set(True)[:n]
         net = net.replace(dense_weight=w, dense_adj=adj)
     return net
+
+
+def compact_rows(spec: GenomeSpec, network: Network) -> CompactRows:
+    """The :class:`CompactRows` of a feedforward network (or of a population: leading axes are
+    vmapped), from :func:`transform`'s edge list and levels.
+
+    Returns ``CompactRows`` with ``H = max(COMPACT_WIDTHS)`` slots; a network with more valid
+    non-input nodes keeps its first ``H`` (``size`` says it does not fit). Cost ``O(N log N + C)``.
+    """
+    spec = _check_spec(spec)
+    if not spec.feed_forward:
+        raise ArgumentError("compact_rows needs spec.feed_forward=True")
+    if not isinstance(network, Network):
+        raise ArgumentError(f"network must be a Network (from transform), got {type(network).__name__}")
+    if network.node_valid.ndim > 1:
+        return jax.vmap(lambda n: compact_rows(spec, n))(network)
+    n, inputs, H = spec.max_nodes, spec.num_inputs, max(COMPACT_WIDTHS)
+    rows = jnp.arange(n, dtype=jnp.int32)
+    hidden = network.node_valid & (rows >= inputs)
+    # (level, row) packed into one sort key; rows that get no slot sort last
+    order = jnp.sort(jnp.where(hidden, network.level * n + rows, n * (n + 1))) % n
+    size = jnp.sum(hidden, dtype=jnp.int32)
+    slots = jnp.arange(H, dtype=jnp.int32)
+    slot_row = jnp.where(slots < size, order[:H] if n >= H else jnp.pad(order, (0, H - n)), n)
+    # column of every row (the dump column I + H for rows without a slot)
+    col = jnp.where(rows < inputs, rows, inputs + H)
+    col = jnp.concatenate([col, jnp.full((1,), inputs + H, jnp.int32)])
+    col = col.at[slot_row].set(inputs + slots, mode="drop")
+    live = network.edge_dst < n
+    dst = jnp.where(live, col[network.edge_dst] - inputs, H)
+    src = jnp.where(live, col[network.edge_src], inputs + H)
+    weight = jnp.zeros((H + 1, inputs + H + 1), jnp.float32).at[dst, src].add(network.edge_weight)
+    adj = jnp.zeros((H + 1, inputs + H + 1), bool).at[dst, src].set(live)
+    out = col[inputs : spec.num_io] - inputs
+    return CompactRows(
+        row=slot_row, weight=weight[:H, : inputs + H], adj=adj[:H, : inputs + H], out=out, size=size
+    )
+
+
+def compact_supported(spec: GenomeSpec, functions: str | FunctionSet | None = None) -> bool:
+    """Whether :class:`CompactRows` can run ``spec``'s networks: feedforward, and every aggregation
+    option a function of the sum and the count (``sum``, ``mean``)."""
+    fs = function_set(functions)
+    return spec.feed_forward and all(
+        fs.aggregation(name).from_sum is not None for name in spec.node_gene.aggregation.options
+    )
+
+
+def _compact_forward(
+    spec: GenomeSpec, fs: FunctionSet, outputs: OutputMode, nets: Network, x: jax.Array, width: int
+) -> jax.Array:
+    """``y [K, B, num_outputs]`` of networks ``[K]`` (all of ``compact.size <= width``) on inputs
+    ``x [K, B, num_inputs]``: one slot at a time in topological order, each a weighted sum over the
+    earlier columns (static: ``I + h`` columns for slot ``h``) and the node update. Every value is
+    a ``[K, B]`` array (per-lane tables repeated to ``[K * B]`` up front were slower in the
+    rollout)."""
+    c = nets.compact
+    inputs, n = spec.num_inputs, spec.max_nodes
+    ng = spec.node_gene
+    act_opts = ng.activation.options
+    aggs = [fs.aggregation(name) for name in ng.aggregation.options]
+    rows = c.row[:, :width]
+    safe = jnp.minimum(rows, n - 1)  # [K, W]
+    attrs = jnp.take_along_axis(nets.node_attrs, safe[..., None], axis=1)  # [K, W, A]
+    act_id = jnp.take_along_axis(nets.node_act, safe, axis=1)
+    agg_id = jnp.take_along_axis(nets.node_agg, safe, axis=1)
+    count = jnp.take_along_axis(nets.in_degree, safe, axis=1).astype(jnp.float32)
+    is_out = (rows >= inputs) & (rows < spec.num_io)
+    weight, adj = c.weight, c.adj
+    cols = [_clamp(x[..., j]) for j in range(inputs)]
+    for h in range(width):
+        total = None
+        for j in range(inputs + h):
+            term = jnp.where(adj[:, h, j, None], weight[:, h, j, None] * cols[j], 0.0)
+            total = term if total is None else total + term
+        cnt, empty = count[:, h, None], count[:, h, None] == 0
+        z = None
+        for k, agg in enumerate(aggs):
+            val = jnp.where(empty, jnp.asarray(agg.empty, jnp.float32), agg.from_sum(total, cnt))
+            z = val if z is None else jnp.where(agg_id[:, h, None] == k, val, z)
+        ids = act_id[:, h, None]
+        if outputs.activate:
+
+            def act(v, ids=ids):
+                return apply_activation(fs, act_opts, ids, v)
+
+        else:
+
+            def act(v, ids=ids, out_row=is_out[:, h, None]):
+                return jnp.where(out_row, v, apply_activation(fs, act_opts, ids, v))
+
+        cols.append(_clamp(ng.node_output(attrs[:, h, None, :], act, z)))
+    ys = []
+    for o in range(spec.num_outputs):
+        y = None
+        for h in range(width):
+            y = jnp.where(c.out[:, o, None] == h, cols[inputs + h], 0.0 if y is None else y)
+        ys.append(y)
+    y = jnp.stack(ys, axis=-1)
+    return y if outputs.transform is None else jax.vmap(jax.vmap(outputs.transform))(y)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -694,12 +839,73 @@ class FeedForwardPolicy:
         )
         _output_mode(self.outputs)
 
+    def _compact(self) -> bool:
+        # the compact rows pay on a CPU, where a level of the edge list costs every edge slot;
+        # an accelerator keeps the dense / edge-list forms
+        return (
+            type(self) is FeedForwardPolicy
+            and jax.default_backend() == "cpu"
+            and compact_supported(self.spec, self.functions)
+        )
+
     def decode(self, genomes: Genome) -> Network:
-        """:func:`transform` of one genome or a population."""
-        return transform(self.spec, genomes, self.method)
+        """:func:`transform` of one genome or a population (for a population on a CPU also its
+        :func:`compact_rows`, which :meth:`batched` uses)."""
+        net = transform(self.spec, genomes, self.method)
+        if genomes.node_key.ndim > 1 and self._compact():
+            net = net.replace(compact=compact_rows(self.spec, net))
+        return net
 
     def __call__(self, network: Network, obs: jax.Array) -> jax.Array:
         return forward(self.spec, network, jnp.ravel(obs), functions=self.functions, outputs=self.outputs)
+
+    def batch_paths(self, networks: Network) -> tuple[jax.Array, tuple[Callable, ...]]:
+        """The ways to run a batch of networks ``[K]``: ``(index [K], paths)``, each path
+        ``path(networks, obs [K, B, ...]) -> y [K, B, ...]`` (``B`` observations per network) with
+        the outputs of ``vmap(vmap(self, (None, 0)))`` to float32 rounding; ``index[i]`` is the
+        first path that network ``i`` fits, and every later path runs it too, so a batch takes
+        path ``max(index)`` (``lax.switch``).
+
+        With :class:`CompactRows` (``decode`` on a CPU) the paths are the compact forms of
+        :data:`COMPACT_WIDTHS` and then the per-network forward pass: the choice is the batch's,
+        which a vmapped forward cannot make. A network's outputs are the same on every compact
+        path it fits (a slot's sum covers only the columns before it). A rollout should switch
+        once around a run of steps (the networks do not change), not in every step: a switch
+        inside the step loop kept XLA from hoisting the set-up out of the loop and cost many times
+        the forward itself."""
+
+        def full(nets: Network, obs: jax.Array) -> jax.Array:
+            return jax.vmap(lambda n, xs: jax.vmap(lambda o: self(n, o))(xs))(nets, obs)
+
+        if networks.compact is None or type(self) is not FeedForwardPolicy:
+            return jnp.zeros(networks.node_valid.shape[:1], jnp.int32), (full,)
+        spec, fs, outputs = self.spec, function_set(self.functions), _output_mode(self.outputs)
+
+        def compact(width: int, nets: Network, obs: jax.Array) -> jax.Array:
+            obs = jnp.asarray(obs)
+            x = _real_input(obs).reshape(obs.shape[:2] + (-1,))
+            if x.shape[-1] != spec.num_inputs:
+                raise ArgumentError(
+                    f"obs must hold {spec.num_inputs} values per observation, got {x.shape[-1]}"
+                )
+            return _compact_forward(spec, fs, outputs, nets, x, width)
+
+        size = networks.compact.size[:, None]
+        index = jnp.sum(size > jnp.asarray(COMPACT_WIDTHS, jnp.int32), axis=1, dtype=jnp.int32)
+        return index, (*(functools.partial(compact, w) for w in COMPACT_WIDTHS), full)
+
+    def batched(self, networks: Network, obs: jax.Array) -> jax.Array:
+        """``y [K, B, ...]`` of networks ``[K]`` on observations ``obs [K, B, ...]``: the path of
+        :meth:`batch_paths` for these networks (one ``lax.switch``). For one-off calls: inside a
+        step loop, take the paths from :meth:`batch_paths` and switch outside the loop (as the
+        chunked control rollout does)."""
+        obs = jnp.asarray(obs)
+        if obs.ndim < 2:
+            raise ArgumentError(f"obs must have shape (K, B, ...), got {obs.shape}")
+        index, paths = self.batch_paths(networks)
+        if len(paths) == 1:
+            return paths[0](networks, obs)
+        return lax.switch(jnp.max(index), [functools.partial(p, networks, obs) for p in paths])
 
 
 @dataclasses.dataclass(frozen=True)

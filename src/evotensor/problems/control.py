@@ -70,6 +70,18 @@ class StatefulPolicy(Protocol):
     def step(self, phenotype: Any, state: Any, obs: jax.Array) -> tuple[Any, jax.Array]: ...
 
 
+def is_batched(apply: Any) -> bool:
+    """Whether a stateless ``apply`` also has ``batch_paths(phenotypes [K, ...]) -> (index [K],
+    paths)``: ways to run ``K`` phenotypes at once, each ``path(phenotypes, obs [K, B, ...]) -> y
+    [K, B, ...]`` with the outputs of ``vmap(vmap(apply, (None, 0)))`` (to float32 rounding), and
+    for each phenotype the first path that runs it (every later path runs it too). The chunked
+    rollout orders the running individuals by that index and gives each chunk, once per run of
+    steps, the path of its largest index (e.g. NEAT's
+    :meth:`~evotensor.neat.network.FeedForwardPolicy.batch_paths`: a narrow dense form when every
+    network of the chunk is small)."""
+    return not is_stateful(apply) and callable(getattr(apply, "batch_paths", None))
+
+
 def is_stateful(apply: Any) -> bool:
     """Whether ``apply`` follows :class:`StatefulPolicy` (has ``init_state`` and ``step``)."""
     return callable(getattr(apply, "init_state", None)) and callable(getattr(apply, "step", None))
@@ -137,6 +149,8 @@ _COMPACT_EVERY = 8
 
 Start = Callable[[Any, jax.Array], tuple[Any, jax.Array]]
 Advance = Callable[[Any, Any, jax.Array], tuple[Any, jax.Array, jax.Array]]
+AdvanceBatch = Callable[[Any, Any, jax.Array], tuple[Any, jax.Array, jax.Array]]
+Plan = Callable[[Any], tuple[jax.Array, tuple[AdvanceBatch, ...]]]
 
 
 def _compacted_evaluate(
@@ -147,6 +161,7 @@ def _compacted_evaluate(
     num_episodes: int,
     max_steps: int,
     chunk: int,
+    plan: Plan | None = None,
 ) -> Evaluation:
     """:func:`_batched_evaluate` of the masked episodes ``start`` / ``advance`` describe, with an early
     exit: the same keys, returns and lengths, but individuals whose episodes have all ended stop
@@ -159,12 +174,20 @@ def _compacted_evaluate(
         advance: ``(phenotype, carry, step key) -> (carry, reward [], done [])``: one step.
         num_episodes, max_steps: ``E`` episodes of at most ``T`` steps per individual.
         chunk: ``K`` individuals (each with its ``E`` episodes) are stepped at a time.
+        plan: optional ``plan(phenotypes [K]) -> (index [K], steppers)``, each stepper
+            ``(phenotypes [K], carry [K, E], step keys [K, E]) -> (carry, reward [K, E], done [K,
+            E])`` one step of a chunk in place of ``advance`` vmapped over individuals and
+            episodes (the same steps); ``index[i]``: the first stepper that runs individual ``i``
+            (later ones run it too). The running individuals are ordered by it, and a chunk's run
+            of steps takes ``steppers[max(index)]``.
 
-    The individuals' arrays are kept in a slot order that every ``_COMPACT_EVERY`` steps is re-sorted
-    with the individuals that still have a running episode first; a step then runs only the first
+    The individuals' episode arrays are kept in a slot order that every ``_COMPACT_EVERY`` steps is
+    re-sorted with the individuals that still have a running episode first (the phenotypes stay put;
+    a chunk gathers its own); a step then runs only the first
     ``ceil(running / K)`` chunks of ``K`` slots. A finished episode in a running individual is still
     stepped and masked, as in the scan. Each chunk evaluates ``K`` individuals' policies with the
-    same per-individual shapes as the whole-population vmap, so their outputs are the same.
+    same per-individual shapes as the whole-population vmap, so their outputs are the same (with a
+    ``plan``, those of the chosen batch path: the same to float32 rounding).
     """
     pop = population_size_of(phenotypes)
     E, T = num_episodes, max_steps
@@ -194,7 +217,7 @@ def _compacted_evaluate(
 
     def run_chunk(t0, steps, c, state):
         """``steps`` steps from time ``t0`` of the ``K`` slots of chunk ``c``."""
-        nets, carry, ret, length, alive, slot_id = state
+        carry, ret, length, alive, slot_id = state
         at = c * K
 
         def take(x):
@@ -203,26 +226,49 @@ def _compacted_evaluate(
         def put(x, part):
             return lax.dynamic_update_slice_in_dim(x, part, at, axis=0)
 
-        c_nets = jax.tree_util.tree_map(take, nets)
+        # the phenotypes stay in individual order (padded): a chunk gathers its K rows, instead of
+        # every compaction moving the whole population's
+        c_ids = take(slot_id)
+        c_nets = jax.tree_util.tree_map(lambda x: x[c_ids], nets)
         window = lax.dynamic_slice_in_dim(step_keys, t0, _COMPACT_EVERY, axis=0)  # [R, P, E]
-        c_keys = window[:, jnp.minimum(take(slot_id), pop - 1)]  # [R, K, E]
+        c_keys = window[:, jnp.minimum(c_ids, pop - 1)]  # [R, K, E]
 
-        def one_step(j, part):
-            c_carry, r, n, a = part
-            k = c_keys[j]  # [K, E]
-            c_carry, reward, done = step_all(c_nets, c_carry, k)
-            # where(), not multiplication: a finished episode's state may hold NaN/inf rewards.
-            return c_carry, r + jnp.where(a, reward, 0.0), n + a.astype(jnp.int32), a & ~done
+        def run_steps(stepper, part):
+            def one_step(j, part):
+                c_carry, r, n, a = part
+                k = c_keys[j]  # [K, E]
+                c_carry, reward, done = stepper(c_nets, c_carry, k)
+                # where(), not multiplication: a finished episode's state may hold NaN/inf rewards.
+                return c_carry, r + jnp.where(a, reward, 0.0), n + a.astype(jnp.int32), a & ~done
+
+            return lax.fori_loop(0, steps, one_step, part)
 
         part = (jax.tree_util.tree_map(take, carry), take(ret), take(length), take(alive))
-        c_carry, r, n, a = lax.fori_loop(0, steps, one_step, part)
+        if plan is None:
+            c_carry, r, n, a = run_steps(step_all, part)
+        else:
+            # the chunk's path is chosen around its run of steps, not inside every step
+            index, steppers = plan(c_nets)
+            branches = [functools.partial(run_steps, s) for s in steppers]
+            if len(branches) > 1:
+                c_carry, r, n, a = lax.switch(jnp.max(index), branches, part)
+            else:
+                c_carry, r, n, a = branches[0](part)
         carry = jax.tree_util.tree_map(put, carry, c_carry)
-        return nets, carry, put(ret, r), put(length, n), put(alive, a), slot_id
+        return carry, put(ret, r), put(length, n), put(alive, a), slot_id
+
+    # with a plan, running individuals are ordered by the first path that runs them, so that a
+    # chunk's largest index (its path) is that of most of its members
+    tier = None if plan is None else plan(nets)[0].astype(jnp.int32)  # [slots], individual order
 
     def block(outer):
         t0, state = outer
-        running = jnp.any(state[4], axis=1)
-        order = jnp.argsort(~running, stable=True)  # running individuals first, in slot order
+        running = jnp.any(state[3], axis=1)
+        if tier is None:
+            order = jnp.argsort(~running, stable=True)  # running individuals first, in slot order
+        else:
+            last = jnp.iinfo(jnp.int32).max
+            order = jnp.argsort(jnp.where(running, tier[state[4]], last), stable=True)
         state = jax.tree_util.tree_map(lambda x: x[order], state)
         active = (jnp.sum(running, dtype=jnp.int32) + K - 1) // K
         steps = jnp.minimum(_COMPACT_EVERY, T - t0)
@@ -231,10 +277,10 @@ def _compacted_evaluate(
 
     def more(outer):
         t0, state = outer
-        return (t0 < T) & jnp.any(state[4])
+        return (t0 < T) & jnp.any(state[3])
 
-    state = (nets, carry, ret, length, alive, slot_id)
-    _, (_, _, ret, length, _, slot_id) = lax.while_loop(more, block, (jnp.zeros((), jnp.int32), state))
+    state = (carry, ret, length, alive, slot_id)
+    _, (_, ret, length, _, slot_id) = lax.while_loop(more, block, (jnp.zeros((), jnp.int32), state))
     returns = jnp.zeros((pop, E), jnp.float32).at[slot_id].set(ret, mode="drop")
     lengths = jnp.zeros((pop, E), jnp.int32).at[slot_id].set(length, mode="drop")
     info = {
@@ -260,6 +306,17 @@ def _split_step_output(out: tuple) -> tuple[Any, Any, jax.Array, jax.Array]:
     for flag in rest:
         done = done | jnp.asarray(flag, bool)
     return obs, state, jnp.asarray(reward, jnp.float32), done
+
+
+def _first_argmax(y: jax.Array) -> jax.Array:
+    """``jnp.argmax(y, axis=-1)`` (the first largest entry; the first NaN if there is one) as a
+    chain of elementwise selects over the (few) entries of the last axis: ``int32 [...]``."""
+    best, index = y[..., 0], jnp.zeros(y.shape[:-1], jnp.int32)
+    for o in range(1, y.shape[-1]):
+        v = y[..., o]
+        better = (v > best) | (jnp.isnan(v) & ~jnp.isnan(best))
+        best, index = jnp.where(better, v, best), jnp.where(better, o, index)
+    return index
 
 
 def _skips_reset(env: Any) -> bool:
@@ -304,7 +361,8 @@ class GymnaxProblem:
             ``max_steps`` (32-64 suit NEAT networks at pop 1000: a chunk small enough to stay in
             cache; no slower than the scan when every episode lasts). It moves the phenotypes'
             arrays every few steps, so it suits small policies (NEAT networks) better than large
-            ones.
+            ones. A stateless ``apply`` with ``batch_paths`` (:func:`is_batched`, e.g. NEAT's
+            feedforward policy) runs each chunk on the batch path it names.
 
     Attributes:
         observation_size: flat observation size (policy input).
@@ -386,9 +444,40 @@ class GymnaxProblem:
             policy_state, y = apply.step(phenotype, policy_state, policy_input)
         else:
             y = apply(phenotype, policy_input)
+        return self._env_advance(y, state, policy_state, key)
+
+    def _env_advance(self, y: jax.Array, state: Any, policy_state: Any, key: jax.Array) -> tuple:
+        """The environment's half of :meth:`_advance`: action from ``y``, one env step."""
         act = self.action(y)
+        return self._env_act(act, state, policy_state, key)
+
+    def _env_act(self, act: Any, state: Any, policy_state: Any, key: jax.Array) -> tuple:
         obs, state, reward, done = _split_step_output(self._env_step(key, state, act, self.env_params))
         return (obs, state, policy_state), reward, done
+
+    def _plan(self, apply: Any, phenotypes: Any) -> tuple[jax.Array, tuple]:
+        """``(index, steppers)`` for a chunk of phenotypes: one per path of ``apply.batch_paths``
+        (:func:`is_batched`)."""
+        index, paths = apply.batch_paths(phenotypes)
+        return index, tuple(functools.partial(self._advance_batch, path) for path in paths)
+
+    def _advance_batch(self, path: Callable, phenotypes: Any, carry: Any, keys: jax.Array) -> tuple:
+        """:meth:`_advance` of ``K`` phenotypes x ``E`` episodes (carry ``[K, E, ...]``) with one
+        call of a batch ``path`` for the policy."""
+        obs, state, policy_state = carry
+        lead = keys.shape[:2]
+        if self.flatten_observation:
+            obs = obs.reshape(lead + (-1,))
+        y = path(phenotypes, obs.astype(jnp.float32))  # [K, E, ...]
+        if self.discrete and type(self).action is GymnaxProblem.action:
+            # jnp.argmax as selects: a reduce fused the whole batch path into itself and evaluated
+            # it once per output, without vectorizing across the lanes
+            y = y.reshape(lead + (-1,))
+            act = _first_argmax(y)
+            env = jax.vmap(jax.vmap(self._env_act, in_axes=(0, 0, None, 0)), in_axes=(0, 0, None, 0))
+            return env(act, state, policy_state, keys)
+        env = jax.vmap(jax.vmap(self._env_advance, in_axes=(0, 0, None, 0)), in_axes=(0, 0, None, 0))
+        return env(y, state, policy_state, keys)
 
     def episode(
         self, phenotype: Any, apply: Apply | StatefulPolicy, key: jax.Array
@@ -411,6 +500,7 @@ class GymnaxProblem:
                 self.num_episodes,
                 self.max_steps,
                 self.chunk,
+                functools.partial(self._plan, apply) if is_batched(apply) else None,
             )
         return _batched_evaluate(key, phenotypes, lambda p, k: self.episode(p, apply, k), self.num_episodes)
 
