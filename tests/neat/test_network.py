@@ -691,3 +691,7 @@ def test_compact_rows_and_batched_arguments():
         nw.compact_rows(REC, nets)
     with pytest.raises(ArgumentError, match="network"):
         nw.compact_rows(SUMS, pop)
+    with pytest.raises(ArgumentError, match="networks"):
+        pol.batch_paths(pop)
+    with pytest.raises(ArgumentError, match="spec"):
+        nw.compact_supported("not a spec")

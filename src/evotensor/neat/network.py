@@ -441,7 +441,7 @@ def compact_rows(spec: GenomeSpec, network: Network) -> CompactRows:
 def compact_supported(spec: GenomeSpec, functions: str | FunctionSet | None = None) -> bool:
     """Whether :class:`CompactRows` can run ``spec``'s networks: feedforward, and every aggregation
     option a function of the sum and the count (``sum``, ``mean``)."""
-    fs = function_set(functions)
+    spec, fs = _check_spec(spec), function_set(functions)
     return spec.feed_forward and all(
         fs.aggregation(name).from_sum is not None for name in spec.node_gene.aggregation.options
     )
@@ -458,7 +458,6 @@ def _compact_forward(
     c = nets.compact
     inputs, n = spec.num_inputs, spec.max_nodes
     ng = spec.node_gene
-    act_opts = ng.activation.options
     aggs = [fs.aggregation(name) for name in ng.aggregation.options]
     rows = c.row[:, :width]
     safe = jnp.minimum(rows, n - 1)  # [K, W]
@@ -479,17 +478,7 @@ def _compact_forward(
         for k, agg in enumerate(aggs):
             val = jnp.where(empty, jnp.asarray(agg.empty, jnp.float32), agg.from_sum(total, cnt))
             z = val if z is None else jnp.where(agg_id[:, h, None] == k, val, z)
-        ids = act_id[:, h, None]
-        if outputs.activate:
-
-            def act(v, ids=ids):
-                return apply_activation(fs, act_opts, ids, v)
-
-        else:
-
-            def act(v, ids=ids, out_row=is_out[:, h, None]):
-                return jnp.where(out_row, v, apply_activation(fs, act_opts, ids, v))
-
+        act = _activation(spec, fs, act_id[:, h, None], is_out[:, h, None], outputs)
         cols.append(_clamp(ng.node_output(attrs[:, h, None, :], act, z)))
     ys = []
     for o in range(spec.num_outputs):
@@ -562,22 +551,21 @@ def _node_values(
     spec: GenomeSpec, fs: FunctionSet, net: Network, agg: jax.Array, outputs: OutputMode
 ) -> jax.Array:
     """``[N]``: ``node_gene.node_output`` of every node from its aggregate ``agg [N]``."""
-    ng = spec.node_gene
-    options = ng.activation.options
-    ids = net.node_act
+    rows = jnp.arange(spec.max_nodes)
+    is_out = (rows >= spec.num_inputs) & (rows < spec.num_io)
+    act = _activation(spec, fs, net.node_act, is_out, outputs)
+    return spec.node_gene.node_output(net.node_attrs, act, agg)
+
+
+def _activation(
+    spec: GenomeSpec, fs: FunctionSet, ids: jax.Array, is_out: jax.Array, outputs: OutputMode
+) -> Callable[[jax.Array], jax.Array]:
+    """``act(z)``: each node's activation (by id ``ids``), output nodes (``is_out``) left
+    unactivated where ``outputs`` says so (TensorNEAT's output mode)."""
+    options = spec.node_gene.activation.options
     if outputs.activate:
-
-        def act(z):
-            return apply_activation(fs, options, ids, z)
-
-    else:
-        rows = jnp.arange(spec.max_nodes)
-        is_out = (rows >= spec.num_inputs) & (rows < spec.num_io)
-
-        def act(z):
-            return jnp.where(is_out, z, apply_activation(fs, options, ids, z))
-
-    return ng.node_output(net.node_attrs, act, agg)
+        return lambda z: apply_activation(fs, options, ids, z)
+    return lambda z: jnp.where(is_out, z, apply_activation(fs, options, ids, z))
 
 
 def _finish(spec: GenomeSpec, v: jax.Array, outputs: OutputMode) -> jax.Array:
@@ -877,6 +865,8 @@ class FeedForwardPolicy:
         def full(nets: Network, obs: jax.Array) -> jax.Array:
             return jax.vmap(lambda n, xs: jax.vmap(lambda o: self(n, o))(xs))(nets, obs)
 
+        if not isinstance(networks, Network):
+            raise ArgumentError(f"networks must be a Network (from decode), got {type(networks).__name__}")
         if networks.compact is None or type(self) is not FeedForwardPolicy:
             return jnp.zeros(networks.node_valid.shape[:1], jnp.int32), (full,)
         spec, fs, outputs = self.spec, function_set(self.functions), _output_mode(self.outputs)
