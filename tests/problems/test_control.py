@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import jax
@@ -349,12 +350,25 @@ def test_chunked_rollout_takes_the_planned_batch_path(cartpole):
 @pytest.mark.slow
 def test_chunked_rollout_of_neat_networks_is_the_scan():
     """NEAT feedforward networks (batch_paths: compact rows on a CPU) in the chunked rollout give
-    the returns of the plain scan, which runs each network's own forward pass."""
+    the returns of the plain scan, which runs each network's own forward pass. The genomes are
+    mutated first (eight rounds of frequent node and connection additions), so the population spans
+    every width tier of the compact path (no hidden node up to wider than the widest tier)."""
     from evotensor.neat import NEAT
+    from evotensor.neat.mutation import mutate
+    from evotensor.neat.network import COMPACT_WIDTHS
 
-    strategy = NEAT.from_mode("neat-python", 4, 2, population_size=6, max_nodes=16, max_conns=32)
+    strategy = NEAT.from_mode("neat-python", 4, 2, population_size=16, max_nodes=24, max_conns=64)
+    grow = dataclasses.replace(
+        strategy.config.mutation, node_add_prob=0.6, node_delete_prob=0.0, conn_add_prob=0.6
+    )
     state = strategy.init(jax.random.key(3))
-    genomes, _ = strategy.ask(jax.random.key(4), state)
+    genomes, nk, ni = state.population, state.next_node_key, state.next_innov
+    step = jax.jit(mutate, static_argnums=(1, 2))
+    for g in range(8):
+        genomes, nk, ni, _ = step(jax.random.key(100 + g), strategy.spec, grow, genomes, nk, ni)
+    non_input = np.sum(np.asarray(genomes.node_key) >= 0, axis=1)  # outputs + hidden nodes
+    assert non_input.min() <= COMPACT_WIDTHS[0] and non_input.max() > COMPACT_WIDTHS[-1], non_input
+    assert len(set(non_input.tolist())) >= 4, non_input
     scan = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=100)
     early = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=100, chunk=4)
     dec, key = strategy.decoder, jax.random.key(5)
