@@ -50,6 +50,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_measure import memory_mib, timed
+
 from evotensor.core.run import Loop
 from evotensor.neat import NEAT, Genome, forward_batch, transform
 from evotensor.neat.genome import EMPTY
@@ -58,7 +60,6 @@ from evotensor.problems.function_fit import XOR
 WARMUP = 2  # generations left out of the median
 BATCH = 16  # inputs per network in the forward rows
 REPEATS = 5
-MIB = 2**20
 SIZES = {
     "gpu": dict(
         generation=(("xor", 150, 30), ("xor", 1000, 30), ("xor", 10000, 20), ("cartpole", 1000, 10)),
@@ -177,35 +178,6 @@ def full_population(strategy: NEAT, seed: int = 0) -> Genome:
     )
 
 
-def _memory(compiled) -> dict:
-    try:
-        m = compiled.memory_analysis()
-    except Exception:  # noqa: BLE001 (not every backend gives one)
-        return {}
-    if m is None:
-        return {}
-    out = {
-        "temp_mib": round(m.temp_size_in_bytes / MIB, 2),
-        "args_out_mib": round(
-            (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes) / MIB, 2
-        ),
-    }
-    peak = getattr(m, "peak_memory_in_bytes", None)
-    if peak:
-        out["peak_mib"] = round(peak / MIB, 2)
-    return out
-
-
-def _timed(compiled, *args) -> float:
-    jax.block_until_ready(compiled(*args))  # first call apart
-    times = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def forward_row(pop: int, max_nodes: int, max_conns: int, method: str) -> dict:
     """Compile and time ``transform`` and ``forward_batch`` of a full population (module docstring)."""
     strategy = NEAT.from_mode(
@@ -228,8 +200,8 @@ def forward_row(pop: int, max_nodes: int, max_conns: int, method: str) -> dict:
     t0 = time.perf_counter()
     fw = jax.jit(fwd).lower(nets, x).compile()
     forward_compile_s = time.perf_counter() - t0
-    transform_s = _timed(tr, genomes)
-    forward_s = _timed(fw, nets, x)
+    transform_s = timed(tr, genomes, repeats=REPEATS)[0]
+    forward_s = timed(fw, nets, x, repeats=REPEATS)[0]
     y = np.asarray(fw(nets, x))
     resolved = "dense" if nets.dense_weight is not None else "sparse"
     row = {
@@ -249,8 +221,8 @@ def forward_row(pop: int, max_nodes: int, max_conns: int, method: str) -> dict:
         "finite_outputs": bool(np.all(np.isfinite(y))),
         "backend": jax.default_backend(),
     }
-    row.update({f"transform_{k}": v for k, v in _memory(tr).items()})
-    row.update({f"forward_{k}": v for k, v in _memory(fw).items()})
+    row.update({f"transform_{k}": v for k, v in memory_mib(tr).items()})
+    row.update({f"forward_{k}": v for k, v in memory_mib(fw).items()})
     return row
 
 

@@ -49,12 +49,21 @@ Modes:
   are compiled and timed separately (median of ``--repeats`` calls each, wall and process CPU;
   their compile times too).
 
+* ``forward``: the network forward pass alone, for ``neat_forward.py`` (which starts it): the
+  networks of ``--npz`` (evotensor's node keys: inputs ``-1..-n``, outputs from 0, hidden after)
+  become TensorNEAT rows (``DefaultGenome`` with ``DefaultNode`` / ``DefaultConn``: node
+  ``[key, bias, response, aggregation, activation]``, inputs keyed ``0..n-1`` and outputs after
+  them, connection ``[in key, out key, weight]``); ``jax.vmap(genome.transform)`` and
+  ``jax.vmap`` over networks of ``jax.vmap`` over inputs of ``genome.forward`` are compiled and
+  timed by ``jax_measure`` (as evotensor's side is), the outputs saved to ``--out-npy``.
+
 Usage (from the repository root)::
 
     .bench/venvs/tensorneat/bin/python benchmarks/neat_anchor_tensorneat.py xor --seeds 0-9
     .bench/venvs/tensorneat/bin/python benchmarks/neat_anchor_tensorneat.py xor --preset example --seeds 0
     .bench/venvs/tensorneat/bin/python benchmarks/neat_anchor_tensorneat.py timing --task xor --pop 1000
     .bench/venvs/tensorneat/bin/python benchmarks/neat_anchor_tensorneat.py timing --task cartpole --pop 1000
+    .bench/venvs/tensorneat/bin/python benchmarks/neat_anchor_tensorneat.py forward --npz nets.npz --out-npy y.npy
 
 Only TensorNEAT's public API is used (``Pipeline``, ``algorithm.NEAT``, ``genome.DefaultGenome``,
 ``BiasNode``, ``problem.XOR`` / ``XOR3d``, ``problem.rl.GymNaxEnv``, ``common.ACT`` / ``AGG``);
@@ -373,6 +382,59 @@ def run_timing(args, seed: int) -> dict:
     return rec
 
 
+def run_forward(npz: str, out_npy: str, repeats: int) -> dict:
+    """Transform and forward of ``npz``'s networks with TensorNEAT (module docstring, ``forward``)."""
+    import resource
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from jax_measure import compiled_with_time, memory_mib, timed
+
+    data = dict(np.load(npz))
+    n_in, n_out = int(data["num_inputs"]), int(data["num_outputs"])
+    pop, N = data["node_key"].shape
+    C = data["conn_src"].shape[1]
+
+    def key(k):  # evotensor's node key -> TensorNEAT's (inputs 0..n_in-1, then outputs, then hidden)
+        return np.where(k < 0, -1 - k, n_in + k).astype(np.float32)
+
+    nodes = np.stack(
+        [key(data["node_key"]), data["bias"], data["response"], np.zeros((pop, N)), np.zeros((pop, N))], axis=-1
+    ).astype(np.float32)
+    conns = np.stack([key(data["conn_src"]), key(data["conn_dst"]), data["weight"]], axis=-1).astype(np.float32)
+    g = genome.DefaultGenome(num_inputs=n_in, num_outputs=n_out, max_nodes=N, max_conns=C)
+    state = g.setup()
+    nodes, conns, x = jnp.asarray(nodes), jnp.asarray(conns), jnp.asarray(data["x"])
+
+    def transform(nodes, conns):
+        return jax.vmap(g.transform, in_axes=(None, 0, 0))(state, nodes, conns)
+
+    def forward(transformed, x):
+        one = lambda t: jax.vmap(lambda xi: g.forward(state, t, xi))(x)  # noqa: E731
+        return jax.vmap(one)(transformed)
+
+    tr, transform_compile_s = compiled_with_time(transform, nodes, conns)
+    transformed = jax.block_until_ready(tr(nodes, conns))
+    fw, forward_compile_s = compiled_with_time(forward, transformed, x)
+    transform_s, transform_cpu_s = timed(tr, nodes, conns, repeats=repeats)
+    forward_s, forward_cpu_s = timed(fw, transformed, x, repeats=repeats)
+    np.save(out_npy, np.asarray(fw(transformed, x)))
+    return {
+        "record": "forward",
+        "engine": "tensorneat",
+        "transform_compile_s": transform_compile_s,
+        "forward_compile_s": forward_compile_s,
+        "transform_ms": 1e3 * transform_s,
+        "transform_cpu_ms": 1e3 * transform_cpu_s,
+        "forward_ms": 1e3 * forward_s,
+        "forward_cpu_ms": 1e3 * forward_cpu_s,
+        **{f"transform_{k}": v for k, v in memory_mib(tr).items()},
+        **{f"forward_{k}": v for k, v in memory_mib(fw).items()},
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "versions": versions(),
+        "backend": jax.default_backend(),
+    }
+
+
 def parse_seeds(text: str) -> list[int]:
     """``"0-9"`` or ``"0,3,5"`` -> seeds."""
     seeds = []
@@ -384,7 +446,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", nargs="?", default="xor", choices=("xor", "timing"))
+    parser.add_argument("mode", nargs="?", default="xor", choices=("xor", "timing", "forward"))
     parser.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,3,5 (default 0-9)")
     parser.add_argument("--preset", default="like", choices=("like", "example"), help="xor mode's set-up")
     parser.add_argument("--task", default="xor", choices=("xor", "cartpole"), help="timing mode's task")
@@ -392,7 +454,12 @@ def main(argv=None) -> None:
     parser.add_argument("--generations", type=int, help="xor: at most (the preset's); timing: exactly (20)")
     parser.add_argument("--survival-threshold", type=float, help="override the preset's survival threshold")
     parser.add_argument("--repeats", type=int, default=5, help="timing: calls of eval / tell alone (0: skip)")
+    parser.add_argument("--npz", help="forward: the networks (written by neat_forward.py)")
+    parser.add_argument("--out-npy", help="forward: where the outputs [pop, batch, outputs] go")
     args = parser.parse_args(argv)
+    if args.mode == "forward":
+        print(json.dumps(run_forward(args.npz, args.out_npy, args.repeats)), flush=True)
+        return
     if args.mode == "timing" and args.pop is None:
         args.pop = 1000
     if args.mode == "xor":
