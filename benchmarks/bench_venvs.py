@@ -17,6 +17,9 @@ checkout; ``<owner>+<name>/repo``, ``<owner>+<name>`` or ``<name>``, bare or not
 folder outside the repository and pip-installed from there; without a local copy pip installs
 ``git+<url>@<commit>``. The source is never copied into the repository. After each install the
 group's ``pip freeze`` (and the commit, for a source group) is written to ``<venv>/versions.txt``.
+
+``bench_venvs.py --export GROUP DIR`` only exports a source group's pinned files into ``DIR``
+(git-ignored, e.g. ``.bench/tensorneat_src``), for the GPU machine, which has no network.
 """
 
 from __future__ import annotations
@@ -159,5 +162,26 @@ def create(groups: list[str]) -> None:
         print(f"{group}: {python}")
 
 
+def export_for_device(group: str, into: str) -> str:
+    """``group``'s pinned source exported from the local git copy into ``into`` (emptied first),
+    for a machine without a network where its dependencies are already installed (the GPU
+    session's ``benchmarks/gpu_neat_tensorneat.sh`` puts ``<into>/src`` on ``PYTHONPATH``)."""
+    source = SOURCES[group]
+    if local_git_dir(source) is None:
+        raise SystemExit(f"no local git copy of {source.repo} under {sources_root()} (fetch it first)")
+    shutil.rmtree(into, ignore_errors=True)
+    os.makedirs(into)
+    folder = export_source(source, into)
+    for name in os.listdir(folder):
+        os.replace(os.path.join(folder, name), os.path.join(into, name))
+    os.rmdir(folder)
+    with open(os.path.join(into, "COMMIT"), "w") as f:
+        f.write(f"{source.repo} {source.commit}\n")
+    return into
+
+
 if __name__ == "__main__":
-    create(sys.argv[1:])
+    if sys.argv[1:2] == ["--export"]:  # bench_venvs.py --export GROUP DIR
+        print(export_for_device(sys.argv[2], sys.argv[3]))
+    else:
+        create(sys.argv[1:])
