@@ -10,7 +10,9 @@ Per run it reports the wall time of ``import evotensor.gp``, of the first ``fit`
 ``compile_seconds_`` (compile or cache read, as the estimator counts it), a second fit's wall time in
 the same process (``--second-fit``), and from JAX's compile log (``jax_log_compiles``) the programs
 XLA compiled: how many distinct ones, the seconds of XLA compilation in all (trace and lowering
-apart) and the top ones by XLA seconds.
+apart) and the top ones by XLA seconds. "stored" counts the estimators' stored executables in the
+cache directory after the run (``executables/*.exe``, :mod:`evotensor.core.compile_cache`; 0 for a
+version without that store).
 
 Configurations (``--configs``): ``default`` is ``SymbolicRegressor()``; ``nsga2-co`` is
 ``SymbolicRegressor(survival="nsga2", constant_optimization="auto", refine_top=64)``. Problems
@@ -140,6 +142,8 @@ def _run(a: argparse.Namespace, path: str | None, problem: str, config: str, cac
         raise RuntimeError(f"worker failed ({problem}, {config}):\n{proc.stderr[-3000:]}")
     row = json.loads(proc.stdout.strip().splitlines()[-1])
     row["process_s"] = time.perf_counter() - t0
+    store = os.path.join(cache, "executables") if cache else ""
+    row["stored"] = len([f for f in os.listdir(store) if f.endswith(".exe")]) if os.path.isdir(store) else 0
     return row
 
 
@@ -152,7 +156,7 @@ def _row_text(name: str, problem: str, config: str, phase: str, r: dict, top: in
         f"{r['fit_cpu_s']:.2f} | "
         f"{r['compile_s']:.2f} | {len(xla)} | {sum(s for _, s in xla):.2f} | "
         f"{r['trace_s'] + r['lower_s']:.2f} | "
-        f"{r['cache_hits']} | {tops}{second} |"
+        f"{r['cache_hits']} | {r.get('stored', 0)} | {tops}{second} |"
     )
 
 
@@ -185,9 +189,9 @@ def main() -> None:
     print(
         "| package | problem | config | cache | import s | first fit s | fit CPU s | compile_seconds_ | "
         "XLA programs | "
-        f"XLA s | trace+lower s | cache hits | top XLA s{' | 2nd fit s' if a.second_fit else ''} |"
+        f"XLA s | trace+lower s | cache hits | stored | top XLA s{' | 2nd fit s' if a.second_fit else ''} |"
     )
-    print("|---" * (14 if a.second_fit else 13) + "|")
+    print("|---" * (15 if a.second_fit else 14) + "|")
     rows = []
     for rep in range(a.repeats):
         for problem in a.problems.split(","):

@@ -110,3 +110,135 @@ def test_default_cache_is_the_estimators_and_skips_an_unusable_directory(tmp_pat
         assert got[case]["returned"] is None and got[case]["jax_dir"] is None, case
         assert got[case]["same_twice"] and len(got[case]["warnings"]) == 1, (case, got[case]["warnings"])
         assert "EVOTENSOR_CACHE_DIR" in got[case]["warnings"][0]
+
+
+# -- stored executables (in this process: no JAX configuration is touched) ---------------------------------
+
+
+def _small_program():
+    import jax
+    import jax.numpy as jnp
+
+    def f(tree, scale):  # a dict in, a tuple with a dict out: both pytrees must survive the store
+        return {"sum": tree["a"].sum() * scale}, tree["b"] * 2
+
+    args = ({"a": jnp.arange(4.0), "b": jnp.ones((2, 3), jnp.int32)}, jnp.float32(3.0))
+    return jax.jit(f).lower(*args).compile(), args
+
+
+def test_a_stored_executable_loads_with_its_pytrees_and_computes_the_same(tmp_path):
+    import jax
+    import numpy as np
+
+    from evotensor.core import compile_cache as cc
+
+    compiled, args = _small_program()
+    key = cc.executable_key("small", 1)
+    assert cc.save_executable(tmp_path, "small", key, compiled)
+    assert [p.name for p in tmp_path.iterdir()] == [f"small-{key}.exe"]  # no temporary file left
+    loaded = cc.load_executable(tmp_path, "small", key)
+    assert loaded is not None and loaded.in_tree == compiled.in_tree and loaded.out_tree == compiled.out_tree
+    got, want = loaded(*args), compiled(*args)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    assert cc.load_executable(tmp_path, "small", cc.executable_key("small", 2)) is None  # not stored
+
+
+def test_a_corrupt_or_foreign_entry_is_skipped_with_a_warning(tmp_path):
+    import pickle
+
+    from evotensor.core import compile_cache as cc
+
+    compiled, _ = _small_program()
+    key, other = cc.executable_key("small", 1), cc.executable_key("small", 2)
+    cc.save_executable(tmp_path, "small", key, compiled)
+    path = tmp_path / f"small-{key}.exe"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # truncated
+    with pytest.warns(RuntimeWarning, match="cannot be loaded.*compiling it again"):
+        assert cc.load_executable(tmp_path, "small", key) is None
+    (tmp_path / f"small-{other}.exe").write_bytes(data)  # another key's entry under this key's name
+    with pytest.warns(RuntimeWarning, match="cannot be loaded"):
+        assert cc.load_executable(tmp_path, "small", other) is None
+    path.write_bytes(pickle.dumps(("not", "an", "entry")))
+    with pytest.warns(RuntimeWarning, match="cannot be loaded"):
+        assert cc.load_executable(tmp_path, "small", key) is None
+    assert cc.save_executable(tmp_path, "small", key, compiled)  # replaced by a good one
+    assert cc.load_executable(tmp_path, "small", key) is not None
+
+
+def test_executable_keys_name_the_configuration_and_refuse_object_addresses():
+    from evotensor.core import compile_cache as cc
+
+    key = cc.executable_key("chunk", (1000, "mse"), 0.5)
+    assert key == cc.executable_key("chunk", (1000, "mse"), 0.5) and key.isalnum()
+    assert key != cc.executable_key("chunk", (1001, "mse"), 0.5)
+    assert cc.executable_key("chunk", object()) is None  # '<object object at 0x...>' names nothing
+    assert cc.executable_key("chunk", lambda: 0) is None
+    assert cc.executables_dir(None) is None
+    assert cc.executable_key("x") != cc.executable_key("x", 1)
+
+
+def test_the_environment_fingerprint_follows_xla_flags_and_jax_options(monkeypatch):
+    import jax
+
+    from evotensor.core import compile_cache as cc
+
+    before = cc.environment_fingerprint()
+    assert jax.__version__ in before and cc._sources_digest() in before
+    gp_only = cc.environment_fingerprint(("core", "gp"))
+    assert cc._sources_digest(("core", "gp")) in gp_only and gp_only != before
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_fast_math=true")
+    assert cc.environment_fingerprint() != before
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+    with jax.numpy_rank_promotion("raise"):
+        assert cc.environment_fingerprint() != before
+
+
+def test_the_store_keeps_the_most_recently_used_entries(tmp_path, monkeypatch):
+    from evotensor.core import compile_cache as cc
+
+    compiled, _ = _small_program()
+    monkeypatch.setattr(cc, "MAX_EXECUTABLES", 2)
+    keys = [cc.executable_key("small", i) for i in range(3)]
+    for i, key in enumerate(keys[:2]):
+        cc.save_executable(tmp_path, "small", key, compiled)
+        os.utime(tmp_path / f"small-{key}.exe", ns=(10**18 + i, 10**18 + i))
+    cc.load_executable(tmp_path, "small", keys[0])  # used: now the most recent
+    cc.save_executable(tmp_path, "small", keys[2], compiled)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"small-{k}.exe" for k in (keys[0], keys[2]))
+
+
+def test_an_unwritable_store_or_an_unserializable_program_is_skipped(tmp_path):
+    from evotensor.core import compile_cache as cc
+
+    compiled, _ = _small_program()
+    (tmp_path / "file").write_text("")
+    assert not cc.save_executable(tmp_path / "file" / "sub", "small", cc.executable_key(1), compiled)
+    assert not cc.save_executable(tmp_path, "small", cc.executable_key(1), object())
+    assert not cc.save_executable(None, "small", cc.executable_key(1), compiled)
+    assert not list(tmp_path.glob("*.exe"))
+
+
+def test_custom_calls_other_than_lapack_and_the_callers_own_are_not_stored(tmp_path):
+    """A program with a custom call needs process state that lowering sets up; LAPACK's (initialized
+    on load) and the caller's own FFI handlers (registered by it) are the only ones stored."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from evotensor.core import compile_cache as cc
+
+    a = jnp.eye(3) * 2.0
+    solve = jax.jit(jnp.linalg.solve).lower(a, jnp.ones(3)).compile()
+    assert cc.save_executable(tmp_path, "solve", cc.executable_key("solve"), solve)
+    loaded = cc.load_executable(tmp_path, "solve", cc.executable_key("solve"))
+    np.testing.assert_array_equal(np.asarray(loaded(a, jnp.ones(3))), 0.5)
+
+    def host(x):
+        return jax.pure_callback(lambda v: np.asarray(v) + 1, jax.ShapeDtypeStruct((3,), jnp.float32), x)
+
+    callback = jax.jit(host).lower(jnp.ones(3)).compile()
+    assert not cc.save_executable(tmp_path, "host", cc.executable_key("host"), callback)
+    assert not list(tmp_path.glob("host-*"))

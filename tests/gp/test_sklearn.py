@@ -448,23 +448,31 @@ def _no_cache_writes_unless_the_suite_asks():
         yield
 
 
-def test_fit_turns_the_default_compile_cache_on_before_compiling(fitted, monkeypatch):
+def test_fit_finds_its_cache_directory_before_compiling(fitted, monkeypatch):
+    """The store's directory first (warning about an unusable one); JAX's own cache is turned on
+    only for a configuration the store cannot key (a user's own function), before it compiles."""
     import evotensor.gp.sklearn as sk
 
     calls = []
     real = sk._Program._compile
 
-    def enable(warn=False):
-        calls.append(("enable", warn))
+    def directory(warn=False):
+        calls.append(("directory", warn))
+        return "/nowhere"
 
     def compile_(self, *args):
         calls.append("compile")
         return real(self, *args)
 
-    monkeypatch.setattr(sk, "enable_default_cache", enable)
+    monkeypatch.setattr(sk, "default_cache_dir", directory)
+    monkeypatch.setattr(sk, "enable_default_cache", lambda warn=False: calls.append("jax cache"))
     monkeypatch.setattr(sk._Program, "_compile", compile_)
     SymbolicRegressor(**FAST, random_state=0).fit(*planted())  # the module's program: nothing new compiles
-    assert calls[0] == ("enable", True) and "compile" in calls[1:]
+    assert calls[0] == ("directory", True) and "compile" in calls[1:] and "jax cache" not in calls
+    calls.clear()
+    # a callable model_selection: the store cannot key the front's program
+    SymbolicRegressor(**FAST, random_state=0, model_selection=lambda loss, score, size: 0).fit(*planted())
+    assert calls[:2] == [("directory", True), "jax cache"]
 
 
 FIRST_FIT = """
@@ -502,6 +510,186 @@ def test_a_fresh_process_reads_the_first_fits_programs_from_the_default_cache(tm
     assert warm["compile"] < cold["compile"]
     off = fresh(tmp_path / "off", EVOTENSOR_CACHE_DIR="off")
     assert off["best"] == cold["best"] and not (tmp_path / "off").exists()
+
+
+# -- stored executables ------------------------------------------------------------------------------
+
+
+TINY = dict(population_size=16, generations=12, max_len=8)  # two chunks, the second masked
+
+
+def _digest(m: SymbolicRegressor) -> list[str]:
+    leaves = jax.tree_util.tree_leaves((m.run_result_.state, m.history_))
+    return [np.asarray(a).tobytes().hex() for a in leaves] + [repr(r) for r in m.pareto_front_]
+
+
+def _fit_counting(monkeypatch, X, y, **options):
+    """A fit as in a fresh process (the in-process programs dropped): ``(model, programs compiled,
+    programs loaded from the store)``."""
+    import evotensor.gp.sklearn as sk
+
+    compiled, loaded = [], []
+    real_compile, real_load = sk._fresh_compile, sk.load_executable
+
+    def compile_(*args):
+        compiled.append(1)
+        return real_compile(*args)
+
+    def load(directory, label, key):
+        out = real_load(directory, label, key)
+        if out is not None:
+            loaded.append(label)
+        return out
+
+    monkeypatch.setattr(sk, "_fresh_compile", compile_)
+    monkeypatch.setattr(sk, "load_executable", load)
+    sk._PROGRAMS.clear()
+    m = SymbolicRegressor(**TINY, random_state=3, **options).fit(X, y)
+    return m, len(compiled), sorted(loaded)
+
+
+def test_a_fit_in_a_fresh_process_loads_the_stored_programs_and_compiles_nothing(tmp_path, monkeypatch):
+    """The estimators' executables: stored by the first fit, loaded whole by the next (no trace, no
+    compile), the same fit bit for bit; a corrupt entry is compiled again with a warning and
+    replaced."""
+    import evotensor.gp.sklearn as sk
+
+    monkeypatch.setattr(sk, "default_cache_dir", lambda warn=False: str(tmp_path))
+    X, y = planted(50)
+    cold, n_compiled, n_loaded = _fit_counting(monkeypatch, X, y)
+    store = tmp_path / "executables"
+    assert n_compiled == 4 and not n_loaded
+    assert sorted(p.name.split("-")[0] for p in store.iterdir()) == ["chunk", "front", "init", "scaling"]
+    warm, n_compiled, n_loaded = _fit_counting(monkeypatch, X, y)
+    assert n_compiled == 0 and n_loaded == ["chunk", "front", "init", "scaling"]
+    assert _digest(warm) == _digest(cold) and warm.best_.expression == cold.best_.expression
+    (entry,) = store.glob("front-*.exe")
+    entry.write_bytes(entry.read_bytes()[:1000])
+    with pytest.warns(RuntimeWarning, match="front.*cannot be loaded"):
+        again, n_compiled, n_loaded = _fit_counting(monkeypatch, X, y)
+    assert n_compiled == 1 and n_loaded == ["chunk", "init", "scaling"] and _digest(again) == _digest(cold)
+    _, n_compiled, n_loaded = _fit_counting(monkeypatch, X, y)  # the entry was replaced
+    assert n_compiled == 0 and len(n_loaded) == 4
+    sk._PROGRAMS.clear()
+
+
+def test_a_configuration_with_a_users_own_function_is_not_stored():
+    """Its FunctionSet's repr names the function, not what it computes: no key could tell two apart."""
+    import evotensor.gp.sklearn as sk
+
+    X, y = planted(50)
+    builtin = FunctionSet(("add", "mul"), protected=True)
+    own = FunctionSet(("add", "twice"), protected=True, custom={"twice": (1, lambda a: 2 * a)})
+    assert sk._stored_config(("k",), SymbolicRegression(X, y, builtin)) is not None
+    assert sk._stored_config(("k",), SymbolicRegression(X, y, own)) is None
+
+
+@pytest.mark.slow
+def test_a_stored_program_given_other_arguments_is_compiled_again(tmp_path, monkeypatch):
+    """Defence in depth against a key that does not describe its program: jax's check of the
+    arguments refuses them before anything runs (here: more data rows), that program is compiled
+    again with a warning, and the fit equals one without a store."""
+    import evotensor.gp.sklearn as sk
+
+    monkeypatch.setattr(sk, "default_cache_dir", lambda warn=False: str(tmp_path))
+    # a key that leaves the data's shapes out
+    monkeypatch.setattr(sk._Program, "_key", lambda self, name: "k" + self._label(name))
+    _fit_counting(monkeypatch, *planted(50))
+    with pytest.warns(RuntimeWarning, match="does not take this fit's arguments"):
+        other, n_compiled, n_loaded = _fit_counting(monkeypatch, *planted(60))
+    assert n_loaded == ["chunk", "front", "init", "scaling"] and n_compiled == 2  # the chunk, the scaling
+    monkeypatch.setattr(sk, "default_cache_dir", lambda warn=False: None)
+    plain, n_compiled, n_loaded = _fit_counting(monkeypatch, *planted(60))
+    assert n_compiled == 4 and not n_loaded and _digest(other) == _digest(plain)
+    sk._PROGRAMS.clear()
+
+
+def test_the_fit_key_is_jax_random_key():
+    import evotensor.gp.sklearn as sk
+
+    for seed in (0, 1, 12345, 2**31 - 1, 2**31, 2**32 - 1):
+        got, want = sk._random_key(seed), jax.random.key(seed)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(np.asarray(jax.random.key_data(got)), jax.random.key_data(want))
+
+
+STORED_FIT = """
+import json, logging, re, sys, numpy as np, jax
+compiled, hits = [], []
+class Log(logging.Handler):
+    def emit(self, record):
+        m = re.search(r"Finished XLA compilation of (\\S+)", record.getMessage())
+        if m:
+            compiled.append(m.group(1))
+        m = re.search(r"Persistent compilation cache hit for '(\\S+)'", record.getMessage())
+        if m:
+            hits.append(m.group(1))
+logging.getLogger("jax").addHandler(Log())
+jax.config.update("jax_log_compiles", True)
+options = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+if options.pop("jax_dir", None):  # the user's own JAX cache directory
+    jax.config.update("jax_compilation_cache_dir", options.pop("dir"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+from evotensor.gp import SymbolicRegressor
+rng = np.random.default_rng(0)
+X = rng.uniform(-2, 2, (50, 2)); y = X[:, 0] * X[:, 1] + 1
+m = SymbolicRegressor(population_size=16, generations=12, max_len=8, random_state=0, **options).fit(X, y)
+print(json.dumps({"best": m.best_.expression, "compiled": compiled, "jax_cache_hits": hits}))
+"""
+
+
+@pytest.mark.slow
+def test_a_fresh_process_loads_the_stored_executables_and_compiles_none_of_them(tmp_path):
+    """Fresh processes on one cache directory: the first compiles and stores the fit's four programs
+    (natively evaluated: their FFI handlers must be registered before a stored one loads); the next
+    compiles none of them and finds the same model; so does a configuration sharing some programs
+    with it. With a JAX cache directory of the user's own, the programs JAX reads back are not
+    stored again (XLA:CPU would serialize them without some kernels) and later processes still
+    run."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from evotensor.gp import native
+
+    assert native.AVAILABLE, native.UNAVAILABLE_REASON
+    programs = {"jit(init)", "jit(run_chunk)", "jit(coefficients)", "jit(<lambda>)"}
+    env = {k: v for k, v in os.environ.items() if k != "EVOTENSOR_CACHE_DIR"}
+    env.update(HOME=str(tmp_path), JAX_PLATFORMS="cpu")
+
+    def fresh(**options):
+        script = [sys.executable, "-c", STORED_FIT, json.dumps(options)]
+        out = subprocess.run(script, env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    store = tmp_path / ".cache" / "evotensor" / "jax" / "executables"
+    cold = fresh()
+    assert programs <= set(cold["compiled"]) and len(list(store.glob("*.exe"))) == 4
+    warm = fresh()
+    assert not programs & set(warm["compiled"]) and warm["best"] == cold["best"]
+    # constant optimization: its chunk calls LAPACK (a crash if loaded uninitialized) and the native
+    # linearization
+    tuned_cold = fresh(constant_optimization="auto")
+    tuned_warm = fresh(constant_optimization="auto")
+    assert not programs & set(tuned_warm["compiled"]) and tuned_warm["best"] == tuned_cold["best"]
+    assert not cold["jax_cache_hits"] + warm["jax_cache_hits"] + tuned_warm["jax_cache_hits"]
+    assert len(list(store.glob("*.exe"))) == 8  # the tuned fit's initial population's program too
+
+    users = {"jax_dir": True, "dir": str(tmp_path / "users")}
+    first = fresh(**users)
+    store = tmp_path / "users" / "executables"
+    assert first["best"] == cold["best"] and len(list(store.glob("*.exe"))) == 4
+    for entry in store.glob("*.exe"):
+        entry.unlink()
+    refill = fresh(**users)
+    labels = {"jit_init": "init", "jit_run_chunk": "chunk", "jit_coefficients": "scaling"}
+    labels["jit__lambda"] = "front"
+    from_jax = {labels[name] for name in refill["jax_cache_hits"]}
+    assert refill["best"] == cold["best"] and "chunk" in from_jax  # (it compiles for more than 0.2 s)
+    assert {p.name.split("-")[0] for p in store.glob("*.exe")} == set(labels.values()) - from_jax
+    assert fresh(**users)["best"] == cold["best"]
 
 
 # -- compile options ----------------------------------------------------------------------------------

@@ -77,6 +77,14 @@ def _register() -> None:
         _registered = True
 
 
+def register() -> None:
+    """Register the FFI handlers with XLA now (once per process; nothing when the extension is not
+    built). Tracing a native call registers them itself; a program compiled earlier and loaded from
+    disk without tracing (the estimators' stored executables) needs them before it is loaded."""
+    if AVAILABLE:
+        _register()
+
+
 def supported(fs: FunctionSet) -> bool:
     """Whether the native evaluator is built and implements every function of ``fs``."""
     return AVAILABLE and all(name in _NAMES for name in fs.names)

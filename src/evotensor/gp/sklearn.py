@@ -26,17 +26,24 @@ generations whose data ``X, y`` are *arguments* of the program (not constants ba
 :func:`evotensor.run` does) and whose last chunk masks the generations past the end (a
 ``lax.cond`` per step), so one program serves every fit with the same settings and data shapes,
 whatever ``generations`` or ``random_state``: a second fit in a process compiles nothing. A fresh
-process reads them from JAX's persistent compilation cache, on by default in
-``~/.cache/evotensor/jax`` as for the CLI (:mod:`evotensor.core.compile_cache`;
-``EVOTENSOR_CACHE_DIR`` moves it, ``EVOTENSOR_CACHE_DIR=off`` turns it off, a cache directory
-configured in JAX itself is used as it is; an unwritable directory is skipped with a
-``RuntimeWarning``). On a CPU, programs whose trees are all evaluated natively compile with
-:data:`CPU_COMPILER_OPTIONS` (XLA's classic emitters: less compile time, the same results). The run
-follows :func:`evotensor.run`'s random-key schedule (:func:`evotensor.core.run.generation_keys`), so
-a fit with ``random_state=s`` starts from the population of ``evotensor.run(gp, problem,
-generations, jax.random.key(s))``; its fitness agrees with that run's to float32 rounding only (that
-run's program holds the data as constants, which XLA folds differently), so the two may part ways
-after a few generations. On a CPU a fit is bit-reproducible for a given ``random_state``.
+process loads them whole from the compile cache, on by default in ``~/.cache/evotensor/jax`` as for
+the CLI (:mod:`evotensor.core.compile_cache`; ``EVOTENSOR_CACHE_DIR`` moves it,
+``EVOTENSOR_CACHE_DIR=off`` turns it off, a cache directory configured in JAX itself is used as it
+is; an unwritable directory is skipped with a ``RuntimeWarning``): each program is stored as an
+executable keyed by the fit's static configuration (the estimator's settings, the problem kind, the
+data's shapes and dtypes) and the environment (JAX and evotensor versions and sources, backend,
+``XLA_FLAGS``), so a fresh process's first fit neither traces nor compiles what an earlier process
+compiled; the same results bit for bit, as the same executable runs. A configuration that names a
+user's own code (a :class:`~evotensor.gp.FunctionSet` with custom functions, a callable
+``model_selection``) is not stored that way: for it, and on an accelerator (whose kernels' custom
+calls the store refuses), the estimators turn on JAX's persistent cache in the same directory. On a CPU, programs whose trees are all evaluated
+natively compile with :data:`CPU_COMPILER_OPTIONS` (XLA's classic emitters: less compile time, the
+same results). The run follows :func:`evotensor.run`'s random-key schedule
+(:func:`evotensor.core.run.generation_keys`), so a fit with ``random_state=s`` starts from the
+population of ``evotensor.run(gp, problem, generations, jax.random.key(s))``; its fitness agrees with
+that run's to float32 rounding only (that run's program holds the data as constants, which XLA
+folds differently), so the two may part ways after a few generations. On a CPU a fit is
+bit-reproducible for a given ``random_state``.
 
 Example::
 
@@ -55,6 +62,7 @@ import copy
 import dataclasses
 import re
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -69,10 +77,18 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_int, check_positive
-from evotensor.core.compile_cache import enable_default_cache
+from evotensor.core.compile_cache import (
+    default_cache_dir,
+    enable_default_cache,
+    executable_key,
+    executables_dir,
+    jax_cache_hits,
+    load_executable,
+    save_executable,
+)
 from evotensor.core.evaluation import to_natural
 from evotensor.core.run import Loop, RunResult, check_params
-from evotensor.gp import export, front, terminals
+from evotensor.gp import export, front, native, terminals
 from evotensor.gp.classification import CLASSIFICATION_FUNCTIONS, SymbolicClassification
 from evotensor.gp.config import SURVIVALS
 from evotensor.gp.constants import ConstantOptimizer
@@ -277,6 +293,19 @@ def _compiled(lowered: Any, options: dict[str, Any] | None) -> Any:
         return lowered.compile()
 
 
+_FFI_PREFIXES = ("evotensor_gp_",)  # the native evaluator's FFI targets (registered before a load)
+# the subpackages whose sources can reach gp's programs (gp's allowed imports, tests/test_architecture.py)
+_SOURCES = ("core", "gp", "io", "problems", "tasks", "tree")
+
+
+def _fresh_compile(lowered: Any, options: dict[str, Any] | None) -> tuple[Any, bool]:
+    """``(_compiled(lowered, options), whether XLA compiled it now)``: ``False`` when JAX read it from
+    its persistent cache (such a program is not stored again, see ``jax_cache_hits``)."""
+    before = jax_cache_hits()
+    compiled = _compiled(lowered, options)
+    return compiled, jax_cache_hits() == before
+
+
 def _with_data(problem: Any, X: jax.Array, y: jax.Array) -> Any:
     """A shallow copy of ``problem`` reading the (traced) training data ``X, y``: every other attribute
     is static configuration, the same for every fit a program serves."""
@@ -294,10 +323,40 @@ class _Program:
     (or on first use) and then reused.
     """
 
-    def __init__(self, strategy: GP, problem: Any):
+    def __init__(self, strategy: GP, problem: Any, config: tuple | None = None):
         self.strategy, self.problem = strategy, problem
         self.compiled: dict[Any, Any] = {}
         self.options = _compiler_options(problem)
+        # the static configuration naming this program's stored executables (None: not stored)
+        self.config = config
+        self.store: Any = None  # the folder of stored executables (set by fit; None: not stored)
+        self.loaded: set[Any] = set()  # names of the programs loaded from the store
+
+    def _key(self, name: Any) -> str | None:
+        if self.config is None or self.store is None:
+            return None
+        return executable_key(self.config, self.options, name, packages=_SOURCES)
+
+    @staticmethod
+    def _label(name: Any) -> str:
+        return name[0] if isinstance(name, tuple) else name
+
+    def _load(self, names: Sequence[Any]) -> None:
+        """Load the programs ``names`` that are stored (no tracing, no compile)."""
+        keys = {name: self._key(name) for name in names}
+        if self.store is None or not any(keys.values()):
+            return
+        native.register()  # a stored native program needs the FFI handlers before it is loaded
+        for name, key in keys.items():
+            compiled = load_executable(self.store, self._label(name), key)
+            if compiled is not None:
+                self.compiled[name] = compiled
+                self.loaded.add(name)
+
+    def _save(self, name: Any, compiled: Any, fresh: bool) -> None:
+        """Store a program XLA has just compiled (``fresh``), before it runs (see ``save_executable``)."""
+        if fresh:
+            save_executable(self.store, self._label(name), self._key(name), compiled, _FFI_PREFIXES)
 
     def prepare(self, key: jax.Array, params: Any, X: Any, y: Any, rule: Any, scaling: bool) -> float:
         """Compile every program a fit needs that is not compiled yet; returns the seconds spent (0.0
@@ -313,6 +372,10 @@ class _Program:
         if not todo:
             return 0.0
         t0 = time.perf_counter()
+        self._load(todo)
+        todo = [name for name in todo if name not in self.compiled]
+        if not todo:
+            return time.perf_counter() - t0
         init = jax.jit(self._init_fn()).lower(key, params)
         carry, loop_key = init.out_info  # shapes and dtypes, without tracing the init again
         hof = carry.strategy_state.hall_of_fame
@@ -321,18 +384,20 @@ class _Program:
             return jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype), tree)
 
         calls = {
-            "chunk": (self._chunk_fn(), carry, loop_key, params, X, y, jnp.int32(0)),
+            "chunk": (self._chunk_fn(), carry, loop_key, params, X, y, np.int32(0)),
             ("front", rule): (self._front_fn(rule), jax.ShapeDtypeStruct(hof.loss.shape, jnp.float32)),
             "scaling": (self._scaling_fn(), strong(hof), X, y),
         }
         with ThreadPoolExecutor(max_workers=len(todo)) as pool:
-            futures = {"init": pool.submit(_compiled, init, self.options)} if "init" in todo else {}
+            futures = {"init": pool.submit(_fresh_compile, init, self.options)} if "init" in todo else {}
             for name in todo:
                 if name != "init":
                     fn, *args = calls[name]
-                    futures[name] = pool.submit(_compiled, jax.jit(fn).lower(*args), self.options)
-            for name, future in futures.items():
-                self.compiled[name] = future.result()
+                    futures[name] = pool.submit(_fresh_compile, jax.jit(fn).lower(*args), self.options)
+            done = {name: future.result() for name, future in futures.items()}
+        for name, (compiled, fresh) in done.items():
+            self.compiled[name] = compiled
+            self._save(name, compiled, fresh)
         return time.perf_counter() - t0
 
     def _compile(self, name: Any, fn: Any, *args: Any) -> tuple[Any, float]:
@@ -340,15 +405,37 @@ class _Program:
         if name in self.compiled:
             return self.compiled[name], 0.0
         t0 = time.perf_counter()
-        self.compiled[name] = _compiled(jax.jit(fn).lower(*args), self.options)
+        self.compiled[name], fresh = _fresh_compile(jax.jit(fn).lower(*args), self.options)
+        self._save(name, self.compiled[name], fresh)
         return self.compiled[name], time.perf_counter() - t0
+
+    def _call(self, name: Any, fn: Any, *args: Any) -> tuple[Any, float]:
+        """``(program name run on args, seconds spent compiling now)``; a loaded program that refuses
+        ``args`` (their structure or shapes differ from those it was stored for) is compiled again."""
+        compiled, seconds = self._compile(name, fn, *args)
+        if name not in self.loaded:
+            return compiled(*args), seconds
+        try:
+            out = compiled(*args)
+        except (TypeError, ValueError) as err:  # jax's check of the arguments, before anything runs
+            warnings.warn(
+                f"a stored executable of {type(self.strategy).__name__}'s {self._label(name)} program "
+                f"does not take this fit's arguments ({err}); compiling it again",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            del self.compiled[name]
+            self.loaded.discard(name)
+            compiled, more = self._compile(name, fn, *args)
+            return compiled(*args), seconds + more
+        self.loaded.discard(name)  # it ran: its arguments fit
+        return out, seconds
 
     def _init_fn(self) -> Any:
         return Loop(self.strategy, self.problem).init
 
     def init(self, key: jax.Array, params: Any) -> tuple[Any, float]:
-        fn, seconds = self._compile("init", self._init_fn(), key, params)
-        return fn(key, params), seconds
+        return self._call("init", self._init_fn(), key, params)
 
     def _chunk_fn(self) -> Any:
         strategy, template = self.strategy, self.problem
@@ -369,9 +456,8 @@ class _Program:
         return run_chunk
 
     def chunk(self, carry: Any, loop_key: jax.Array, params: Any, X: Any, y: Any, remaining: int):
-        remaining = jnp.int32(remaining)
-        fn, seconds = self._compile("chunk", self._chunk_fn(), carry, loop_key, params, X, y, remaining)
-        return fn(carry, loop_key, params, X, y, remaining), seconds
+        remaining = np.int32(remaining)  # (jnp.int32 compiles a conversion in a fresh process)
+        return self._call("chunk", self._chunk_fn(), carry, loop_key, params, X, y, remaining)
 
     def _scaling_fn(self) -> Any:
         p = self.problem
@@ -387,17 +473,15 @@ class _Program:
         return coefficients
 
     def scaling(self, hof: Any, X: Any, y: Any) -> tuple[tuple[Any, Any], float]:
-        fn, seconds = self._compile("scaling", self._scaling_fn(), hof, X, y)
-        return fn(hof, X, y), seconds
+        return self._call("scaling", self._scaling_fn(), hof, X, y)
 
     def _front_fn(self, rule: Any) -> Any:
         return lambda loss: _front_choice(loss, rule)
 
     def front(self, loss: Any, rule: Any) -> tuple[tuple[Any, Any, Any], float]:
         """:func:`_front_choice` of ``loss`` compiled (once per ``rule``)."""
-        loss = jnp.asarray(loss, jnp.float32)
-        fn, seconds = self._compile(("front", rule), self._front_fn(rule), loss)
-        return fn(loss), seconds
+        loss = np.asarray(loss, np.float32)  # a host array: converting it in JAX compiles a program
+        return self._call(("front", rule), self._front_fn(rule), loss)
 
 
 def _front_choice(loss: jax.Array, rule: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -415,11 +499,34 @@ def _program(key: tuple, strategy_factory: Any, problem: Any) -> _Program:
     if key in _PROGRAMS:
         _PROGRAMS.move_to_end(key)
         return _PROGRAMS[key]
-    program = _Program(strategy_factory(), problem)
+    program = _Program(strategy_factory(), problem, _stored_config(key, problem))
     _PROGRAMS[key] = program
     while len(_PROGRAMS) > _MAX_PROGRAMS:
         _PROGRAMS.popitem(last=False)
     return program
+
+
+def _names_code(value: Any) -> bool:
+    """Whether ``repr(value)`` is an object's address (a function's): it names no configuration."""
+    return " at 0x" in repr(value)
+
+
+def _stored_config(key: tuple, problem: Any) -> tuple | None:
+    """What names a program's stored executables: the fit's configuration ``key`` and the evaluators
+    it resolved to; ``None`` where a function set holds a user's own functions (its ``repr`` names
+    them, not what they compute). A callable ``model_selection`` keeps the front's program out
+    (``executable_key`` refuses it)."""
+    fs = problem.function_set
+    try:
+        if fs != FunctionSet(fs.names, protected=fs.protected):
+            return None
+    except ValueError:  # a name that is no built-in
+        return None
+    backends = [choose_backend(problem.backend, fs)]
+    tuner = getattr(problem, "constant_optimization", None)
+    if tuner is not None:
+        backends.append(constants_backend(tuner.backend, fs))
+    return (*key, tuple(backends), CHUNK)
 
 
 # -- checks --------------------------------------------------------------------------------------------
@@ -444,6 +551,15 @@ def _weights_of(weights: Any, fs: FunctionSet) -> Any:
     if isinstance(weights, Mapping):
         return {**dict.fromkeys(fs.names, 1.0), **weights}
     return weights
+
+
+def _random_key(seed: int) -> jax.Array:
+    """``jax.random.key(seed)`` for a seed in ``[0, 2**32)``, built on the host where JAX's default
+    generator is Threefry (its key is the seed's two 32-bit halves, high first): ``jax.random.key``
+    compiles two small programs in a fresh process."""
+    if jax.config.jax_default_prng_impl != "threefry2x32":
+        return jax.random.key(seed)
+    return jax.random.wrap_key_data(np.array([seed >> 32, seed & 0xFFFFFFFF], np.uint32), impl="threefry2x32")
 
 
 def _seed(random_state: Any) -> int:
@@ -638,7 +754,7 @@ class _SymbolicEstimator(ChosenModelMixin, BaseEstimator):
         if fixed:  # one column per fixed constant: read as variables, so never tuned
             X = terminals.with_constant_columns(X, fixed)
         t_start = time.perf_counter()
-        enable_default_cache(warn=True)  # before anything compiles (see the module docstring)
+        cache = default_cache_dir(warn=True)  # the store's directory (see the module docstring)
         problem = self._problem(X, y, fs, c)
         options = self._strategy_options(c, problem.n_outputs)
         if fixed:
@@ -660,15 +776,25 @@ class _SymbolicEstimator(ChosenModelMixin, BaseEstimator):
             self._problem_key(problem),
             X.shape,
             tuple(problem.y.shape),
+            str(problem.X.dtype),
+            str(problem.y.dtype),
         )
         program = _program(key, strategy, problem)
+        # JAX's cache (before anything compiles) for what the store cannot key, and off a CPU, where
+        # the store refuses programs with the accelerator's custom calls (Pallas/Triton kernels)
+        if cache is not None and (
+            program.config is None or _names_code(c["model_selection"]) or jax.default_backend() != "cpu"
+        ):
+            enable_default_cache()
+        program.store = executables_dir(cache)
         gp = program.strategy
         params = check_params(gp, None)
         run_seconds = 0.0
+        run_key = _random_key(c["seed"])
         compile_seconds = program.prepare(
-            jax.random.key(c["seed"]), params, problem.X, problem.y, c["model_selection"], self._scales()
+            run_key, params, problem.X, problem.y, c["model_selection"], self._scales()
         )
-        (carry, loop_key), seconds = program.init(jax.random.key(c["seed"]), params)
+        (carry, loop_key), seconds = program.init(run_key, params)
         compile_seconds += seconds
         Xd, yd = problem.X, problem.y
         chunks: list[dict[str, np.ndarray]] = []
@@ -731,7 +857,7 @@ class _SymbolicEstimator(ChosenModelMixin, BaseEstimator):
         chosen = int(np.searchsorted(members, int(chosen)))
         slope = intercept = None
         if self._scales():
-            (a, b), more = program.scaling(jax.tree_util.tree_map(jnp.asarray, hof), X, y)
+            (a, b), more = program.scaling(jax.tree_util.tree_map(np.asarray, hof), X, y)
             seconds += more
             slope, intercept = np.asarray(a, np.float64), np.asarray(b, np.float64)
         loss = self._loss(np.asarray(hof.loss, np.float64))[members]
