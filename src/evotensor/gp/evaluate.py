@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int
-from evotensor.gp import native, pallas_kernel, scaling
+from evotensor.gp import native, scaling
 from evotensor.gp.encoding import DecodedForest
 from evotensor.gp.functions import CONST, PAD, FunctionSet
 from evotensor.gp.jax_evaluator import block_sizes, evaluate_jax, fitness_jax, moments_jax
@@ -224,6 +224,8 @@ def evaluate(
     arrays, single, valid = checked_forest(forest, X, fs, n_outputs, materialize=True)
     path = choose_backend(backend, fs)
     if path == "pallas":
+        from evotensor.gp import pallas_kernel  # Pallas/Triton imported only where used
+
         out = pallas_kernel.evaluate_pallas(
             arrays, X, fs, n_outputs, tree_block=tree_block, row_block=row_block
         )
@@ -307,6 +309,8 @@ def fitness(
         sse = scaling.scaled_sse(moments, syy, X.shape[0])
         out = finalize_metric(sse, bad_sum, metric, X.shape[0], n_out, total_sum_of_squares(yt))
     elif path == "pallas":
+        from evotensor.gp import pallas_kernel
+
         out = pallas_kernel.fitness_pallas(
             arrays, X, yt, fs, n_out, metric, tree_block=tree_block, row_block=row_block, y_is_transposed=True
         )
@@ -328,6 +332,8 @@ def _scaling_moments(arrays, X, yt, fs, n_out, path, tree_block, row_block):
         moments, bad_sum = native.scaling_moments(arrays, X, yct, fs, n_out)
     elif path == "pallas":
         # materialized predictions (the kernel has no fused moments yet), reduced by XLA
+        from evotensor.gp import pallas_kernel
+
         pred = pallas_kernel.evaluate_pallas(arrays, X, fs, n_out, tree_block=tree_block, row_block=row_block)
         moments, bad_sum = scaling.moments_from_predictions(pred, yct)
     else:

@@ -58,7 +58,7 @@ from jax.sharding import PartitionSpec as P
 from evotensor.core.checks import ArgumentError, check_choice
 from evotensor.core.mesh import POPULATION_AXIS, auto_mesh, axis_size, check_mesh
 from evotensor.core.packing import all_gather_rows
-from evotensor.gp import constants, native, pallas_kernel, scaling
+from evotensor.gp import constants, native, scaling
 from evotensor.gp.encoding import Forest
 from evotensor.gp.evaluate import (
     BACKENDS,
@@ -227,6 +227,8 @@ def _metric_sums(arrays, X, yt, fs, n_outputs, metric, path):
         tb, rb = block_sizes(arrays[0].shape[0], X.shape[0], None, None)
         return fitness_sums_jax(arrays, X, yt, fs, n_outputs, metric, tb, rb)
     # the Pallas kernel's fused fitness returns the metric, not its sums: reduce predictions
+    from evotensor.gp import pallas_kernel  # Pallas/Triton imported only where used
+
     pred = pallas_kernel.evaluate_pallas(arrays, X, fs, n_outputs)
     term, bad = row_terms(jnp.moveaxis(pred, 2, 0), yt, metric)
     return term.sum(-1), bad.sum(-1)
@@ -240,6 +242,8 @@ def _moments(arrays, X, yct, fs, n_outputs, path):
     if path == "jax":
         tb, rb = block_sizes(arrays[0].shape[0], X.shape[0], None, None)
         return moments_jax(arrays, X, yct, fs, n_outputs, tb, rb)
+    from evotensor.gp import pallas_kernel
+
     pred = pallas_kernel.evaluate_pallas(arrays, X, fs, n_outputs)
     return scaling.moments_from_predictions(pred, yct)
 
