@@ -401,3 +401,37 @@ def test_distance_matrix_is_bitwise_pairwise_with_rows_anywhere():
     for matrix, pairwise in _matrix_and_pairs(pop, pop[jnp.array([4, 0, 9])]):
         np.testing.assert_array_equal(np.asarray(matrix), np.asarray(pairwise))
         assert np.all(np.asarray(matrix)[[4, 0, 9], [0, 1, 2]] == 0)
+
+
+def test_one_representative_column_is_bitwise_pairwise():
+    """One representative (speciation's column) takes a path without the map, and the matches are
+    counted inside the chunk loop: the modes still give each pair's :func:`distance` bit for bit,
+    also where the last chunk overlaps its predecessor (30 connection rows in chunks of 8) and with
+    rows in use up to the last one."""
+    from tests.neat.reference_network import scatter_rows
+
+    spec = SPECS["rec"]
+    hidden_rows = spec.max_nodes - spec.num_io
+    rng = np.random.default_rng(11)
+    genomes = []
+    for s in range(4):
+        for d in random_pair(spec, 500 + s):
+            node_perm, conn_perm = rng.permutation(hidden_rows), rng.permutation(spec.max_conns)
+            genomes.append(scatter_rows(spec, genome_from_dict(spec, d), node_perm, conn_perm))
+    pop = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *genomes)
+    assert bool(jnp.any(pop.conn_valid[:, -3:]))  # the overlapped rows are in use
+    configs = [CONFIGS[i] for i in (0, 3, 6, 7)]
+
+    @jax.jit
+    def columns_and_pairs(pop, rep):
+        out = []
+        for cfg in configs:
+            pairs = jax.vmap(lambda a, cfg=cfg: distance(spec, cfg, a, rep[0]))(pop)
+            out.append((distance_matrix(spec, cfg, pop, rep), pairs))
+        return out
+
+    for r in (0, 5):
+        for column, pairs in columns_and_pairs(pop, pop[jnp.array([r])]):
+            assert column.shape == (len(genomes), 1)
+            np.testing.assert_array_equal(np.asarray(column[:, 0]), np.asarray(pairs))
+            assert float(column[r, 0]) == 0.0

@@ -519,6 +519,93 @@ def test_attribute_mutation_leaves_pins_and_padding_alone():
     assert 0.75 < np.mean(out.conn_attrs[cv][:, 0] != p.conn_attrs[cv][:, 0]) < 0.99  # weight: 0.8 + 0.1
 
 
+def test_attribute_mutation_equals_the_select_formula():
+    """mutate_attributes mutates nodes and connections in branches (a branch for "nothing valid"):
+    bit for bit the select of the gene types' mutations over the valid rows, also for a population
+    without connections and for one without any valid row."""
+    grown = grow("ff_neat_python", 2, 6)
+    spec, pop = grown.spec, grown.population
+    no_conns = pop.replace(
+        conn_innov=jnp.full_like(pop.conn_innov, EMPTY),
+        conn_in=jnp.full_like(pop.conn_in, EMPTY),
+        conn_out=jnp.full_like(pop.conn_out, EMPTY),
+    )
+    empty = spec.empty(pop.node_key.shape[:1])
+
+    def formula(key, population):
+        k_node, k_conn = jax.random.split(key)
+        n, c = population.node_key.size, population.conn_innov.size
+        attrs, act, agg = spec.node_gene.mutate_attrs(
+            k_node,
+            population.node_attrs.reshape(n, -1),
+            population.node_act.reshape(n),
+            population.node_agg.reshape(n),
+        )
+        gene = population.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_inputs)
+        cattrs, enabled = spec.conn_gene.mutate_attrs(
+            k_conn, population.conn_attrs.reshape(c, -1), population.conn_enabled.reshape(c)
+        )
+        cv = population.conn_valid
+        attrs = attrs.reshape(population.node_attrs.shape)
+        cattrs = cattrs.reshape(population.conn_attrs.shape)
+        return population.replace(
+            node_attrs=jnp.where(gene[..., None], attrs, population.node_attrs),
+            node_act=jnp.where(gene, act.reshape(gene.shape), population.node_act),
+            node_agg=jnp.where(gene, agg.reshape(gene.shape), population.node_agg),
+            conn_attrs=jnp.where(cv[..., None], cattrs, population.conn_attrs),
+            conn_enabled=jnp.where(cv, enabled.reshape(cv.shape), population.conn_enabled),
+        )
+
+    fast = jax.jit(mutate_attributes, static_argnums=1)
+    assert not np.any(np.asarray(no_conns.conn_valid)) and np.any(np.asarray(no_conns.node_valid))
+    for population in (pop, no_conns, empty):
+        for seed in (0, 1):
+            got = _host(fast(jax.random.key(seed), spec, population))
+            want = _host(jax.jit(formula)(jax.random.key(seed), population))
+            for i, (a, b) in enumerate(zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want))):
+                assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), i
+    # vmapped (the branch on any member of the batch), with a member that has nothing to mutate
+    keys = jax.random.split(jax.random.key(5), 3)
+    batch = jax.tree_util.tree_map(lambda *x: jnp.stack(x), pop, empty, no_conns)
+    batched = _host(jax.jit(jax.vmap(lambda k, p: mutate_attributes(k, spec, p)))(keys, batch))
+    for i, population in enumerate((pop, empty, no_conns)):
+        single = _host(fast(keys[i], spec, population))
+        for a, b in zip(jax.tree_util.tree_leaves(single), jax.tree_util.tree_leaves(batched)):
+            assert np.array_equal(a.view(np.uint8), b[i].view(np.uint8))
+
+
+def test_delete_node_removes_the_connections_the_gather_finds():
+    """delete_node finds the connections touching the deleted node by comparing endpoint rows
+    (no gathers): the same as ``rows[src] | rows[dst]`` of the node mask, over grown populations."""
+    from evotensor.neat.mutation import _clear_conns, _clear_nodes, _one_delete_node, _rows
+
+    for name, seed, generations in (("ff_neat_python", 2, 6), ("rec_tensorneat", 1, 4)):
+        grown = grow(name, seed, generations)  # populations other tests grow too (cached)
+        spec, pop = grown.spec, grown.population
+        P = pop.node_key.shape[0]
+        u = jax.random.uniform(jax.random.key(3), (P,))
+        do = jax.random.uniform(jax.random.key(4), (P,)) < 0.7
+
+        def reference(u, g, s, d, do):
+            hidden = g.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
+            count = jnp.sum(hidden, dtype=jnp.int32)
+            target = jnp.minimum((u * count).astype(jnp.int32), count - 1)
+            row = jnp.argmax(hidden & (jnp.cumsum(hidden, dtype=jnp.int32) == target + 1))
+            ok = do & (count > 0)
+            rows = (jnp.arange(spec.max_nodes) == row) & ok
+            return _clear_nodes(_clear_conns(g, g.conn_valid & (rows[s] | rows[d])), rows), ok
+
+        def both(u, pop, do, spec=spec, reference=reference):
+            src, dst = _rows(pop)
+            fast = jax.vmap(lambda *x: _one_delete_node(spec, *x))(u, pop, src, dst, do)
+            return fast, jax.vmap(reference)(u, pop, src, dst, do)
+
+        got, want = jax.jit(both)(u, pop, do)
+        assert int(np.sum(np.asarray(got[1]))) > 0
+        for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+            assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
 STAT_SPEC = GenomeSpec(2, 1, max_nodes=5, max_conns=6)
 
 

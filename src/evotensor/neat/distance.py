@@ -190,7 +190,9 @@ class SortedTable:
     row index as one ``lax.sort``): ``"rank"`` sorts the key column alone (a one-operand sort,
     several times faster on a CPU than one carrying the row index) and places each valid row at
     its rank, found by the same binary search as a lookup (valid keys are unique), with one
-    scatter; the invalid rows are left out (the padding stands in for them). ``"sort"`` carries
+    scatter of the row index into ``perm``; the invalid rows are left out (the padding stands in
+    for them), and the packed columns stay in table order (a lookup reads row ``perm[pos]``,
+    found where ``pos < n_valid``). ``"sort"`` carries
     the row index and the payload columns through the sort: fewer operations to compile, for
     tables built once (not per genome of a population).
     """
@@ -216,9 +218,10 @@ class SortedTable:
             iota = jnp.arange(T, dtype=jnp.int32)
             rank = jnp.where(valid, _lower_bound(self.keys, cols, self.n_valid), L + iota)
             self.perm = jnp.zeros((L,), jnp.int32).at[rank].set(iota, mode="drop", unique_indices=True)
-            self._packed = (
-                jnp.zeros((L, rows.shape[1]), jnp.int32).at[rank].set(rows, mode="drop", unique_indices=True)
-            )
+            # the packed rows stay in table order and a lookup reads row ``perm[pos]`` (a gather XLA
+            # fuses into the lookup's own): a sorted copy would scatter every packed column of every
+            # table, and a population's tables are built for one or two lookups each
+            self._packed, self._by_perm = rows, True
             return
         # the packed columns ride through the sort (not gathered by its permutation afterwards): a
         # sort's outputs are materialized, whereas XLA fuses a permuting gather into every lookup's
@@ -232,15 +235,17 @@ class SortedTable:
         self.keys = tuple(jnp.concatenate([c, jnp.full((pad,), _INT_MAX, jnp.int32)]) for c in out[:n])
         self.perm = jnp.concatenate([out[n + 1], jnp.zeros((pad,), jnp.int32)])
         self._packed = jnp.concatenate([jnp.stack(out[n + 2 :], axis=1), jnp.zeros((pad, width), jnp.int32)])
+        self._by_perm = False
 
     def tree_flatten(self):
         """A pytree (so a population's tables can be built and used under ``vmap``)."""
-        return (self.keys, self.perm, self._packed, self.n_valid), tuple(self._layout)
+        return (self.keys, self.perm, self._packed, self.n_valid), (tuple(self._layout), self._by_perm)
 
     @classmethod
-    def tree_unflatten(cls, layout, children):
+    def tree_unflatten(cls, aux, children):
         table = object.__new__(cls)
         table.keys, table.perm, table._packed, table.n_valid = children
+        layout, table._by_perm = aux
         table._layout = list(layout)
         return table
 
@@ -256,8 +261,12 @@ class SortedTable:
         """
         q = [jnp.asarray(c, jnp.int32) for c in query]
         base = _lower_bound(self.keys, q, self.n_valid)
-        row = self._packed[base]
-        found = row[:, 0] != 0
+        if self._by_perm:  # rows in table order; the first n_valid sorted positions hold valid rows
+            row = self._packed[self.perm[base]]
+            found = base < self.n_valid
+        else:
+            row = self._packed[base]
+            found = row[:, 0] != 0
         for j, x in enumerate(q):
             found = found & (row[:, 1 + j] == x)
         out, col = [], 1 + len(q)
@@ -360,9 +369,10 @@ def _safe_ratio(value: jax.Array, count: jax.Array) -> jax.Array:
 
 # The distance of a genome ``a`` to a genome ``b`` in two parts: per-row terms of ``a``'s rows, each
 # row looked up in ``b``'s sorted tables (:func:`_tables`, :func:`_node_rows`, :func:`_conn_rows`),
-# then sums and counts over the rows (:func:`_combine`). :func:`distance` runs both on one pair;
-# :func:`distance_matrix` computes the row terms of a whole population against one genome only for
-# the rows some genome uses (:func:`_used_rows`), which gives the same row arrays and so the same sums.
+# then sums and counts over the rows (:func:`_row_sums`, :func:`_combine`). :func:`distance` runs
+# both on one pair; :func:`distance_matrix` computes the row terms of a whole population against one
+# genome only for the rows some genome uses (:func:`_used_rows`, counting the matches as it goes),
+# which gives the same row arrays and counts and so the same sums.
 
 
 def _node_genes(g: Genome, with_inputs: bool) -> jax.Array:
@@ -428,29 +438,42 @@ def _conn_columns(g: Genome) -> tuple:
     return g.conn_in, g.conn_out, g.conn_innov, g.conn_enabled, g.conn_attrs
 
 
+def _row_sums(rows: dict[str, tuple]) -> dict[str, tuple]:
+    """The sums :func:`_combine` needs from :func:`_row_terms`' rows (one genome ``a``): node
+    ``(attribute distance over matches, matches)``, connection ``(attribute distance over matches,
+    matches, matches whose enabled flags differ)``."""
+    out = {}
+    if "node" in rows:
+        matched, d = rows["node"]
+        out["node"] = (jnp.sum(jnp.where(matched, d, 0.0)), jnp.sum(matched, dtype=jnp.int32))
+    matched, d, differs = rows["conn"]
+    out["conn"] = (
+        jnp.sum(jnp.where(matched, d, 0.0)),
+        jnp.sum(matched, dtype=jnp.int32),
+        jnp.sum(matched & differs, dtype=jnp.int32),
+    )
+    return out
+
+
 def _combine(
-    spec: GenomeSpec, config: DistanceConfig, a: Genome, b: Genome, rows: dict[str, tuple]
+    spec: GenomeSpec, config: DistanceConfig, a: Genome, b: Genome, sums: dict[str, tuple]
 ) -> jax.Array:
-    """The distance from ``a``'s per-row terms (:func:`_row_terms`) and both genomes' counts (one
-    pair: arrays ``[N]``, ``[C]``)."""
+    """The distance from the sums over ``a``'s per-row terms (:func:`_row_sums`) and both genomes'
+    counts (one pair: arrays ``[N]``, ``[C]``)."""
     c_d, c_w, c_e = config.disjoint_coefficient, config.weight_coefficient, config.excess_coefficient
     total = jnp.zeros((), jnp.float32)
-    if "node" in rows:
+    if "node" in sums:
         with_inputs = config.mode == "tensorneat"
-        matched, d = rows["node"]
-        homologous = jnp.sum(jnp.where(matched, d, 0.0))
+        homologous, n_match = sums["node"]
         n_a = jnp.sum(_node_genes(a, with_inputs), dtype=jnp.int32)
         n_b = jnp.sum(_node_genes(b, with_inputs), dtype=jnp.int32)
-        n_match = jnp.sum(matched, dtype=jnp.int32)
         non_homologous = (n_a + n_b - 2 * n_match).astype(jnp.float32)
         value = c_w * homologous + c_d * non_homologous
         total = total + _safe_ratio(value, jnp.maximum(n_a, n_b))
-    matched, d, differs = rows["conn"]
+    attr, n_match, enabled_differs = sums["conn"]
     va, vb = a.conn_valid, b.conn_valid
-    attr = jnp.sum(jnp.where(matched, d, 0.0))
     n_a = jnp.sum(va, dtype=jnp.int32)
     n_b = jnp.sum(vb, dtype=jnp.int32)
-    n_match = jnp.sum(matched, dtype=jnp.int32)
     if config.mode == "tensorneat":  # connections homologous by (in, out): no excess/disjoint split
         non_homologous = (n_a + n_b - 2 * n_match).astype(jnp.float32)
         return total + _safe_ratio(c_w * attr + c_d * non_homologous, jnp.maximum(n_a, n_b))
@@ -466,7 +489,6 @@ def _combine(
         n = jnp.where(n < config.normalize_small_genomes_threshold, 1, jnp.maximum(n, 1)).astype(jnp.float32)
         w_bar = _safe_ratio(attr, n_match)
         return (c_e * excess.astype(jnp.float32) + c_d * disjoint.astype(jnp.float32)) / n + c_w * w_bar
-    enabled_differs = jnp.sum(matched & differs, dtype=jnp.int32)
     homologous = attr + config.compatibility_enable_penalty * enabled_differs.astype(jnp.float32)
     value = c_w * homologous + c_d * disjoint.astype(jnp.float32) + c_e * excess.astype(jnp.float32)
     return total + _safe_ratio(value, jnp.maximum(n_a, n_b))
@@ -488,31 +510,41 @@ def distance(spec: GenomeSpec, config: DistanceConfig, a: Genome, b: Genome) -> 
                 f"{name} must be a single genome [{spec.max_nodes}], [{spec.max_conns}]; got "
                 f"{g.node_key.shape}, {g.conn_innov.shape} (vmap or distance_matrix for populations)"
             )
-    return _combine(spec, config, a, b, _row_terms(spec, config, _tables(spec, config, b), a))
+    return _combine(spec, config, a, b, _row_sums(_row_terms(spec, config, _tables(spec, config, b), a)))
 
 
 # rows per chunk of :func:`_used_rows`
 _ROW_CHUNK = 8
 
 
-def _used_rows(fn, columns: tuple, valid: jax.Array, empty: tuple) -> tuple:
+def _used_rows(fn, columns: tuple, valid: jax.Array, empty: tuple, counted: int = 0) -> tuple:
     """``fn`` (columns ``[P, W, ...]`` -> outputs ``[P, W, ...]``, row by row) of a population's rows
     (``columns`` ``[P, T, ...]``), only up to the last row any genome uses (``valid bool [P, T]``),
     in chunks of ``W = _ROW_CHUNK`` rows (a ``fori_loop`` of as many steps as needed; the last chunk
     ends at row ``T``, overlapping its predecessor). Rows no genome uses get ``empty`` (one value per
-    output: what ``fn`` gives for an unused row, where it matters). Outputs ``[P, T, ...]``."""
+    output: what ``fn`` gives for an unused row, where it matters). Outputs ``[P, T, ...]``; the last
+    ``counted`` outputs of ``fn`` (``bool [P, W]``, false for unused rows) are instead counted per
+    genome, each row once: ``int32 [P]`` (an exact sum, with no ``[P, T]`` array to write and reduce)."""
     P, T = valid.shape
     W = min(_ROW_CHUNK, T)
     used = jnp.max(jnp.where(valid, jnp.arange(T, dtype=jnp.int32), -1)) + 1
     shapes = jax.eval_shape(fn, *(jax.ShapeDtypeStruct((P, W, *c.shape[2:]), c.dtype) for c in columns))
-    init = tuple(jnp.full((P, T, *s.shape[2:]), e, s.dtype) for s, e in zip(shapes, empty))
+    kept = len(shapes) - counted
+    init = tuple(jnp.full((P, T, *s.shape[2:]), e, s.dtype) for s, e in zip(shapes[:kept], empty))
+    # counts per genome and chunk column, summed over the columns after the loop (an elementwise
+    # add per chunk rather than a small reduction)
+    init += tuple(jnp.zeros((P, W), jnp.int32) for _ in range(counted))
 
     def chunk(j, outs):
         start = jnp.minimum(j * W, T - W)
         res = fn(*(lax.dynamic_slice_in_dim(c, start, W, axis=1) for c in columns))
-        return tuple(lax.dynamic_update_slice_in_dim(o, r, start, axis=1) for o, r in zip(outs, res))
+        rows = tuple(lax.dynamic_update_slice_in_dim(o, r, start, axis=1) for o, r in zip(outs, res[:kept]))
+        fresh = start + jnp.arange(W, dtype=jnp.int32) >= j * W  # not counted by the previous chunk
+        counts = tuple(o + (r & fresh).astype(jnp.int32) for o, r in zip(outs[kept:], res[kept:]))
+        return rows + counts
 
-    return lax.fori_loop(0, (used + W - 1) // W, chunk, init)
+    out = lax.fori_loop(0, (used + W - 1) // W, chunk, init)
+    return out[:kept] + tuple(jnp.sum(c, axis=1, dtype=jnp.int32) for c in out[kept:])
 
 
 def _distances_to(spec: GenomeSpec, config: DistanceConfig, population: Genome, b: Genome) -> jax.Array:
@@ -528,22 +560,26 @@ def _distances_to(spec: GenomeSpec, config: DistanceConfig, population: Genome, 
 
         return run
 
-    rows = {
-        "conn": _used_rows(
-            flat(lambda *c: _conn_rows(spec, config, tables["conn"], *c)),
-            _conn_columns(population),
-            population.conn_valid,
-            (False, 0.0, False),
-        )
-    }
+    def conn_terms(*c):  # the masked distances, then the counted rows: matches, enabled differs
+        matched, d, differs = _conn_rows(spec, config, tables["conn"], *c)
+        return jnp.where(matched, d, 0.0), matched, matched & differs
+
+    def node_terms(*c):
+        matched, d = _node_rows(spec, config, tables["node"], *c)
+        return jnp.where(matched, d, 0.0), matched
+
+    # the float sums reduce [P, T] rows exactly as :func:`_row_sums` does; the counts are exact
+    # integer sums taken inside the loop (no [P, T] boolean rows to write back and reduce)
+    d, n_match, differs = _used_rows(
+        flat(conn_terms), _conn_columns(population), population.conn_valid, (0.0,), counted=2
+    )
+    sums = {"conn": (jnp.sum(d, axis=1), n_match, differs)}
     if "node" in tables:
-        rows["node"] = _used_rows(
-            flat(lambda *c: _node_rows(spec, config, tables["node"], *c)),
-            _node_columns(population),
-            population.node_valid,
-            (False, 0.0),
+        d, n_match = _used_rows(
+            flat(node_terms), _node_columns(population), population.node_valid, (0.0,), counted=1
         )
-    return jax.vmap(lambda a, r: _combine(spec, config, a, b, r))(population, rows)
+        sums["node"] = (jnp.sum(d, axis=1), n_match)
+    return jax.vmap(lambda a, s: _combine(spec, config, a, b, s))(population, sums)
 
 
 def distance_matrix(
@@ -570,6 +606,9 @@ def distance_matrix(
         raise ArgumentError(
             f"representatives must be genomes [S, ...], got node_key {representatives.node_key.shape}"
         )
+    if representatives.node_key.shape[0] == 1:  # speciation's one column: no loop around it
+        one = jax.tree_util.tree_map(lambda x: x[0], representatives)
+        return _distances_to(spec, config, population, one)[:, None]
     return lax.map(
         lambda rep: _distances_to(spec, config, population, rep), representatives, batch_size=batch_size
     ).T

@@ -563,7 +563,10 @@ def _one_delete_node(spec, u, g, src, dst, do):
     hidden = g.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
     row, has = _random_row(u, hidden)
     ok = do & has
-    return _remove_nodes(g, (jnp.arange(spec.max_nodes) == row) & ok, src, dst), ok
+    # one node: comparing the endpoint rows with it gives ``rows[src] | rows[dst]`` of
+    # :func:`_remove_nodes` (endpoint rows of valid connections are in range) without two gathers
+    touching = g.conn_valid & ((src == row) | (dst == row)) & ok
+    return _clear_nodes(_clear_conns(g, touching), (jnp.arange(spec.max_nodes) == row) & ok), ok
 
 
 def _one_delete_conn(spec, u, g, src, dst, do):
@@ -694,6 +697,30 @@ def delete_connection(
     return population, _metrics(conns_deleted=ok, nodes_pruned=pruned)
 
 
+def _branch_if_any(fn: Callable[..., tuple], valid: jax.Array, *operands: Any) -> tuple:
+    """``fn(*operands)`` if any element of ``valid`` holds, else ``operands[1:]`` unchanged (the first
+    operand, e.g. a key, is an input only; ``fn`` returns the others' structure and must give them
+    unchanged when nothing is valid), as a conditional: its operands and results are buffers.
+
+    Under ``vmap`` it stays a conditional, on any member of the batch (``fn`` vmapped inside it):
+    ``lax.cond`` would become a select of both branches there, a differently fused program whose
+    float rounding XLA:CPU need not keep equal to the unbatched one's."""
+
+    @jax.custom_batching.custom_vmap
+    def run(valid, *operands):
+        return lax.cond(jnp.any(valid), fn, lambda *x: tuple(x[1:]), *operands)
+
+    @run.def_vmap
+    def _rule(axis_size, in_batched, valid, *operands):
+        del axis_size
+        axes = [0 if b else None for b in in_batched[1:]]
+        batched = jax.vmap(fn, in_axes=axes)
+        out = _branch_if_any(lambda *x: batched(*x), valid, *operands)  # outer vmaps: the same again
+        return out, (True,) * len(out)
+
+    return run(valid, *operands)
+
+
 def mutate_attributes(key: jax.Array, spec: GenomeSpec, population: Genome) -> Genome:
     """Every node gene (not the input pins) and every connection gene mutated by the gene types'
     ``mutate_attrs``; padding rows and input pins unchanged. ``population``: ``Genome`` with any
@@ -701,28 +728,47 @@ def mutate_attributes(key: jax.Array, spec: GenomeSpec, population: Genome) -> G
     k_node, k_conn = rng.split(key)
     # the genes mutate elementwise with draws shaped like their arguments: flat arguments give the
     # same numbers (the random counter is the flat index) from kernels that compile much faster
-    lead, clead = population.node_key.shape, population.conn_innov.shape
     A, B = spec.node_gene.num_floats, spec.conn_gene.num_floats
-    n, c = math.prod(lead), math.prod(clead)
-    attrs, act, agg = spec.node_gene.mutate_attrs(
-        k_node,
-        population.node_attrs.reshape(n, A),
-        population.node_act.reshape(n),
-        population.node_agg.reshape(n),
-    )
-    attrs, act, agg = attrs.reshape(*lead, A), act.reshape(lead), agg.reshape(lead)
     gene = population.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_inputs)
-    cattrs, enabled = spec.conn_gene.mutate_attrs(
-        k_conn, population.conn_attrs.reshape(c, B), population.conn_enabled.reshape(c)
+
+    def nodes(key, gene, node_attrs, node_act, node_agg):
+        lead = gene.shape
+        n = math.prod(lead)
+        attrs, act, agg = spec.node_gene.mutate_attrs(
+            key, node_attrs.reshape(n, A), node_act.reshape(n), node_agg.reshape(n)
+        )
+        attrs, act, agg = attrs.reshape(*lead, A), act.reshape(lead), agg.reshape(lead)
+        return (
+            gene,
+            jnp.where(gene[..., None], attrs, node_attrs),
+            jnp.where(gene, act, node_act),
+            jnp.where(gene, agg, node_agg),
+        )
+
+    def conns(key, cv, conn_attrs, conn_enabled):
+        lead = cv.shape
+        c = math.prod(lead)
+        cattrs, enabled = spec.conn_gene.mutate_attrs(key, conn_attrs.reshape(c, B), conn_enabled.reshape(c))
+        cattrs, enabled = cattrs.reshape(*lead, B), enabled.reshape(lead)
+        return cv, jnp.where(cv[..., None], cattrs, conn_attrs), jnp.where(cv, enabled, conn_enabled)
+
+    # conditionals (the other branch: nothing to mutate, the values unchanged, which is what the
+    # selects give then), not inline: a branch's operands and results are buffers, so XLA:CPU neither
+    # fuses these draws into the long select chain of the structural steps (a kernel it does not
+    # vectorize) nor copies them into every later reader of the population
+    _, node_attrs, node_act, node_agg = _branch_if_any(
+        nodes, gene, k_node, gene, population.node_attrs, population.node_act, population.node_agg
     )
-    cattrs, enabled = cattrs.reshape(*clead, B), enabled.reshape(clead)
     cv = population.conn_valid
+    _, conn_attrs, conn_enabled = _branch_if_any(
+        conns, cv, k_conn, cv, population.conn_attrs, population.conn_enabled
+    )
     return population.replace(
-        node_attrs=jnp.where(gene[..., None], attrs, population.node_attrs),
-        node_act=jnp.where(gene, act, population.node_act),
-        node_agg=jnp.where(gene, agg, population.node_agg),
-        conn_attrs=jnp.where(cv[..., None], cattrs, population.conn_attrs),
-        conn_enabled=jnp.where(cv, enabled, population.conn_enabled),
+        node_attrs=node_attrs,
+        node_act=node_act,
+        node_agg=node_agg,
+        conn_attrs=conn_attrs,
+        conn_enabled=conn_enabled,
     )
 
 
