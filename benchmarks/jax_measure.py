@@ -55,3 +55,12 @@ def compiled_with_time(fn, *args):
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     return compiled, time.perf_counter() - t0
+
+
+def figures(name: str, compiled, compile_s: float, *args, repeats: int = 5) -> dict:
+    """The record fields of one compiled program ``name`` run on ``args``: ``<name>_compile_s``,
+    ``<name>_ms`` and ``<name>_cpu_ms`` (:func:`timed`) and its :func:`memory_mib` figures."""
+    wall, cpu = timed(compiled, *args, repeats=repeats)
+    out = {f"{name}_compile_s": compile_s, f"{name}_ms": 1e3 * wall, f"{name}_cpu_ms": 1e3 * cpu}
+    out.update({f"{name}_{k}": v for k, v in memory_mib(compiled).items()})
+    return out

@@ -387,7 +387,7 @@ def run_forward(npz: str, out_npy: str, repeats: int) -> dict:
     import resource
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from jax_measure import compiled_with_time, memory_mib, timed
+    from jax_measure import compiled_with_time, figures
 
     data = dict(np.load(npz))
     n_in, n_out = int(data["num_inputs"]), int(data["num_outputs"])
@@ -415,20 +415,12 @@ def run_forward(npz: str, out_npy: str, repeats: int) -> dict:
     tr, transform_compile_s = compiled_with_time(transform, nodes, conns)
     transformed = jax.block_until_ready(tr(nodes, conns))
     fw, forward_compile_s = compiled_with_time(forward, transformed, x)
-    transform_s, transform_cpu_s = timed(tr, nodes, conns, repeats=repeats)
-    forward_s, forward_cpu_s = timed(fw, transformed, x, repeats=repeats)
     np.save(out_npy, np.asarray(fw(transformed, x)))
     return {
         "record": "forward",
         "engine": "tensorneat",
-        "transform_compile_s": transform_compile_s,
-        "forward_compile_s": forward_compile_s,
-        "transform_ms": 1e3 * transform_s,
-        "transform_cpu_ms": 1e3 * transform_cpu_s,
-        "forward_ms": 1e3 * forward_s,
-        "forward_cpu_ms": 1e3 * forward_cpu_s,
-        **{f"transform_{k}": v for k, v in memory_mib(tr).items()},
-        **{f"forward_{k}": v for k, v in memory_mib(fw).items()},
+        **figures("transform", tr, transform_compile_s, nodes, conns, repeats=repeats),
+        **figures("forward", fw, forward_compile_s, transformed, x, repeats=repeats),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "versions": versions(),
         "backend": jax.default_backend(),

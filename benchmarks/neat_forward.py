@@ -125,7 +125,7 @@ def run_evotensor(data: dict, method: str, repeats: int) -> tuple[dict, np.ndarr
     """Transform and forward of ``data``'s networks with evotensor (module docstring)."""
     import jax
     import jax.numpy as jnp
-    from jax_measure import compiled_with_time, memory_mib, timed
+    from jax_measure import compiled_with_time, figures
 
     from evotensor.neat import NEAT, Genome, forward_batch, transform
     from evotensor.neat.genome import EMPTY
@@ -156,22 +156,14 @@ def run_evotensor(data: dict, method: str, repeats: int) -> tuple[dict, np.ndarr
     tr, transform_compile_s = compiled_with_time(lambda g: transform(spec, g, method), genomes)
     nets = jax.block_until_ready(tr(genomes))
     fw, forward_compile_s = compiled_with_time(fwd, nets, x)
-    transform_s, transform_cpu_s = timed(tr, genomes, repeats=repeats)
-    forward_s, forward_cpu_s = timed(fw, nets, x, repeats=repeats)
     y = np.asarray(fw(nets, x))
     resolved = "dense" if nets.dense_weight is not None else "sparse"
     row = {
         "engine": "evotensor",
         "method": resolved,
         "mean_depth": round(float(np.mean(np.asarray(nets.max_depth))), 1),
-        "transform_compile_s": transform_compile_s,
-        "forward_compile_s": forward_compile_s,
-        "transform_ms": 1e3 * transform_s,
-        "transform_cpu_ms": 1e3 * transform_cpu_s,
-        "forward_ms": 1e3 * forward_s,
-        "forward_cpu_ms": 1e3 * forward_cpu_s,
-        **{f"transform_{k}": v for k, v in memory_mib(tr).items()},
-        **{f"forward_{k}": v for k, v in memory_mib(fw).items()},
+        **figures("transform", tr, transform_compile_s, genomes, repeats=repeats),
+        **figures("forward", fw, forward_compile_s, nets, x, repeats=repeats),
         "versions": {"jax": jax.__version__},
         "backend": jax.default_backend(),
     }

@@ -379,24 +379,31 @@ def _matrix_and_pairs(pop, reps):
     return out
 
 
+def _scattered_population(spec, pair_seeds, seed: int, first_to_last: bool = False):
+    """Genomes of :func:`random_pair` for each of ``pair_seeds``, their hidden-node and connection rows
+    moved to random rows (``first_to_last``: the first genome's rows shift by one, so the last rows are
+    in use), stacked into a population."""
+    from tests.neat.reference_network import scatter_rows
+
+    hidden_rows = spec.max_nodes - spec.num_io
+    rng = np.random.default_rng(seed)
+    genomes = []
+    for s in pair_seeds:
+        for d in random_pair(spec, s):
+            node_perm, conn_perm = rng.permutation(hidden_rows), rng.permutation(spec.max_conns)
+            if first_to_last and not genomes:
+                node_perm = (np.arange(hidden_rows) + 1) % hidden_rows
+                conn_perm = (np.arange(spec.max_conns) + 1) % spec.max_conns
+            genomes.append(scatter_rows(spec, genome_from_dict(spec, d), node_perm, conn_perm))
+    return jax.tree_util.tree_map(lambda *x: jnp.stack(x), *genomes)
+
+
 def test_distance_matrix_is_bitwise_pairwise_with_rows_anywhere():
     """distance_matrix looks up only the rows some genome uses, in chunks (the last one overlapping
     its predecessor): with hidden nodes and connections moved to random rows, the last rows
     included, it still gives every pair's :func:`distance` bit for bit."""
-    from tests.neat.reference_network import scatter_rows
-
     spec = SPECS["ff"]
-    hidden_rows = spec.max_nodes - spec.num_io
-    rng = np.random.default_rng(7)
-    genomes = []
-    for s in range(5):
-        for d in random_pair(spec, 300 + s):
-            node_perm, conn_perm = rng.permutation(hidden_rows), rng.permutation(spec.max_conns)
-            if not genomes:  # the first genome's first rows (in use) move to the last rows
-                node_perm = (np.arange(hidden_rows) + 1) % hidden_rows
-                conn_perm = (np.arange(spec.max_conns) + 1) % spec.max_conns
-            genomes.append(scatter_rows(spec, genome_from_dict(spec, d), node_perm, conn_perm))
-    pop = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *genomes)
+    pop = _scattered_population(spec, range(300, 305), seed=7, first_to_last=True)
     assert bool(pop.conn_valid[0, -1]) and bool(pop.node_valid[0, -1])
     for matrix, pairwise in _matrix_and_pairs(pop, pop[jnp.array([4, 0, 9])]):
         np.testing.assert_array_equal(np.asarray(matrix), np.asarray(pairwise))
@@ -408,17 +415,9 @@ def test_one_representative_column_is_bitwise_pairwise():
     counted inside the chunk loop: the modes still give each pair's :func:`distance` bit for bit,
     also where the last chunk overlaps its predecessor (30 connection rows in chunks of 8) and with
     rows in use up to the last one."""
-    from tests.neat.reference_network import scatter_rows
-
     spec = SPECS["rec"]
-    hidden_rows = spec.max_nodes - spec.num_io
-    rng = np.random.default_rng(11)
-    genomes = []
-    for s in range(4):
-        for d in random_pair(spec, 500 + s):
-            node_perm, conn_perm = rng.permutation(hidden_rows), rng.permutation(spec.max_conns)
-            genomes.append(scatter_rows(spec, genome_from_dict(spec, d), node_perm, conn_perm))
-    pop = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *genomes)
+    pop = _scattered_population(spec, range(500, 504), seed=11)
+    n = pop.node_key.shape[0]
     assert bool(jnp.any(pop.conn_valid[:, -3:]))  # the overlapped rows are in use
     configs = [CONFIGS[i] for i in (0, 3, 6, 7)]
 
@@ -432,6 +431,6 @@ def test_one_representative_column_is_bitwise_pairwise():
 
     for r in (0, 5):
         for column, pairs in columns_and_pairs(pop, pop[jnp.array([r])]):
-            assert column.shape == (len(genomes), 1)
+            assert column.shape == (n, 1)
             np.testing.assert_array_equal(np.asarray(column[:, 0]), np.asarray(pairs))
             assert float(column[r, 0]) == 0.0
