@@ -374,6 +374,17 @@ def test_pickle_round_trip_predicts_the_same(fitted):
     assert twin.best_.function_set == fitted.best_.function_set
 
 
+def _halve(a):  # module level: a function set holding it pickles
+    return 0.5 * a
+
+
+def test_an_estimator_with_a_users_own_module_level_function_pickles():
+    """Its FunctionSet is no built-in set (packing it must not raise) and pickles by its arguments."""
+    fs = FunctionSet(("add", "halve"), protected=True, custom={"halve": (1, _halve)})
+    twin = pickle.loads(pickle.dumps(SymbolicRegressor(function_set=fs, random_state=3)))
+    assert twin.get_params()["function_set"] == fs and twin.get_params()["random_state"] == 3
+
+
 def test_dataframe_feature_names_name_the_variables(fitted):
     pd = pytest.importorskip("pandas")
     X, y = planted()

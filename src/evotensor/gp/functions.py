@@ -384,6 +384,11 @@ class FunctionSet:
         self.max_arity = int(arity.max())
         self._index = {f.name: f.opcode for f in functions}
 
+    def __reduce__(self):
+        """Pickled as its arguments (its built-ins are bound in closures, which do not pickle): a set
+        pickles whenever its custom functions do (module-level ones, not lambdas)."""
+        return (FunctionSet, (self.names, self.protected, self._custom or None))
+
     # ---- lookup ---------------------------------------------------------------------------------
 
     def opcode(self, name: str) -> int:

@@ -196,10 +196,20 @@ class _BuiltinFunctionSet:
     protected: bool
 
 
+def _is_builtin(fs: FunctionSet) -> bool:
+    """Whether ``fs`` holds built-in functions only (a user's own name is no built-in: ValueError)."""
+    try:
+        return fs == FunctionSet(fs.names, protected=fs.protected)
+    except ValueError:
+        return False
+
+
 def _pack(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with each built-in function set replaced by its names; a set with a user's own
+    functions is kept as it is (it pickles when those functions do, e.g. module-level ones)."""
     out = dict(state)
     for k, v in state.items():
-        if isinstance(v, FunctionSet) and v == FunctionSet(v.names, protected=v.protected):
+        if isinstance(v, FunctionSet) and _is_builtin(v):
             out[k] = _BuiltinFunctionSet(v.names, v.protected)
     return out
 
@@ -517,10 +527,7 @@ def _stored_config(key: tuple, problem: Any) -> tuple | None:
     them, not what they compute). A callable ``model_selection`` keeps the front's program out
     (``executable_key`` refuses it)."""
     fs = problem.function_set
-    try:
-        if fs != FunctionSet(fs.names, protected=fs.protected):
-            return None
-    except ValueError:  # a name that is no built-in
+    if not _is_builtin(fs):
         return None
     backends = [choose_backend(problem.backend, fs)]
     tuner = getattr(problem, "constant_optimization", None)
