@@ -166,6 +166,8 @@ def export_for_device(group: str, into: str) -> str:
     """``group``'s pinned source exported from the local git copy into ``into`` (emptied first),
     for a machine without a network where its dependencies are already installed (the GPU
     session's ``benchmarks/gpu_neat_tensorneat.sh`` puts ``<into>/src`` on ``PYTHONPATH``)."""
+    if group not in SOURCES:
+        raise SystemExit(f"--export: {group!r} is not a source group; source groups: {', '.join(SOURCES)}")
     source = SOURCES[group]
     if local_git_dir(source) is None:
         raise SystemExit(f"no local git copy of {source.repo} under {sources_root()} (fetch it first)")

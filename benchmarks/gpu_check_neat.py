@@ -49,7 +49,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from jax_measure import memory_mib, timed
 
 from evotensor.core.run import Loop

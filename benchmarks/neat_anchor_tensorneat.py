@@ -63,7 +63,8 @@ Usage (from the repository root)::
     .bench/venvs/tensorneat/bin/python benchmarks/neat_anchor_tensorneat.py xor --preset example --seeds 0
     .bench/venvs/tensorneat/bin/python benchmarks/neat_anchor_tensorneat.py timing --task xor --pop 1000
     .bench/venvs/tensorneat/bin/python benchmarks/neat_anchor_tensorneat.py timing --task cartpole --pop 1000
-    .bench/venvs/tensorneat/bin/python benchmarks/neat_anchor_tensorneat.py forward --npz nets.npz --out-npy y.npy
+    .bench/venvs/tensorneat/bin/python benchmarks/neat_anchor_tensorneat.py forward \
+        --npz nets.npz --out-npy y.npy
 
 Only TensorNEAT's public API is used (``Pipeline``, ``algorithm.NEAT``, ``genome.DefaultGenome``,
 ``BiasNode``, ``problem.XOR`` / ``XOR3d``, ``problem.rl.GymNaxEnv``, ``common.ACT`` / ``AGG``);
@@ -397,10 +398,10 @@ def run_forward(npz: str, out_npy: str, repeats: int) -> dict:
     def key(k):  # evotensor's node key -> TensorNEAT's (inputs 0..n_in-1, then outputs, then hidden)
         return np.where(k < 0, -1 - k, n_in + k).astype(np.float32)
 
-    nodes = np.stack(
-        [key(data["node_key"]), data["bias"], data["response"], np.zeros((pop, N)), np.zeros((pop, N))], axis=-1
-    ).astype(np.float32)
-    conns = np.stack([key(data["conn_src"]), key(data["conn_dst"]), data["weight"]], axis=-1).astype(np.float32)
+    zeros = np.zeros((pop, N))  # aggregation and activation ids: sum and sigmoid, the only options
+    nodes = np.stack([key(data["node_key"]), data["bias"], data["response"], zeros, zeros], axis=-1)
+    conns = np.stack([key(data["conn_src"]), key(data["conn_dst"]), data["weight"]], axis=-1)
+    nodes, conns = nodes.astype(np.float32), conns.astype(np.float32)
     g = genome.DefaultGenome(num_inputs=n_in, num_outputs=n_out, max_nodes=N, max_conns=C)
     state = g.setup()
     nodes, conns, x = jnp.asarray(nodes), jnp.asarray(conns), jnp.asarray(data["x"])

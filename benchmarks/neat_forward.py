@@ -74,8 +74,11 @@ def synthetic_networks(pop: int, max_nodes: int, max_conns: int, batch: int, see
     n_in, n_out, N, C = NUM_INPUTS, NUM_OUTPUTS, max_nodes, max_conns
     hidden = N - n_in - n_out
     if hidden < 0 or C < N - n_in:
-        raise ValueError(f"size {pop}x{N}x{C}: needs max_nodes >= {n_in + n_out} and max_conns >= max_nodes - {n_in}")
-    keys = np.concatenate([-1 - np.arange(n_in), np.arange(n_out), n_out + np.arange(hidden)]).astype(np.int32)
+        raise ValueError(
+            f"size {pop}x{N}x{C}: needs max_nodes >= {n_in + n_out} and max_conns >= max_nodes - {n_in}"
+        )
+    keys = np.concatenate([-1 - np.arange(n_in), np.arange(n_out), n_out + np.arange(hidden)])
+    keys = keys.astype(np.int32)
     # topological positions: inputs, then hidden nodes, then outputs (rows: inputs, outputs, hidden)
     position = np.concatenate([np.arange(n_in), n_in + hidden + np.arange(n_out), n_in + np.arange(hidden)])
     by_position = np.argsort(position)  # rows in topological order
@@ -132,7 +135,9 @@ def run_evotensor(data: dict, method: str, repeats: int) -> tuple[dict, np.ndarr
 
     pop, N = data["node_key"].shape
     C = data["conn_src"].shape[1]
-    strategy = NEAT.from_mode("tensorneat", NUM_INPUTS, NUM_OUTPUTS, population_size=pop, max_nodes=N, max_conns=C)
+    strategy = NEAT.from_mode(
+        "tensorneat", NUM_INPUTS, NUM_OUTPUTS, population_size=pop, max_nodes=N, max_conns=C
+    )
     spec, cfg = strategy.spec, strategy.config
     attrs = np.stack([data["bias"], data["response"]], axis=-1)  # the tensorneat node gene: bias, response
     genomes = Genome(
@@ -171,7 +176,7 @@ def run_evotensor(data: dict, method: str, repeats: int) -> tuple[dict, np.ndarr
 
 
 def _worker(args) -> None:
-    """``--worker evotensor``: one size, in this fresh process; writes the outputs to ``--out-npz``."""
+    """``--worker evotensor``: one size, in this fresh process; writes the outputs to ``--out-npy``."""
     data = {k: v for k, v in np.load(args.npz).items() if v.ndim}
     row, y = run_evotensor(data, args.method, args.repeats)
     np.save(args.out_npy, y)
@@ -190,7 +195,8 @@ def _run_engine(engine: str, npz: str, out_npy: str, args) -> dict:
         cmd += ["--npz", npz, "--out-npy", out_npy, "--repeats", str(args.repeats)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        return {"engine": engine, "error": done.stderr.strip().splitlines()[-1:] or ["exit"], "rc": done.returncode}
+        error = done.stderr.strip().splitlines()[-1:] or ["exit"]
+        return {"engine": engine, "error": error, "rc": done.returncode}
     rec = json.loads(done.stdout.strip().splitlines()[-1])
     rec["engine"] = engine
     return rec
@@ -232,7 +238,10 @@ def main(argv=None) -> None:
     with open(out, "w") as f, tempfile.TemporaryDirectory() as tmp:
         f.write(json.dumps(meta) + "\n")
         for i, size in enumerate(args.sizes):
-            pop, N, C = (int(v) for v in size.lower().split("x"))
+            try:
+                pop, N, C = (int(v) for v in size.lower().split("x"))
+            except ValueError:
+                raise SystemExit(f"--sizes: {size!r} is not PxNxC (e.g. 1000x32x64)") from None
             data = synthetic_networks(pop, N, C, args.batch, args.seed)
             npz = os.path.join(tmp, f"nets_{i}.npz")
             np.savez(npz, **data)
@@ -262,7 +271,8 @@ def main(argv=None) -> None:
 
 def _line(rec: dict) -> str:
     if "error" in rec:
-        return f"{rec['engine']:<11} {rec['pop']}x{rec['max_nodes']}x{rec['max_conns']}: FAILED {rec['error']}"
+        size = f"{rec['pop']}x{rec['max_nodes']}x{rec['max_conns']}"
+        return f"{rec['engine']:<11} {size}: FAILED {rec['error']}"
     return (
         f"{rec['engine']:<11} {rec['pop']}x{rec['max_nodes']}x{rec['max_conns']}: forward "
         f"{rec['forward_ms']:.2f} ms ({rec['forward_compile_s']:.2f} s compile), transform "
@@ -285,7 +295,8 @@ def table(rows: list[dict]) -> str:
             continue
         name = r["engine"] + (f" ({r['method']})" if r.get("method") else "")
         lines.append(
-            f"| {size} | {name} | {r['forward_ms']:.2f} ({r['forward_cpu_ms']:.2f}) | {r['samples_per_s']:.3g} | "
+            f"| {size} | {name} | {r['forward_ms']:.2f} ({r['forward_cpu_ms']:.2f}) | "
+            f"{r['samples_per_s']:.3g} | "
             f"{r['transform_ms']:.2f} | {r['transform_compile_s']:.2f} + {r['forward_compile_s']:.2f} | "
             f"{r.get('transform_temp_mib', '-')} / {r.get('forward_temp_mib', '-')} | {r['peak_rss_mib']} | "
             f"{r.get('max_abs_diff', float('nan')):.1e} | {r['load']} |"

@@ -586,7 +586,7 @@ def test_delete_node_removes_the_connections_the_gather_finds():
         u = jax.random.uniform(jax.random.key(3), (P,))
         do = jax.random.uniform(jax.random.key(4), (P,)) < 0.7
 
-        def reference(u, g, s, d, do):
+        def reference(u, g, s, d, do, spec=spec):
             hidden = g.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
             count = jnp.sum(hidden, dtype=jnp.int32)
             target = jnp.minimum((u * count).astype(jnp.int32), count - 1)

@@ -36,14 +36,14 @@ data's shapes and dtypes) and the environment (JAX and evotensor versions and so
 compiled; the same results bit for bit, as the same executable runs. A configuration that names a
 user's own code (a :class:`~evotensor.gp.FunctionSet` with custom functions, a callable
 ``model_selection``) is not stored that way: for it, and on an accelerator (whose kernels' custom
-calls the store refuses), the estimators turn on JAX's persistent cache in the same directory. On a CPU, programs whose trees are all evaluated
-natively compile with :data:`CPU_COMPILER_OPTIONS` (XLA's classic emitters: less compile time, the
-same results). The run follows :func:`evotensor.run`'s random-key schedule
-(:func:`evotensor.core.run.generation_keys`), so a fit with ``random_state=s`` starts from the
-population of ``evotensor.run(gp, problem, generations, jax.random.key(s))``; its fitness agrees with
-that run's to float32 rounding only (that run's program holds the data as constants, which XLA
-folds differently), so the two may part ways after a few generations. On a CPU a fit is
-bit-reproducible for a given ``random_state``.
+calls the store refuses), the estimators turn on JAX's persistent cache in the same directory. On a
+CPU, programs whose trees are all evaluated natively compile with :data:`CPU_COMPILER_OPTIONS`
+(XLA's classic emitters: less compile time, the same results). The run follows
+:func:`evotensor.run`'s random-key schedule (:func:`evotensor.core.run.generation_keys`), so a fit
+with ``random_state=s`` starts from the population of ``evotensor.run(gp, problem, generations,
+jax.random.key(s))``; its fitness agrees with that run's to float32 rounding only (that run's
+program holds the data as constants, which XLA folds differently), so the two may part ways after a
+few generations. On a CPU a fit is bit-reproducible for a given ``random_state``.
 
 Example::
 
