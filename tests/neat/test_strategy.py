@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 
 import evotensor
+import evotensor.core.run
 from evotensor.core.checks import ArgumentError
 from evotensor.core.evaluation import Evaluation
 from evotensor.core.strategy import Strategy
 from evotensor.neat.config import MODES, NEATConfig, neat_mode
 from evotensor.neat.genome import check_genome
 from evotensor.neat.network import OutputMode
-from evotensor.neat.strategy import NEAT
+from evotensor.neat.strategy import CPU_COMPILER_OPTIONS, NEAT
 from evotensor.problems.function_fit import XOR
 
 
@@ -162,11 +163,39 @@ def test_extinction_resets_keeping_the_best_genome():
         (lambda: NEAT(neat_mode()[0], 10, NEATConfig()), "max_species"),
         (lambda: NEAT.from_mode("fast"), "mode"),
         (lambda: NEATConfig(functions="mine"), "functions"),
+        (lambda: NEAT(neat_mode()[0], 150, compiler_options=["fast"]), "compiler_options"),
+        (lambda: NEAT(neat_mode()[0], 150, compiler_options={1: True}), "compiler_options"),
     ],
 )
 def test_bad_configuration_names_the_argument(make, match):
     with pytest.raises(ArgumentError, match=match):
         make()
+
+
+def test_compiler_options_default_to_the_cpu_set_and_a_user_mapping_wins():
+    spec, config = neat_mode()
+    assert NEAT(spec, 150, config).compiler_options("cpu") == CPU_COMPILER_OPTIONS != {}
+    assert NEAT(spec, 150, config).compiler_options("gpu") is None
+    for platform in ("cpu", "gpu"):
+        assert NEAT(spec, 150, config, compiler_options={}).compiler_options(platform) == {}
+    assert evotensor.core.run.Loop(NEAT(spec, 150, config), XOR()).compiler_options == (
+        CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else {}
+    )
+
+
+@pytest.mark.slow
+def test_the_cpu_compiler_options_leave_a_run_bit_identical():
+    # the options change how XLA:CPU compiles NEAT's programs, never what they compute
+    key = jax.random.key(5)
+    runs = [
+        evotensor.run(small(pop=60, compiler_options=options), XOR(), 12, key, progress=False)
+        for options in (None, {})
+    ]
+    leaves = [jax.tree_util.tree_leaves((r.state, r.history)) for r in runs]
+    for a, b in zip(*leaves):
+        a = jax.random.key_data(a) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key) else a
+        b = jax.random.key_data(b) if jnp.issubdtype(b.dtype, jax.dtypes.prng_key) else b
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.slow

@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
+from evotensor.core.compiler_options import compile_lowered
 from evotensor.core.evaluation import Evaluation
 
 
@@ -127,7 +128,8 @@ class HostGenerations:
 
     ``ask(carry, loop_key, params) -> (genotypes, phenotypes, state, eval_key, tell_key)`` and
     ``tell(carry, state, genotypes, evaluation, tell_key, params) -> (carry, metrics)`` are the
-    run loop's pure pieces; ``tell_out_shardings`` keeps the carry in its layout on a mesh.
+    run loop's pure pieces; ``tell_out_shardings`` keeps the carry in its layout on a mesh;
+    ``compiler_options``: XLA options both programs compile with (:mod:`evotensor.core.compiler_options`).
     """
 
     def __init__(
@@ -137,8 +139,10 @@ class HostGenerations:
         tell: Callable[..., Any],
         population_size: int,
         tell_out_shardings: Any = None,
+        compiler_options: Mapping[str, Any] | None = None,
     ):
         self.problem = problem
+        self.compiler_options = compiler_options
         self.population_size = population_size
         self._ask = jax.jit(ask)
         jit_kwargs = {} if tell_out_shardings is None else {"out_shardings": tell_out_shardings}
@@ -150,7 +154,8 @@ class HostGenerations:
         """The compiled ask program (compiled on first use; its time counts as compile time)."""
         if "ask" not in self._compiled:
             t0 = time.perf_counter()
-            self._compiled["ask"] = self._ask.lower(carry, loop_key, params).compile()
+            lowered = self._ask.lower(carry, loop_key, params)
+            self._compiled["ask"] = compile_lowered(lowered, self.compiler_options)
             self.compile_seconds += time.perf_counter() - t0
         return self._compiled["ask"]
 
@@ -161,7 +166,7 @@ class HostGenerations:
         signature = ("tell", treedef, tuple((x.shape, x.dtype) for x in leaves))
         if signature not in self._compiled:
             t0 = time.perf_counter()
-            self._compiled[signature] = self._tell.lower(*args).compile()
+            self._compiled[signature] = compile_lowered(self._tell.lower(*args), self.compiler_options)
             self.compile_seconds += time.perf_counter() - t0
         return self._compiled[signature]
 

@@ -52,6 +52,7 @@ import numpy as np
 
 from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.compile_cache import enable_requested_cache
+from evotensor.core.compiler_options import compile_lowered, merged_compiler_options, platform_of
 from evotensor.core.evaluation import Evaluation, to_minimization, to_natural
 from evotensor.core.host_problem import HostGenerations, is_host_problem
 from evotensor.core.mesh import (
@@ -316,6 +317,14 @@ class Loop:
         self.maximize = bool(getattr(problem, "maximize", False))
         # a strategy that filters NaN/inf itself (a QD archive) sees them unchanged
         self.keep_nonfinite = bool(getattr(strategy, "accepts_nonfinite", False))
+        # XLA options the parts ask for (evotensor.core.compiler_options); every program of the
+        # run compiles with them (Loop.compile)
+        platform = platform_of(mesh)
+        self.compiler_options = merged_compiler_options(strategy, problem, decoder, platform=platform)
+
+    def compile(self, lowered: Any) -> Any:
+        """``lowered.compile()`` with :attr:`compiler_options` (a program of this loop's pieces)."""
+        return compile_lowered(lowered, self.compiler_options)
 
     def _has_layout(self) -> bool:
         """Whether the (mesh-placed) strategy lays its state and population out itself."""
@@ -503,7 +512,9 @@ class _Chunks:
         self.host = None
         if loop.host:
             out = None if carry_shardings is None else (carry_shardings, replicated(loop.mesh))
-            self.host = HostGenerations(loop.problem, loop.host_ask, loop.tell, population_size, out)
+            self.host = HostGenerations(
+                loop.problem, loop.host_ask, loop.tell, population_size, out, loop.compiler_options
+            )
         self._compile_seconds = 0.0
 
     @property
@@ -520,7 +531,7 @@ class _Chunks:
         t0 = time.perf_counter()
         if self.carry_shardings is None:
             fn = jax.jit(self.loop.chunk, static_argnums=3)
-            self.compiled[length] = fn.lower(carry, loop_key, params, length).compile()
+            self.compiled[length] = self.loop.compile(fn.lower(carry, loop_key, params, length))
         else:
             everywhere = replicated(self.loop.mesh)
             fn = jax.jit(
@@ -528,7 +539,7 @@ class _Chunks:
                 in_shardings=(self.carry_shardings, everywhere, everywhere),
                 out_shardings=(self.carry_shardings, everywhere),
             )
-            self.compiled[length] = fn.lower(carry, loop_key, params).compile()
+            self.compiled[length] = self.loop.compile(fn.lower(carry, loop_key, params))
         self._compile_seconds += time.perf_counter() - t0
 
     def run(self, carry: RunState, loop_key: jax.Array, params: Any, first: int, length: int):
@@ -814,7 +825,7 @@ def run_many(
         return loop.chunk(carry, loop_key, p, generations)
 
     t0 = time.perf_counter()
-    compiled = jax.jit(jax.vmap(whole, in_axes=(0, p_axis))).lower(keys, params).compile()
+    compiled = loop.compile(jax.jit(jax.vmap(whole, in_axes=(0, p_axis))).lower(keys, params))
     compile_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     carry, metrics = jax.block_until_ready(compiled(keys, params))

@@ -12,6 +12,9 @@ Every method is pure and jit-able::
 
 ``evaluation.fitness`` given to ``tell`` is *minimized* (see
 :func:`evotensor.core.to_minimization`); the run loop converts for you.
+
+Optional: ``compiler_options(platform) -> Mapping | None``, XLA options for the run's programs
+(:mod:`evotensor.core.compiler_options`; NEAT asks for one on a CPU).
 """
 
 from __future__ import annotations

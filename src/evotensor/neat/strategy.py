@@ -33,6 +33,7 @@ Example::
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -60,7 +61,14 @@ from evotensor.neat.species import (
     update_stagnation,
 )
 
-__all__ = ["NEAT", "NEATDecoder", "NEATState"]
+__all__ = ["CPU_COMPILER_OPTIONS", "NEAT", "NEATDecoder", "NEATState"]
+
+CPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
+"""XLA options NEAT's programs compile with on a CPU unless ``NEAT(compiler_options=...)`` says
+otherwise. XLA:CPU compiles every kernel of a program as its own LLVM module, and its newer fusion
+emitters make ~1.5x more kernels of NEAT's many small steps: without them the CartPole step compiles
+~2 s faster and runs within a few percent, with bit-identical states
+(``benchmarks/results_neat.md``, session 18)."""
 
 
 @pytree_dataclass
@@ -113,6 +121,9 @@ class NEAT:
         decoder: how genomes become phenotypes for policy problems (default :class:`NEATDecoder`:
             the genome's own network); :mod:`evotensor.neat.hyperneat` passes a substrate decoder
             whose networks are queried from the genomes as CPPNs.
+        compiler_options: XLA compiler options for the run's programs (:meth:`compiler_options`);
+            default ``None``: :data:`CPU_COMPILER_OPTIONS` on a CPU, XLA's defaults elsewhere;
+            ``{}``: XLA's defaults everywhere.
 
     Use :meth:`from_mode` for a mode's matched spec and config. ``population_size`` must be at
     least ``max_species * max(min_species_size, elitism)``.
@@ -133,6 +144,7 @@ class NEAT:
         population_size: int = 150,
         config: NEATConfig | None = None,
         decoder: Any = None,
+        compiler_options: Mapping[str, Any] | None = None,
     ):
         if not isinstance(spec, GenomeSpec):
             raise ArgumentError(f"spec must be a GenomeSpec, got {type(spec).__name__}")
@@ -154,6 +166,14 @@ class NEAT:
         if decoder is not None and not usable:
             raise ArgumentError(f"decoder must have decode() and apply, got {type(decoder).__name__}")
         self.decoder = NEATDecoder(spec, config) if decoder is None else decoder
+        if compiler_options is not None and (
+            not isinstance(compiler_options, Mapping) or not all(isinstance(k, str) for k in compiler_options)
+        ):
+            raise ArgumentError(
+                "compiler_options must be a mapping of XLA option names to values, or None, got "
+                f"{compiler_options!r}"
+            )
+        self._compiler_options = None if compiler_options is None else dict(compiler_options)
 
     @classmethod
     def from_mode(
@@ -164,14 +184,24 @@ class NEAT:
         population_size: int = 150,
         max_nodes: int = 50,
         max_conns: int = 100,
+        *,
+        compiler_options: Mapping[str, Any] | None = None,
         **spec_overrides: Any,
     ) -> NEAT:
-        """NEAT with ``mode``'s spec and config (:func:`~evotensor.neat.config.neat_mode`)."""
+        """NEAT with ``mode``'s spec and config (:func:`~evotensor.neat.config.neat_mode`);
+        ``compiler_options`` as in :class:`NEAT`."""
         spec, config = neat_mode(mode, num_inputs, num_outputs, max_nodes, max_conns, **spec_overrides)
         if config.species.max_species * config.reproduction.min_size > population_size:
             slots = max(1, population_size // config.reproduction.min_size)
             config = config.replace(species={"max_species": slots})
-        return cls(spec, population_size, config)
+        return cls(spec, population_size, config, compiler_options=compiler_options)
+
+    def compiler_options(self, platform: str) -> dict[str, Any] | None:
+        """The XLA compiler options of this NEAT's programs on ``platform`` (``"cpu"``, ``"gpu"``…),
+        which the run loop compiles with (:mod:`evotensor.core.compiler_options`)."""
+        if self._compiler_options is not None:
+            return dict(self._compiler_options)
+        return dict(CPU_COMPILER_OPTIONS) if platform == "cpu" else None
 
     def default_params(self) -> None:
         """NEAT has no dynamic hyperparameters (its settings are static: :attr:`config`)."""
