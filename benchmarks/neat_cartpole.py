@@ -65,6 +65,7 @@ def run_evotensor(
     episodes: int = EPISODES,
     repeats: int = 1,
     chunk: int = CHUNK,
+    xla_defaults: bool = False,
 ) -> dict:
     """evotensor's side; runs in a fresh process of the project's venv (``neat_cartpole.py
     --worker evotensor``) and returns one record.
@@ -83,16 +84,20 @@ def run_evotensor(
     1)), ``cpu_s_per_generation``, ``gen_s``, ``best_per_gen`` (best mean return of each
     generation), ``mean_per_gen`` (mean return = mean episode length), ``species_last``,
     ``mean_nodes``, ``mean_conns``, and ``eval_s`` / ``tell_s`` (median of ``repeats`` calls on
-    the final state) with ``eval_compile_s`` / ``tell_compile_s``.
+    the final state) with ``eval_compile_s`` / ``tell_compile_s``; ``compiler_options``: the XLA
+    options every program compiled with (``Loop.compiler_options``; ``xla_defaults``: none).
     """
     import jax
-    from neat_xor import evotensor_strategy, evotensor_timing_run, evotensor_version
+    from neat_xor import evotensor_strategy, evotensor_timing_run, evotensor_version, with_xla_defaults
 
+    from evotensor.core.run import Loop
     from evotensor.problems.control import GymnaxProblem
 
     # chunk 0: the plain scan, also on a package from before GymnaxProblem had chunk=
     problem = GymnaxProblem("CartPole-v1", num_episodes=episodes, **({"chunk": chunk} if chunk else {}))
     strategy = evotensor_strategy(neat_mode, 4, 2, pop, "cartpole")
+    if xla_defaults:
+        strategy = with_xla_defaults(strategy)
     rec = evotensor_timing_run(strategy, problem, seed, generations, repeats)
     rec.update(
         record="timing",
@@ -106,6 +111,7 @@ def run_evotensor(
         jax=jax.__version__,
         backend=jax.default_backend(),
         strategy=repr(strategy),
+        compiler_options=Loop(strategy, problem).compiler_options if hasattr(Loop, "compile") else {},
     )
     return rec
 
@@ -115,7 +121,7 @@ def run_one(engine: str, seed: int, args) -> list[dict]:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "evotensor", "--seeds", str(seed)]
         cmd += ["--pop", str(args.pop), "--generations", str(args.generations), "--mode", args.mode]
         cmd += ["--episodes", str(args.episodes), "--repeats", str(args.repeats), "--chunk", str(args.chunk)]
-        cmd += ["--src", args.src]
+        cmd += ["--src", args.src] + (["--xla-defaults"] if args.xla_defaults else [])
     elif engine.startswith("neat-python"):
         cmd = [venv_python("neat21"), os.path.join(HERE, "neat_anchor_neatpython.py"), "cartpole"]
         cmd += ["--seeds", str(seed), "--pop", str(args.pop), "--generations", str(args.generations)]
@@ -180,6 +186,12 @@ def main(argv=None) -> None:
         default=os.path.join(ROOT, "src"),
         help="evotensor: the package's source folder (e.g. an exported older revision, to time it alike)",
     )
+    ap.add_argument(
+        "--xla-defaults",
+        action="store_true",
+        help="evotensor: compile with XLA's default options (NEAT(compiler_options={})) instead of the "
+        "options NEAT asks for on a CPU (evotensor.neat.CPU_COMPILER_OPTIONS)",
+    )
     ap.add_argument("--out", default=None, help="JSON lines file (default .bench/neat/cartpole_<time>.jsonl)")
     ap.add_argument("--worker", choices=["evotensor"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -194,6 +206,7 @@ def main(argv=None) -> None:
             episodes=args.episodes,
             repeats=args.repeats,
             chunk=args.chunk,
+            xla_defaults=args.xla_defaults,
         )
         rec["load"] = os.getloadavg()[0]
         rec.setdefault("record", "timing")
@@ -249,6 +262,7 @@ def main(argv=None) -> None:
         label = r["engine_label"] + (f" [{r['neat_mode']}]" if r.get("neat_mode") else "")
         if r["engine_label"] == "evotensor":
             label += f" chunk={r['chunk']}" if r.get("chunk") else " scan"
+            label += " xla-defaults" if r.get("compiler_options") == {} else ""
         best = " ".join(f"{b:.0f}" for b in r.get("best_per_gen") or [])
         mean = " ".join(f"{m:.0f}" for m in r.get("mean_per_gen") or [])
         print(

@@ -83,6 +83,21 @@ ENGINES: dict[str, tuple[str | None, str | None]] = {
 # ------------------------------------------------------------------------------ evotensor (ours)
 
 
+def compiled(loop, lowered):
+    """``lowered`` compiled as the run loop compiles its programs: with the XLA options the strategy
+    and problem ask for (``Loop.compile``; NEAT's on a CPU: ``evotensor.neat.CPU_COMPILER_OPTIONS``),
+    plain on a package from before ``Loop.compile`` existed."""
+    return loop.compile(lowered) if hasattr(loop, "compile") else lowered.compile()
+
+
+def with_xla_defaults(strategy):
+    """``strategy`` compiled with XLA's default options (``NEAT(compiler_options={})``), for the A/B
+    of ``--xla-defaults``."""
+    from evotensor.neat import NEAT
+
+    return NEAT(strategy.spec, strategy.population_size, strategy.config, compiler_options={})
+
+
 def evotensor_strategy(mode: str, num_inputs: int, num_outputs: int, pop: int, task: str = "xor"):
     """evotensor's NEAT for a benchmark: ``mode="neat-python"`` is ``NEAT.from_mode("neat-python",
     ...)`` with the ``neat-xor`` task's shape (``max_nodes=32, max_conns=64``); ``mode="tensorneat"``
@@ -197,13 +212,13 @@ def evotensor_xor_run(strategy, seed: int, generations: int, threshold: float, c
     done = jnp.zeros((), bool)
     limit = jnp.asarray(generations, jnp.int32)
     t0, c0 = time.perf_counter(), time.process_time()
-    compiled = jax.jit(run_chunk, donate_argnums=0).lower(carry, done, loop_key, limit).compile()
+    compiled_chunk = compiled(loop, jax.jit(run_chunk, donate_argnums=0).lower(carry, done, loop_key, limit))
     compile_s, compile_cpu_s = time.perf_counter() - t0, time.process_time() - c0
 
     chunk_s, chunk_cpu_s, parts = [], [], []
     while not bool(done):
         t, c = time.perf_counter(), time.process_time()
-        carry, done, metrics, ran = compiled(carry, done, loop_key, limit)
+        carry, done, metrics, ran = compiled_chunk(carry, done, loop_key, limit)
         metrics, ran = jax.device_get((metrics, ran))
         chunk_s.append(time.perf_counter() - t)
         chunk_cpu_s.append(time.process_time() - c)
@@ -245,20 +260,20 @@ def evotensor_xor_run(strategy, seed: int, generations: int, threshold: float, c
     }
 
 
-def _time_alone(name: str, fn, args: tuple, repeats: int) -> dict:
-    """``fn`` compiled alone (``<name>_compile_s``) and the median of ``repeats`` calls (wall
-    ``<name>_s`` and process CPU ``<name>_cpu_s``)."""
+def _time_alone(loop, name: str, fn, args: tuple, repeats: int) -> dict:
+    """``fn`` compiled alone as ``loop`` compiles (``<name>_compile_s``) and the median of
+    ``repeats`` calls (wall ``<name>_s`` and process CPU ``<name>_cpu_s``)."""
     import statistics
 
     import jax
 
     t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
+    program = compiled(loop, jax.jit(fn).lower(*args))
     out = {f"{name}_compile_s": time.perf_counter() - t0}
     times, cpus = [], []
     for _ in range(repeats):
         t, c = time.perf_counter(), time.process_time()
-        jax.block_until_ready(compiled(*args))
+        jax.block_until_ready(program(*args))
         times.append(time.perf_counter() - t)
         cpus.append(time.process_time() - c)
     out[f"{name}_s"], out[f"{name}_cpu_s"] = statistics.median(times), statistics.median(cpus)
@@ -285,7 +300,7 @@ def evotensor_timing_run(strategy, problem, seed: int, generations: int, repeats
     carry = jax.block_until_ready(carry)
     setup_s = time.perf_counter() - t0
     t0, c0 = time.perf_counter(), time.process_time()
-    step = jax.jit(loop.step, donate_argnums=0).lower(carry, loop_key, None).compile()
+    step = compiled(loop, jax.jit(loop.step, donate_argnums=0).lower(carry, loop_key, None))
     compile_s, compile_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     gen_s, gen_cpu_s, best_per_gen, mean_per_gen, metrics = [], [], [], [], {}
     for _ in range(generations):
@@ -327,10 +342,10 @@ def evotensor_timing_run(strategy, problem, seed: int, generations: int, repeats
             genotypes, state = strategy.ask(key, state, None)
             return strategy.tell(key, state, genotypes, to_minimization(evaluation, loop.maximize), None)
 
-        rec.update(_time_alone("eval", evaluate, (state, key), repeats))
+        rec.update(_time_alone(loop, "eval", evaluate, (state, key), repeats))
         evaluation = jax.jit(evaluate)(state, key)
         rec["eval_best"] = float(np.max(np.asarray(evaluation.fitness)))
-        rec.update(_time_alone("tell", tell, (state, key, evaluation), repeats))
+        rec.update(_time_alone(loop, "tell", tell, (state, key, evaluation), repeats))
     return rec
 
 
