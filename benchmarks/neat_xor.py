@@ -359,9 +359,10 @@ def run_evotensor(
     neat_mode: str = "neat-python",
     chunk: int = 10,
     repeats: int = 3,
+    xla_defaults: bool = False,
 ) -> dict:
     """evotensor's side; runs in a fresh process of the project's venv (``neat_xor.py --worker
-    evotensor``) and returns one record.
+    evotensor``) and returns one record (``xla_defaults``: :func:`with_xla_defaults`).
 
     ``mode="xor"``: neat-python's XOR example on evotensor's NEAT (``neat_mode``: ``"neat-python"``
     (default; :func:`evotensor_strategy`), or ``"tensorneat"`` against TensorNEAT's ``like``
@@ -395,6 +396,8 @@ def run_evotensor(
     from evotensor.problems.function_fit import XOR
 
     strategy = evotensor_strategy(neat_mode, 2, 1, pop, "xor")
+    if xla_defaults:
+        strategy = with_xla_defaults(strategy)
     if mode == "xor":
         rec = evotensor_xor_run(strategy, seed, generations, fitness_threshold, chunk)
         rec.update(record="xor", pop=pop, max_generations=generations)
@@ -493,6 +496,7 @@ def run_one(engine: str, mode: str, seed: int, args) -> list[dict]:
     if engine == "evotensor":
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "evotensor", "--worker-mode", mode]
         cmd += ["--worker-seed", str(seed), "--mode", args.mode, "--chunk", str(args.chunk)]
+        cmd += ["--xla-defaults"] if args.xla_defaults else []
         if mode == "timing":
             cmd += [
                 "--timing-pop",
@@ -574,6 +578,7 @@ def summarize_timing(rows: list[dict]) -> None:
         else:
             evals, repro = fmt(r.get("eval_s"), ".3f"), fmt(r.get("tell_s"), ".3f")
         label = r["engine_label"] + (f" [{r['neat_mode']}]" if r.get("neat_mode") else "")
+        label += " xla-defaults" if r.get("xla_defaults") else ""
         print(
             f"| {label} (seed {r['seed']}) | {r['pop']} | {r['generations']} "
             f"| {fmt(r.get('compile_s'))} | {fmt(r.get('first_gen_s'), '.3f')} | {r['s_per_generation']:.3f} "
@@ -603,13 +608,21 @@ def main(argv=None) -> None:
     ap.add_argument("--tensorneat-survival", type=float, default=None, help="TensorNEAT's survival_threshold")
     ap.add_argument("--out", default=None, help="JSON lines file (default .bench/neat/xor_<time>.jsonl)")
     ap.add_argument("--worker", choices=["evotensor"], help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--xla-defaults",
+        action="store_true",
+        help="evotensor: compile with XLA's default options (NEAT(compiler_options={})) instead of the "
+        "options NEAT asks for on a CPU",
+    )
     ap.add_argument("--worker-mode", choices=["xor", "timing"], help=argparse.SUPPRESS)
     ap.add_argument("--worker-seed", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.worker:
         if args.worker_mode == "xor":
-            rec = run_evotensor(args.worker_seed, neat_mode=args.mode, chunk=args.chunk)
+            rec = run_evotensor(
+                args.worker_seed, neat_mode=args.mode, chunk=args.chunk, xla_defaults=args.xla_defaults
+            )
         else:
             rec = run_evotensor(
                 args.worker_seed,
@@ -618,7 +631,9 @@ def main(argv=None) -> None:
                 generations=args.timing_generations,
                 neat_mode=args.mode,
                 repeats=args.repeats,
+                xla_defaults=args.xla_defaults,
             )
+        rec["xla_defaults"] = args.xla_defaults
         rec["load"] = os.getloadavg()[0]
         rec.setdefault("record", args.worker_mode)
         rec.setdefault("engine", "evotensor")
