@@ -255,3 +255,20 @@ def test_function_sets_pickle_by_their_arguments():
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     with pytest.raises((pickle.PicklingError, AttributeError), match="lambda"):
         pickle.dumps(FunctionSet(("add", "twice"), custom={"twice": (1, lambda a: 2 * a)}))
+
+
+@pytest.mark.parametrize(
+    "table",
+    [[0, 0, 0, 2, 2, 2, 2, 1, 1], [5], [1, 2, 1, 2, 3, 0], np.arange(9, dtype=np.float32), [True, False]],
+)
+def test_table_lookup_equals_indexing(table):
+    # comparisons on runs instead of a gather, with JAX's indexing results for every index:
+    # negative ones from the end, the rest clamped
+    from evotensor.gp.functions import table_lookup
+
+    t = np.asarray(table)
+    index = jnp.arange(-3 * t.size - 2, 3 * t.size + 2).reshape(2, -1)
+    got = jax.jit(lambda i: table_lookup(t, i))(index)
+    want = jax.jit(lambda i: jnp.asarray(t)[i])(index)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -475,3 +475,25 @@ def test_random_trees_round_trip_through_tuples_and_print(seed):
     for k in FIELDS:
         np.testing.assert_array_equal(np.asarray(getattr(again, k)), np.asarray(getattr(forest, k)))
     assert all(isinstance(text, str) and text for text in forest.to_infix(fs))
+
+
+@pytest.mark.parametrize("names", [("sin", "neg"), ("add", "mul"), ("add", "mul", "neg", "if_then_else")])
+def test_tree_validity_matches_the_per_tree_reasons_for_every_largest_arity(names):
+    # the check gathers the later children's sizes only up to the function set's largest arity
+    # (a shifted slice gives the first child's): each case is compared with the per-tree reasons
+    from evotensor.gp.metrics import describe_invalid_tree
+
+    fs = FunctionSet(names)
+    gen = TreeGenerator(fs, N_VARS, 12, 1, 3)
+    forest = gen(jax.random.key(len(names)), 60)
+    rng = np.random.default_rng(len(names))
+    arrays = {k: np.array(getattr(forest, k)) for k in ("opcode", "value", "size")}
+    for field, lo, hi in (("opcode", -1, fs.n_opcodes + 1), ("size", -2, 15), ("value", -1, 3)):
+        hit = rng.random(arrays[field].shape) < 0.02
+        arrays[field][hit] = rng.integers(lo, hi, int(hit.sum()))
+    fields = [arrays[k] for k in ("opcode", "value", "size")]
+    want = [describe_invalid_tree(*(a[t] for a in fields), fs.arity, N_VARS) == "" for t in range(60)]
+    got = np.asarray(jax.jit(lambda o, v, s: tree_validity(o, v, s, fs.arity, N_VARS))(*fields))
+    assert 0 < sum(want) < 60  # both kinds present
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(tree_validity(*fields, fs.arity, N_VARS, np), want)

@@ -384,3 +384,18 @@ def test_fused_pass_arguments():
         ops.inplace_mutations(jnp.zeros((3, L)), a, (1, 1, 0, 0), FS, N_VARS)
     with pytest.raises(ValueError, match="u must have shape"):
         ops.inplace_mutations(jnp.zeros((3, 2)), a, (1, 1, 1, 0), FS, N_VARS)
+
+
+@pytest.mark.parametrize("L", [1, 31, 32, 33, 64, 100])
+def test_uniform_choice_from_packed_words_equals_running_counts(L):
+    # the choice of the (k+1)-th True slot from population counts of packed words picks the slot
+    # the running-count product picks (kept for rows longer than 256), empty rows included
+    rng = np.random.default_rng(L)
+    for p in (0.0, 0.05, 0.5, 1.0):
+        mask = rng.random((40, L)) < p
+        u = rng.random(40).astype(np.float32)
+        u[:2] = [0.0, np.nextafter(np.float32(1), np.float32(0))]
+        got = jax.jit(ops._uniform_choice)(u, mask)
+        want = jax.jit(ops._uniform_choice_dot)(u, mask)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

@@ -487,6 +487,21 @@ def test_elite_indices_equal_a_stable_argsort(fit):
     assert got.tolist() == want
 
 
+_few_elites = jax.jit(lambda f: sel.elite_indices(f, 8))  # n <= pop // 100 + 8: by passes, not top_k
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.0, -0.0, 1.0, -2.0, 3e38, -3e38, np.inf, np.nan]), min_size=POP, max_size=POP)
+)
+def test_few_elite_indices_by_passes_equal_a_stable_argsort(fit):
+    """The passes for a few elites give top_k's order: stable argsort's first n, ties and NaNs included."""
+    fit = np.asarray(fit, np.float32)
+    got = np.asarray(_few_elites(jnp.asarray(fit)))
+    want = np.asarray(jnp.argsort(jnp.asarray(fit), stable=True))[:8]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_inverse_cdf_is_sample_from_probs_on_its_uniforms():
     probs = jnp.asarray([0.1, 0.0, 0.5, 0.4])
     key = jax.random.key(3)

@@ -623,8 +623,8 @@ def test_all_nonfinite_generations_leave_the_state_best_alone():
 def test_the_generations_draw_compiles_one_hash_not_one_per_consumer(gp):
     """The draw is cut into one slice per operator; XLA:CPU fused core.rng's unrolled Threefry into
     every slice's consumer (7 copies here, ~50 in the estimator's default GP: a third of its
-    generation program). jax.random's rolled hash is computed once (the same numbers: see
-    test_offspring_equal_the_operators_on_their_draws_bit_for_bit)."""
+    generation program). Drawn inside a conditional, the hash is computed once (the same numbers:
+    see test_offspring_equal_the_operators_on_their_draws_bit_for_bit)."""
     n_consumers = len(gp._layout())
     hlo = jax.jit(gp._draw).lower(jax.random.key(0)).compile().as_text()
     xors = hlo.count(" xor(")  # Threefry-2x32: 20 rounds, one xor each

@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -520,3 +521,25 @@ def select_function(functions, opcode, args, fast: bool):
             value = f.fn(*args[: f.arity])
         out = jnp.where(selected, value.astype(jnp.float32), out)
     return out, needs_exact
+
+
+def table_lookup(table: np.ndarray | Sequence[float], index: jax.Array) -> jax.Array:
+    """``jnp.asarray(table)[index]`` for a small constant ``table [n]`` (e.g. the arity of every
+    opcode) and integer ``index [...]``, with the same results for every index (negative ones
+    counted from the end, the rest clamped into ``[0, n)``, as JAX's indexing does), by comparisons
+    on the runs of equal entries instead of a gather: elementwise, so XLA fuses it into its
+    consumers, where on a CPU a gather from the table costs a kernel of its own per call site."""
+    t = np.asarray(table)
+    if t.ndim != 1 or not 0 < t.shape[0] <= 256:
+        return jnp.asarray(t)[index]
+    n = t.shape[0]
+    t = t.astype(jax.dtypes.canonicalize_dtype(t.dtype))  # the dtype jnp.asarray(table) has
+    i = jnp.clip(jnp.where(index < 0, index + n, index), 0, n - 1)
+    out = jnp.full(jnp.shape(index), t[0], t.dtype)
+    start = 0
+    for end in range(1, n + 1):  # one select per run of equal entries after the first
+        if end == n or t[end] != t[start]:
+            if t[start] != t[0]:
+                out = jnp.where((i >= start) & (i < end), t[start], out)
+            start = end
+    return out

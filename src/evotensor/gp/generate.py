@@ -41,7 +41,7 @@ import numpy as np
 from evotensor.core import rng
 from evotensor.core.checks import ArgumentError
 from evotensor.gp.encoding import CONST, PAD, VAR, Forest
-from evotensor.gp.functions import FunctionSet
+from evotensor.gp.functions import FunctionSet, table_lookup
 from evotensor.gp.weighted import mul_opcode
 
 METHODS = ("full", "grow", "half_and_half")
@@ -225,7 +225,7 @@ class TreeGenerator:
         modi_draw, r_out = split_uniform(r1, modi_prob)
         is_modi = is_func & modi_draw
         out = jnp.where(is_modi, jnp.minimum(jnp.floor(r_out * self.n_outputs), self.n_outputs - 1), -1)
-        a = jnp.where(is_func, arity[opcode], 0)
+        a = jnp.where(is_func, table_lookup(arity_np, opcode), 0)
         return opcode, value, out, a
 
     def _leaf(self, r1, budget=None):

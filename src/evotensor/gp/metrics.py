@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int
-from evotensor.gp.functions import CONST, PAD, VAR, FunctionSet
+from evotensor.gp.functions import CONST, PAD, VAR, FunctionSet, table_lookup
 
 __all__ = [
     "CLASSIFICATION_METRICS",
@@ -168,7 +168,9 @@ def tree_validity(opcode: Any, value: Any, size: Any, arity: np.ndarray, n_vars:
     inside = pos < n
     known = (opcode >= CONST) & (opcode < n_op)
     opcodes_ok = xp.all(xp.where(inside, known, opcode == PAD), axis=1)
-    ar = xp.asarray(np.asarray(arity, np.int32)).astype(wide)[xp.where(known, opcode, 0)]
+    table = np.asarray(arity, np.int32)
+    at = xp.where(known, opcode, 0)
+    ar = (table[at] if xp is np else table_lookup(table, at)).astype(wide)  # jnp: no gather
     # prefix order: with c_i = sum_{j <= i} (arity_j - 1), a tree of n nodes has c_i >= 0 for
     # i < n - 1 (a child is still pending) and c_{n-1} = -1 (nothing is)
     c = xp.cumsum(xp.where(inside, ar - 1, 0), axis=1)
@@ -180,11 +182,19 @@ def tree_validity(opcode: Any, value: Any, size: Any, arity: np.ndarray, n_vars:
     def size_at(p):
         return xp.take_along_axis(padded, p, axis=1)
 
+    # the first child is at i + 1 (<= L), its size a shifted slice, not a gather; the later children
+    # are gathered only when the function set has functions of that arity (otherwise their term is 0)
+    max_arity = int(np.max(arity)) if len(arity) else 0
     c1 = xp.minimum(xp.broadcast_to(pos + 1, (pop, L)), L)
-    c2 = xp.minimum(c1 + size_at(c1), L)
-    c3 = xp.minimum(c2 + size_at(c2), L)
-    expected = 1 + xp.where(ar >= 1, size_at(c1), 0) + xp.where(ar >= 2, size_at(c2), 0)
-    expected = expected + xp.where(ar >= 3, size_at(c3), 0)
+    s1 = padded[:, 1:]
+    expected = 1 + xp.where(ar >= 1, s1, 0)
+    if max_arity >= 2:
+        c2 = xp.minimum(c1 + s1, L)
+        s2 = size_at(c2)
+        expected = expected + xp.where(ar >= 2, s2, 0)
+        if max_arity >= 3:
+            c3 = xp.minimum(c2 + s2, L)
+            expected = expected + xp.where(ar >= 3, size_at(c3), 0)
     sizes_ok = xp.all(xp.where(inside, size == expected, True), axis=1)
     is_var = inside & (opcode == VAR)
     whole = (value == xp.floor(value)) & (value >= 0) & (value < n_vars)

@@ -42,6 +42,7 @@ import numpy as np
 from evotensor.core import rng
 from evotensor.gp.encoding import CONST, PAD, VAR, Forest
 from evotensor.gp.exchange import exchange
+from evotensor.gp.functions import table_lookup
 from evotensor.gp.generate import BELOW_ONE as _BELOW_ONE
 from evotensor.gp.generate import TreeGenerator
 from evotensor.gp.generate import split_uniform as _reuse
@@ -53,6 +54,59 @@ from evotensor.gp.weighted import inside_weighted, weighted_heads
 def _uniform_choice(u: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     """One index per row, uniform over the True entries of ``mask [pop, L]`` given uniforms
     ``u [pop]``; ``(idx, any)``."""
+    L = mask.shape[-1]
+    if L > _BITS_CHOICE_MAX_LEN:
+        return _uniform_choice_dot(u, mask)
+    words = _packed_rows(mask)
+    counts = jax.lax.population_count(words).astype(jnp.int32)  # [..., words]
+    count = jnp.sum(counts, axis=-1)  # the row's True entries, read off the words (mask is read once)
+    k = jnp.minimum(jnp.floor(u * count), jnp.maximum(count - 1, 0)).astype(jnp.int32)
+    idx = _kth_set_bit(words, counts, k)
+    has = count > 0
+    return jnp.where(has, idx, 0), has
+
+
+_BITS_CHOICE_MAX_LEN = 256  # longer rows: the running-count product (its word loop would be long)
+
+
+def _packed_rows(mask: jax.Array) -> jax.Array:
+    """``mask [..., L]`` packed into uint32 words ``[..., ceil(L / 32)]``: slot ``s`` is bit
+    ``s % 32`` of word ``s // 32``."""
+    L = mask.shape[-1]
+    W = -(-L // 32)
+    m = jnp.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, 32 * W - L)]).astype(jnp.uint32)
+    m = m.reshape(*mask.shape[:-1], W, 32)
+    return jnp.sum(m << jnp.arange(32, dtype=jnp.uint32), axis=-1, dtype=jnp.uint32)  # an OR
+
+
+def _kth_set_bit(words: jax.Array, counts: jax.Array, k: jax.Array) -> jax.Array:
+    """The slot of the ``(k + 1)``-th set bit of each row of packed ``words [..., W]`` (see
+    :func:`_packed_rows`; ``counts``: their population counts; ``k [...]``, ``0 <= k < count``,
+    another ``k`` gives 0), int32 ``[...]``.
+
+    Each word checks from the counts of the words before it whether it holds the entry, and finds
+    its bit by a five-step binary search on the counts of its low bits. The packing and the result
+    are reductions, so XLA keeps the search in their kernels rather than repeating it in every
+    consumer's: a few small kernels, where a running count over the slots costs a
+    ``[..., L] x [L, L]`` product and passes over ``[..., L]``."""
+    W = words.shape[-1]
+    w = np.arange(W)
+    before = jnp.sum(jnp.where(jnp.asarray(w[None, :] < w[:, None]), counts[..., None, :], 0), axis=-1)
+    rest = k.astype(jnp.int32)[..., None] - before  # [..., W]: the entry's rank inside word w
+    here = (rest >= 0) & (rest < counts)
+    pos = jnp.zeros(words.shape, jnp.uint32)
+    for step in (16, 8, 4, 2, 1):  # keep rest < (set bits of the word at and above pos)
+        low = jax.lax.shift_right_logical(words, pos) & jnp.uint32((1 << step) - 1)
+        c = jax.lax.population_count(low).astype(jnp.int32)
+        skip = rest >= c
+        pos = jnp.where(skip, pos + jnp.uint32(step), pos)
+        rest = jnp.where(skip, rest - c, rest)
+    slot = jnp.asarray(32 * w, jnp.int32) + pos.astype(jnp.int32)
+    return jnp.sum(jnp.where(here, slot, 0), axis=-1, dtype=jnp.int32)
+
+
+def _uniform_choice_dot(u: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """:func:`_uniform_choice` by running counts (for long rows)."""
     count = jnp.sum(mask, axis=-1)
     k = jnp.minimum(jnp.floor(u * count), jnp.maximum(count - 1, 0)).astype(jnp.int32)
     # The (k+1)-th True entry is the first slot whose running count exceeds k, i.e. the number of
@@ -71,9 +125,8 @@ def _units(opcode: jax.Array, function_set: Any, weighted: bool) -> tuple[jax.Ar
     """``(is_node, is_func)``, bool ``[pop, L]``: the slots an operator may choose, and those of them
     that are functions. With ``weighted``, a weighted variable is one leaf: its ``CONST`` and ``VAR``
     are not choosable and its ``mul`` is not a function."""
-    arity = jnp.asarray(function_set.arity, jnp.int32)
     is_node = opcode != PAD
-    is_func = is_node & (arity[opcode] > 0)
+    is_func = is_node & table_lookup(np.asarray(function_set.arity) > 0, opcode)  # no gather (see there)
     if weighted:
         heads = weighted_heads(opcode, function_set)
         is_node = is_node & ~inside_weighted(heads)

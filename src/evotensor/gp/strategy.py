@@ -93,6 +93,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evotensor.core import rng
 from evotensor.core.checks import ArgumentError
 from evotensor.core.evaluation import Evaluation, stand_ins_for_nonfinite
 from evotensor.core.pytree import pytree_dataclass
@@ -589,15 +590,24 @@ class GP:
         return out
 
     def _draw(self, key: jax.Array) -> dict[str, jax.Array]:
-        """Every random number of one ``_offspring`` from ``key``, in one ``jax.random.bits`` call:
-        uniforms (exactly as ``jax.random.uniform`` makes them from bits) or, for the selections'
-        integers, the raw uint32 bits (see :func:`evotensor.gp.selection.uniform_ints`)."""
+        """Every random number of one ``_offspring`` from ``key``, in one ``jax.random.bits`` draw
+        (computed by :func:`evotensor.core.rng.bits`: the same numbers): uniforms (exactly as
+        ``jax.random.uniform`` makes them from bits) or, for the selections' integers, the raw
+        uint32 bits (see :func:`evotensor.gp.selection.uniform_ints`)."""
         layout = self._layout()
         sizes = [int(np.prod(shape)) for _, shape, _ in layout]
-        # jax.random's rolled hash, not core.rng's unrolled one (the same numbers): the draw is cut
-        # into ~50 slices, and XLA:CPU fuses the unrolled hash into every slice's consumer, so the
-        # generation's program was 1.5x larger and took ~20% longer to compile, for no faster run
-        bits = jax.random.bits(key, (sum(sizes),), jnp.uint32)
+        n = sum(sizes)
+        # core.rng's unrolled hash is one vectorized pass where jax.random's rolled one is five
+        # (a tenth of a small generation's time on a CPU), but XLA:CPU fuses it into every one of
+        # the ~50 slices' consumers (a program half as large again) unless it is the result of a
+        # conditional: a branch XLA cannot see is always taken ((x | 1) != 0) keeps it whole
+        data = jax.random.key_data(key).reshape(-1)
+        bits = jax.lax.cond(
+            (data[0] | jnp.uint32(1)) != 0,
+            lambda k: rng.bits(k, (n,), jnp.uint32),
+            lambda k: jnp.zeros((n,), jnp.uint32),  # never taken
+            key,
+        )
         out, start = {}, 0
         for (name, shape, as_bits), size in zip(layout, sizes):
             chunk = bits[start : start + size].reshape(shape)
