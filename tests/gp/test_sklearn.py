@@ -730,16 +730,6 @@ def test_native_programs_get_the_cpu_compiler_options_and_xla_evaluated_ones_do_
         assert sk._compiler_options(problem) is None
 
 
-def test_compiler_options_xla_refuses_fall_back_to_its_defaults(monkeypatch):
-    import evotensor.gp.sklearn as sk
-
-    monkeypatch.setattr(sk, "_OPTIONS_REFUSED", [])
-    lowered = jax.jit(lambda a: a * 2.0).lower(jnp.ones(3))
-    compiled = sk._compiled(lowered, {"xla_no_such_option_anywhere": True})
-    np.testing.assert_array_equal(np.asarray(compiled(jnp.ones(3))), 2.0)
-    assert sk._OPTIONS_REFUSED  # and never tried again in this process
-
-
 WITH_AND_WITHOUT_OPTIONS = """
 import json, numpy as np
 import evotensor.gp.sklearn as sk

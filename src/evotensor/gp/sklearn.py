@@ -86,6 +86,7 @@ from evotensor.core.compile_cache import (
     load_executable,
     save_executable,
 )
+from evotensor.core.compiler_options import compile_lowered
 from evotensor.core.evaluation import to_natural
 from evotensor.core.run import Loop, RunResult, check_params
 from evotensor.gp import export, front, native, terminals
@@ -277,7 +278,6 @@ def _expression(tree: Forest, fs: FunctionSet, slope: Any, intercept: Any, names
 # programs keep XLA's defaults. A JAX whose XLA lacks the option compiles with its defaults.
 CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 """XLA compiler options of the estimators' natively evaluated programs on a CPU (empty: XLA's own)."""
-_OPTIONS_REFUSED: list[bool] = []  # set once XLA refused CPU_COMPILER_OPTIONS (then never tried again)
 
 
 def _compiler_options(problem: Any) -> dict[str, Any] | None:
@@ -292,27 +292,16 @@ def _compiler_options(problem: Any) -> dict[str, Any] | None:
     return dict(CPU_COMPILER_OPTIONS) if native and jax.default_backend() == "cpu" else None
 
 
-def _compiled(lowered: Any, options: dict[str, Any] | None) -> Any:
-    """``lowered.compile()`` with compiler ``options`` (``None``: none; plain where XLA refuses them)."""
-    if not options or _OPTIONS_REFUSED:
-        return lowered.compile()
-    try:
-        return lowered.compile(compiler_options=options)
-    except Exception:  # an option this XLA does not know: compile as usual (a real error raises there)
-        _OPTIONS_REFUSED.append(True)
-        return lowered.compile()
-
-
 _FFI_PREFIXES = ("evotensor_gp_",)  # the native evaluator's FFI targets (registered before a load)
 # the subpackages whose sources can reach gp's programs (gp's allowed imports, tests/test_architecture.py)
 _SOURCES = ("core", "gp", "io", "problems", "tasks", "tree")
 
 
 def _fresh_compile(lowered: Any, options: dict[str, Any] | None) -> tuple[Any, bool]:
-    """``(_compiled(lowered, options), whether XLA compiled it now)``: ``False`` when JAX read it from
+    """``(compile_lowered(lowered, options), whether XLA compiled it now)``: ``False`` when JAX read it from
     its persistent cache (such a program is not stored again, see ``jax_cache_hits``)."""
     before = jax_cache_hits()
-    compiled = _compiled(lowered, options)
+    compiled = compile_lowered(lowered, options)
     return compiled, jax_cache_hits() == before
 
 
