@@ -576,8 +576,11 @@ def test_attribute_mutation_equals_the_select_formula():
 
 def test_delete_node_removes_the_connections_the_gather_finds():
     """delete_node finds the connections touching the deleted node by comparing endpoint rows
-    (no gathers): the same as ``rows[src] | rows[dst]`` of the node mask, over grown populations."""
-    from evotensor.neat.mutation import _clear_conns, _clear_nodes, _one_delete_node, _rows
+    (no gathers): the same as ``rows[src] | rows[dst]`` of the node mask, over grown populations.
+    mutate's loop runs both deletions as one program with a traced node/connection flag: with the
+    flag traced, node deletion gives the same, and connection deletion removes the connection a
+    draw over the valid rows picks."""
+    from evotensor.neat.mutation import _clear_conns, _clear_nodes, _one_delete, _one_delete_node, _rows
 
     for name, seed, generations in (("ff_neat_python", 2, 6), ("rec_tensorneat", 1, 4)):
         grown = grow(name, seed, generations)  # populations other tests grow too (cached)
@@ -595,13 +598,22 @@ def test_delete_node_removes_the_connections_the_gather_finds():
             rows = (jnp.arange(spec.max_nodes) == row) & ok
             return _clear_nodes(_clear_conns(g, g.conn_valid & (rows[s] | rows[d])), rows), ok
 
-        def both(u, pop, do, spec=spec, reference=reference):
+        def reference_conn(u, g, s, d, do, spec=spec):
+            count = jnp.sum(g.conn_valid, dtype=jnp.int32)
+            target = jnp.minimum((u * count).astype(jnp.int32), count - 1)
+            row = jnp.argmax(g.conn_valid & (jnp.cumsum(g.conn_valid, dtype=jnp.int32) == target + 1))
+            ok = do & (count > 0)
+            return _clear_conns(g, (jnp.arange(spec.max_conns) == row) & ok), ok
+
+        def both(u, pop, do, node, spec=spec, reference=reference, reference_conn=reference_conn):
             src, dst = _rows(pop)
             fast = jax.vmap(lambda *x: _one_delete_node(spec, *x))(u, pop, src, dst, do)
-            return fast, jax.vmap(reference)(u, pop, src, dst, do)
+            traced = [jax.vmap(lambda *x, n=n: _one_delete(spec, n, *x))(u, pop, src, dst, do) for n in node]
+            want = jax.vmap(reference)(u, pop, src, dst, do), jax.vmap(reference_conn)(u, pop, src, dst, do)
+            return (fast, *traced), (want[0], *want)
 
-        got, want = jax.jit(both)(u, pop, do)
-        assert int(np.sum(np.asarray(got[1]))) > 0
+        got, want = jax.jit(both)(u, pop, do, jnp.array([True, False]))
+        assert int(np.sum(np.asarray(got[0][1]))) > 0
         for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
             assert np.array_equal(np.asarray(a), np.asarray(b))
 

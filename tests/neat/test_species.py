@@ -28,6 +28,8 @@ from evotensor.neat.species import (
     sanitize_fitness,
     speciate,
     species_fitness,
+    species_order,
+    species_rank,
     update_stagnation,
 )
 
@@ -322,6 +324,54 @@ def test_sanitize_fitness_makes_nonfinite_strictly_worst():
     assert np.asarray(sanitize_fitness(jnp.array([jnp.nan, jnp.inf]))).tolist() == [0.0, 0.0]
     big = np.asarray(sanitize_fitness(jnp.array([3e38, -3e38, jnp.nan])))
     assert np.all(np.isfinite(big)) and big[0] == 1e30 and big[2] < big[1]
+
+
+def test_sanitize_fitness_is_the_library_rule_bit_for_bit():
+    """sanitize_fitness takes both extremes from one reduction; its values are those of the library's
+    rule (core.worst_for_nonfinite of the negated, clipped fitness), bit for bit."""
+    from evotensor.core.evaluation import worst_for_nonfinite
+
+    def rule(f):
+        f = jnp.where(jnp.isfinite(f), jnp.clip(f, -1e30, 1e30), jnp.nan)
+        return -worst_for_nonfinite(-f)
+
+    rng = np.random.default_rng(0)
+    cases = [
+        rng.normal(size=50) * 10.0 ** rng.integers(-3, 40),
+        [np.nan, np.inf],
+        [-np.inf],
+        [0.0, -0.0],
+        [5.0, np.nan, 5.0],
+        [-3e20, np.inf],
+    ]
+    for n in range(20):
+        f = rng.normal(size=64) * 10.0 ** rng.integers(-40, 39)
+        f[rng.random(64) < 0.2 * (n % 3)] = rng.choice([np.nan, np.inf, -np.inf])
+        cases.append(f)
+    for f in cases:
+        f = jnp.asarray(np.asarray(f, np.float32))
+        got, want = np.asarray(jax.jit(sanitize_fitness)(f)), np.asarray(jax.jit(rule)(f))
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (f, got, want)
+
+
+def test_species_rank_inverts_species_order():
+    """species_rank ([S, S] comparisons) is the inverse permutation of species_order (a sort), ties
+    (equal fitness, -0.0 and 0.0, equal keys, invalid slots) included; speciation's stable order of a
+    short key vector likewise equals argsort."""
+    from evotensor.neat.species import _stable_order
+
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        n = int(rng.integers(1, 12))
+        valid = jnp.asarray(rng.random(n) < 0.7)
+        fitness = jnp.asarray(rng.choice([0.0, -0.0, 1.0, -2.5, 3.0, NO_FITNESS], n).astype(np.float32))
+        key = jnp.asarray(rng.integers(-1, 4, n).astype(np.int32))
+        order = np.asarray(species_order(valid, fitness, key))
+        rank = np.asarray(jax.jit(species_rank)(valid, fitness, key))
+        assert np.array_equal(rank[order], np.arange(n))
+        assert np.array_equal(
+            np.asarray(jax.jit(_stable_order)(key)), np.argsort(np.asarray(key), kind="stable")
+        )
 
 
 @pytest.mark.parametrize("func", ["max", "min", "mean", "median"])

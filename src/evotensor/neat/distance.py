@@ -223,18 +223,20 @@ class SortedTable:
             # table, and a population's tables are built for one or two lookups each
             self._packed, self._by_perm = rows, True
             return
-        # the packed columns ride through the sort (not gathered by its permutation afterwards): a
-        # sort's outputs are materialized, whereas XLA fuses a permuting gather into every lookup's
-        # gather and rebuilds the table once per looked-up row (a whole population's rows per table)
+        # the keys and the row index are sorted (the row index as the last key: a total order), and
+        # the packed rows gathered by the permutation once, behind a barrier: XLA would otherwise
+        # fuse the permuting gather into every lookup's gather (a table per looked-up row), and
+        # carrying every packed column through the sort costs a kernel per column
         width = rows.shape[1]
         out = lax.sort(
-            (*cols, (~valid).astype(jnp.int32), jnp.arange(T, dtype=jnp.int32), *rows.T),
-            num_keys=len(cols) + 1,
+            (*cols, (~valid).astype(jnp.int32), jnp.arange(T, dtype=jnp.int32)), num_keys=len(cols) + 2
         )
         n = len(cols)
         self.keys = tuple(jnp.concatenate([c, jnp.full((pad,), _INT_MAX, jnp.int32)]) for c in out[:n])
         self.perm = jnp.concatenate([out[n + 1], jnp.zeros((pad,), jnp.int32)])
-        self._packed = jnp.concatenate([jnp.stack(out[n + 2 :], axis=1), jnp.zeros((pad, width), jnp.int32)])
+        self._packed = jnp.concatenate(
+            [lax.optimization_barrier(rows[out[n + 1]]), jnp.zeros((pad, width), jnp.int32)]
+        )
         self._by_perm = False
 
     def tree_flatten(self):

@@ -222,15 +222,21 @@ class MutationConfig:
 # per-genome helpers (one genome: arrays [N], [C]; vmapped over the population)
 
 
-def _metrics(**counts: jax.Array) -> dict[str, jax.Array]:
-    out = {name: jnp.int32(0) for name in METRIC_NAMES}
-    for name, value in counts.items():
-        out[name] = jnp.sum(value, dtype=jnp.int32)
-    return out
+def _tally(**counts: jax.Array) -> jax.Array:
+    """Per-genome counts (``[P]`` each, bool or int) as ``int32 [len(METRIC_NAMES), P]``, zeros for
+    the metrics not given: steps add their tallies elementwise and :func:`_metrics` sums them once
+    (one reduction, not one per metric and step)."""
+    P = next(iter(counts.values())).shape[0]
+    zero = jnp.zeros((P,), jnp.int32)
+    return jnp.stack(
+        [jnp.asarray(counts[name], jnp.int32) if name in counts else zero for name in METRIC_NAMES]
+    )
 
 
-def _add_metrics(a: dict[str, jax.Array], b: dict[str, jax.Array]) -> dict[str, jax.Array]:
-    return {name: (a[name] + b[name]).astype(jnp.int32) for name in METRIC_NAMES}
+def _metrics(tally: jax.Array) -> dict[str, jax.Array]:
+    """The population totals (``int32`` scalars) of a :func:`_tally`."""
+    totals = jnp.sum(tally, axis=1, dtype=jnp.int32)
+    return {name: totals[i] for i, name in enumerate(METRIC_NAMES)}
 
 
 def _random_row(u: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -494,7 +500,7 @@ def _add_node(
     population, src, dst = jax.vmap(lambda g, s, d, *a: _one_split_apply(spec, config, g, s, d, *a))(
         population, *rows, row, ok, new_key, innov_in, innov_out, new
     )
-    metrics = _metrics(nodes_added=ok, capacity_skips=skip)
+    metrics = _tally(nodes_added=ok, capacity_skips=skip)
     fallback = no_candidate if config.surer else jnp.zeros(P, bool)
     return population, (src, dst), next_node_key, next_innov, metrics, fallback
 
@@ -537,7 +543,7 @@ def _add_conn_marked(spec, config, population, rows, mask, mark, u, attrs, per_g
     population, src, dst, ok, skip = jax.vmap(lambda a, g, s, d, *x: _one_conn_apply(a, g, s, d, *x, mark))(
         attrs, population, *rows, in_row, out_row, i_key, o_key, want
     )
-    metrics = _metrics(conns_added=ok, capacity_skips=skip)
+    metrics = _tally(conns_added=ok, capacity_skips=skip)
     return population, (src, dst), (ok, i_key, o_key, mark), metrics
 
 
@@ -559,26 +565,39 @@ def _number_marked(population: Genome, slots, next_innov, across_genomes: Across
 # ---- deletions
 
 
-def _one_delete_node(spec, u, g, src, dst, do):
-    hidden = g.node_valid & (jnp.arange(spec.max_nodes) >= spec.num_io)
-    row, has = _random_row(u, hidden)
+def _one_delete(spec, node, u, g, src, dst, do):
+    """Delete a uniformly random hidden node and every connection touching it (``node`` true), or
+    a uniformly random connection (``node`` false; a bool, possibly traced: one program for both).
+    Both candidate masks are padded to ``max(N, C)`` rows, which leaves the draw unchanged."""
+    N, C = spec.max_nodes, spec.max_conns
+    L = max(N, C)
+    node = jnp.asarray(node, bool)  # a Python bool too (``~`` of one would be an int)
+    hidden = g.node_valid & (jnp.arange(N) >= spec.num_io)
+    pad = lambda m: jnp.pad(m, (0, L - m.shape[0]))  # noqa: E731
+    row, has = _random_row(u, jnp.where(node, pad(hidden), pad(g.conn_valid)))
     ok = do & has
     # one node: comparing the endpoint rows with it gives ``rows[src] | rows[dst]`` of
     # :func:`_remove_nodes` (endpoint rows of valid connections are in range) without two gathers
-    touching = g.conn_valid & ((src == row) | (dst == row)) & ok
-    return _clear_nodes(_clear_conns(g, touching), (jnp.arange(spec.max_nodes) == row) & ok), ok
+    touching = g.conn_valid & ((src == row) | (dst == row)) & ok & node
+    conns = touching | ((jnp.arange(C) == row) & ok & ~node)
+    return _clear_nodes(_clear_conns(g, conns), (jnp.arange(N) == row) & ok & node), ok
+
+
+def _one_delete_node(spec, u, g, src, dst, do):
+    return _one_delete(spec, True, u, g, src, dst, do)
 
 
 def _one_delete_conn(spec, u, g, src, dst, do):
-    row, has = _random_row(u, g.conn_valid)
-    ok = do & has
-    return _clear_conns(g, (jnp.arange(spec.max_conns) == row) & ok), ok
+    return _one_delete(spec, False, u, g, src, dst, do)
 
 
-def _delete(one, spec, config, population, rows, mask, u, per_genome: PerGenome = _whole):
-    """A deletion step (``u float32 [P]``: the choice), then pruning where a deletion happened
-    (``config.prune_dangling``); the endpoint rows of the remaining connections do not change."""
-    population, ok = jax.vmap(lambda u, g, s, d, do: one(spec, u, g, s, d, do))(u, population, *rows, mask)
+def _delete(node, spec, config, population, rows, mask, u, per_genome: PerGenome = _whole):
+    """A deletion step (``node``: of nodes, else of connections; ``u float32 [P]``: the choice),
+    then pruning where a deletion happened (``config.prune_dangling``); the endpoint rows of the
+    remaining connections do not change."""
+    population, ok = jax.vmap(lambda u, g, s, d, do: _one_delete(spec, node, u, g, s, d, do))(
+        u, population, *rows, mask
+    )
     pruned = jnp.zeros(ok.shape, jnp.int32)
     if config.prune_dangling:
         population, pruned = _prune(spec, population, *rows, ok, per_genome)
@@ -641,8 +660,8 @@ def add_node(
             spec, config, population, rows, fallback, _FALLBACK_MARK, u[:, 2:4], conns[:, 2]
         )
         population, next_innov = _number_marked(population, [slot], next_innov)
-        metrics = _add_metrics(metrics, m)
-    return population, next_node_key, next_innov, metrics
+        metrics = metrics + m
+    return population, next_node_key, next_innov, _metrics(metrics)
 
 
 def add_connection(
@@ -662,7 +681,7 @@ def add_connection(
         spec, config, population, _rows(population), do, _ADD_MARK, u[:, 1:3], conns[:, 0]
     )
     population, next_innov = _number_marked(population, [slot], next_innov)
-    return population, next_innov, metrics
+    return population, next_innov, _metrics(metrics)
 
 
 def delete_node(
@@ -677,8 +696,8 @@ def delete_node(
     u = jax.random.uniform(key, (2 * population.node_key.shape[0],)).reshape(-1, 2)
     do = _draw(u[:, 0], config.node_delete_prob, mask)
     rows = _rows(population)
-    population, ok, pruned = _delete(_one_delete_node, spec, config, population, rows, do, u[:, 1])
-    return population, _metrics(nodes_deleted=ok, nodes_pruned=pruned)
+    population, ok, pruned = _delete(True, spec, config, population, rows, do, u[:, 1])
+    return population, _metrics(_tally(nodes_deleted=ok, nodes_pruned=pruned))
 
 
 def delete_connection(
@@ -693,8 +712,8 @@ def delete_connection(
     u = jax.random.uniform(key, (2 * population.node_key.shape[0],)).reshape(-1, 2)
     do = _draw(u[:, 0], config.conn_delete_prob, mask)
     rows = _rows(population)
-    population, ok, pruned = _delete(_one_delete_conn, spec, config, population, rows, do, u[:, 1])
-    return population, _metrics(conns_deleted=ok, nodes_pruned=pruned)
+    population, ok, pruned = _delete(False, spec, config, population, rows, do, u[:, 1])
+    return population, _metrics(_tally(conns_deleted=ok, nodes_pruned=pruned))
 
 
 def _branch_if_any(fn: Callable[..., tuple], valid: jax.Array, *operands: Any) -> tuple:
@@ -712,11 +731,17 @@ def _branch_if_any(fn: Callable[..., tuple], valid: jax.Array, *operands: Any) -
 
     @run.def_vmap
     def _rule(axis_size, in_batched, valid, *operands):
-        del axis_size
-        axes = [0 if b else None for b in in_batched[1:]]
-        batched = jax.vmap(fn, in_axes=axes)
-        out = _branch_if_any(lambda *x: batched(*x), valid, *operands)  # outer vmaps: the same again
-        return out, (True,) * len(out)
+        # the returned operands carry the batch axis in both branches: unbatched ones are broadcast
+        first = jax.tree_util.tree_map(lambda b: 0 if b else None, in_batched[1])
+        rest = tuple(
+            jax.tree_util.tree_map(
+                lambda x, b: x if b else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))), r, rb
+            )
+            for r, rb in zip(operands[1:], in_batched[2:])
+        )
+        batched = jax.vmap(fn, in_axes=(first,) + (0,) * len(rest))
+        out = _branch_if_any(lambda *x: batched(*x), valid, operands[0], *rest)  # outer vmaps: the same again
+        return out, jax.tree_util.tree_map(lambda _: True, out)
 
     return run(valid, *operands)
 
@@ -896,27 +921,48 @@ def mutate(
         conns[:, :2],
         across_genomes,
     )
-    slots = []
-    if config.surer:
-        population, rows, slot, m = _add_conn_marked(
-            spec, config, population, rows, fallback, _FALLBACK_MARK, u[:, 5:7], conns[:, 2], per_genome
+    # then two rounds of an add-connection step and a deletion with its pruning: the fallback's
+    # connections (none without structural_mutation_surer) and a node deletion, then the
+    # add-connection step and a connection deletion; one loop, so each step is compiled once
+    empty = (jnp.zeros((P,), bool), jnp.zeros((P,), jnp.int32), jnp.zeros((P,), jnp.int32))
+    # whether a round adds anything, for both rounds before the loop (one reduction; on a mesh one
+    # collective, outside the loop)
+    wants = jnp.any(jnp.stack([fallback, m_add_conn]), axis=1)
+
+    def add_conn(inputs, population, rows, slot, metrics):
+        population, rows, slot, m = _add_conn_marked(spec, config, population, rows, *inputs, per_genome)
+        return population, rows, slot[:3], metrics + m
+
+    def round_(r, carry):
+        population, rows, added, metrics, _ = carry
+        first = r == 0
+        pick = lambda a, b: jnp.where(first, a, b)  # noqa: E731  (selects fuse into their readers)
+        mark = pick(_FALLBACK_MARK, _ADD_MARK)
+        inputs = (
+            pick(fallback, m_add_conn),
+            mark,
+            pick(u[:, 5:7], u[:, 8:10]),
+            pick(conns[:, 2], conns[:, 2 + fb]),
         )
-        slots.append(slot)
-        metrics = _add_metrics(metrics, m)
-    population, ok, pruned = _delete(
-        _one_delete_node, spec, config, population, rows, m_del_node, u[:, 7], per_genome
+        # a conditional: a round in which no genome adds a connection (the fallback's, without
+        # structural_mutation_surer) skips the step, which would change nothing (the numbering
+        # ignores the endpoint keys of connections not added)
+        population, rows, slot, metrics = _branch_if_any(
+            add_conn, pick(wants[0], wants[1]), inputs, population, rows, empty, metrics
+        )
+        if config.surer:  # the fallback's slot, kept for the numbering at the end
+            added = tuple(pick(x, a) for a, x in zip(added, slot))
+        del_mask, u_del = pick(m_del_node, m_del_conn), pick(u[:, 7], u[:, 10])
+        population, ok, pruned = _delete(first, spec, config, population, rows, del_mask, u_del, per_genome)
+        deleted = _tally(nodes_deleted=ok & first, conns_deleted=ok & ~first, nodes_pruned=pruned)
+        return population, rows, added, metrics + deleted, slot
+
+    population, rows, added, metrics, slot = lax.fori_loop(
+        0, 2, round_, (population, rows, empty, metrics, empty)
     )
-    metrics = _add_metrics(metrics, _metrics(nodes_deleted=ok, nodes_pruned=pruned))
-    population, rows, slot, m = _add_conn_marked(
-        spec, config, population, rows, m_add_conn, _ADD_MARK, u[:, 8:10], conns[:, 2 + fb], per_genome
-    )
-    slots.append(slot)
-    metrics = _add_metrics(metrics, m)
-    population, ok, pruned = _delete(
-        _one_delete_conn, spec, config, population, rows, m_del_conn, u[:, 10], per_genome
-    )
-    metrics = _add_metrics(metrics, _metrics(conns_deleted=ok, nodes_pruned=pruned))
+    slots = ([(*added, _FALLBACK_MARK)] if config.surer else []) + [(*slot, _ADD_MARK)]
     population, next_innov = _number_marked(population, slots, next_innov, across_genomes)
+    metrics = _metrics(metrics)
     mutated = mutate_attributes(k_attr, spec, population)
     if active is None:
         return mutated, next_node_key, next_innov, metrics

@@ -83,7 +83,7 @@ from evotensor.neat.species import (
     clear_invalid,
     member_mask,
     sanitize_fitness,
-    species_order,
+    species_rank,
 )
 
 __all__ = [
@@ -350,7 +350,11 @@ def plan(
     # 1. adjusted fitness, over the surviving species' members
     n_safe = jnp.maximum(n, 1)
     mean = jax.ops.segment_sum(f, seg, num_segments=S + 1)[:S] / n_safe
-    order = species_order(alive, st.fitness, st.species_key)
+    # processing order (species_order) from ranks: ``order[rank[s]] = s`` as one [S, S] sum, and
+    # values put back in slot order by gathering at the rank (no sort, no scatter)
+    rank = species_rank(alive, st.fitness, st.species_key)
+    i_s = jnp.arange(S, dtype=jnp.int32)
+    order = jnp.sum(jnp.where(rank[None, :] == i_s[:, None], i_s[None, :], 0), axis=1, dtype=jnp.int32)
     alive_o = alive[order]
     if config.fitness_sharing == "normalized":
         fmin = jnp.min(jnp.where(member, f, jnp.inf))
@@ -361,7 +365,7 @@ def plan(
         min_af = jnp.min(jnp.where(alive, mean, jnp.inf))
         af = jnp.where(min_af < 0, mean + (-min_af + 1e-6), mean)
     else:
-        af = jnp.zeros((S,), jnp.float32).at[order].set(rank_shares(alive_o))
+        af = rank_shares(alive_o)[rank]
     af = jnp.where(alive, af, 0.0).astype(jnp.float32)
 
     # 2. spawn, computed in processing order
@@ -373,7 +377,7 @@ def plan(
     else:
         spawn_o = smoothed_spawn(af_o, n_o, alive_o, P, min_size)
     spawn_o = adjust_spawn_exact(spawn_o, alive_o, P, min_size)
-    spawn = jnp.zeros((S,), jnp.int32).at[order].set(spawn_o)
+    spawn = spawn_o[rank]
 
     # 3. members ranked within species: fitness descending, ties by larger index first
     idx = jnp.arange(P_in, dtype=jnp.int32)

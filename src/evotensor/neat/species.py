@@ -32,7 +32,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.core.checks import ArgumentError, check_choice, check_int, check_real
-from evotensor.core.evaluation import worst_for_nonfinite
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.neat.genome import Genome, GenomeSpec
 
@@ -48,6 +47,7 @@ __all__ = [
     "sanitize_fitness",
     "species_fitness",
     "species_order",
+    "species_rank",
     "speciate",
     "update_stagnation",
 ]
@@ -188,8 +188,17 @@ def sanitize_fitness(fitness: jax.Array) -> jax.Array:
     f = jnp.asarray(fitness, jnp.float32)
     if f.ndim != 1:
         raise ArgumentError(f"fitness must be a vector [pop], got shape {f.shape}")
-    f = jnp.where(jnp.isfinite(f), jnp.clip(f, -FITNESS_LIMIT, FITNESS_LIMIT), jnp.nan)
-    return -worst_for_nonfinite(-f)
+    # worst_for_nonfinite(-f), negated, with its two extremes from one reduction (fewer kernels):
+    # finite values lie within +-FITNESS_LIMIT after the clip, so "some finite" is "max > -big"
+    finite = jnp.isfinite(f)
+    g = -jnp.clip(f, -FITNESS_LIMIT, FITNESS_LIMIT)
+    big = jnp.finfo(jnp.float32).max
+    ext = jnp.max(jnp.stack([jnp.where(finite, g, -big), jnp.where(finite, -g, -big)]), axis=1)
+    max_finite, min_finite = ext[0], -ext[1]
+    tiny = jnp.finfo(jnp.float32).tiny
+    gap = jnp.maximum(max_finite - min_finite, jnp.maximum(1e-6 * jnp.abs(max_finite), tiny))
+    worst = jnp.where(max_finite > -big, jnp.minimum(max_finite + gap, big), 0.0)
+    return -jnp.where(finite, g, worst)
 
 
 def clear_invalid(state: SpeciesState) -> SpeciesState:
@@ -247,6 +256,21 @@ def species_order(valid: jax.Array, fitness: jax.Array, species_key: jax.Array) 
     return jnp.lexsort((k, f, ~valid)).astype(jnp.int32)
 
 
+def species_rank(valid: jax.Array, fitness: jax.Array, species_key: jax.Array) -> jax.Array:
+    """``int32 [S]``: each slot's position in :func:`species_order` (its inverse permutation), from
+    ``[S, S]`` comparisons (no sort). ``fitness`` must hold no NaN where ``valid`` (a species'
+    fitness is sanitized); ``-0.0`` and ``0.0`` tie, as in the sort."""
+    f = jnp.where(valid, fitness, 0.0)
+    k = jnp.where(valid, species_key, 0)
+    i = jnp.arange(valid.shape[0])
+    col, row = (lambda x: x[None, :]), (lambda x: x[:, None])  # entry j (columns) before entry i?
+    before = col(i) < row(i)
+    before = (col(k) < row(k)) | ((col(k) == row(k)) & before)
+    before = (col(f) < row(f)) | ((col(f) == row(f)) & before)
+    before = (col(valid) & ~row(valid)) | ((col(valid) == row(valid)) & before)
+    return jnp.sum(before, axis=1, dtype=jnp.int32)
+
+
 def update_stagnation(
     config: SpeciesConfig, species_state: SpeciesState, species_of: jax.Array, fitness: jax.Array
 ) -> tuple[SpeciesState, jax.Array]:
@@ -275,8 +299,7 @@ def update_stagnation(
     improved = alive & (sf > st.best_fitness)
     last_improved = jnp.where(improved, st.generation, st.last_improved)
     best = jnp.where(alive, jnp.maximum(st.best_fitness, sf), st.best_fitness)
-    order = species_order(alive, sf, st.species_key)
-    pos = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=jnp.int32))
+    pos = species_rank(alive, sf, st.species_key)
     n_alive = jnp.sum(alive, dtype=jnp.int32)
     protected = pos >= n_alive - config.species_elitism
     stagnant = alive & (st.generation - last_improved >= config.max_stagnation) & ~protected
@@ -284,6 +307,16 @@ def update_stagnation(
         valid=alive & ~stagnant, fitness=sf, best_fitness=best, last_improved=last_improved, size=size
     )
     return clear_invalid(new), stagnant
+
+
+def _stable_order(key: jax.Array) -> jax.Array:
+    """``int32 [S]``: ``argsort(key, stable=True)`` of a short integer vector (the species axis)
+    from ``[S, S]`` comparisons: each entry's stable rank, then ``order[rank[i]] = i`` as a masked
+    sum (no sort kernel)."""
+    i = jnp.arange(key.shape[0], dtype=jnp.int32)
+    before = (key[None, :] < key[:, None]) | ((key[None, :] == key[:, None]) & (i[None, :] < i[:, None]))
+    rank = jnp.sum(before, axis=1, dtype=jnp.int32)
+    return jnp.sum(jnp.where(rank[None, :] == i[:, None], i[None, :], 0), axis=1, dtype=jnp.int32)
 
 
 def _clean_distance(d: jax.Array) -> jax.Array:
@@ -360,7 +393,7 @@ def speciate(
     # representative picks the closest untaken genome as the new one, then (b) the column to that
     # new representative is stored; afterwards (c) founders, one at a time in population order,
     # each storing its own column, while genomes are uncovered and slots remain.
-    key_order = jnp.argsort(jnp.where(st.valid, st.species_key, _INT_MAX), stable=True).astype(jnp.int32)
+    key_order = _stable_order(jnp.where(st.valid, st.species_key, _INT_MAX))
     n_old = jnp.sum(st.valid, dtype=jnp.int32)
     old_reps = st.representatives
 
@@ -369,17 +402,21 @@ def speciate(
         dmin = jnp.min(jnp.where(v[:, None], d, jnp.inf), axis=0)
         return ~fx & ~(dmin < thr)
 
+    # the slots' fields live in one int32 [4, S] carry (valid, representative, found_at, key), so
+    # one select per iteration writes a slot's four fields; the first uncovered genome ``g`` (and
+    # whether there is one) is found at the end of each iteration, for the next one and the loop's
+    # condition (at the start nothing is covered: g = 0)
     def cond(carry):
-        j, _, d, v, fx, *_ = carry
-        return (j < n_old) | (jnp.any(uncovered(d, v, fx)) & jnp.any(~v))
+        j, _, _, slots, _, _, _, any_uncovered = carry
+        return (j < n_old) | (any_uncovered & jnp.any(slots[0] == 0))
 
     def body(carry):
-        j, second, d, v, fx, rep, fa, k, nk = carry
+        j, second, d, slots, fx, nk, g, _ = carry
+        v, rep, fa, k = slots[0] != 0, slots[1], slots[2], slots[3]
         recentring = j < n_old
         s = key_order[jnp.minimum(j, S - 1)]
         is_a = recentring & ~second
         is_b = recentring & second
-        g = jnp.argmax(uncovered(d, v, fx)).astype(jnp.int32)
         free = jnp.argmax(~v).astype(jnp.int32)
         member = jnp.where(is_b, rep[s], g)
         target = jax.tree_util.tree_map(
@@ -393,30 +430,38 @@ def speciate(
         founding = ~recentring
         slot = jnp.where(recentring, s, free)
         write = is_b | founding
-        d = d.at[slot].set(jnp.where(write, col, d[slot]))
-        v = v.at[slot].set(v[slot] | ok | founding)
-        fx = fx.at[jnp.where(founding, g, i)].set(fx[jnp.where(founding, g, i)] | ok | founding)
-        rep = rep.at[slot].set(jnp.where(ok, i, jnp.where(founding, g, rep[slot])))
-        fa = fa.at[slot].set(jnp.where(ok, -1, jnp.where(founding, g, fa[slot])))
-        k = k.at[slot].set(jnp.where(ok, st.species_key[s], jnp.where(founding, nk, k[slot])))
+        d = jnp.where(((jnp.arange(S) == slot) & write)[:, None], col[None, :], d)
+        fx = fx | ((idx == jnp.where(founding, g, i)) & (ok | founding))
+        fields = jnp.stack(
+            [
+                (v[slot] | ok | founding).astype(jnp.int32),
+                jnp.where(ok, i, jnp.where(founding, g, rep[slot])),
+                jnp.where(ok, -1, jnp.where(founding, g, fa[slot])),
+                jnp.where(ok, st.species_key[s], jnp.where(founding, nk, k[slot])),
+            ]
+        )
+        slots = jnp.where(jnp.arange(S) == slot, fields[:, None], slots)
         nk = nk + founding.astype(jnp.int32)
         # after (a): (b) if a representative was found, else the next species; after (b): next
         j = jnp.where(is_a & ok, j, j + recentring.astype(jnp.int32))
         second = is_a & ok
-        return j, second, d, v, fx, rep, fa, k, nk
+        left = uncovered(d, slots[0] != 0, fx)
+        g = jnp.argmax(left).astype(jnp.int32)
+        return j, second, d, slots, fx, nk, g, left[g]
 
+    minus = jnp.full((S,), -1, jnp.int32)
     carry = (
         jnp.int32(0),
         jnp.bool_(False),
         jnp.full((S, P), _BIG, jnp.float32),
-        jnp.zeros((S,), bool),
+        jnp.stack([jnp.zeros((S,), jnp.int32), minus, jnp.full((S,), P, jnp.int32), minus]),
         jnp.zeros((P,), bool),
-        jnp.full((S,), -1, jnp.int32),
-        jnp.full((S,), P, jnp.int32),
-        jnp.full((S,), -1, jnp.int32),
         st.next_species_key,
+        jnp.int32(0),
+        jnp.bool_(P > 0),
     )
-    _, _, d_new, valid, fixed, rep_idx, found_at, keys, next_key = jax.lax.while_loop(cond, body, carry)
+    _, _, d_new, slots, _, next_key, _, _ = jax.lax.while_loop(cond, body, carry)
+    valid, rep_idx, found_at, keys = slots[0] != 0, slots[1], slots[2], slots[3]
 
     # 3. assignment: representatives keep their species; others join the closest earlier one
     own = (
@@ -424,7 +469,7 @@ def speciate(
         .at[jnp.where(valid, rep_idx, P)]
         .set(jnp.arange(S, dtype=jnp.int32), mode="drop")
     )
-    by_key = jnp.argsort(jnp.where(valid, keys, _INT_MAX), stable=True)  # ties -> smallest key
+    by_key = _stable_order(jnp.where(valid, keys, _INT_MAX))  # ties -> smallest key
     d_k = d_new[by_key].T
     valid_k = valid[by_key]
     allowed = valid_k[None, :] & (found_at[by_key][None, :] < idx[:, None]) & (d_k < thr)
