@@ -17,7 +17,8 @@ arguments ``tell`` would give it:
   :func:`~evotensor.neat.reproduction.plan`;
 * ``decode+eval``: the decoder and the XOR evaluation (``network.py``; not part of ``tell``).
 
-Compile time is ``jax.jit(f).lower(...).compile()`` in CPU seconds (``time.process_time``, all
+Compile time is ``jax.jit(f).lower(...)`` compiled as the run loop compiles (``Loop.compile``: with the
+XLA options NEAT asks for on a CPU; ``--xla-defaults``: XLA's own) in CPU seconds (``time.process_time``, all
 threads: the box is shared and wall time follows its load; XLA:CPU compiles kernels on both cores, so
 an idle box's wall time is lower), with the optimized HLO's fusion and ``while`` counts (each fusion is
 a kernel LLVM compiles; on XLA:CPU compile time grows with their number). Run time is CPU ms and wall
@@ -55,6 +56,12 @@ def _args():
     p.add_argument("--inner", type=int, default=10)
     p.add_argument("--no-pieces", action="store_true", help="the whole generation only")
     p.add_argument("--no-compile", action="store_true", help="run times only")
+    p.add_argument(
+        "--xla-defaults",
+        action="store_true",
+        help="compile with XLA's default options, not those NEAT asks for "
+        "(evotensor.neat.CPU_COMPILER_OPTIONS)",
+    )
     return p.parse_args()
 
 
@@ -86,13 +93,17 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
 
 
-def compile_stats(fn, *args) -> tuple[float, float, int, int]:
-    """``(CPU-s, wall-s, fusions, whiles)`` of compiling ``fn`` for ``args``."""
+def compile_stats(loop: Loop, fn, *args) -> tuple[float, float, int, int, object]:
+    """``(CPU-s, wall-s, fusions, whiles, compiled)`` of compiling ``fn`` for ``args`` as ``loop``
+    compiles its programs (with the XLA options NEAT asks for, ``Loop.compile``; XLA's defaults with
+    ``--xla-defaults`` or on a package from before ``Loop.compile``)."""
     lowered = jax.jit(fn).lower(*args)
     c0, w0 = time.process_time(), time.perf_counter()
-    text = lowered.compile().as_text()
+    with_options = hasattr(loop, "compile") and not ARGS.xla_defaults
+    compiled = loop.compile(lowered) if with_options else lowered.compile()
+    text = compiled.as_text()
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    return cpu, wall, len(re.findall(r" fusion\(", text)), len(re.findall(r" while\(", text))
+    return cpu, wall, len(re.findall(r" fusion\(", text)), len(re.findall(r" while\(", text)), compiled
 
 
 def run_ms(fn, *args) -> tuple[float, float]:
@@ -169,11 +180,9 @@ def main():
             carry, _ = step(carry, loop_key)
         state = carry.strategy_state
         for name, (fn, args) in pieces(strategy, state, loop, carry, loop_key).items():
-            stats = "- | - | - | -"
-            if not ARGS.no_compile:  # first: a later compile would hit JAX's in-memory cache
-                cpu, wall, fusions, whiles = compile_stats(fn, *args)
-                stats = f"{cpu:.2f} | {wall:.2f} | {fusions} | {whiles}"
-            cpu_ms, wall_ms = run_ms(jax.jit(fn), *args)
+            cpu, wall, fusions, whiles, compiled = compile_stats(loop, fn, *args)
+            stats = "- | - | - | -" if ARGS.no_compile else f"{cpu:.2f} | {wall:.2f} | {fusions} | {whiles}"
+            cpu_ms, wall_ms = run_ms(compiled, *args)
             print(f"| {P} | {name} | {stats} | {cpu_ms:.2f} | {wall_ms:.2f} |", flush=True)
         sizes = jnp.mean(state.population.num_nodes.astype(jnp.float32)) - strategy.spec.num_inputs
         print(

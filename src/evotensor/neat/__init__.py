@@ -37,9 +37,10 @@ from evotensor.neat.network import (
 )
 from evotensor.neat.reproduction import ReproductionConfig
 from evotensor.neat.species import SpeciesConfig
-from evotensor.neat.strategy import NEAT, NEATDecoder, NEATState
+from evotensor.neat.strategy import CPU_COMPILER_OPTIONS, NEAT, NEATDecoder, NEATState
 
 __all__ = [
+    "CPU_COMPILER_OPTIONS",
     "EMPTY",
     "MODES",
     "NEAT",
