@@ -24,7 +24,7 @@ from evotensor.core.checks import ArgumentError
 
 __all__ = ["compile_lowered", "merged_compiler_options", "platform_of"]
 
-_REFUSED: set[tuple[tuple[str, Any], ...]] = set()  # option sets this XLA refused (never tried again)
+_REFUSED: set[str] = set()  # option sets (their repr) this XLA refused (never tried again)
 
 
 def platform_of(mesh: Any = None) -> str:
@@ -78,7 +78,7 @@ def compile_lowered(lowered: Any, options: Mapping[str, Any] | None) -> Any:
     """
     if not options:
         return lowered.compile()
-    tag = tuple(sorted(options.items()))
+    tag = repr(sorted(options.items()))
     if tag in _REFUSED:
         return lowered.compile()
     try:
