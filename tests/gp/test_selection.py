@@ -473,33 +473,24 @@ def test_uniform_ints_are_uniform():
     assert counts.shape == (7,) and np.all(np.abs(counts - 10_000) < 5 * 95)  # 5 sigma
 
 
+# n = POP: top_k; n = 8 <= pop // 100 + 8: the argmax passes for a few elites
+_few_elites = jax.jit(lambda f: sel.elite_indices(f, 8))
+
+
+@pytest.mark.parametrize("n", [POP, 8])
 @settings(max_examples=30, deadline=None)
 @given(
     st.lists(st.sampled_from([0.0, -0.0, 1.0, -2.0, 3e38, -3e38, np.inf, np.nan]), min_size=POP, max_size=POP)
 )
-def test_elite_indices_equal_a_stable_argsort(fit):
-    """top_k on order keys gives jnp.argsort(stable)'s order, ties (and -0.0 vs 0.0, NaNs) included."""
+def test_elite_indices_equal_a_stable_argsort(n, fit):
+    """Both ways of finding elites give jnp.argsort(stable)'s first n, ties (and -0.0 vs 0.0, NaNs)
+    included."""
     fit = np.asarray(fit, np.float32)
-    got = np.asarray(_elites(jnp.asarray(fit)))
-    np.testing.assert_array_equal(got, np.asarray(jnp.argsort(jnp.asarray(fit), stable=True)))
+    got = np.asarray((_elites if n == POP else _few_elites)(jnp.asarray(fit)))
+    np.testing.assert_array_equal(got, np.asarray(jnp.argsort(jnp.asarray(fit), stable=True))[:n])
     key = np.where(np.isnan(fit), np.inf, fit)  # the same order by hand: NaNs last, -0.0 == 0.0
-    want = sorted(range(POP), key=lambda i: (np.isnan(fit[i]), key[i], i))
+    want = sorted(range(POP), key=lambda i: (np.isnan(fit[i]), key[i], i))[:n]
     assert got.tolist() == want
-
-
-_few_elites = jax.jit(lambda f: sel.elite_indices(f, 8))  # n <= pop // 100 + 8: by passes, not top_k
-
-
-@settings(max_examples=30, deadline=None)
-@given(
-    st.lists(st.sampled_from([0.0, -0.0, 1.0, -2.0, 3e38, -3e38, np.inf, np.nan]), min_size=POP, max_size=POP)
-)
-def test_few_elite_indices_by_passes_equal_a_stable_argsort(fit):
-    """The passes for a few elites give top_k's order: stable argsort's first n, ties and NaNs included."""
-    fit = np.asarray(fit, np.float32)
-    got = np.asarray(_few_elites(jnp.asarray(fit)))
-    want = np.asarray(jnp.argsort(jnp.asarray(fit), stable=True))[:8]
-    np.testing.assert_array_equal(got, want)
 
 
 def test_inverse_cdf_is_sample_from_probs_on_its_uniforms():
