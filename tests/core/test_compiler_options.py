@@ -107,3 +107,6 @@ def test_compile_lowered_falls_back_only_for_unknown_options():
         assert float(compile_lowered(lowered, options)(jnp.float32(0.5))) == want
     with pytest.raises(Exception, match=REAL):  # a bad value of a known option is the caller's error
         compile_lowered(lowered, {REAL: "maybe"})
+    for bad in ([REAL], {1: True}, "fast"):
+        with pytest.raises(ArgumentError, match="options must be a mapping"):
+            compile_lowered(lowered, bad)

@@ -22,7 +22,13 @@ import jax
 
 from evotensor.core.checks import ArgumentError
 
-__all__ = ["compile_lowered", "merged_compiler_options", "platform_of"]
+__all__ = ["CLASSIC_CPU_EMITTERS", "compile_lowered", "merged_compiler_options", "platform_of"]
+
+CLASSIC_CPU_EMITTERS: Mapping[str, Any] = {"xla_cpu_use_fusion_emitters": False}
+"""XLA:CPU's classic elemental emitters instead of its newer fusion emitters: fewer, larger kernels,
+and on XLA:CPU every kernel is compiled as its own LLVM module, so programs of many small steps
+compile markedly faster (NEAT's and the GP estimators' CPU options; measured in
+``benchmarks/results_neat.md`` and ``results_sr_suite.md``)."""
 
 _REFUSED: set[str] = set()  # option sets (their repr) this XLA refused (never tried again)
 
@@ -76,6 +82,11 @@ def compile_lowered(lowered: Any, options: Mapping[str, Any] | None) -> Any:
     the program then compiles with XLA's defaults (the same results; only its compile and run times
     differ), and that set is not tried again in this process. Any other compile error raises.
     """
+    named = isinstance(options, Mapping) and all(isinstance(k, str) for k in options)
+    if options is not None and not named:
+        raise ArgumentError(
+            f"options must be a mapping of XLA option names to values, or None, got {options!r}"
+        )
     if not options:
         return lowered.compile()
     tag = repr(sorted(options.items()))

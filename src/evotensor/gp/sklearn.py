@@ -86,7 +86,7 @@ from evotensor.core.compile_cache import (
     load_executable,
     save_executable,
 )
-from evotensor.core.compiler_options import compile_lowered
+from evotensor.core.compiler_options import CLASSIC_CPU_EMITTERS, compile_lowered
 from evotensor.core.evaluation import to_natural
 from evotensor.core.run import Loop, RunResult, check_params
 from evotensor.gp import export, front, native, terminals
@@ -276,7 +276,7 @@ def _expression(tree: Forest, fs: FunctionSet, slope: Any, intercept: Any, names
 # optimization, parsimony "auto", and classification); with the JAX evaluator, or a classifier's
 # logit scaling (Newton steps in XLA), a few fitness values differ in the last bits, so those
 # programs keep XLA's defaults. A JAX whose XLA lacks the option compiles with its defaults.
-CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+CPU_COMPILER_OPTIONS = dict(CLASSIC_CPU_EMITTERS)
 """XLA compiler options of the estimators' natively evaluated programs on a CPU (empty: XLA's own)."""
 
 

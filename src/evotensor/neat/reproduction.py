@@ -82,8 +82,10 @@ from evotensor.neat.species import (
     SpeciesState,
     clear_invalid,
     member_mask,
+    order_from_rank,
     sanitize_fitness,
     species_rank,
+    stable_rank,
 )
 
 __all__ = [
@@ -263,7 +265,7 @@ def adjust_spawn_exact(spawn: jax.Array, mask: jax.Array, population_size: int, 
     m = jnp.sum(mask, dtype=jnp.int32)
     diff = population_size - jnp.sum(spawn)
 
-    pos_asc = _stable_rank(jnp.where(mask, spawn, _INT_MAX))
+    pos_asc = stable_rank(jnp.where(mask, spawn, _INT_MAX))
     mm = jnp.maximum(m, 1)
     short = jnp.maximum(diff, 0)
     add = jnp.where(mask, short // mm + (pos_asc < short % mm).astype(jnp.int32), 0)
@@ -278,7 +280,7 @@ def adjust_spawn_exact(spawn: jax.Array, mask: jax.Array, population_size: int, 
     removed_base = jnp.sum(jnp.minimum(base, cap))
     k = jnp.where(above > 0, base + (excess - removed_base) // jnp.maximum(above, 1), base)
     rest = excess - jnp.sum(jnp.minimum(k, cap))
-    pos_desc = _stable_rank(jnp.where(mask, -spawn, _INT_MAX))
+    pos_desc = stable_rank(jnp.where(mask, -spawn, _INT_MAX))
     eligible = cap > k
     before = jnp.sum(eligible[None, :] & (pos_desc[None, :] <= pos_desc[:, None]), axis=1)
     extra = eligible & (before <= rest)
@@ -291,14 +293,6 @@ def _prefix_sum(x: jax.Array) -> jax.Array:
     sum: exact, and it fuses into its consumers (a ``cumsum`` is several kernels on a CPU)."""
     i = jnp.arange(x.shape[0])
     return jnp.sum(jnp.where(i[None, :] <= i[:, None], x[None, :], 0), axis=1).astype(x.dtype)
-
-
-def _stable_rank(key: jax.Array) -> jax.Array:
-    """``int32 [S]``: each entry's position in a stable ascending sort of ``key`` (``[S, S]``
-    comparisons; for the small species axis)."""
-    i = jnp.arange(key.shape[0])
-    before = (key[None, :] < key[:, None]) | ((key[None, :] == key[:, None]) & (i[None, :] < i[:, None]))
-    return jnp.sum(before, axis=1, dtype=jnp.int32)
 
 
 def parent_pool_sizes(survival_threshold: float, max_members: int) -> np.ndarray:
@@ -353,8 +347,7 @@ def plan(
     # processing order (species_order) from ranks: ``order[rank[s]] = s`` as one [S, S] sum, and
     # values put back in slot order by gathering at the rank (no sort, no scatter)
     rank = species_rank(alive, st.fitness, st.species_key)
-    i_s = jnp.arange(S, dtype=jnp.int32)
-    order = jnp.sum(jnp.where(rank[None, :] == i_s[:, None], i_s[None, :], 0), axis=1, dtype=jnp.int32)
+    order = order_from_rank(rank)
     alive_o = alive[order]
     if config.fitness_sharing == "normalized":
         fmin = jnp.min(jnp.where(member, f, jnp.inf))

@@ -44,11 +44,13 @@ __all__ = [
     "clear_invalid",
     "init_species_state",
     "member_mask",
+    "order_from_rank",
     "sanitize_fitness",
     "species_fitness",
     "species_order",
     "species_rank",
     "speciate",
+    "stable_rank",
     "update_stagnation",
 ]
 
@@ -309,13 +311,18 @@ def update_stagnation(
     return clear_invalid(new), stagnant
 
 
-def _stable_order(key: jax.Array) -> jax.Array:
-    """``int32 [S]``: ``argsort(key, stable=True)`` of a short integer vector (the species axis)
-    from ``[S, S]`` comparisons: each entry's stable rank, then ``order[rank[i]] = i`` as a masked
-    sum (no sort kernel)."""
-    i = jnp.arange(key.shape[0], dtype=jnp.int32)
+def stable_rank(key: jax.Array) -> jax.Array:
+    """``int32 [S]``: each entry's position in a stable ascending sort of ``key [S]`` (ties: the lower
+    index first), from ``[S, S]`` comparisons: no sort kernel, for the small species axis."""
+    i = jnp.arange(key.shape[0])
     before = (key[None, :] < key[:, None]) | ((key[None, :] == key[:, None]) & (i[None, :] < i[:, None]))
-    rank = jnp.sum(before, axis=1, dtype=jnp.int32)
+    return jnp.sum(before, axis=1, dtype=jnp.int32)
+
+
+def order_from_rank(rank: jax.Array) -> jax.Array:
+    """``int32 [S]``: the permutation ``order`` with ``order[rank[i]] = i`` (``rank [S]`` a
+    permutation of ``0..S-1``), as one ``[S, S]`` masked sum instead of a scatter."""
+    i = jnp.arange(rank.shape[0], dtype=jnp.int32)
     return jnp.sum(jnp.where(rank[None, :] == i[:, None], i[None, :], 0), axis=1, dtype=jnp.int32)
 
 
@@ -393,7 +400,7 @@ def speciate(
     # representative picks the closest untaken genome as the new one, then (b) the column to that
     # new representative is stored; afterwards (c) founders, one at a time in population order,
     # each storing its own column, while genomes are uncovered and slots remain.
-    key_order = _stable_order(jnp.where(st.valid, st.species_key, _INT_MAX))
+    key_order = order_from_rank(stable_rank(jnp.where(st.valid, st.species_key, _INT_MAX)))
     n_old = jnp.sum(st.valid, dtype=jnp.int32)
     old_reps = st.representatives
 
@@ -469,7 +476,7 @@ def speciate(
         .at[jnp.where(valid, rep_idx, P)]
         .set(jnp.arange(S, dtype=jnp.int32), mode="drop")
     )
-    by_key = _stable_order(jnp.where(valid, keys, _INT_MAX))  # ties -> smallest key
+    by_key = order_from_rank(stable_rank(jnp.where(valid, keys, _INT_MAX)))  # ties -> smallest key
     d_k = d_new[by_key].T
     valid_k = valid[by_key]
     allowed = valid_k[None, :] & (found_at[by_key][None, :] < idx[:, None]) & (d_k < thr)

@@ -42,6 +42,7 @@ from jax import lax
 
 from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_int
+from evotensor.core.compiler_options import CLASSIC_CPU_EMITTERS
 from evotensor.core.evaluation import Evaluation
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.neat.config import NEATConfig, neat_mode
@@ -63,12 +64,12 @@ from evotensor.neat.species import (
 
 __all__ = ["CPU_COMPILER_OPTIONS", "NEAT", "NEATDecoder", "NEATState"]
 
-CPU_COMPILER_OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
+CPU_COMPILER_OPTIONS: dict[str, Any] = dict(CLASSIC_CPU_EMITTERS)
 """XLA options NEAT's programs compile with on a CPU unless ``NEAT(compiler_options=...)`` says
-otherwise. XLA:CPU compiles every kernel of a program as its own LLVM module, and its newer fusion
-emitters make ~1.5x more kernels of NEAT's many small steps: without them the CartPole step compiles
-~2 s faster and runs within a few percent, with bit-identical states
-(``benchmarks/results_neat.md``, session 18)."""
+otherwise (:data:`evotensor.core.compiler_options.CLASSIC_CPU_EMITTERS`): XLA:CPU's newer fusion
+emitters make ~1.5x more kernels of NEAT's many small steps, and each compiles on its own; without
+them the CartPole step compiles ~2 s faster, a generation runs 3-30% slower, the states are the same
+bit for bit (``benchmarks/results_neat.md``, session 18)."""
 
 
 @pytree_dataclass
