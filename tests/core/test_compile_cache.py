@@ -145,6 +145,38 @@ def test_a_stored_executable_loads_with_its_pytrees_and_computes_the_same(tmp_pa
     assert cc.load_executable(tmp_path, "small", cc.executable_key("small", 2)) is None  # not stored
 
 
+def test_a_lean_lowering_stores_a_smaller_program_that_computes_the_same(tmp_path):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from evotensor.core import compile_cache as cc
+
+    def program():  # a new function each time: JAX reuses a function's trace
+        def nested(x):  # several frames deep, as the strategies' code is
+            def inner(v):
+                return jnp.sin(v) * 2.0 + jnp.cumsum(v)
+
+            return jax.lax.fori_loop(0, 3, lambda i, v: inner(v), x)
+
+        return nested
+
+    x = jnp.linspace(-1.0, 1.0, 16)
+    full = jax.jit(program()).lower(x)
+    with cc.lean_lowering():
+        lean = jax.jit(program()).lower(x)
+    assert jax.config.jax_include_full_tracebacks_in_locations  # restored after the context
+    assert len(lean.as_text(debug_info=True)) < len(full.as_text(debug_info=True))
+    sizes = []
+    for name, lowered in (("full", full), ("lean", lean)):
+        key = cc.executable_key(name)
+        assert cc.save_executable(tmp_path, name, key, lowered.compile())
+        sizes.append((tmp_path / f"{name}-{key}.exe").stat().st_size)
+        loaded = cc.load_executable(tmp_path, name, key)
+        np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(program()(x)))
+    assert sizes[1] < sizes[0]
+
+
 def test_a_corrupt_or_foreign_entry_is_skipped_with_a_warning(tmp_path):
     import pickle
 

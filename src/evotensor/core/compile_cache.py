@@ -37,6 +37,7 @@ you own.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -63,6 +64,7 @@ __all__ = [
     "executable_key",
     "executables_dir",
     "jax_cache_hits",
+    "lean_lowering",
     "load_executable",
     "save_executable",
 ]
@@ -169,6 +171,19 @@ _TRACE_OPTIONS = (
     "jax_enable_custom_prng",
     "jax_legacy_prng_key",
 )
+
+
+def lean_lowering() -> contextlib.AbstractContextManager:
+    """A context in which ``jit(...).lower`` writes each operation's location without the full Python
+    traceback behind it: the same compiled code, but its stored form is a quarter smaller and loads
+    faster (XLA rebuilds the module's metadata on load, see benchmarks/results_sr_suite.md, session
+    19). Profiles of a program lowered here name the operations' own source lines only. JAX without
+    the option: nothing changes."""
+    try:
+        from jax._src.config import include_full_tracebacks_in_locations as option
+    except ImportError:  # pragma: no cover - a JAX without the option
+        return contextlib.nullcontext()
+    return option(False)
 
 
 @functools.cache

@@ -373,7 +373,10 @@ def check_y(y: Any, n_points: int, metric: str, n_outputs: int | None) -> tuple[
         for class labels).
     """
     check_choice(metric, "metric", METRICS)
-    y = jnp.asarray(y, jnp.float32)
+    # host data stays in NumPy, then is put on the device as it is: an eager jnp op (jnp.asarray
+    # included) compiles a program in a fresh process (the estimators' first fit)
+    host = not isinstance(y, jax.Array)
+    y = np.asarray(y, np.float32) if host else jnp.asarray(y, jnp.float32)
     if y.ndim == 0 or y.shape[0] != n_points or y.ndim > 2:
         raise ArgumentError(f"y must be [n_points={n_points}] or [n_points, n_outputs], got shape {y.shape}")
     if metric in CLASSIFICATION_METRICS:
@@ -390,11 +393,13 @@ def check_y(y: Any, n_points: int, metric: str, n_outputs: int | None) -> tuple[
                     f"y must hold integer class labels in 0..{n_classes - 1} for metric {metric!r} with "
                     f"n_outputs={n_out}, got values {np.unique(labels)[:8]}"
                 )
-        return y[None], n_out
-    n_y = 1 if y.ndim == 1 else y.shape[1]
-    if n_outputs is not None and check_int(n_outputs, "n_outputs") != n_y:
-        raise ArgumentError(f"n_outputs={n_outputs} but y has {n_y} output column(s)")
-    return (y[None] if y.ndim == 1 else y.T), n_y
+        yt = y[None]
+    else:
+        n_out = 1 if y.ndim == 1 else y.shape[1]
+        if n_outputs is not None and check_int(n_outputs, "n_outputs") != n_out:
+            raise ArgumentError(f"n_outputs={n_outputs} but y has {n_out} output column(s)")
+        yt = y[None] if y.ndim == 1 else y.T
+    return (jax.device_put(yt) if host else yt), n_out
 
 
 # ---- metric definitions -------------------------------------------------------------------------------

@@ -83,6 +83,7 @@ from evotensor.core.compile_cache import (
     executable_key,
     executables_dir,
     jax_cache_hits,
+    lean_lowering,
     load_executable,
     save_executable,
 )
@@ -305,6 +306,13 @@ def _fresh_compile(lowered: Any, options: dict[str, Any] | None) -> tuple[Any, b
     return compiled, jax_cache_hits() == before
 
 
+def _lowered(fn: Any, *args: Any) -> Any:
+    """``jax.jit(fn).lower(*args)`` for a program the store may keep (lean locations: a smaller file,
+    a faster load)."""
+    with lean_lowering():
+        return jax.jit(fn).lower(*args)
+
+
 def _with_data(problem: Any, X: jax.Array, y: jax.Array) -> Any:
     """A shallow copy of ``problem`` reading the (traced) training data ``X, y``: every other attribute
     is static configuration, the same for every fit a program serves."""
@@ -346,8 +354,14 @@ class _Program:
         if self.store is None or not any(keys.values()):
             return
         native.register()  # a stored native program needs the FFI handlers before it is loaded
-        for name, key in keys.items():
-            compiled = load_executable(self.store, self._label(name), key)
+        # in threads: XLA rebuilds a program from its stored form partly without the GIL
+        with ThreadPoolExecutor(max_workers=len(keys)) as pool:
+            loads = {
+                name: pool.submit(load_executable, self.store, self._label(name), key)
+                for name, key in keys.items()
+            }
+            loaded = {name: future.result() for name, future in loads.items()}
+        for name, compiled in loaded.items():
             if compiled is not None:
                 self.compiled[name] = compiled
                 self.loaded.add(name)
@@ -375,7 +389,7 @@ class _Program:
         todo = [name for name in todo if name not in self.compiled]
         if not todo:
             return time.perf_counter() - t0
-        init = jax.jit(self._init_fn()).lower(key, params)
+        init = _lowered(self._init_fn(), key, params)
         carry, loop_key = init.out_info  # shapes and dtypes, without tracing the init again
         hof = carry.strategy_state.hall_of_fame
 
@@ -392,7 +406,7 @@ class _Program:
             for name in todo:
                 if name != "init":
                     fn, *args = calls[name]
-                    futures[name] = pool.submit(_fresh_compile, jax.jit(fn).lower(*args), self.options)
+                    futures[name] = pool.submit(_fresh_compile, _lowered(fn, *args), self.options)
             done = {name: future.result() for name, future in futures.items()}
         for name, (compiled, fresh) in done.items():
             self.compiled[name] = compiled
@@ -404,7 +418,7 @@ class _Program:
         if name in self.compiled:
             return self.compiled[name], 0.0
         t0 = time.perf_counter()
-        self.compiled[name], fresh = _fresh_compile(jax.jit(fn).lower(*args), self.options)
+        self.compiled[name], fresh = _fresh_compile(_lowered(fn, *args), self.options)
         self._save(name, self.compiled[name], fresh)
         return self.compiled[name], time.perf_counter() - t0
 

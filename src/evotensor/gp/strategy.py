@@ -362,7 +362,7 @@ class GP:
     # -- protocol -------------------------------------------------------------------------------------
     def default_params(self) -> GPParams:
         """The documented defaults (see :class:`GPParams`)."""
-        f = lambda x: jnp.asarray(x, jnp.float32)
+        f = lambda x: jax.device_put(np.float32(x))  # (jnp.asarray compiles a program in a fresh process)
         return GPParams(
             crossover_rate=f(0.9),
             internal_bias=f(0.9),
