@@ -34,3 +34,19 @@ def test_passes_through_jit_vmap_scan():
     assert out.x.shape == (3, 2) and float(out.x[2, 1]) == 10.0
     final, _ = jax.lax.scan(lambda c, _: (c.replace(x=c.x + 1), None), State(x=jnp.zeros(2)), None, length=5)
     assert float(final.x[0]) == 5.0
+
+
+def test_a_subclass_adds_its_own_fields_as_leaves():
+    @pytree_dataclass
+    class More(State):
+        y: jax.Array = None
+
+    m = More(x=jnp.ones(2), y=jnp.zeros(3))
+    assert isinstance(m, State) and [f.name for f in dataclasses.fields(m)] == ["x", "n", "y"]
+    leaves, treedef = jax.tree_util.tree_flatten(m)
+    assert [leaf.shape for leaf in leaves] == [(2,), (3,)]
+    back = jax.tree_util.tree_unflatten(treedef, leaves)
+    assert type(back) is More and back.y.shape == (3,) and back.n == 3
+    assert float(jax.jit(lambda s: s.replace(y=s.y + 2))(m).y.sum()) == 6.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.y = jnp.ones(3)

@@ -35,7 +35,10 @@ def pytree_dataclass(cls: type[T]) -> type[T]:
         state = State(mean=jnp.zeros(3), sigma=jnp.ones(()))
         state = state.replace(sigma=state.sigma * 2)
     """
-    if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+    # (a subclass of a pytree dataclass inherits ``__dataclass_params__``: it is made a dataclass of
+    # its own, so that the fields it adds are fields)
+    params = cls.__dict__.get("__dataclass_params__")
+    if params is None or not params.frozen:
         cls = dataclasses.dataclass(frozen=True)(cls)
     fields = dataclasses.fields(cls)
     data = [f.name for f in fields if not f.metadata.get("static", False)]

@@ -2,6 +2,9 @@
 
 * :mod:`.archive` — :class:`GridArchive`, :class:`CVTArchive` (pytree state, ``add`` with pyribs'
   batch semantics made deterministic, ``stats``: QD score, coverage, ...).
+* :mod:`.proximity_archive` — :class:`ProximityArchive`: novelty search's unstructured archive of
+  bounded capacity (k-nearest-neighbour novelty, optional local competition, threshold decay; the
+  add reports ``novelty`` and ``local_competition`` per candidate).
 * :mod:`.centroids` — grid centres, on-device k-means for CVT, chunked nearest-centroid search.
 * :mod:`.emitters` — Gaussian and Iso+LineDD variation; the CMA-ES emitter of CMA-ME and CMA-MAE
   (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts).
@@ -26,6 +29,7 @@ from evotensor.qd.archive import (
 from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_centroid
 from evotensor.qd.emitters import CMAESEmitter, Emitter, GaussianEmitter, IsoLineEmitter
 from evotensor.qd.map_elites import MAPElites, MAPElitesState, ShardedMAPElites
+from evotensor.qd.proximity_archive import ProximityAddInfo, ProximityArchive, ProximityState
 from evotensor.qd.sharded_archive import ShardedArchive
 
 __all__ = [
@@ -43,6 +47,9 @@ __all__ = [
     "IsoLineEmitter",
     "MAPElites",
     "MAPElitesState",
+    "ProximityAddInfo",
+    "ProximityArchive",
+    "ProximityState",
     "ShardedArchive",
     "ShardedMAPElites",
     "grid_centroids",

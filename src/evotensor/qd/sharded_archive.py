@@ -75,6 +75,7 @@ from evotensor.core.checks import ArgumentError
 from evotensor.core.mesh import POPULATION_AXIS, Padded, axis_size, check_mesh, place
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState, CVTArchive, candidate_is_valid
 from evotensor.qd.centroids import nearest_in_block
+from evotensor.qd.proximity_archive import ProximityArchive
 
 _SIGNED = {1: jnp.int8, 2: jnp.int16, 4: jnp.int32, 8: jnp.int64}
 _NO_INDEX = np.iinfo(np.int32).max
@@ -145,6 +146,11 @@ class ShardedArchive:
             archive = archive.archive
         if not isinstance(archive, Archive):
             raise ArgumentError(f"archive must be an evotensor.qd Archive, got {type(archive).__name__}")
+        if isinstance(archive, ProximityArchive):
+            raise ArgumentError(
+                "a ProximityArchive cannot be split over devices: a candidate's novelty needs every "
+                "stored measure, not one device's cells; run it without a mesh"
+            )
         self.mesh = check_mesh(mesh, axis)
         self.axis = axis
         self.archive = archive

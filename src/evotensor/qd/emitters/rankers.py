@@ -3,7 +3,8 @@
 A :class:`Ranker` gives every solution a primary key (higher is better) and says whether solutions
 are first grouped by their archive status (the two-stage rankers: new cells, then improvements,
 then the rest) and whether it needs a random measure-space direction. Emitters take a ranker by
-name (``"imp"``, ``"2imp"``, ``"obj"``, ``"2obj"``, ``"rd"``, ``"2rd"``, as pyribs) or as an object,
+name (``"imp"``, ``"2imp"``, ``"obj"``, ``"2obj"``, ``"rd"``, ``"2rd"``, and ``"nov"`` for a
+:class:`~evotensor.qd.ProximityArchive`'s novelty, as pyribs) or as an object,
 so a user ranks by any key of their own::
 
     novelty = Ranker("novelty", lambda objective, measures, info, direction: my_novelty(measures))
@@ -72,6 +73,16 @@ def _projection(objective, measures, info, direction):
     return jnp.matmul(jnp.asarray(measures, jnp.float32), direction, precision=lax.Precision.HIGHEST)
 
 
+def _novelty(objective, measures, info, direction):
+    novelty = getattr(info, "novelty", None)
+    if novelty is None:
+        raise ArgumentError(
+            f"ranker 'nov' needs an archive whose add reports each candidate's novelty "
+            f"(evotensor.qd.ProximityArchive), got {type(info).__name__}"
+        )
+    return novelty
+
+
 BUILTIN_RANKERS: dict[str, Ranker] = {
     "imp": Ranker("imp", _improvement),
     "2imp": Ranker("2imp", _improvement, two_stage=True),
@@ -79,6 +90,8 @@ BUILTIN_RANKERS: dict[str, Ranker] = {
     "2obj": Ranker("2obj", _objective, two_stage=True),
     "rd": Ranker("rd", _projection, uses_direction=True),
     "2rd": Ranker("2rd", _projection, two_stage=True, uses_direction=True),
+    # pyribs' NoveltyRanker (novelty search with a ProximityArchive)
+    "nov": Ranker("nov", _novelty),
 }
 
 
