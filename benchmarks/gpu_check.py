@@ -48,6 +48,7 @@ GPU_TEST_FILES = (
     "tests/qd/test_archive.py",
     "tests/qd/test_centroids.py",
     "tests/qd/test_map_elites.py",
+    "tests/qd/test_proximity_archive.py",
     "tests/es/test_cma_es.py",
     "tests/es/test_open_es.py",
     "tests/core/test_run.py",

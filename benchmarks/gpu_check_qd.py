@@ -1,5 +1,5 @@
 """QD section of the one-command GPU check (``benchmarks/gpu_check.py``): MAP-Elites throughput over
-batch sizes.
+batch sizes, and the novelty archive's insertion.
 
 Case ``map-elites arm 100x100``: the ``qd-arm`` task's search (``evotensor.qd.tasks``: Iso+LineDD
 with iso_sigma 0.01, line_sigma 0.2 from the arm stretched straight, genotypes clipped to [0, 1]) on
@@ -18,6 +18,14 @@ For each batch size (mode ``"gpu"``: 256, 1024, ..., 4194304; ``"cpu"``: 64, 256
 * ``coverage`` and ``qd_score`` (pyribs' definitions, ``GridArchive.stats``) after ``generations``
   generations from ``jax.random.key(0)``. Bigger batches evaluate more per generation, so quality
   grows with the batch at a fixed generation count.
+
+Case ``novelty add`` (section ``qd-novelty``): ``ProximityArchive.add`` (``k_neighbors=15``, novelty
+threshold 0.002, local competition on; measures uniform in [0, 1]^2, solution_dim 10) of ``adds``
+batches into an archive of ``capacity`` rows that starts empty, jitted with the state donated:
+``compile_s``, ``ms_per_add`` (median), ``adds_per_s`` in candidates per second, and the elites at
+the end (its cost grows with the archive: every candidate is compared with every stored measure).
+Sizes: ``"gpu"`` batch 1024 and 8192 into 100,000 rows; ``"cpu"`` batch 256 into 2,000 rows.
+``benchmarks/qd_novelty.py`` sets it beside pyribs on a CPU.
 
 In ``"gpu"`` mode the sweep stops at the first batch size whose evaluations/s are below
 ``PLATEAU_GAIN`` x the best so far (the throughput has plateaued), or once ``BUDGET_S`` seconds of
@@ -39,7 +47,7 @@ import numpy as np
 
 from evotensor.core.run import Loop
 from evotensor.problems.qd import Arm
-from evotensor.qd import GridArchive, IsoLineEmitter, MAPElites
+from evotensor.qd import GridArchive, IsoLineEmitter, MAPElites, ProximityArchive
 
 CASE = "map-elites arm 100x100"
 JOINTS, CELLS = 100, (100, 100)
@@ -52,6 +60,10 @@ SIZES = {
         batches=(256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304), generations=100, budget_s=40.0
     ),
     "cpu": dict(batches=(64, 256), generations=8, budget_s=30.0),
+}
+NOVELTY = {
+    "gpu": dict(batches=(1024, 8192), capacity=100_000, adds=30),
+    "cpu": dict(batches=(256,), capacity=2_000, adds=6),
 }
 
 
@@ -101,6 +113,52 @@ def measure(batch: int, generations: int, seed: int = 0) -> dict:
     }
 
 
+def measure_novelty(batch: int, capacity: int, adds: int, seed: int = 0) -> dict:
+    """One ``qd-novelty`` row: ``adds`` insertions of ``batch`` candidates into a ProximityArchive."""
+    archive = ProximityArchive(
+        solution_dim=10,
+        measure_dim=2,
+        capacity=capacity,
+        k_neighbors=15,
+        novelty_threshold=0.002,
+        local_competition=True,
+    )
+    rng = np.random.default_rng(seed)
+    data = [
+        (
+            rng.normal(size=(batch, 10)).astype(np.float32),
+            rng.normal(size=batch).astype(np.float32),
+            rng.uniform(0.0, 1.0, (batch, 2)).astype(np.float32),
+        )
+        for _ in range(adds)
+    ]
+    state = archive.init()
+    t0 = time.perf_counter()
+    add = jax.jit(archive.add, donate_argnums=0).lower(state, *data[0]).compile()
+    compile_s = time.perf_counter() - t0
+    times = []
+    for x, f, m in data:
+        t0 = time.perf_counter()
+        state, info = add(state, x, f, m)
+        jax.block_until_ready((state, info))
+        times.append(time.perf_counter() - t0)
+    ms = 1e3 * statistics.median(times)
+    return {
+        "family": "qd",
+        "section": "qd-novelty",
+        "case": "novelty add",
+        "batch": batch,
+        "capacity": capacity,
+        "adds": adds,
+        "compile_s": round(compile_s, 3),
+        "ms_per_add": round(ms, 4),
+        "adds_per_s": round(batch / (ms / 1e3)),
+        "elites": int(state.occupied.sum()),
+        "dropped": int(state.dropped),
+        "backend": jax.default_backend(),
+    }
+
+
 def run(mode: str) -> list[dict]:
     """The QD rows for ``mode`` (``"gpu"``: real sizes; ``"cpu"``: tiny sizes, a few seconds)."""
     if mode not in SIZES:
@@ -120,6 +178,9 @@ def run(mode: str) -> list[dict]:
         if spent > cfg["budget_s"]:
             row["note"] = f"time budget ({cfg['budget_s']} s of timed generations) spent; sweep stopped"
             break
+    novelty = NOVELTY[mode]
+    for batch in novelty["batches"]:
+        rows.append(measure_novelty(batch, novelty["capacity"], novelty["adds"]))
     return rows
 
 

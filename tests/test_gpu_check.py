@@ -55,8 +55,10 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
 
     es_rows = [r for r in rows if r["family"] == "es"]
     assert es_rows and all(r["ms_per_gen"] > 0 and np.isfinite(r["best_fitness"]) for r in es_rows)
-    qd_rows = [r for r in rows if r["family"] == "qd"]
+    qd_rows = [r for r in rows if r["family"] == "qd" and "section" not in r]
     assert qd_rows and all(r["evals_per_s"] > 0 and 0 < r["coverage"] <= 1 for r in qd_rows)
+    novelty = by_section["qd-novelty"]
+    assert novelty and all(r["adds_per_s"] > 0 and 0 < r["elites"] <= r["capacity"] for r in novelty)
 
     generation = by_section["neat-generation"]
     assert generation and all(r["ms_per_gen"] > 0 and r["compile_s"] > 0 for r in generation)
@@ -67,4 +69,4 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
 
     table = (tmp_path / "gpu_check.md").read_text()
     assert "## gp-fitness" in table and "## gp-accuracy" in table
-    assert "## neat-generation" in table and "## neat-forward" in table
+    assert "## neat-generation" in table and "## neat-forward" in table and "## qd-novelty" in table

@@ -39,6 +39,43 @@ def test_qd_arm_task_runs_reports_and_resumes_bit_identically(tmp_path):
     assert (tmp_path / "archive.png").stat().st_size > 0 and (tmp_path / "qd.png").stat().st_size > 0
 
 
+def test_qd_novelty_task_searches_a_proximity_archive_and_reports_the_grid(tmp_path):
+    from evotensor.qd import ProximityArchive
+
+    cfg = {"joints": 6, "cells": 16, "capacity": 300, "pop": 64, "novelty_threshold": 0.05}
+    task = get_task("qd-novelty").build(cfg)
+    assert isinstance(task.strategy.archive, ProximityArchive) and task.strategy.archive.local_competition
+    full = evotensor.run(task.strategy, task.problem, 10, jax.random.key(0), chunk_size=5, progress=False)
+    first = evotensor.run(
+        task.strategy, task.problem, 5, jax.random.key(0), run_dir=tmp_path, chunk_size=5, progress=False
+    )
+    resumed = evotensor.run(
+        task.strategy,
+        task.problem,
+        10,
+        jax.random.key(0),
+        run_dir=tmp_path,
+        chunk_size=5,
+        resume=True,
+        progress=False,
+    )
+    for a, b in zip(
+        jax.tree_util.tree_leaves(resumed.state), jax.tree_util.tree_leaves(full.state), strict=True
+    ):
+        np.testing.assert_array_equal(a, b)
+    search = resumed.state.archive
+    n = int(search.occupied.sum())
+    assert 64 < n <= 300 and first.history["coverage"][-1] > 0
+    measures = np.asarray(search.measures)[:n]
+    text = task.report(resumed, tmp_path)
+    assert f"novelty archive: {n} of 300 rows" in text and "of 256 cells" in text
+    # every stored elite is at least as novel as the threshold was when it entered: no two coincide
+    gaps = np.sqrt(((measures[:, None] - measures[None]) ** 2).sum(-1)) + np.eye(n)
+    assert gaps.min() > 0
+    with pytest.raises(ValueError, match="local_competition"):
+        get_task("qd-novelty").build({"local_competition": "yes"})
+
+
 def test_qd_cma_mae_task_reports_the_result_archive():
     task = get_task("qd-cma-mae").build({"dims": 6, "cells": 10, "emitters": 2, "pop": 8})
     assert task.strategy.population_size == 16 and task.strategy.archive.learning_rate == 0.01

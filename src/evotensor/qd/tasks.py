@@ -1,8 +1,12 @@
-"""QD tasks: ``qd-arm`` and ``qd-cma-mae``.
+"""QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-cma-mae`` and ``qd-brax``.
 
 * ``qd-arm`` — MAP-Elites with Iso+LineDD (pyribs' defaults, iso 0.01 / line 0.2, clipped to the
   genotype box) on the planar arm (QDax's definition, 100 joints), a 64 x 64 grid over the
   end-effector position, batch 1024.
+* ``qd-novelty`` — novelty search with local competition (Lehman & Stanley 2011b) on the same arm:
+  a :class:`~evotensor.qd.ProximityArchive` (capacity 10,000, ``k`` 15, novelty threshold 0.02 in
+  the end-effector plane) is the search archive the Iso+LineDD emitter draws its parents from; a 64
+  x 64 grid result archive receives every batch, so coverage means what it does for ``qd-arm``.
 * ``qd-cma-mae`` — CMA-MAE (Fontaine & Nikolaidis 2023; the setup of pyribs' CMA-MAE tutorial,
   scaled down: 20-d instead of 100-d, 5 emitters instead of 15) on the linear-projection sphere:
   archive learning rate 0.01, threshold_min 0, emitters with the improvement ranker, mu selection
@@ -29,6 +33,7 @@ from evotensor.qd.archive import CVTArchive, GridArchive
 from evotensor.qd.emitters import CMAESEmitter, IsoLineEmitter
 from evotensor.qd.map_elites import MAPElites
 from evotensor.qd.plots import archive_heatmap, plot_qd_history
+from evotensor.qd.proximity_archive import ProximityArchive
 from evotensor.tasks import Task, hidden_sizes_option, positive_int_option, register_task
 
 
@@ -98,6 +103,64 @@ def _build_arm(cfg: dict[str, Any]) -> Task:
         generations=cfg["generations"] or 500,
         report=_report(strategy, ("end-effector x", "end-effector y")),
     )
+
+
+@register_task(
+    "qd-novelty",
+    "Novelty search with local competition on the 100-joint arm (a 64 x 64 grid result archive)",
+    defaults={
+        "joints": 100,
+        "cells": 64,
+        "capacity": 10_000,
+        "k_neighbors": 15,
+        "novelty_threshold": 0.02,
+        "local_competition": True,
+        "iso_sigma": 0.01,
+        "line_sigma": 0.2,
+    },
+)
+def _build_novelty(cfg: dict[str, Any]) -> Task:
+    from evotensor.problems.qd import Arm
+
+    problem = Arm(num_joints=positive_int_option(cfg, "joints"))
+    local = cfg["local_competition"]
+    if not isinstance(local, bool):
+        raise ValueError(f"option local_competition must be true or false, got {local!r}")
+    search = ProximityArchive(
+        solution_dim=problem.num_dims,
+        measure_dim=2,
+        capacity=positive_int_option(cfg, "capacity"),
+        k_neighbors=positive_int_option(cfg, "k_neighbors"),
+        novelty_threshold=float(cfg["novelty_threshold"]),
+        local_competition=local,
+        qd_score_offset=-1.0,
+    )
+    result = GridArchive(
+        solution_dim=problem.num_dims,
+        dims=_grid(cfg["cells"]),
+        ranges=problem.descriptor_ranges,
+        qd_score_offset=-1.0,
+    )
+    emitter = IsoLineEmitter(
+        x0=np.full(problem.num_dims, 0.5),
+        iso_sigma=float(cfg["iso_sigma"]),
+        line_sigma=float(cfg["line_sigma"]),
+        batch_size=cfg["pop"] or 1024,
+        bounds=problem.bounds,
+    )
+    strategy = MAPElites(search, [emitter], result_archive=result)
+    grid_report = _report(strategy, ("end-effector x", "end-effector y"))
+
+    def report(run: Any, run_dir: Path | None) -> str:
+        state = run.state.archive
+        n = int(state.occupied.sum())
+        line = (
+            f"novelty archive: {n} of {search.capacity} rows, threshold {float(state.novelty_threshold):.4g}, "
+            f"{int(state.dropped)} novel candidates dropped (archive full)"
+        )
+        return grid_report(run, run_dir) + "\n" + line
+
+    return Task(strategy=strategy, problem=problem, generations=cfg["generations"] or 300, report=report)
 
 
 @register_task(
