@@ -154,8 +154,9 @@ def _build_novelty(cfg: dict[str, Any]) -> Task:
     def report(run: Any, run_dir: Path | None) -> str:
         state = run.state.archive
         n = int(state.occupied.sum())
+        threshold = float(state.novelty_threshold)
         line = (
-            f"novelty archive: {n} of {search.capacity} rows, threshold {float(state.novelty_threshold):.4g}, "
+            f"novelty archive: {n} of {search.capacity} rows, threshold {threshold:.4g}, "
             f"{int(state.dropped)} novel candidates dropped (archive full)"
         )
         return grid_report(run, run_dir) + "\n" + line
