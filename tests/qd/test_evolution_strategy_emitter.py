@@ -510,7 +510,7 @@ def test_jit_and_vmap_over_seeds_match_separate_runs():
 
 def test_rejects_bad_arguments():
     with pytest.raises(ValueError, match="ranker"):
-        CMAESEmitter(np.zeros(3), 0.5, ranker="nov")
+        CMAESEmitter(np.zeros(3), 0.5, ranker="bogus")
     with pytest.raises(ValueError, match="selection_rule"):
         CMAESEmitter(np.zeros(3), 0.5, selection_rule="best")
     with pytest.raises(ValueError, match="restart_rule"):

@@ -350,3 +350,27 @@ def test_novelty_ranker_orders_by_novelty_and_a_mesh_is_refused():
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("pop",))
     with pytest.raises(ArgumentError, match="cannot be split over devices"):
         ShardedArchive(archive, mesh, "pop")
+
+
+def test_a_cma_emitter_ranks_its_batch_by_novelty_inside_map_elites():
+    """MAP-Elites hands each emitter every field the archive reports (here ``novelty``)."""
+    from evotensor.core.evaluation import Evaluation
+    from evotensor.qd import CMAESEmitter
+
+    archive = ProximityArchive(
+        solution_dim=3, measure_dim=2, capacity=200, k_neighbors=3, novelty_threshold=0.05
+    )
+    emitter = CMAESEmitter(np.zeros(3), 0.3, ranker="nov", batch_size=8)
+    strategy = MAPElites(archive, [emitter])
+    state = strategy.init(jax.random.key(0), None)
+
+    @jax.jit
+    def step(state, key):
+        x, state = strategy.ask(key, state, None)
+        evaluation = Evaluation(fitness=jnp.sum(x**2, axis=1), descriptor=jnp.tanh(x[:, :2]))
+        return strategy.tell(key, state, x, evaluation, None)
+
+    for i in range(15):
+        state, metrics = step(state, jax.random.key(i))
+    assert int(state.archive.occupied.sum()) > 15 and int(metrics["num_elites"]) > 15
+    assert int(state.emitters[0].iterations) == 15

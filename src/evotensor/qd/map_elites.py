@@ -150,6 +150,31 @@ class MAPElites:
         ``evaluation.fitness [pop]`` is minimized (negated into the archive's objective);
         ``evaluation.descriptor [pop, measure_dim]`` is required.
         """
+        x, objective, measures, archive_state, result, info = self._add(state, genotypes, evaluation)
+        keys = jax.random.split(key, len(self.emitters))
+        emitter_states, start = [], 0
+        for emitter, k, s, size in zip(self.emitters, keys, state.emitters, self.batch_sizes, strict=True):
+            part = slice(start, start + size)
+            sliced = jax.tree_util.tree_map(
+                lambda a, part=part: a[part], info
+            )  # every field the archive reports
+            emitter_states.append(
+                emitter.tell(
+                    k, s, self.archive, archive_state, x[part], objective[part], measures[part], sliced
+                )
+            )
+            start += size
+        state = state.replace(
+            archive=archive_state,
+            result=result,
+            emitters=tuple(emitter_states),
+            generation=state.generation + 1,
+        )
+        return state, self._metrics(archive_state, result, info)
+
+    def _add(self, state: MAPElitesState, genotypes: Any, evaluation: Evaluation) -> tuple:
+        """The population added to the archive(s): ``(x, objective, measures, archive state, result
+        state, info)``, with ``objective = -fitness`` and the shapes checked."""
         x = self.space.ravel_population(genotypes)
         if evaluation.descriptor is None:
             raise ArgumentError("MAP-Elites needs evaluation.descriptor [pop, measure_dim] from the problem")
@@ -169,28 +194,14 @@ class MAPElites:
             result, _ = self.result_archive.add(
                 result, x, objective, measures, self._fields(self.result_archive, evaluation)
             )
-        keys = jax.random.split(key, len(self.emitters))
-        emitter_states, start = [], 0
-        for emitter, k, s, size in zip(self.emitters, keys, state.emitters, self.batch_sizes, strict=True):
-            part = slice(start, start + size)
-            sliced = AddInfo(status=info.status[part], value=info.value[part], index=info.index[part])
-            emitter_states.append(
-                emitter.tell(
-                    k, s, self.archive, archive_state, x[part], objective[part], measures[part], sliced
-                )
-            )
-            start += size
+        return x, objective, measures, archive_state, result, info
+
+    def _metrics(self, archive_state: ArchiveState, result: Any, info: AddInfo) -> dict[str, jax.Array]:
         reported = self.archive if self.result_archive is None else self.result_archive
         metrics = reported.stats(archive_state if result is None else result)
         metrics["added"] = jnp.sum(info.status > 0).astype(jnp.int32)
         metrics["new_cells"] = jnp.sum(info.status == 2).astype(jnp.int32)
-        state = MAPElitesState(
-            archive=archive_state,
-            result=result,
-            emitters=tuple(emitter_states),
-            generation=state.generation + 1,
-        )
-        return state, metrics
+        return metrics
 
     def reported_archive(self, state: MAPElitesState) -> tuple[Archive, ArchiveState]:
         """The archive to report and its state (the result archive if there is one), as a plain
