@@ -10,6 +10,8 @@
   (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts).
 * :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop;
   ``MAPElites.on_mesh`` (what ``evotensor.run(..., mesh=)`` calls) gives :class:`ShardedMAPElites`.
+* :mod:`.bandit` — :class:`BanditMAPElites`: a pool of emitters of which ``num_active`` run each
+  generation, chosen by UCB1 on their success (Cully 2021; pyribs' ``BanditScheduler``).
 * :mod:`.sharded_archive` — :class:`ShardedArchive`: an archive split along its cells over a device
   mesh, with the same (bit-identical) insertion, sampling and queries.
 """
@@ -26,6 +28,7 @@ from evotensor.qd.archive import (
     CVTArchive,
     GridArchive,
 )
+from evotensor.qd.bandit import BanditMAPElites, BanditState
 from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_centroid
 from evotensor.qd.emitters import CMAESEmitter, Emitter, GaussianEmitter, IsoLineEmitter
 from evotensor.qd.map_elites import MAPElites, MAPElitesState, ShardedMAPElites
@@ -39,6 +42,8 @@ __all__ = [
     "AddInfo",
     "Archive",
     "ArchiveState",
+    "BanditMAPElites",
+    "BanditState",
     "CMAESEmitter",
     "CVTArchive",
     "Emitter",
