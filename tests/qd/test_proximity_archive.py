@@ -76,6 +76,23 @@ def reference_add(archive, state, solutions, objective, measures):
     return rows + novel_rows, thr, stall, dropped, info
 
 
+def run_generations(strategy, generations):
+    """``generations`` jitted ask/evaluate/tell steps of a MAP-Elites ``strategy`` on ``f = |x|^2``
+    with measures ``tanh(x[:2])``: ``-> (state, last metrics)``."""
+    from evotensor.core.evaluation import Evaluation
+
+    @jax.jit
+    def step(state, key):
+        x, state = strategy.ask(key, state, None)
+        evaluation = Evaluation(fitness=jnp.sum(x**2, axis=1), descriptor=jnp.tanh(x[:, :2]))
+        return strategy.tell(key, state, x, evaluation, None)
+
+    state, metrics = strategy.init(jax.random.key(0), None), None
+    for i in range(generations):
+        state, metrics = step(state, jax.random.key(i + 1))
+    return state, metrics
+
+
 def as_numpy(state):
     return {
         "solutions": np.asarray(state.solutions),
@@ -249,20 +266,10 @@ def test_stats_follow_pyribs_unstructured_conventions_and_map_elites_runs_novelt
     )
     empty = archive.stats(archive.init())
     assert float(empty["coverage"]) == 0.0 and int(empty["num_elites"]) == 0
-    from evotensor.core.evaluation import Evaluation
     from evotensor.qd import GaussianEmitter
 
     strategy = MAPElites(archive, [GaussianEmitter(0.3, jnp.zeros(4), batch_size=32)])
-    state = strategy.init(jax.random.key(0), None)
-
-    @jax.jit
-    def step(state, key):
-        x, state = strategy.ask(key, state, None)
-        evaluation = Evaluation(fitness=jnp.sum(x**2, axis=1), descriptor=jnp.tanh(x[:, :2]))
-        return strategy.tell(key, state, x, evaluation, None)
-
-    for i in range(20):
-        state, _ = step(state, jax.random.key(i + 1))
+    state, _ = run_generations(strategy, 20)
     stats = archive.stats(state.archive)
     n = int(stats["num_elites"])
     assert 20 < n <= 256 and float(stats["coverage"]) == 1.0
@@ -354,23 +361,12 @@ def test_novelty_ranker_orders_by_novelty_and_a_mesh_is_refused():
 
 def test_a_cma_emitter_ranks_its_batch_by_novelty_inside_map_elites():
     """MAP-Elites hands each emitter every field the archive reports (here ``novelty``)."""
-    from evotensor.core.evaluation import Evaluation
     from evotensor.qd import CMAESEmitter
 
     archive = ProximityArchive(
         solution_dim=3, measure_dim=2, capacity=200, k_neighbors=3, novelty_threshold=0.05
     )
     emitter = CMAESEmitter(np.zeros(3), 0.3, ranker="nov", batch_size=8)
-    strategy = MAPElites(archive, [emitter])
-    state = strategy.init(jax.random.key(0), None)
-
-    @jax.jit
-    def step(state, key):
-        x, state = strategy.ask(key, state, None)
-        evaluation = Evaluation(fitness=jnp.sum(x**2, axis=1), descriptor=jnp.tanh(x[:, :2]))
-        return strategy.tell(key, state, x, evaluation, None)
-
-    for i in range(15):
-        state, metrics = step(state, jax.random.key(i))
+    state, metrics = run_generations(MAPElites(archive, [emitter]), 15)
     assert int(state.archive.occupied.sum()) > 15 and int(metrics["num_elites"]) > 15
     assert int(state.emitters[0].iterations) == 15

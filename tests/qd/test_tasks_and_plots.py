@@ -11,28 +11,27 @@ from evotensor.qd.plots import archive_heatmap, archive_image, plot_qd_history
 from evotensor.tasks import get_task
 
 
-def test_qd_arm_task_runs_reports_and_resumes_bit_identically(tmp_path):
-    task = get_task("qd-arm").build({"joints": 6, "cells": 16, "pop": 64, "generations": 12})
-    assert task.problem.num_dims == 6 and task.strategy.archive.num_cells == 256
-    full = evotensor.run(task.strategy, task.problem, 12, jax.random.key(0), chunk_size=4, progress=False)
-    first = evotensor.run(
-        task.strategy, task.problem, 8, jax.random.key(0), run_dir=tmp_path, chunk_size=4, progress=False
+def run_and_resume(task, run_dir, first, total, chunk):
+    """``(first run, resumed run)``: ``first`` generations into ``run_dir``, then resumed to ``total``;
+    the resumed state is asserted equal, bit for bit, to one uninterrupted run of ``total``."""
+    full = evotensor.run(
+        task.strategy, task.problem, total, jax.random.key(0), chunk_size=chunk, progress=False
     )
-    assert first.history["coverage"][-1] > 0
-    resumed = evotensor.run(
-        task.strategy,
-        task.problem,
-        12,
-        jax.random.key(0),
-        run_dir=tmp_path,
-        chunk_size=4,
-        resume=True,
-        progress=False,
-    )
+    options = dict(run_dir=run_dir, chunk_size=chunk, progress=False)
+    start = evotensor.run(task.strategy, task.problem, first, jax.random.key(0), **options)
+    resumed = evotensor.run(task.strategy, task.problem, total, jax.random.key(0), resume=True, **options)
     for a, b in zip(
         jax.tree_util.tree_leaves(resumed.state), jax.tree_util.tree_leaves(full.state), strict=True
     ):
         np.testing.assert_array_equal(a, b)
+    return start, resumed
+
+
+def test_qd_arm_task_runs_reports_and_resumes_bit_identically(tmp_path):
+    task = get_task("qd-arm").build({"joints": 6, "cells": 16, "pop": 64, "generations": 12})
+    assert task.problem.num_dims == 6 and task.strategy.archive.num_cells == 256
+    first, resumed = run_and_resume(task, tmp_path, 8, 12, 4)
+    assert first.history["coverage"][-1] > 0
     text = task.report(resumed, tmp_path)
     stats = task.strategy.archive.stats(resumed.state.archive)
     assert f"{int(stats['num_elites'])} of 256 cells" in text
@@ -45,24 +44,7 @@ def test_qd_novelty_task_searches_a_proximity_archive_and_reports_the_grid(tmp_p
     cfg = {"joints": 6, "cells": 16, "capacity": 300, "pop": 64, "novelty_threshold": 0.05}
     task = get_task("qd-novelty").build(cfg)
     assert isinstance(task.strategy.archive, ProximityArchive) and task.strategy.archive.local_competition
-    full = evotensor.run(task.strategy, task.problem, 10, jax.random.key(0), chunk_size=5, progress=False)
-    first = evotensor.run(
-        task.strategy, task.problem, 5, jax.random.key(0), run_dir=tmp_path, chunk_size=5, progress=False
-    )
-    resumed = evotensor.run(
-        task.strategy,
-        task.problem,
-        10,
-        jax.random.key(0),
-        run_dir=tmp_path,
-        chunk_size=5,
-        resume=True,
-        progress=False,
-    )
-    for a, b in zip(
-        jax.tree_util.tree_leaves(resumed.state), jax.tree_util.tree_leaves(full.state), strict=True
-    ):
-        np.testing.assert_array_equal(a, b)
+    first, resumed = run_and_resume(task, tmp_path, 5, 10, 5)
     search = resumed.state.archive
     n = int(search.occupied.sum())
     assert 64 < n <= 300 and first.history["coverage"][-1] > 0
