@@ -191,6 +191,51 @@ def test_blocks_of_rows_merge_exactly_with_ties_on_a_lattice(monkeypatch, local_
         check_against_reference(archive, seed, [6, 7, 5, 9, 8], nonfinite=seed % 2 == 1, ties=True)
 
 
+@pytest.mark.parametrize("ties, local_competition", [(False, True), (True, False)])
+def test_the_first_measure_window_is_exact_and_falls_back_where_it_cannot_be(
+    monkeypatch, ties, local_competition
+):
+    """Windows of 12 elites along the first measure against archives of up to 60: some queries are
+    answered inside their window, the others (many here, so both the partial and the whole
+    fallback run) by the blocks; every call equals the reference, ties included."""
+    from evotensor.qd import proximity_archive
+
+    monkeypatch.setattr(proximity_archive, "_HALF_WINDOW", 6)
+    monkeypatch.setattr(proximity_archive, "_BLOCK", 7)
+    archive = ProximityArchive(
+        solution_dim=2,
+        measure_dim=2,
+        capacity=60,
+        k_neighbors=1 if local_competition else 3,
+        novelty_threshold=0.08,
+        local_competition=local_competition,
+    )
+    for seed in range(3):
+        sizes = [16, 9, 16, 12, 16, 7, 16, 16] if seed else [32, 32, 32]
+        check_against_reference(archive, seed, sizes, nonfinite=seed == 1, ties=ties)
+
+
+def test_the_window_answers_most_queries_and_equals_the_blocks(monkeypatch):
+    from evotensor.qd import proximity_archive
+
+    monkeypatch.setattr(proximity_archive, "_HALF_WINDOW", 22)
+    archive = ProximityArchive(
+        solution_dim=1, measure_dim=2, capacity=400, k_neighbors=4, novelty_threshold=0.0
+    )
+    rng = np.random.default_rng(5)
+    state, _ = archive.add(archive.init(), jnp.zeros((300, 1)), None, rng.uniform(size=(300, 2)))
+    queries = jnp.asarray(rng.uniform(size=(64, 2)), jnp.float32)
+    d2, row, exact = archive._window(state, queries)
+    assert 0.5 < float(exact.mean()) < 1.0  # both kinds of query occur
+    d2_all, row_all = archive._blocks(state, queries)
+    ok = np.asarray(exact)
+    np.testing.assert_array_equal(np.asarray(d2)[ok], np.asarray(d2_all)[ok])
+    np.testing.assert_array_equal(np.asarray(row)[ok], np.asarray(row_all)[ok])
+    distance, row_n, _ = archive._neighbours(state, queries)
+    np.testing.assert_array_equal(np.asarray(distance), np.sqrt(np.asarray(d2_all)))
+    np.testing.assert_array_equal(np.asarray(row_n), np.asarray(row_all))
+
+
 def test_the_first_batch_enters_whole_and_equal_distances_go_to_the_lowest_row():
     archive = ProximityArchive(
         solution_dim=1,

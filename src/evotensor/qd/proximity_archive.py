@@ -53,7 +53,8 @@ from evotensor.core.checks import ArgumentError, check_int, check_memory, check_
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.archive import IMPROVED, NEW, NOT_ADDED, AddInfo, Archive, ArchiveState, candidate_is_valid
 
-_BLOCK = 512  # archive rows per distance block (see ProximityArchive._neighbours)
+_BLOCK = 512  # archive rows per distance block (see ProximityArchive._blocks)
+_HALF_WINDOW = 256  # elites on each side of a query along the first measure (ProximityArchive._window)
 
 
 @pytree_dataclass
@@ -171,11 +172,75 @@ class ProximityArchive(Archive):
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """``(distance [B, k], row [B, k], count [])``: each measure vector's ``k`` nearest stored
         measures, nearest first (equal distances: lower row first), of which the first ``count =
-        min(k, size)`` are elites (the rest: distance ``inf``).
+        min(k, size)`` are elites (the rest: distance ``inf``). Exact.
 
-        Blocks of :data:`_BLOCK` rows of the occupied prefix only, each merged into the running ``k``
-        best: the cost follows the archive's size, not its capacity, and no ``[B, capacity]`` matrix
-        is sorted (XLA:CPU sorted a whole one for ``top_k``)."""
+        An archive of more than ``2 * _HALF_WINDOW`` rows first searches, for each query, the
+        ``2 * _HALF_WINDOW`` elites nearest it along the first measure (the elites sorted by it once
+        per call): where the ``k``-th distance found is below the first-measure gap to every elite
+        outside that window, no outside elite can be nearer, and the answer is exact (the same
+        float32 distances, the same ties). The queries where that does not hold (up to a sixteenth
+        of the batch; else all) are answered by :meth:`_blocks`. On uniform 2-D measures with 7,000
+        elites 1.7% of the queries fell back, and an add ran 4x faster (benchmarks/results_qd.md, 3b)."""
+        batch, k = measures.shape[0], min(self.k_neighbors, self.capacity)
+        size = jnp.sum(state.occupied, dtype=jnp.int32)
+        if self.capacity <= 2 * _HALF_WINDOW:
+            d2, row = self._blocks(state, measures)
+            return jnp.sqrt(d2), row, jnp.minimum(size, k)
+        d2, row, exact = self._window(state, measures)
+        spare = max(1, batch // 16)
+        bad = ~exact
+        n_bad = jnp.sum(bad, dtype=jnp.int32)
+
+        def some(d2, row):
+            which = jnp.nonzero(bad, size=spare, fill_value=0)[0]
+            d2_b, row_b = self._blocks(state, measures[which])
+            target = jnp.where(jnp.arange(spare) < n_bad, which, batch)  # past the batch: dropped
+            return d2.at[target].set(d2_b, mode="drop"), row.at[target].set(row_b, mode="drop")
+
+        def repair(d2, row):
+            return lax.cond(n_bad <= spare, some, lambda d2, row: self._blocks(state, measures), d2, row)
+
+        d2, row = lax.cond(n_bad == 0, lambda d2, row: (d2, row), repair, d2, row)
+        return jnp.sqrt(d2), row, jnp.minimum(size, k)
+
+    def _window(self, state: ProximityState, measures: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``(d2 [B, k], row [B, k], exact [B])``: the ``k`` nearest (squared distances) among each
+        query's window of ``2 * _HALF_WINDOW`` elites along the first measure, and whether that is
+        the archive's answer (see :meth:`_neighbours`)."""
+        k, width, cap = min(self.k_neighbors, self.capacity), 2 * _HALF_WINDOW, self.capacity
+        size = jnp.sum(state.occupied, dtype=jnp.int32)
+        key = jnp.where(state.occupied, state.measures[:, 0], jnp.inf)
+        order = jnp.argsort(key, stable=True).astype(jnp.int32)  # elites by first measure, then row
+        sorted_key = key[order]
+        q = measures[:, 0]
+        pos = jnp.searchsorted(sorted_key, q, side="left").astype(jnp.int32)
+        lo = jnp.clip(pos - _HALF_WINDOW, 0, jnp.maximum(size - width, 0))
+        at = lo[:, None] + jnp.arange(width, dtype=jnp.int32)  # [B, width] sorted positions
+        inside = at < size
+        rows = order[jnp.minimum(at, cap - 1)]
+        diff = measures[:, None, :] - state.measures[rows]  # as _blocks computes it: the same bits
+        d2 = jnp.where(inside, jnp.sum(diff * diff, axis=-1), jnp.inf)
+        extra = min(k + 8, width)  # a few more, to see whether ties at the k-th reach past them
+        neg, pick = lax.top_k(-d2, extra)
+        cand_d2, cand_row = -neg, jnp.take_along_axis(rows, pick, axis=1)
+        cand_row = jnp.where(jnp.isfinite(cand_d2), cand_row, cap)
+        cand_d2, cand_row = lax.sort((cand_d2, cand_row), dimension=1, num_keys=2)
+        best_d2, best_row = cand_d2[:, :k], jnp.minimum(cand_row[:, :k], cap - 1)
+        kth = best_d2[:, k - 1]
+        # the first-measure gap to the nearest elite outside the window on either side
+        left = jnp.where(lo > 0, q - sorted_key[jnp.maximum(lo - 1, 0)], jnp.inf)
+        right = jnp.where(lo + width < size, sorted_key[jnp.minimum(lo + width, cap - 1)] - q, jnp.inf)
+        gap = jnp.minimum(left, right)
+        whole = (lo == 0) & (lo + width >= size)  # the window holds every elite
+        ties_inside = (extra == width) | (cand_d2[:, extra - 1] > kth)
+        exact = whole | ((kth < gap * gap) & ties_inside)
+        return best_d2, best_row, exact
+
+    def _blocks(self, state: ProximityState, measures: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``(d2 [B, k], row [B, k])``: the ``k`` nearest (squared distances, ``inf`` past the
+        elites) by brute force over blocks of :data:`_BLOCK` rows of the occupied prefix, each merged
+        into the running ``k`` best: the cost follows the archive's size, not its capacity, and no
+        ``[B, capacity]`` matrix is sorted (XLA:CPU sorted a whole one for ``top_k``)."""
         batch, k = measures.shape[0], min(self.k_neighbors, self.capacity)
         block = min(_BLOCK, self.capacity)
         blocks = -(-self.capacity // block)
@@ -202,8 +267,7 @@ class ProximityArchive(Archive):
             return -neg, jnp.take_along_axis(all_r, pick, axis=1)
 
         start = (jnp.full((batch, k), jnp.inf, jnp.float32), jnp.full((batch, k), 0, jnp.int32))
-        d2, row = lax.fori_loop(0, (size + block - 1) // block, merge, start)
-        return jnp.sqrt(d2), row, jnp.minimum(size, k)
+        return lax.fori_loop(0, (size + block - 1) // block, merge, start)
 
     def nearest(self, state: ProximityState, measures: jax.Array) -> jax.Array:
         """Row of the elite closest to each measure vector: ``[B, D] -> [B]`` int32 (equal distances:
