@@ -179,8 +179,8 @@ class ProximityArchive(Archive):
         per call): where the ``k``-th distance found is below the first-measure gap to every elite
         outside that window, no outside elite can be nearer, and the answer is exact (the same
         float32 distances, the same ties). The queries where that does not hold (up to a sixteenth
-        of the batch; else all) are answered by :meth:`_blocks`. On uniform 2-D measures with 7,000
-        elites 1.7% of the queries fell back, and an add ran 4x faster (benchmarks/results_qd.md, 3b)."""
+        of the batch; else all) are answered by :meth:`_blocks`. The window pays where measures are
+        spread along the first axis (benchmarks/results_qd.md, section 3b, for its size)."""
         batch, k = measures.shape[0], min(self.k_neighbors, self.capacity)
         size = jnp.sum(state.occupied, dtype=jnp.int32)
         if self.capacity <= 2 * _HALF_WINDOW:
