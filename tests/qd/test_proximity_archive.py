@@ -3,6 +3,8 @@ evotensor.qd.proximity_archive's docstring, invariants, ties, decay, errors and 
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -404,14 +406,81 @@ def test_novelty_ranker_orders_by_novelty_and_a_mesh_is_refused():
         ShardedArchive(archive, mesh, "pop")
 
 
-def test_a_cma_emitter_ranks_its_batch_by_novelty_inside_map_elites():
-    """MAP-Elites hands each emitter every field the archive reports (here ``novelty``)."""
+@pytest.mark.parametrize("ranker", ["nov", "nslc"])
+def test_a_cma_emitter_ranks_its_batch_by_novelty_inside_map_elites(ranker):
+    """MAP-Elites hands each emitter every field the archive reports (``novelty``,
+    ``local_competition``)."""
     from evotensor.qd import CMAESEmitter
 
     archive = ProximityArchive(
-        solution_dim=3, measure_dim=2, capacity=200, k_neighbors=3, novelty_threshold=0.05
+        solution_dim=3,
+        measure_dim=2,
+        capacity=200,
+        k_neighbors=3,
+        novelty_threshold=0.05,
+        local_competition=True,
     )
-    emitter = CMAESEmitter(np.zeros(3), 0.3, ranker="nov", batch_size=8)
+    emitter = CMAESEmitter(np.zeros(3), 0.3, ranker=ranker, batch_size=8)
     state, metrics = run_generations(MAPElites(archive, [emitter]), 15)
     assert int(state.archive.occupied.sum()) > 15 and int(metrics["num_elites"]) > 15
     assert int(state.emitters[0].iterations) == 15
+
+
+def reference_nslc_order(novelty, local):
+    """pyribs' NSLC ranking in plain Python: fronts of the non-dominated sort of (novelty, local
+    competition), both maximized, each ordered by NSGA-II crowding distance (largest first, ties by
+    position); invalid candidates (non-finite novelty) last, by position."""
+    n = len(novelty)
+    valid = [i for i in range(n) if np.isfinite(novelty[i])]
+
+    def dominates(a, b):
+        return (
+            novelty[a] >= novelty[b]
+            and local[a] >= local[b]
+            and (novelty[a], local[a]) != (novelty[b], local[b])
+        )
+
+    left, order = list(valid), []
+    while left:
+        front = [i for i in left if not any(dominates(j, i) for j in left)]
+        crowd = dict.fromkeys(front, 0.0)
+        for values in (novelty, local):
+            ranked = sorted(front, key=lambda i: (-values[i], i))  # costs (negated), ascending
+            crowd[ranked[0]] = crowd[ranked[-1]] = math.inf
+            span = values[ranked[0]] - values[ranked[-1]]
+            if span == 0:
+                continue
+            for a, b, c in zip(ranked, ranked[1:], ranked[2:]):
+                crowd[b] += (values[a] - values[c]) / span
+        order += sorted(front, key=lambda i: (-crowd[i], i))
+        left = [i for i in left if i not in front]
+    return order + [i for i in range(n) if i not in valid]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    data=st.lists(
+        st.tuples(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("-inf")]), st.integers(0, 4)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_nslc_ranker_equals_the_reference(data):
+    from evotensor.qd.archive import AddInfo
+    from evotensor.qd.emitters.rankers import get_ranker
+    from evotensor.qd.proximity_archive import ProximityAddInfo
+
+    novelty = np.array([d[0] for d in data], np.float32)
+    local = np.array([d[1] for d in data], np.int32)
+    info = ProximityAddInfo(
+        status=jnp.zeros(len(data), jnp.int32),
+        value=jnp.zeros(len(data)),
+        index=jnp.zeros(len(data), jnp.int32),
+        novelty=jnp.asarray(novelty),
+        local_competition=jnp.asarray(local),
+    )
+    order, values = jax.jit(lambda info: get_ranker("nslc").order(None, None, info, None))(info)
+    assert np.asarray(order).tolist() == reference_nslc_order(novelty.tolist(), local.tolist())
+    np.testing.assert_array_equal(np.asarray(values), np.stack([novelty, local], axis=1))
+    with pytest.raises(ArgumentError, match="'nslc' needs"):
+        get_ranker("nslc").order(None, None, AddInfo(jnp.zeros(1), jnp.zeros(1), jnp.zeros(1)), None)

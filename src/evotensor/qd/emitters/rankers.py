@@ -3,8 +3,9 @@
 A :class:`Ranker` gives every solution a primary key (higher is better) and says whether solutions
 are first grouped by their archive status (the two-stage rankers: new cells, then improvements,
 then the rest) and whether it needs a random measure-space direction. Emitters take a ranker by
-name (``"imp"``, ``"2imp"``, ``"obj"``, ``"2obj"``, ``"rd"``, ``"2rd"``, and ``"nov"`` for a
-:class:`~evotensor.qd.ProximityArchive`'s novelty, as pyribs) or as an object,
+name (``"imp"``, ``"2imp"``, ``"obj"``, ``"2obj"``, ``"rd"``, ``"2rd"``, and ``"nov"`` and
+``"nslc"`` for a :class:`~evotensor.qd.ProximityArchive`'s novelty and local competition, as
+pyribs) or as an object,
 so a user ranks by any key of their own::
 
     novelty = Ranker("novelty", lambda objective, measures, info, direction: my_novelty(measures))
@@ -23,6 +24,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from evotensor.core.checks import ArgumentError
+from evotensor.core.pareto import crowding_distance, nondominated_rank
 
 # score(objective [B], measures [B, m], info (AddInfo), direction [m]) -> [B] primary key
 Score = Callable[[jax.Array, jax.Array, object, jax.Array], jax.Array]
@@ -83,6 +85,40 @@ def _novelty(objective, measures, info, direction):
     return novelty
 
 
+@dataclasses.dataclass(frozen=True)
+class NSLCRanker(Ranker):
+    """Novelty search with local competition's ranking (Lehman & Stanley 2011b; pyribs 0.12's
+    ``NSLCRanker``): NSGA-II's non-dominated sort of (novelty, local competition), both maximized,
+    then within a front the crowding distance in those two, largest first (equal distances: the lower
+    batch position). Needs an archive whose add reports both (a ``ProximityArchive`` with
+    ``local_competition=True``). A candidate with a non-finite novelty (an invalid one) ranks last.
+    ``values``: ``[B, 2]`` (novelty, local competition), in batch order."""
+
+    name: str = "nslc"
+    score: Score = None  # type: ignore[assignment]
+
+    def order(self, objective, measures, info, direction) -> tuple[jax.Array, jax.Array]:
+        novelty = getattr(info, "novelty", None)
+        local = getattr(info, "local_competition", None)
+        if novelty is None or local is None:
+            raise ArgumentError(
+                "ranker 'nslc' needs an archive whose add reports novelty and local_competition "
+                f"(evotensor.qd.ProximityArchive(local_competition=True)), got {type(info).__name__}"
+            )
+        novelty = jnp.asarray(novelty, jnp.float32)
+        local = jnp.asarray(local, jnp.float32)
+        batch = novelty.shape[0]
+        position = jnp.arange(batch, dtype=jnp.int32)
+        # both minimized: -novelty (a non-finite one is infeasible) and the dense rank of -local
+        loss = jnp.where(jnp.isfinite(novelty), -novelty, jnp.inf)
+        by_local = jnp.sort(-local)
+        size = jnp.searchsorted(by_local, -local, side="left").astype(jnp.int32) + 1
+        rank = nondominated_rank(loss, size, max(batch, 1))
+        crowd = crowding_distance(loss, -local, rank)
+        order = lax.sort((rank, -crowd, position), num_keys=3)[-1]
+        return order, jnp.stack([novelty, local], axis=-1)
+
+
 BUILTIN_RANKERS: dict[str, Ranker] = {
     "imp": Ranker("imp", _improvement),
     "2imp": Ranker("2imp", _improvement, two_stage=True),
@@ -92,6 +128,7 @@ BUILTIN_RANKERS: dict[str, Ranker] = {
     "2rd": Ranker("2rd", _projection, two_stage=True, uses_direction=True),
     # pyribs' NoveltyRanker (novelty search with a ProximityArchive)
     "nov": Ranker("nov", _novelty),
+    "nslc": NSLCRanker(),
 }
 
 
