@@ -645,7 +645,11 @@ from evotensor.gp import SymbolicRegressor
 rng = np.random.default_rng(0)
 X = rng.uniform(-2, 2, (50, 2)); y = X[:, 0] * X[:, 1] + 1
 m = SymbolicRegressor(population_size=16, generations=12, max_len=8, random_state=0, **options).fit(X, y)
-print(json.dumps({"best": m.best_.expression, "compiled": compiled, "jax_cache_hits": hits}))
+fit_compiled = list(compiled)
+m.predict(X[:7])
+predict_compiled = compiled[len(fit_compiled):]
+print(json.dumps({"best": m.best_.expression, "compiled": fit_compiled, "jax_cache_hits": hits,
+                  "predict_compiled": predict_compiled}))
 """
 
 
@@ -681,6 +685,9 @@ def test_a_fresh_process_loads_the_stored_executables_and_compiles_none_of_them(
     warm = fresh()
     # nothing at all: neither the fit's programs nor an eager conversion of the data or parameters
     assert warm["compiled"] == [] and warm["best"] == cold["best"]
+    # predict compiles its evaluation, not one program per conversion of the data and the tree
+    eager = {"jit(stage)", "jit(broadcast_in_dim)", "jit(transpose)", "jit(convert_element_type)"}
+    assert not eager & set(warm["predict_compiled"]), warm["predict_compiled"]
     # constant optimization: its chunk calls LAPACK (a crash if loaded uninitialized) and the native
     # linearization
     tuned_cold = fresh(constant_optimization="auto")

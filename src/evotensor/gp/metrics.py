@@ -106,6 +106,13 @@ def forest_fields(forest: Any) -> tuple[jax.Array, jax.Array, jax.Array, jax.Arr
         raise ArgumentError(f"forest must have at least one tree and max_len >= 1, got shape {shape}")
     if max_len > _MAX_INT32:
         raise ArgumentError(f"forest max_len={max_len} is over 2**31 - 1 slots")
+    if not any(isinstance(a, jax.Array) for a in arrays):
+        # host arrays are converted in NumPy and put on the device once: the same conversions as jnp
+        # ops, without a program compiled for each in a fresh process
+        host = [a[None] if single else a for a in (np.asarray(a) for a in arrays)]
+        opcode, value, size, output = host
+        fields = (_to_int32(opcode), value.astype(np.float32), _to_int32(size), _to_int32(output))
+        return (*jax.device_put(fields), single)
     opcode, value, size, output = (jnp.asarray(a) for a in arrays)
     if single:
         opcode, value, size, output = (a[None] for a in (opcode, value, size, output))
@@ -121,15 +128,17 @@ def forest_fields(forest: Any) -> tuple[jax.Array, jax.Array, jax.Array, jax.Arr
 _MAX_INT32 = 2**31 - 1
 
 
-def _to_int32(a: jax.Array) -> jax.Array:
-    """An integer array as int32, values outside int32 clamped (not wrapped) so that a huge size or
-    opcode stays out of range instead of turning into a valid one."""
+def _to_int32(a: Any) -> Any:
+    """An integer array (JAX or NumPy: the result is of the same kind) as int32, values outside int32
+    clamped (not wrapped) so that a huge size or opcode stays out of range instead of turning into a
+    valid one."""
     if a.dtype == jnp.int32:
         return a
+    xp = np if isinstance(a, np.ndarray) else jnp
     info = np.iinfo(a.dtype)
     if info.min < -_MAX_INT32 - 1 or info.max > _MAX_INT32:
-        a = jnp.clip(a, -_MAX_INT32 - 1, _MAX_INT32)
-    return a.astype(jnp.int32)
+        a = xp.clip(a, -_MAX_INT32 - 1, _MAX_INT32)
+    return a.astype(np.int32)
 
 
 def is_concrete(*arrays: Any) -> bool:
@@ -332,8 +341,9 @@ def check_function_set(function_set: Any) -> FunctionSet:
 
 
 def check_X(X: Any) -> jax.Array:
-    """``X`` as float32 ``[n_points >= 1, n_vars >= 1]``."""
-    X = jnp.asarray(X, jnp.float32)
+    """``X`` as float32 ``[n_points >= 1, n_vars >= 1]`` (host data put on the device as it is: an
+    eager ``jnp.asarray`` compiles a program in a fresh process)."""
+    X = jnp.asarray(X, jnp.float32) if isinstance(X, jax.Array) else jax.device_put(np.asarray(X, np.float32))
     if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
         raise ArgumentError(f"X must be [n_points >= 1, n_vars >= 1], got shape {X.shape}")
     return X

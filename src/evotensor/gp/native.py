@@ -93,7 +93,7 @@ def supported(fs: FunctionSet) -> bool:
 def _table(fs: FunctionSet) -> jax.Array:
     """``int32 [n_opcodes]``: the native function id of each opcode (-1 for PAD / CONST / VAR)."""
     ids = [-1, -1, -1] + [_NAMES.index(name) for name in fs.names]
-    return jnp.asarray(np.asarray(ids, np.int32))
+    return jax.device_put(np.asarray(ids, np.int32))  # (jnp.asarray compiles a program in a fresh process)
 
 
 def _check(fs: FunctionSet) -> None:
@@ -241,8 +241,12 @@ def evaluate_native(arrays, X: jax.Array, fs: FunctionSet, n_outputs: int) -> ja
     (see the module docstring)."""
     _check(fs)
     _register()
+    if isinstance(X, jax.core.Tracer) or jax.default_backend() != "cpu":
+        XT = X.T
+    else:  # concrete CPU data: transposed by NumPy (an eager transpose compiles a program)
+        XT = jax.device_put(np.ascontiguousarray(np.asarray(X).T))
     return _on_the_cpu(
-        "forward", *arrays, X.T, _table(fs), n_outputs=int(n_outputs), protected=bool(fs.protected)
+        "forward", *arrays, XT, _table(fs), n_outputs=int(n_outputs), protected=bool(fs.protected)
     )
 
 

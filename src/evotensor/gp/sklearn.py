@@ -153,7 +153,7 @@ class SymbolicModel:
     def raw_predict(self, X: Any, backend: str = "auto") -> np.ndarray:
         """The model's outputs ``[n_points, n_outputs]`` (float64) on ``X [n_points, n_vars]``, scaling
         applied; non-finite outputs are returned as they are."""
-        X = jnp.asarray(np.asarray(X, np.float32))
+        X = np.asarray(X, np.float32)
         out = np.asarray(
             evaluate(self.tree, X, self.function_set, self.n_outputs, backend=backend), np.float64
         )
