@@ -24,6 +24,7 @@ group's ``pip freeze`` (and the commit, for a source group) is written to ``<ven
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -133,6 +134,21 @@ def venv_python(group: str) -> str:
     if group not in VENVS:
         raise ValueError(f"unknown benchmark venv {group!r}; known: {', '.join(VENVS)}")
     return os.path.join(venv_root(), group, "bin", "python")
+
+
+def run_json_worker(python: str, script: str, args: list[str]) -> dict:
+    """Run ``python script *args`` (a benchmark's worker, on the CPU) from the benchmarks folder and
+    return the JSON object on its last line of output; a failed worker raises with its stderr."""
+    out = subprocess.run(
+        [python, os.path.abspath(script), *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        cwd=os.path.dirname(os.path.abspath(__file__)),
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(script)} {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def create(groups: list[str]) -> None:

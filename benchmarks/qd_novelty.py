@@ -28,13 +28,12 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
-from bench_venvs import venv_python  # noqa: E402
+from bench_venvs import run_json_worker, venv_python  # noqa: E402
 
 K, THRESHOLD, CAPACITY, SOLUTION_DIM, MEASURE_DIM = 15, 0.02, 10_000, 10, 2
 
@@ -115,22 +114,8 @@ def worker_pyribs(a) -> dict:
 
 def run_worker(impl: str, a) -> dict:
     python = sys.executable if impl == "evotensor" else venv_python("qd")
-    cmd = [
-        python,
-        os.path.abspath(__file__),
-        "--worker",
-        impl,
-        "--batch",
-        str(a.batch),
-        "--adds",
-        str(a.adds),
-    ]
-    cmd += ["--seed", str(a.seed)] + (["--local-competition"] if a.local_competition else [])
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=os.path.dirname(__file__))
-    if out.returncode != 0:
-        raise RuntimeError(f"{impl} worker failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    args = ["--worker", impl, "--batch", str(a.batch), "--adds", str(a.adds), "--seed", str(a.seed)]
+    return run_json_worker(python, __file__, args + (["--local-competition"] if a.local_competition else []))
 
 
 def main() -> None:

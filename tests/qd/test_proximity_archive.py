@@ -383,6 +383,10 @@ def test_bad_state_and_cell_queries_get_clear_errors():
         archive.index_of(jnp.zeros((1, 2)))
     with pytest.raises(ArgumentError, match="measures must have shape"):
         archive.add(archive.init(), jnp.zeros((1, 2)), jnp.zeros(1), jnp.zeros((1, 3)))
+    with pytest.raises(ArgumentError, match=r"measures must have shape \[B, 2\]"):
+        archive.nearest(archive.init(), jnp.zeros((4, 3)))
+    found, data = archive.retrieve(archive.init(), jnp.zeros((2, 2)))  # empty: nothing found
+    assert not found.any() and data["index"].tolist() == [-1, -1]
 
 
 def test_novelty_ranker_orders_by_novelty_and_a_mesh_is_refused():

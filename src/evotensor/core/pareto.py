@@ -16,8 +16,8 @@ __all__ = ["crowding_distance", "feasible_loss", "nondominated_rank"]
 
 
 def feasible_loss(loss: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``(key, feasible)``: ``loss`` as float32 with every non-finite value ``+inf`` (infeasible),
-    and the mask of the finite ones."""
+    """``(key [n], feasible [n])``: ``loss [n]`` as float32 with every non-finite value ``+inf``
+    (infeasible), and the bool mask of the finite ones."""
     loss = jnp.asarray(loss, jnp.float32)
     feasible = jnp.isfinite(loss)
     return jnp.where(feasible, loss, jnp.inf), feasible

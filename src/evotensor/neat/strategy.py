@@ -67,9 +67,9 @@ __all__ = ["CPU_COMPILER_OPTIONS", "NEAT", "NEATDecoder", "NEATState"]
 CPU_COMPILER_OPTIONS: dict[str, Any] = dict(CLASSIC_CPU_EMITTERS)
 """XLA options NEAT's programs compile with on a CPU unless ``NEAT(compiler_options=...)`` says
 otherwise (:data:`evotensor.core.compiler_options.CLASSIC_CPU_EMITTERS`): XLA:CPU's newer fusion
-emitters make ~1.5x more kernels of NEAT's many small steps, and each compiles on its own; without
-them the CartPole step compiles ~2 s faster, a generation runs 3-30% slower, the states are the same
-bit for bit (``benchmarks/results_neat.md``, session 18)."""
+emitters make more kernels of NEAT's many small steps, and each compiles on its own; without them
+a generation compiles faster and runs somewhat slower, with the same states bit for bit (the figures:
+``benchmarks/results_neat.md``, session 18)."""
 
 
 @pytree_dataclass

@@ -370,16 +370,22 @@ class Archive:
         with fields ``solutions, objective, measures, threshold, index`` and the extra fields."""
         measures = jnp.asarray(measures, jnp.float32)
         valid = jnp.all(jnp.isfinite(measures), axis=1)
-        index = jnp.where(valid, self.index_of(measures), 0).astype(jnp.int32)
-        data = {
-            "solutions": state.solutions[index],
-            "objective": state.objective[index],
-            "measures": state.measures[index],
-            "threshold": state.threshold[index],
-            "index": jnp.where(valid, index, -1),
-            **{name: value[index] for name, value in state.fields.items()},
+        index = jnp.where(valid, self.index_of(measures), -1).astype(jnp.int32)
+        return valid & state.occupied[jnp.maximum(index, 0)], self._rows(state, index)
+
+    @staticmethod
+    def _rows(state: ArchiveState, index: jax.Array) -> dict[str, jax.Array]:
+        """``{field: [B, ...]}`` of the rows ``index [B]`` (-1: none; row 0's values stand in), with
+        fields ``solutions, objective, measures, threshold, index`` and the extra fields."""
+        at = jnp.maximum(index, 0)
+        return {
+            "solutions": state.solutions[at],
+            "objective": state.objective[at],
+            "measures": state.measures[at],
+            "threshold": state.threshold[at],
+            "index": index,
+            **{name: value[at] for name, value in state.fields.items()},
         }
-        return valid & state.occupied[index], data
 
     def sample_elites(self, key: jax.Array, state: ArchiveState, n: int) -> jax.Array:
         """``n`` cells drawn uniformly, with replacement, among the occupied ones: ``[n]`` int32.

@@ -54,15 +54,14 @@ class BanditState(MAPElitesState):
     emitters of the pool.
 
     Attributes:
-        active: ``[P]`` bool, the emitters proposing this generation's batch.
-        places: ``[num_active]`` int32, their pool indices in order (the population's slices).
+        active: ``[P]`` bool, the emitters proposing this generation's batch (in pool order, one
+            slice of ``batch_size`` rows each).
         success: ``[P]`` float32, candidates of each emitter that entered the archive.
         selection: ``[P]`` float32, candidates each emitter has proposed.
         restarts: ``[P]`` int32, each emitter's restart count when last looked at (-1: none).
     """
 
     active: jax.Array
-    places: jax.Array
     success: jax.Array
     selection: jax.Array
     restarts: jax.Array
@@ -132,7 +131,6 @@ class BanditMAPElites(MAPElites):
         return BanditState(
             **{name: getattr(base, name) for name in MAPElitesState.__dataclass_fields__},
             active=jnp.arange(pool) < self.num_active,
-            places=jnp.arange(self.num_active, dtype=jnp.int32),
             success=jnp.zeros((pool,), jnp.float32),
             selection=jnp.zeros((pool,), jnp.float32),
             restarts=jnp.asarray(self._restart_counts(base.emitters)),
@@ -145,7 +143,7 @@ class BanditMAPElites(MAPElites):
         return jnp.stack([jnp.asarray(-1 if c is None else c, jnp.int32) for c in counts])
 
     def _schedule(self, state: BanditState) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """``(active [P], places [num_active], restarts [P])`` for this generation."""
+        """``(active [P], restarts [P])`` for this generation."""
         pool = len(self.emitters)
         index = jnp.arange(pool, dtype=jnp.int32)
         counts = self._restart_counts(state.emitters)
@@ -165,13 +163,11 @@ class BanditMAPElites(MAPElites):
         free = ~active[order]
         need = self.num_active - jnp.sum(active, dtype=jnp.int32)
         take = free & (jnp.cumsum(free, dtype=jnp.int32) <= need)
-        active = active.at[order].max(take)
-        places = jnp.nonzero(active, size=self.num_active, fill_value=0)[0].astype(jnp.int32)
-        return active, places, counts
+        return active.at[order].max(take), counts
 
     def ask(self, key: jax.Array, state: BanditState, params: Any = None) -> tuple[Any, BanditState]:
         """``-> (genotypes [num_active * batch_size, ...], state)``: the scheduled emitters' batches."""
-        active, places, restarts = self._schedule(state)
+        active, restarts = self._schedule(state)
         keys = jax.random.split(key, self.num_active)
         place_of = jnp.cumsum(active, dtype=jnp.int32) - 1  # [P]: each active emitter's place
         b = self.batch_size
@@ -187,7 +183,7 @@ class BanditMAPElites(MAPElites):
 
             x, s = lax.cond(active[i], run, lambda x, s: (x, s), x, s)
             states.append(s)
-        state = state.replace(emitters=tuple(states), active=active, places=places, restarts=restarts)
+        state = state.replace(emitters=tuple(states), active=active, restarts=restarts)
         return self.space.unravel_population(x), state
 
     def tell(
@@ -218,12 +214,13 @@ class BanditMAPElites(MAPElites):
 
             states.append(lax.cond(state.active[i], learn, lambda s: s, s))
         added = jnp.sum((info.status > 0).reshape(self.num_active, b), axis=1).astype(jnp.float32)
+        added = jnp.where(state.active, added[jnp.clip(place_of, 0, self.num_active - 1)], 0.0)
         state = state.replace(
             archive=archive_state,
             result=result,
             emitters=tuple(states),
             generation=state.generation + 1,
-            success=state.success.at[state.places].add(added),
-            selection=state.selection.at[state.places].add(jnp.float32(b)),
+            success=state.success + added,
+            selection=state.selection + jnp.where(state.active, jnp.float32(b), 0.0),
         )
         return state, self._metrics(archive_state, result, info)

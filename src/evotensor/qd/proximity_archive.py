@@ -274,6 +274,8 @@ class ProximityArchive(Archive):
         the lowest row; -1 for an empty archive or non-finite measures)."""
         state = self._check_state(state)
         measures = jnp.asarray(measures, jnp.float32)
+        if measures.ndim != 2 or measures.shape[1] != self.measure_dim:
+            raise ArgumentError(f"measures must have shape [B, {self.measure_dim}], got {measures.shape}")
         _, row, count = self._neighbours(state, measures)
         ok = (count > 0) & jnp.all(jnp.isfinite(measures), axis=1)
         return jnp.where(ok, row[:, 0], -1)
@@ -282,16 +284,7 @@ class ProximityArchive(Archive):
         """The elite nearest each measure vector: ``[B, D] -> (found [B], {field: [B, ...]})`` with
         fields ``solutions, objective, measures, threshold, index`` and the extra fields."""
         index = self.nearest(state, measures)
-        at = jnp.maximum(index, 0)
-        data = {
-            "solutions": state.solutions[at],
-            "objective": state.objective[at],
-            "measures": state.measures[at],
-            "threshold": state.threshold[at],
-            "index": index,
-            **{name: value[at] for name, value in state.fields.items()},
-        }
-        return index >= 0, data
+        return index >= 0, self._rows(state, index)
 
     def add(
         self,
