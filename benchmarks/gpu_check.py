@@ -12,7 +12,8 @@ Sections (``--sections``, default all):
 * ``gp``: ``benchmarks/gpu_check_gp.py`` (accuracy against float64, division, fitness GPops/s
   with a block sweep, ``sr-pagie`` end to end with a kernel profile).
 * ``es``: ``benchmarks/gpu_check_es.py`` (OpenAI-ES and CMA-ES beside evosax when it imports).
-* ``qd``: ``benchmarks/gpu_check_qd.py`` (MAP-Elites evaluations/s over batch sizes).
+* ``qd``: ``benchmarks/gpu_check_qd.py`` (MAP-Elites evaluations/s over batch sizes, the novelty
+  archive's insertion, ME-ES generations).
 * ``neat``: ``benchmarks/gpu_check_neat.py`` (one NEAT generation on XOR at pop 150 / 1000 / 10000
   and on CartPole at pop 1000; the network forward pass over pop x genome size, with XLA's
   memory figures).
@@ -48,6 +49,7 @@ GPU_TEST_FILES = (
     "tests/qd/test_archive.py",
     "tests/qd/test_centroids.py",
     "tests/qd/test_map_elites.py",
+    "tests/qd/test_mees.py",
     "tests/qd/test_proximity_archive.py",
     "tests/es/test_cma_es.py",
     "tests/es/test_open_es.py",

@@ -1,5 +1,5 @@
 """QD section of the one-command GPU check (``benchmarks/gpu_check.py``): MAP-Elites throughput over
-batch sizes, and the novelty archive's insertion.
+batch sizes, the novelty archive's insertion and ME-ES generations.
 
 Case ``map-elites arm 100x100``: the ``qd-arm`` task's search (``evotensor.qd.tasks``: Iso+LineDD
 with iso_sigma 0.01, line_sigma 0.2 from the arm stretched straight, genotypes clipped to [0, 1]) on
@@ -27,6 +27,13 @@ the end (its cost grows with the archive: every candidate is compared with every
 Sizes: ``"gpu"`` batch 1024 and 8192 into 100,000 rows; ``"cpu"`` batch 256 into 2,000 rows.
 ``benchmarks/qd_novelty.py`` sets it beside pyribs on a CPU.
 
+Case ``me-es arm 64x64`` (section ``qd-mees``): ME-ES (``MEESEmitter``, QDax's defaults, explore
+and exploit alternating every 10 steps, novelty archive of 1000 rows) on the same arm, a 64 x 64
+grid: ``samples`` ES samples per generation (``"gpu"``: 1000 and 10,000; ``"cpu"``: 100), compile,
+``ms_per_gen`` (median over explore and exploit steps), ``evals_per_s`` (the samples and the
+offspring), the elites after ``generations``. ``benchmarks/qd_mees.py`` sets it beside QDax on a
+CPU.
+
 In ``"gpu"`` mode the sweep stops at the first batch size whose evaluations/s are below
 ``PLATEAU_GAIN`` x the best so far (the throughput has plateaued), or once ``BUDGET_S`` seconds of
 timed generations have passed. Needs only the project's own packages.
@@ -47,7 +54,7 @@ import numpy as np
 
 from evotensor.core.run import Loop
 from evotensor.problems.qd import Arm
-from evotensor.qd import GridArchive, IsoLineEmitter, MAPElites, ProximityArchive
+from evotensor.qd import GridArchive, IsoLineEmitter, MAPElites, MEESEmitter, ProximityArchive
 
 CASE = "map-elites arm 100x100"
 JOINTS, CELLS = 100, (100, 100)
@@ -61,27 +68,23 @@ SIZES = {
     ),
     "cpu": dict(batches=(64, 256), generations=8, budget_s=30.0),
 }
+MEES = {"gpu": dict(samples=(1000, 10000), generations=60), "cpu": dict(samples=(100,), generations=12)}
 NOVELTY = {
     "gpu": dict(batches=(1024, 8192), capacity=100_000, adds=30),
     "cpu": dict(batches=(256,), capacity=2_000, adds=6),
 }
 
 
-def measure(batch: int, generations: int, seed: int = 0) -> dict:
-    """One row: compile time, steady ms per generation, evaluations/s and quality after
-    ``generations`` generations of MAP-Elites with ``batch`` candidates per generation."""
-    problem = Arm(num_joints=JOINTS)
-    archive = GridArchive(
+def _arm_archive(problem: Arm) -> GridArchive:
+    return GridArchive(
         solution_dim=problem.num_dims, dims=CELLS, ranges=problem.descriptor_ranges, qd_score_offset=QD_OFFSET
     )
-    emitter = IsoLineEmitter(
-        x0=np.full(problem.num_dims, 0.5, np.float32),
-        iso_sigma=ISO_SIGMA,
-        line_sigma=LINE_SIGMA,
-        batch_size=batch,
-        bounds=problem.bounds,
-    )
-    loop = Loop(MAPElites(archive, [emitter]), problem)
+
+
+def _timed_generations(strategy: MAPElites, problem: Arm, generations: int, seed: int) -> tuple:
+    """``(compile_s, ms_per_gen, times, final carry)`` of ``generations`` generations of
+    ``Loop.step`` (one generation of ``evotensor.run``), jitted with the state donated."""
+    loop = Loop(strategy, problem)
     params = loop.strategy.default_params()
     carry, loop_key = loop.init(jax.random.key(seed), params)
     carry = jax.block_until_ready(carry)
@@ -97,6 +100,24 @@ def measure(batch: int, generations: int, seed: int = 0) -> dict:
         jax.block_until_ready(carry)
         times.append(time.perf_counter() - t0)
     ms_per_gen = 1e3 * statistics.median(times[WARMUP:] if len(times) > WARMUP else times)
+    return compile_s, ms_per_gen, times, carry
+
+
+def measure(batch: int, generations: int, seed: int = 0) -> dict:
+    """One row: compile time, steady ms per generation, evaluations/s and quality after
+    ``generations`` generations of MAP-Elites with ``batch`` candidates per generation."""
+    problem = Arm(num_joints=JOINTS)
+    archive = _arm_archive(problem)
+    emitter = IsoLineEmitter(
+        x0=np.full(problem.num_dims, 0.5, np.float32),
+        iso_sigma=ISO_SIGMA,
+        line_sigma=LINE_SIGMA,
+        batch_size=batch,
+        bounds=problem.bounds,
+    )
+    compile_s, ms_per_gen, times, carry = _timed_generations(
+        MAPElites(archive, [emitter]), problem, generations, seed
+    )
     stats = archive.stats(carry.strategy_state.archive)
     return {
         "family": "qd",
@@ -109,6 +130,35 @@ def measure(batch: int, generations: int, seed: int = 0) -> dict:
         "coverage": round(float(stats["coverage"]), 4),
         "qd_score": round(float(stats["qd_score"]), 2),
         "timed_s": round(sum(times), 2),
+        "backend": jax.default_backend(),
+    }
+
+
+def measure_mees(samples: int, generations: int, seed: int = 0) -> dict:
+    """One ``qd-mees`` row: ME-ES (QDax's defaults but ``samples`` samples, explore and exploit
+    alternating every 10 steps) on the arm: compile, ms per generation (the median over explore and
+    exploit steps), evaluations/s, and the archive after ``generations`` generations."""
+    problem = Arm(num_joints=JOINTS)
+    archive = _arm_archive(problem)
+    emitter = MEESEmitter(
+        np.full(problem.num_dims, 0.5), num_samples=samples, novelty_capacity=1000, bounds=problem.bounds
+    )
+    compile_s, ms_per_gen, times, carry = _timed_generations(
+        MAPElites(archive, [emitter]), problem, generations, seed
+    )
+    stats = archive.stats(carry.strategy_state.archive)
+    return {
+        "family": "qd",
+        "section": "qd-mees",
+        "case": "me-es arm 64x64",
+        "samples": samples,
+        "generations": generations,
+        "compile_s": round(compile_s, 3),
+        "ms_per_gen": round(ms_per_gen, 4),
+        "evals_per_s": round(emitter.batch_size / (ms_per_gen / 1e3)),
+        "elites": int(stats["num_elites"]),
+        "qd_score": round(float(stats["qd_score"]), 2),
+        "skipped": int(carry.strategy_state.emitters[0].skipped),
         "backend": jax.default_backend(),
     }
 
@@ -181,6 +231,9 @@ def run(mode: str) -> list[dict]:
     novelty = NOVELTY[mode]
     for batch in novelty["batches"]:
         rows.append(measure_novelty(batch, novelty["capacity"], novelty["adds"]))
+    mees = MEES[mode]
+    for samples in mees["samples"]:
+        rows.append(measure_mees(samples, mees["generations"]))
     return rows
 
 

@@ -23,7 +23,16 @@ from jax.sharding import PartitionSpec as P
 import evotensor
 from evotensor.core import Evaluation
 from evotensor.core.numerics import exact_sum
-from evotensor.qd import CMAESEmitter, CVTArchive, GaussianEmitter, GridArchive, IsoLineEmitter, MAPElites
+from evotensor.qd import (
+    CMAESEmitter,
+    CVTArchive,
+    GaussianEmitter,
+    GridArchive,
+    IsoLineEmitter,
+    MAPElites,
+    MEESEmitter,
+)
+from evotensor.qd.emitters import MEESEmitterState
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
 
 # metrics that are sums over cells: equal to float32 rounding only (summation order per device)
@@ -78,6 +87,9 @@ def _summary(me: MAPElites, result) -> dict:
     cma = [s.cma for s in result.state.emitters if hasattr(s, "cma")]
     if cma:
         out["cma"] = [_lists({"mean": c.mean, "sigma": c.sigma, "C": c.C}) for c in cma]
+    mees = [s for s in result.state.emitters if isinstance(s, MEESEmitterState)]
+    if mees:
+        out["mees"] = [_lists(s.replace(noise_key=jax.random.key_data(s.noise_key))) for s in mees]
     return out
 
 
@@ -137,6 +149,22 @@ def scenario_map_elites() -> dict:
         return MAPElites(search, emitters, result_archive=result)
 
     return _both(make, Bowl(nan_above=0.75), 12, seed=1)
+
+
+def scenario_mees() -> dict:
+    """ME-ES (explore and exploit phases of 3 steps, parents drawn through the sharded archive's
+    ``best_cells``, its samples evaluate-only) on a 9 x 9 grid (81 cells: 84 rows), the batch
+    padded to a multiple of 4 devices; the archive and the emitter state must equal the one-device
+    run's bit for bit."""
+
+    def make():
+        archive = GridArchive(solution_dim=5, dims=(9, 9), ranges=[(0, 1), (0, 1)], qd_score_offset=-1.0)
+        emitter = MEESEmitter(
+            np.full(5, 0.5), num_samples=10, sigma=0.2, num_optimizer_steps=3, batch_multiple=4, bounds=(0, 1)
+        )
+        return MAPElites(archive, [emitter])
+
+    return _both(make, Bowl(), 14, seed=2)
 
 
 # distinctive sizes: "[1001,7]" in the HLO text can only be the whole archive's solutions

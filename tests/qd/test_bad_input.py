@@ -28,6 +28,7 @@ from evotensor.qd import (
     GridArchive,
     IsoLineEmitter,
     MAPElites,
+    MEESEmitter,
     grid_centroids,
     kmeans_centroids,
 )
@@ -55,6 +56,10 @@ def iso_line(**kw):
 
 def cma(**kw):
     return CMAESEmitter(**{"x0": np.zeros(3), "sigma0": 0.5, "batch_size": 4, **kw})
+
+
+def mees(**kw):
+    return MEESEmitter(**{"x0": np.zeros(3), "num_samples": 8, **kw})
 
 
 def map_elites(**kw):
@@ -200,6 +205,32 @@ for value in ["best", 3, None]:
 for value in ["sometimes", None, 0, -1, True]:
     case("cma", cma, "restart_rule", restart_rule=value)
 case("cma", cma, "selection_rule", selection_rule="all")
+for value in BAD_VECTORS:
+    case("mees", mees, "x0", x0=value)
+for value in [*BAD_SIZES, 1, 7]:  # 7: odd with mirrored sampling
+    case("mees", mees, "num_samples", num_samples=value)
+for value in [*BAD_REALS, 0.0, -0.1, 1e30]:
+    case("mees", mees, "sigma", sigma=value)
+for argument in (
+    "num_optimizer_steps",
+    "novelty_neighbors",
+    "novelty_capacity",
+    "recent_size",
+    "exploit_cells",
+    "explore_cells",
+    "batch_multiple",
+):
+    for value in BAD_SIZES:
+        case("mees", mees, argument, **{argument: value})
+for value in [*BAD_REALS, -0.1]:
+    case("mees", mees, "l2_coefficient", l2_coefficient=value)
+for value in ["both", None, 1]:
+    case("mees", mees, "mode", mode=value)
+for value in ["adam", 0.01]:
+    case("mees", mees, "optimizer", optimizer=value)
+case("mees", mees, "fitness_shaping", fitness_shaping="centered_ranks")
+case("mees", mees, "mirrored", mirrored="yes")
+case("mees", mees, "bounds", bounds=(1.0, 0.0))
 # MAP-Elites
 for value in [None, "grid", 3]:
     case("map_elites", map_elites, "archive", archive=value)
@@ -220,8 +251,9 @@ test_bad_argument_is_refused_naming_it = refusal_test(CASES)
 
 def test_the_defaults_of_the_table_build():
     """Every row above changes one argument of an object that builds."""
-    for build in (grid, cvt, gaussian, iso_line, cma, map_elites):
+    for build in (grid, cvt, gaussian, iso_line, cma, mees, map_elites):
         build()
+    mees(num_samples=7, mirrored=False, batch_multiple=4, fitness_shaping=lambda f: f, bounds=(0, 1))
     grid(learning_rate=0.5, threshold_min=-10.0)
     cvt(centroids=[[0.25, 0.25], [0.75, 0.75]], chunk_size=1, seed=-3)
     gaussian(sigma=[0.1, 0.0, 1e15], bounds=(None, np.ones(3)), initial_solutions=np.zeros((4, 3)))

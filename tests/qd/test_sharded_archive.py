@@ -67,6 +67,9 @@ def _two_batches_then_queries(archive):
             "elites": archive.elite_solutions(state, cells),
             "has_elites": archive.has_elites(state),
             "retrieve": archive.retrieve(state, second[2]),
+            # more cells asked for than there are: every cell, occupied ones first
+            "best": archive.best_cells(state, 6),
+            "best_by_measure": archive.best_cells(state, 30, lambda _, m: m[:, 1]),
         }
         return state, infos, queries, archive.stats(state)
 
@@ -217,6 +220,7 @@ SCENARIOS = [
     "tests.qd.mesh_scenarios:scenario_map_elites",
     "tests.qd.mesh_scenarios:scenario_insertion_hlo",
     "tests.qd.mesh_scenarios:scenario_checkpoint_across_device_counts",
+    "tests.qd.mesh_scenarios:scenario_mees",
 ]
 
 
@@ -248,6 +252,19 @@ def test_map_elites_on_4_devices_equals_one_device(four_devices):
         "result": {"rows": 228, "rows_per_device": [57] * 4, "spec": "P('pop',)"},
     }
     assert len(single["archive"][".objective"]) == 225 and len(single["search"][".objective"]) == 50
+
+
+def test_mees_on_4_devices_equals_one_device(four_devices):
+    result = four_devices[SCENARIOS[3]]
+    mesh, single = result["mesh"], result["single"]
+    assert result["devices"] == 4 and result["layout"]["search"]["rows"] == 84
+    assert mesh["archive"] == single["archive"] and mesh["mees"] == single["mees"]
+    for metric in ("num_elites", "added", "best_fitness"):
+        assert mesh["history"][metric] == single["history"][metric], metric
+    # 14 steps: explore, exploit and explore phases, new parents drawn from a filling archive
+    state = single["mees"][0]
+    assert state[".step"] == 14 and state[".novelty_count"] == 14
+    assert 1 < single["history"]["num_elites"][-1] <= 14
 
 
 def test_compiled_insertion_never_gathers_the_archive(four_devices):

@@ -23,6 +23,8 @@ def run_and_resume(task, run_dir, first, total, chunk):
     for a, b in zip(
         jax.tree_util.tree_leaves(resumed.state), jax.tree_util.tree_leaves(full.state), strict=True
     ):
+        if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):  # ME-ES keeps its noise key
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
         np.testing.assert_array_equal(a, b)
     return start, resumed
 
@@ -56,6 +58,20 @@ def test_qd_novelty_task_searches_a_proximity_archive_and_reports_the_grid(tmp_p
     assert gaps.min() > 0
     with pytest.raises(ValueError, match="local_competition"):
         get_task("qd-novelty").build({"local_competition": "yes"})
+
+
+def test_qd_mees_task_adds_one_offspring_per_generation_and_resumes(tmp_path):
+    task = get_task("qd-mees").build({"joints": 6, "cells": 16, "pop": 21, "generations": 12})
+    emitter = task.strategy.emitters[0]
+    assert emitter.num_samples == 20 and task.strategy.population_size == 21
+    first, resumed = run_and_resume(task, tmp_path, 8, 12, 4)
+    # only the offspring enter the grid: at most one new elite per generation
+    added = np.asarray(resumed.history["added"])
+    assert added.max() == 1 and 0 < int(resumed.state.archive.occupied.sum()) <= 12
+    text = task.report(resumed, tmp_path)
+    assert "ME-ES: 12 gradient steps of 20 samples, 0 skipped" in text
+    with pytest.raises(Exception, match="mode"):
+        get_task("qd-mees").build({"mode": "both"})
 
 
 def test_qd_cma_mae_task_reports_the_result_archive():

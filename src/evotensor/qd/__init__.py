@@ -7,7 +7,8 @@
   add reports ``novelty`` and ``local_competition`` per candidate).
 * :mod:`.centroids` — grid centres, on-device k-means for CVT, chunked nearest-centroid search.
 * :mod:`.emitters` — Gaussian and Iso+LineDD variation; the CMA-ES emitter of CMA-ME and CMA-MAE
-  (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts).
+  (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts); the ME-ES emitter (Colas et
+  al. 2020: an ES on fitness or novelty from archive elites, its samples evaluated, not archived).
 * :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop;
   ``MAPElites.on_mesh`` (what ``evotensor.run(..., mesh=)`` calls) gives :class:`ShardedMAPElites`.
 * :mod:`.bandit` — :class:`BanditMAPElites`: a pool of emitters of which ``num_active`` run each
@@ -30,7 +31,7 @@ from evotensor.qd.archive import (
 )
 from evotensor.qd.bandit import BanditMAPElites, BanditState
 from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_centroid
-from evotensor.qd.emitters import CMAESEmitter, Emitter, GaussianEmitter, IsoLineEmitter
+from evotensor.qd.emitters import CMAESEmitter, Emitter, GaussianEmitter, IsoLineEmitter, MEESEmitter
 from evotensor.qd.map_elites import MAPElites, MAPElitesState, ShardedMAPElites
 from evotensor.qd.proximity_archive import ProximityAddInfo, ProximityArchive, ProximityState
 from evotensor.qd.sharded_archive import ShardedArchive
@@ -52,6 +53,7 @@ __all__ = [
     "IsoLineEmitter",
     "MAPElites",
     "MAPElitesState",
+    "MEESEmitter",
     "ProximityAddInfo",
     "ProximityArchive",
     "ProximityState",

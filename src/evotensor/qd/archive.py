@@ -34,12 +34,13 @@ Batch semantics (pyribs' ``add``, made deterministic on every backend):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from evotensor.core import rng
 from evotensor.core.checks import (
@@ -104,6 +105,30 @@ def candidate_is_valid(solutions: jax.Array, objective: jax.Array, measures: jax
         & jnp.all(jnp.isfinite(measures), axis=1)
         & jnp.all(jnp.isfinite(solutions), axis=1)
     )
+
+
+def best_cells_of(
+    objective: jax.Array,
+    measures: jax.Array,
+    occupied: jax.Array,
+    k: int,
+    score: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
+    first_cell: Any = 0,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:meth:`Archive.best_cells` over the rows ``objective [c]``, ``measures [c, D]``, ``occupied
+    [c]``, numbered from ``first_cell``: ``(cells, valid, values)``, each ``[min(k, c)]``, with
+    ``values`` the scores (``-inf`` where not valid). A sharded archive runs it per device."""
+    k = check_int(k, "k")
+    value = objective if score is None else jnp.asarray(score(objective, measures), jnp.float32)
+    if value.shape != objective.shape:
+        raise ArgumentError(
+            f"score must give one value per cell {list(objective.shape)}, got {list(value.shape)}"
+        )
+    value = jnp.where(occupied & ~jnp.isnan(value), value, -jnp.inf)
+    # occupied cells first among equal values (an occupied cell may score -inf), then lower cells
+    order = lax.sort((-value, (~occupied).astype(jnp.int32), jnp.arange(value.shape[0])), num_keys=3)[2]
+    top = order[: min(k, value.shape[0])]
+    return (top + first_cell).astype(jnp.int32), occupied[top], jnp.where(occupied[top], value[top], -jnp.inf)
 
 
 def _check_solution_dim(solution_dim: Any) -> int:
@@ -406,6 +431,19 @@ class Archive:
         """The solutions stored in ``cells``: ``[n] int32 -> [n, solution_dim]`` (what emitters vary;
         a sharded archive fetches each row from the device that holds it)."""
         return state.solutions[cells]
+
+    def best_cells(
+        self, state: ArchiveState, k: int, score: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """The ``k`` occupied cells of highest ``score``: ``(cells [m] int32, valid [m] bool)`` with
+        ``m = min(k, num_cells)``, best first, equal scores to the lower cell; ``valid`` is false
+        where fewer than ``m`` cells are occupied (those entries are empty cells).
+
+        ``score(objective [c], measures [c, D]) -> [c]`` rates cells independently of each other
+        (default: the objective); a NaN score ranks with the empty cells. ``k`` is static.
+        """
+        cells, valid, _ = best_cells_of(state.objective, state.measures, state.occupied, k, score)
+        return cells, valid
 
     def stats(self, state: ArchiveState) -> dict[str, jax.Array]:
         """Scalar archive statistics (pyribs' definitions; QDax reports coverage in percent and adds

@@ -94,6 +94,11 @@ class BanditMAPElites(MAPElites):
         solution: Any = None,
     ):
         super().__init__(archive, emitter_pool, result_archive=result_archive, solution=solution)
+        if self.insert_mask is not None:
+            raise ArgumentError(
+                "every emitter of emitter_pool must add its whole batch to the archive; an emitter "
+                "with evaluate-only rows (insert_mask, e.g. MEESEmitter) runs in MAPElites"
+            )
         self.num_active = check_int(num_active, "num_active")
         if len(self.emitters) < self.num_active:
             raise ArgumentError(

@@ -2,7 +2,8 @@
 
 One generation: every emitter proposes its batch from the archive (``ask``), the concatenated
 population is scored, the whole population is added to the archive at once with exact batch
-semantics, and each emitter learns from its own slice of the batch (``tell``)::
+semantics (except the rows an emitter marks as evaluate-only in its ``insert_mask``, such as
+ME-ES's gradient samples), and each emitter learns from its own slice of the batch (``tell``)::
 
     me = MAPElites(GridArchive(solution_dim=8, dims=(32, 32), ranges=[(0, 1), (0, 1)]),
                    [IsoLineEmitter(x0=jnp.full(8, 0.5), batch_size=128)])
@@ -21,6 +22,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from evotensor.core.checks import ArgumentError
@@ -30,6 +32,22 @@ from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import SolutionSpace, as_solution_space
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
+
+
+def insert_mask(emitter: Any, i: int) -> np.ndarray:
+    """``[batch_size]`` bool: the rows of ``emitters[i]``'s batch that MAP-Elites adds to the archive
+    (its optional ``insert_mask`` attribute; all rows without one). The other rows are evaluated and
+    handed to the emitter's ``tell`` only (an ES emitter's gradient samples)."""
+    mask = getattr(emitter, "insert_mask", None)
+    if mask is None:
+        return np.ones(int(emitter.batch_size), bool)
+    mask = np.asarray(mask)
+    if mask.dtype != bool or mask.shape != (int(emitter.batch_size),):
+        raise ArgumentError(
+            f"emitters[{i}].insert_mask must be a bool array [batch_size] = [{int(emitter.batch_size)}], "
+            f"got {mask.dtype} {list(mask.shape)}"
+        )
+    return mask
 
 
 @pytree_dataclass
@@ -102,6 +120,9 @@ class MAPElites:
             )
         self.batch_sizes = tuple(int(e.batch_size) for e in emitters)
         self.population_size = sum(self.batch_sizes)
+        masks = [insert_mask(e, i) for i, e in enumerate(emitters)]
+        # None: every candidate goes to the archive (the program has no mask at all)
+        self.insert_mask = None if all(m.all() for m in masks) else np.concatenate(masks)
 
     def default_params(self) -> None:
         """MAP-Elites has no dynamic hyperparameters (emitters hold theirs)."""
@@ -186,13 +207,15 @@ class MAPElites:
                 f"evaluation.fitness must be {list(expected[:1])} and evaluation.descriptor {list(expected)} "
                 f"(population, archive measures), got {list(objective.shape)} and {list(measures.shape)}"
             )
+        # rows an emitter only evaluates (ES samples) enter no archive: a NaN objective is never added
+        offered = objective if self.insert_mask is None else jnp.where(self.insert_mask, objective, jnp.nan)
         archive_state, info = self.archive.add(
-            state.archive, x, objective, measures, self._fields(self.archive, evaluation)
+            state.archive, x, offered, measures, self._fields(self.archive, evaluation)
         )
         result = state.result
         if self.result_archive is not None:
             result, _ = self.result_archive.add(
-                result, x, objective, measures, self._fields(self.result_archive, evaluation)
+                result, x, offered, measures, self._fields(self.result_archive, evaluation)
             )
         return x, objective, measures, archive_state, result, info
 

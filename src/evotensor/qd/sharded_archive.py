@@ -71,9 +71,16 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError
+from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.mesh import POPULATION_AXIS, Padded, axis_size, check_mesh, place
-from evotensor.qd.archive import AddInfo, Archive, ArchiveState, CVTArchive, candidate_is_valid
+from evotensor.qd.archive import (
+    AddInfo,
+    Archive,
+    ArchiveState,
+    CVTArchive,
+    best_cells_of,
+    candidate_is_valid,
+)
 from evotensor.qd.centroids import nearest_in_block
 from evotensor.qd.proximity_archive import ProximityArchive
 
@@ -427,6 +434,22 @@ class ShardedArchive:
             return jnp.where(total > 0, cell, self.num_cells - 1).astype(jnp.int32)
 
         return self._map(body, (P(self.axis), P()), P())(state.occupied, key)
+
+    def best_cells(
+        self, state: ArchiveState, k: int, score: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """:meth:`Archive.best_cells <evotensor.qd.archive.Archive.best_cells>`: the same cells as
+        the plain archive's, replicated. Each device ranks its own cells, the candidates are
+        gathered and ranked again (the order is total: score, occupied first, cell)."""
+        m = min(check_int(k, "k"), self.num_cells)
+
+        def body(objective, measures, occupied):
+            cells, valid, values = best_cells_of(objective, measures, occupied, k, score, self._first_cell())
+            cells, valid, values = (lax.all_gather(a, self.axis, tiled=True) for a in (cells, valid, values))
+            _, _, cells, valid = lax.sort((-values, (~valid).astype(jnp.int32), cells, valid), num_keys=3)
+            return cells[:m], valid[:m]
+
+        return self._map(body, (P(self.axis),) * 3, P())(state.objective, state.measures, state.occupied)
 
     def elite_solutions(self, state: ArchiveState, cells: jax.Array) -> jax.Array:
         """The solutions stored in ``cells``: ``[n] -> [n, solution_dim]``, each from its owner."""

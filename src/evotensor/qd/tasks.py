@@ -1,4 +1,4 @@
-"""QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-cma-mae`` and ``qd-brax``.
+"""QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-mees``, ``qd-cma-mae`` and ``qd-brax``.
 
 * ``qd-arm`` — MAP-Elites with Iso+LineDD (pyribs' defaults, iso 0.01 / line 0.2, clipped to the
   genotype box) on the planar arm (QDax's definition, 100 joints), a 64 x 64 grid over the
@@ -7,6 +7,10 @@
   a :class:`~evotensor.qd.ProximityArchive` (capacity 10,000, ``k`` 15, novelty threshold 0.02 in
   the end-effector plane) is the search archive the Iso+LineDD emitter draws its parents from; a 64
   x 64 grid result archive receives every batch, so coverage means what it does for ``qd-arm``.
+* ``qd-mees`` — ME-ES (Colas et al. 2020; QDax's ``MEESEmitter`` defaults: 1000 mirrored samples,
+  sigma 0.02, Adam 0.01, L2 0.02, a new parent every 10 steps, explore and exploit alternating) on
+  the same arm and grid: one offspring per generation enters the archive, the samples are only
+  evaluated (the population is 1 + samples).
 * ``qd-cma-mae`` — CMA-MAE (Fontaine & Nikolaidis 2023; the setup of pyribs' CMA-MAE tutorial,
   scaled down: 20-d instead of 100-d, 5 emitters instead of 15) on the linear-projection sphere:
   archive learning rate 0.01, threshold_min 0, emitters with the improvement ranker, mu selection
@@ -30,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from evotensor.qd.archive import CVTArchive, GridArchive
-from evotensor.qd.emitters import CMAESEmitter, IsoLineEmitter
+from evotensor.qd.emitters import CMAESEmitter, IsoLineEmitter, MEESEmitter
 from evotensor.qd.map_elites import MAPElites
 from evotensor.qd.plots import archive_heatmap, plot_qd_history
 from evotensor.qd.proximity_archive import ProximityArchive
@@ -162,6 +166,43 @@ def _build_novelty(cfg: dict[str, Any]) -> Task:
         return grid_report(run, run_dir) + "\n" + line
 
     return Task(strategy=strategy, problem=problem, generations=cfg["generations"] or 300, report=report)
+
+
+@register_task(
+    "qd-mees",
+    "ME-ES (explore-exploit, QDax's defaults) on the 100-joint arm (64 x 64 grid of end positions)",
+    defaults={"joints": 100, "cells": 64, "sigma": 0.02, "mode": "explore_exploit", "novelty_capacity": 1000},
+)
+def _build_mees(cfg: dict[str, Any]) -> Task:
+    from evotensor.problems.qd import Arm
+
+    problem = Arm(num_joints=positive_int_option(cfg, "joints"))
+    archive = GridArchive(
+        solution_dim=problem.num_dims,
+        dims=_grid(cfg["cells"]),
+        ranges=problem.descriptor_ranges,
+        qd_score_offset=-1.0,
+    )
+    emitter = MEESEmitter(
+        np.full(problem.num_dims, 0.5),
+        num_samples=(cfg["pop"] or 1001) - 1,  # the population is the offspring and the samples
+        sigma=float(cfg["sigma"]),
+        mode=cfg["mode"],
+        novelty_capacity=positive_int_option(cfg, "novelty_capacity"),
+        bounds=problem.bounds,
+    )
+    strategy = MAPElites(archive, [emitter])
+    grid_report = _report(strategy, ("end-effector x", "end-effector y"))
+
+    def report(run: Any, run_dir: Path | None) -> str:
+        state = run.state.emitters[0]
+        line = (
+            f"ME-ES: {int(state.step)} gradient steps of {emitter.num_samples} samples, "
+            f"{int(state.skipped)} skipped (non-finite)"
+        )
+        return grid_report(run, run_dir) + "\n" + line
+
+    return Task(strategy=strategy, problem=problem, generations=cfg["generations"] or 1000, report=report)
 
 
 @register_task(

@@ -1,6 +1,7 @@
 """Emitters: how MAP-Elites proposes new solutions from its archive (see :mod:`.base`).
 
-Gaussian and Iso+LineDD variation of elites, and the CMA-ES emitter of CMA-ME / CMA-MAE.
+Gaussian and Iso+LineDD variation of elites, the CMA-ES emitter of CMA-ME / CMA-MAE, and the
+ME-ES emitter (an OpenAI-style ES on fitness or novelty, its samples evaluated but not archived).
 """
 
 from evotensor.qd.emitters._aliases import deprecated_aliases
@@ -8,6 +9,7 @@ from evotensor.qd.emitters.base import Emitter, VariationEmitter
 from evotensor.qd.emitters.cma_es import CMAESEmitter, CMAESEmitterState
 from evotensor.qd.emitters.gaussian import GaussianEmitter
 from evotensor.qd.emitters.iso_line import IsoLineEmitter
+from evotensor.qd.emitters.mees import MEESEmitter, MEESEmitterState
 from evotensor.qd.emitters.rankers import BUILTIN_RANKERS, Ranker, get_ranker
 
 __all__ = [
@@ -17,6 +19,8 @@ __all__ = [
     "Emitter",
     "GaussianEmitter",
     "IsoLineEmitter",
+    "MEESEmitter",
+    "MEESEmitterState",
     "Ranker",
     "VariationEmitter",
     "get_ranker",
