@@ -54,6 +54,16 @@ def _grid(value: Any) -> tuple[int, ...]:
     return value
 
 
+def _arm_grid(problem: Any, cfg: dict[str, Any]) -> GridArchive:
+    """The arm tasks' grid over the end position (option ``cells``)."""
+    return GridArchive(
+        solution_dim=problem.num_dims,
+        dims=_grid(cfg["cells"]),
+        ranges=problem.descriptor_ranges,
+        qd_score_offset=-1.0,  # fitness (minus the joint angles' spread) lies in [-0.5, 0]
+    )
+
+
 def _report(strategy: MAPElites, labels: tuple[str, str]):
     def report(result: Any, run_dir: Path | None) -> str:
         archive, state = strategy.reported_archive(result.state)
@@ -87,12 +97,7 @@ def _build_arm(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.qd import Arm
 
     problem = Arm(num_joints=positive_int_option(cfg, "joints"))
-    archive = GridArchive(
-        solution_dim=problem.num_dims,
-        dims=_grid(cfg["cells"]),
-        ranges=problem.descriptor_ranges,
-        qd_score_offset=-1.0,  # fitness (minus the joint angles' spread) lies in [-0.5, 0]
-    )
+    archive = _arm_grid(problem, cfg)
     emitter = IsoLineEmitter(
         x0=np.full(problem.num_dims, 0.5),  # the arm stretched straight
         iso_sigma=float(cfg["iso_sigma"]),
@@ -139,12 +144,7 @@ def _build_novelty(cfg: dict[str, Any]) -> Task:
         local_competition=local,
         qd_score_offset=-1.0,
     )
-    result = GridArchive(
-        solution_dim=problem.num_dims,
-        dims=_grid(cfg["cells"]),
-        ranges=problem.descriptor_ranges,
-        qd_score_offset=-1.0,
-    )
+    result = _arm_grid(problem, cfg)
     emitter = IsoLineEmitter(
         x0=np.full(problem.num_dims, 0.5),
         iso_sigma=float(cfg["iso_sigma"]),
@@ -177,12 +177,7 @@ def _build_mees(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.qd import Arm
 
     problem = Arm(num_joints=positive_int_option(cfg, "joints"))
-    archive = GridArchive(
-        solution_dim=problem.num_dims,
-        dims=_grid(cfg["cells"]),
-        ranges=problem.descriptor_ranges,
-        qd_score_offset=-1.0,
-    )
+    archive = _arm_grid(problem, cfg)
     emitter = MEESEmitter(
         np.full(problem.num_dims, 0.5),
         num_samples=(cfg["pop"] or 1001) - 1,  # the population is the offspring and the samples
