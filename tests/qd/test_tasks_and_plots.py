@@ -64,6 +64,8 @@ def test_qd_mees_task_adds_one_offspring_per_generation_and_resumes(tmp_path):
     task = get_task("qd-mees").build({"joints": 6, "cells": 16, "pop": 21, "generations": 12})
     emitter = task.strategy.emitters[0]
     assert emitter.num_samples == 20 and task.strategy.population_size == 21
+    with pytest.raises(ValueError, match="pop"):
+        get_task("qd-mees").build({"pop": 2})
     first, resumed = run_and_resume(task, tmp_path, 8, 12, 4)
     # only the offspring enter the grid: at most one new elite per generation
     added = np.asarray(resumed.history["added"])
@@ -135,3 +137,20 @@ def test_qd_brax_task_runs_a_short_hopper_search(tmp_path):
     assert "coverage" in task.report(result, tmp_path) and (tmp_path / "qd.png").exists()
     with pytest.raises(ValueError, match="task"):
         get_task("qd-brax").build({"env": "cartpole"})
+    with pytest.raises(ValueError, match="emitter"):
+        get_task("qd-brax").build({"env": "hopper_uni", "emitter": "cma"})
+
+
+def test_qd_brax_task_runs_me_es_on_the_policy_parameters():
+    task = get_task("qd-brax").build(
+        {"env": "hopper_uni", "episode_length": 5, "hidden": "4", "pop": 8, "cells": 8, "emitter": "mees"}
+    )
+    emitter = task.strategy.emitters[0]
+    # a population of exactly pop: the offspring, 6 mirrored samples, one evaluate-only copy
+    assert emitter.num_samples == 6 and emitter.batch_size == 8 and emitter.insert_mask.sum() == 1
+    result = evotensor.run(
+        task.strategy, task.problem, 3, jax.random.key(0), decoder=task.decoder, progress=False
+    )
+    assert 1 <= result.history["num_elites"][-1] <= 3 and max(result.history["added"]) == 1
+    state = result.state.emitters[0]
+    assert int(state.step) == 3 and np.all(np.isfinite(np.asarray(state.offspring)))

@@ -10,7 +10,8 @@
 * ``qd-mees`` — ME-ES (Colas et al. 2020; QDax's ``MEESEmitter`` defaults: 1000 mirrored samples,
   sigma 0.02, Adam 0.01, L2 0.02, a new parent every 10 steps, explore and exploit alternating) on
   the same arm and grid: one offspring per generation enters the archive, the samples are only
-  evaluated (the population is 1 + samples).
+  evaluated (a population of ``pop``, default 1001: the offspring and ``pop - 1`` samples, rounded
+  down to an even number, padded with a copy of the offspring).
 * ``qd-cma-mae`` — CMA-MAE (Fontaine & Nikolaidis 2023; the setup of pyribs' CMA-MAE tutorial,
   scaled down: 20-d instead of 100-d, 5 emitters instead of 15) on the linear-projection sphere:
   archive learning rate 0.01, threshold_min 0, emitters with the improvement ranker, mu selection
@@ -19,8 +20,9 @@
 * ``qd-brax`` — QD-RL: MAP-Elites with Iso+LineDD (QDax's brax example values, iso 0.005 /
   line 0.05) over the parameters of a ``64-64`` tanh MLP policy on a QDax brax task (default
   ``walker2d_uni``: feet-contact descriptors; see :mod:`evotensor.problems.qd_control`). A grid for
-  one or two descriptors, a CVT archive (``cvt_cells`` centroids) for more. Needs brax; slow on a
-  CPU, meant for a GPU.
+  one or two descriptors, a CVT archive (``cvt_cells`` centroids) for more. ``--set emitter=mees``
+  runs ME-ES instead (the deep-neuroevolution setting of Colas et al. 2020; ``qd-mees``'s options
+  and population rule). Needs brax; slow on a CPU, meant for a GPU.
 
 All report coverage, QD score and the best objective, and write ``qd.png`` (coverage and QD score
 per generation) and, for two descriptors, ``archive.png`` (the elites) into the run directory.
@@ -61,6 +63,24 @@ def _arm_grid(problem: Any, cfg: dict[str, Any]) -> GridArchive:
         dims=_grid(cfg["cells"]),
         ranges=problem.descriptor_ranges,
         qd_score_offset=-1.0,  # fitness (minus the joint angles' spread) lies in [-0.5, 0]
+    )
+
+
+def _mees_emitter(x0: Any, cfg: dict[str, Any], bounds: Any = None) -> MEESEmitter:
+    """The ME-ES emitter of ``qd-mees`` and ``qd-brax --set emitter=mees``: a population of exactly
+    ``pop`` (default 1001): the offspring, ``pop - 1`` mirrored samples rounded down to an even
+    number, and one evaluate-only copy of the offspring when ``pop`` is even."""
+    pop = cfg["pop"] or 1001
+    if pop < 3:
+        raise ValueError(f"option pop must be >= 3 for ME-ES (the offspring and two samples), got {pop}")
+    return MEESEmitter(
+        x0,
+        num_samples=2 * ((pop - 1) // 2),
+        sigma=float(cfg["sigma"]),
+        mode=cfg["mode"],
+        novelty_capacity=positive_int_option(cfg, "novelty_capacity"),
+        bounds=bounds,
+        batch_multiple=pop,
     )
 
 
@@ -178,14 +198,7 @@ def _build_mees(cfg: dict[str, Any]) -> Task:
 
     problem = Arm(num_joints=positive_int_option(cfg, "joints"))
     archive = _arm_grid(problem, cfg)
-    emitter = MEESEmitter(
-        np.full(problem.num_dims, 0.5),
-        num_samples=(cfg["pop"] or 1001) - 1,  # the population is the offspring and the samples
-        sigma=float(cfg["sigma"]),
-        mode=cfg["mode"],
-        novelty_capacity=positive_int_option(cfg, "novelty_capacity"),
-        bounds=problem.bounds,
-    )
+    emitter = _mees_emitter(np.full(problem.num_dims, 0.5), cfg, bounds=problem.bounds)
     strategy = MAPElites(archive, [emitter])
     grid_report = _report(strategy, ("end-effector x", "end-effector y"))
 
@@ -244,6 +257,10 @@ def _build_cma_mae(cfg: dict[str, Any]) -> Task:
         "iso_sigma": 0.005,
         "line_sigma": 0.05,
         "backend": None,
+        "emitter": "iso_line",
+        "sigma": 0.02,
+        "mode": "explore_exploit",
+        "novelty_capacity": 1000,
     },
 )
 def _build_brax(cfg: dict[str, Any]) -> Task:
@@ -269,12 +286,17 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
         archive = CVTArchive(
             centroids=positive_int_option(cfg, "cvt_cells"), samples=50_000, seed=cfg["seed"], **common
         )
-    emitter = IsoLineEmitter(
-        x0=np.asarray(x0),
-        iso_sigma=float(cfg["iso_sigma"]),
-        line_sigma=float(cfg["line_sigma"]),
-        batch_size=cfg["pop"] or 256,
-    )
+    if cfg["emitter"] == "mees":
+        emitter = _mees_emitter(np.asarray(x0), cfg)
+    elif cfg["emitter"] == "iso_line":
+        emitter = IsoLineEmitter(
+            x0=np.asarray(x0),
+            iso_sigma=float(cfg["iso_sigma"]),
+            line_sigma=float(cfg["line_sigma"]),
+            batch_size=cfg["pop"] or 256,
+        )
+    else:
+        raise ValueError(f"option emitter must be 'iso_line' or 'mees', got {cfg['emitter']!r}")
     strategy = MAPElites(archive, [emitter], solution=params)
     labels = ("descriptor 0", "descriptor 1")
     return Task(
