@@ -1,4 +1,5 @@
-"""Novelty-search archive: evotensor's ``ProximityArchive`` beside pyribs' (run by hand, not a test).
+"""Novelty-search archives: evotensor's ``ProximityArchive`` and ``DNSArchive`` beside pyribs' (run by
+hand, not a test).
 
 Workload: ``T`` successive ``add`` calls of ``B`` candidates each (solution_dim 10, 2 measures
 uniform in [0, 1]^2, objectives N(0, 1); float64 draws from ``numpy.random.default_rng(seed)``
@@ -15,8 +16,15 @@ and the agreement of the two: the fraction of candidates with the same ``status`
 (novelty is computed in float32 by evotensor and in float64 by SciPy, so a candidate within
 rounding of the threshold may differ, and the archives drift apart from there).
 
+``--archive dns``: the same stream into a Dominated Novelty Search population (``DNSArchive``,
+``k_neighbors=3``, capacity ``DNS_CAPACITY`` = 1024 on both sides: every add after the first scores
+the stored 1024 and the batch together and keeps 1024; pyribs: ``DNSArchive(dtype=np.float32)``,
+``cdist`` in float64). Equal scores are ordered differently (pyribs: ``argpartition``), which the
+continuous draws make rare.
+
     .venv/bin/python benchmarks/qd_novelty.py                 # both (pyribs from the qd venv)
     .venv/bin/python benchmarks/qd_novelty.py --batch 1024 --adds 40 --repeats 3
+    .venv/bin/python benchmarks/qd_novelty.py --archive dns
 
 pyribs lives in the ``qd`` venv of ``bench_venvs.py`` (``make bench-venvs VENVS=qd``); each run is
 a fresh interpreter, the libraries alternating run by run.
@@ -36,6 +44,7 @@ import numpy as np  # noqa: E402
 from bench_venvs import run_json_worker, venv_python  # noqa: E402
 
 K, THRESHOLD, CAPACITY, SOLUTION_DIM, MEASURE_DIM = 15, 0.02, 10_000, 10, 2
+DNS_K, DNS_CAPACITY = 3, 1024
 
 
 def stream(seed: int, batch: int, adds: int):
@@ -52,16 +61,21 @@ def stream(seed: int, batch: int, adds: int):
 def worker_evotensor(a) -> dict:
     import jax
 
-    from evotensor.qd import ProximityArchive
+    from evotensor.qd import DNSArchive, ProximityArchive
 
-    archive = ProximityArchive(
-        solution_dim=SOLUTION_DIM,
-        measure_dim=MEASURE_DIM,
-        capacity=CAPACITY,
-        k_neighbors=K,
-        novelty_threshold=THRESHOLD,
-        local_competition=a.local_competition,
-    )
+    if a.archive == "dns":
+        archive = DNSArchive(
+            solution_dim=SOLUTION_DIM, measure_dim=MEASURE_DIM, capacity=DNS_CAPACITY, k_neighbors=DNS_K
+        )
+    else:
+        archive = ProximityArchive(
+            solution_dim=SOLUTION_DIM,
+            measure_dim=MEASURE_DIM,
+            capacity=CAPACITY,
+            k_neighbors=K,
+            novelty_threshold=THRESHOLD,
+            local_competition=a.local_competition,
+        )
     state = archive.init()
     data = list(stream(a.seed, a.batch, a.adds))
     t0 = time.perf_counter()
@@ -86,17 +100,26 @@ def worker_evotensor(a) -> dict:
 def worker_pyribs(a) -> dict:
     from importlib.metadata import version
 
-    from ribs.archives import ProximityArchive
+    from ribs.archives import DNSArchive, ProximityArchive
 
-    archive = ProximityArchive(
-        solution_dim=SOLUTION_DIM,
-        measure_dim=MEASURE_DIM,
-        k_neighbors=K,
-        novelty_threshold=THRESHOLD,
-        local_competition=a.local_competition,
-        initial_capacity=CAPACITY,
-        dtype=np.float32,
-    )
+    if a.archive == "dns":
+        archive = DNSArchive(
+            solution_dim=SOLUTION_DIM,
+            measure_dim=MEASURE_DIM,
+            capacity=DNS_CAPACITY,
+            k_neighbors=DNS_K,
+            dtype=np.float32,
+        )
+    else:
+        archive = ProximityArchive(
+            solution_dim=SOLUTION_DIM,
+            measure_dim=MEASURE_DIM,
+            k_neighbors=K,
+            novelty_threshold=THRESHOLD,
+            local_competition=a.local_competition,
+            initial_capacity=CAPACITY,
+            dtype=np.float32,
+        )
     times, statuses = [], []
     for x, f, m in stream(a.seed, a.batch, a.adds):
         t = time.perf_counter()
@@ -115,6 +138,7 @@ def worker_pyribs(a) -> dict:
 def run_worker(impl: str, a) -> dict:
     python = sys.executable if impl == "evotensor" else venv_python("qd")
     args = ["--worker", impl, "--batch", str(a.batch), "--adds", str(a.adds), "--seed", str(a.seed)]
+    args += ["--archive", a.archive]
     return run_json_worker(python, __file__, args + (["--local-competition"] if a.local_competition else []))
 
 
@@ -126,6 +150,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--local-competition", action="store_true")
+    ap.add_argument("--archive", choices=("proximity", "dns"), default="proximity")
     ap.add_argument("--impls", default="evotensor,pyribs")
     ap.add_argument("--out", help="write the raw rows here (JSON)")
     a = ap.parse_args()
@@ -144,7 +169,7 @@ def main() -> None:
     )
     print("same status |")
     print("|---|---|---|---|---|---|---|---|")
-    for lc in (False, True):
+    for lc in (False, True) if a.archive == "proximity" else (False,):
         a.local_competition = lc
         for r in range(a.repeats):
             got = {}
@@ -165,7 +190,9 @@ def main() -> None:
     print(f"load after: {os.getloadavg()}")
     if a.out:
         with open(a.out, "w") as fh:
-            json.dump({"batch": a.batch, "adds": a.adds, "seed": a.seed, "rows": rows}, fh)
+            json.dump(
+                {"archive": a.archive, "batch": a.batch, "adds": a.adds, "seed": a.seed, "rows": rows}, fh
+            )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from evotensor.qd import (
     NOT_ADDED,
     CMAESEmitter,
     CVTArchive,
+    DNSArchive,
     GaussianEmitter,
     GridArchive,
     IsoLineEmitter,
@@ -56,6 +57,10 @@ def iso_line(**kw):
 
 def cma(**kw):
     return CMAESEmitter(**{"x0": np.zeros(3), "sigma0": 0.5, "batch_size": 4, **kw})
+
+
+def dns(**kw):
+    return DNSArchive(**{"solution_dim": 3, "measure_dim": 2, "capacity": 8, "k_neighbors": 3, **kw})
 
 
 def mees(**kw):
@@ -205,6 +210,12 @@ for value in ["best", 3, None]:
 for value in ["sometimes", None, 0, -1, True]:
     case("cma", cma, "restart_rule", restart_rule=value)
 case("cma", cma, "selection_rule", selection_rule="all")
+for argument in ("solution_dim", "measure_dim", "capacity", "k_neighbors"):
+    for value in BAD_SIZES:
+        case("dns", dns, argument, **{argument: value})
+for value in BAD_REALS:
+    case("dns", dns, "qd_score_offset", qd_score_offset=value)
+case("dns", dns, "capacity", capacity=2**40)  # more memory than the device has
 for value in BAD_VECTORS:
     case("mees", mees, "x0", x0=value)
 for value in [*BAD_SIZES, 1, 7]:  # 7: odd with mirrored sampling
@@ -251,7 +262,7 @@ test_bad_argument_is_refused_naming_it = refusal_test(CASES)
 
 def test_the_defaults_of_the_table_build():
     """Every row above changes one argument of an object that builds."""
-    for build in (grid, cvt, gaussian, iso_line, cma, mees, map_elites):
+    for build in (grid, cvt, gaussian, iso_line, cma, dns, mees, map_elites):
         build()
     mees(num_samples=7, mirrored=False, batch_multiple=4, fitness_shaping=lambda f: f, bounds=(0, 1))
     grid(learning_rate=0.5, threshold_min=-10.0)

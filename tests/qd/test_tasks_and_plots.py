@@ -60,6 +60,17 @@ def test_qd_novelty_task_searches_a_proximity_archive_and_reports_the_grid(tmp_p
         get_task("qd-novelty").build({"local_competition": "yes"})
 
 
+def test_qd_dns_task_keeps_a_full_population_and_resumes(tmp_path):
+    from evotensor.qd import DNSArchive
+
+    cfg = {"joints": 6, "cells": 16, "capacity": 100, "pop": 64}
+    task = get_task("qd-dns").build(cfg)
+    assert isinstance(task.strategy.archive, DNSArchive) and task.strategy.archive.k_neighbors == 3
+    first, resumed = run_and_resume(task, tmp_path, 3, 6, 3)
+    assert int(resumed.state.archive.occupied.sum()) == 100 and first.history["coverage"][-1] > 0
+    assert "DNS population: 100 of 100" in task.report(resumed, tmp_path)
+
+
 def test_qd_mees_task_adds_one_offspring_per_generation_and_resumes(tmp_path):
     task = get_task("qd-mees").build({"joints": 6, "cells": 16, "pop": 21, "generations": 12})
     emitter = task.strategy.emitters[0]

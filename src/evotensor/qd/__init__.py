@@ -5,6 +5,8 @@
 * :mod:`.proximity_archive` — :class:`ProximityArchive`: novelty search's unstructured archive of
   bounded capacity (k-nearest-neighbour novelty, optional local competition, threshold decay; the
   add reports ``novelty`` and ``local_competition`` per candidate).
+* :mod:`.dns_archive` — :class:`DNSArchive`: Dominated Novelty Search's population of fixed
+  capacity (survivors by mean distance to their fitter neighbours; pyribs 0.12's rules).
 * :mod:`.centroids` — grid centres, on-device k-means for CVT, chunked nearest-centroid search.
 * :mod:`.emitters` — Gaussian and Iso+LineDD variation; the CMA-ES emitter of CMA-ME and CMA-MAE
   (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts); the ME-ES emitter (Colas et
@@ -31,6 +33,7 @@ from evotensor.qd.archive import (
 )
 from evotensor.qd.bandit import BanditMAPElites, BanditState
 from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_centroid
+from evotensor.qd.dns_archive import DNSAddInfo, DNSArchive
 from evotensor.qd.emitters import CMAESEmitter, Emitter, GaussianEmitter, IsoLineEmitter, MEESEmitter
 from evotensor.qd.map_elites import MAPElites, MAPElitesState, ShardedMAPElites
 from evotensor.qd.proximity_archive import ProximityAddInfo, ProximityArchive, ProximityState
@@ -47,6 +50,8 @@ __all__ = [
     "BanditState",
     "CMAESEmitter",
     "CVTArchive",
+    "DNSAddInfo",
+    "DNSArchive",
     "Emitter",
     "GaussianEmitter",
     "GridArchive",

@@ -191,6 +191,8 @@ class Archive:
 
     num_cells: int
     measure_dim: int
+    # whether a ShardedArchive may split the rows over devices (not where adding needs every row)
+    shardable = True
 
     def __init__(
         self,

@@ -100,6 +100,8 @@ class ProximityArchive(Archive):
         extra_fields: ``{name: (shape, dtype)}`` stored next to each elite.
     """
 
+    shardable = False  # a candidate's novelty needs every stored measure, not one device's rows
+
     def __init__(
         self,
         *,

@@ -82,7 +82,6 @@ from evotensor.qd.archive import (
     candidate_is_valid,
 )
 from evotensor.qd.centroids import nearest_in_block
-from evotensor.qd.proximity_archive import ProximityArchive
 
 _SIGNED = {1: jnp.int8, 2: jnp.int16, 4: jnp.int32, 8: jnp.int64}
 _NO_INDEX = np.iinfo(np.int32).max
@@ -153,9 +152,9 @@ class ShardedArchive:
             archive = archive.archive
         if not isinstance(archive, Archive):
             raise ArgumentError(f"archive must be an evotensor.qd Archive, got {type(archive).__name__}")
-        if isinstance(archive, ProximityArchive):
+        if not archive.shardable:
             raise ArgumentError(
-                "a ProximityArchive cannot be split over devices: a candidate's novelty needs every "
+                f"a {type(archive).__name__} cannot be split over devices: adding to it needs every "
                 "stored measure, not one device's cells; run it without a mesh"
             )
         self.mesh = check_mesh(mesh, axis)

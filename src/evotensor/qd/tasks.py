@@ -1,4 +1,4 @@
-"""QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-mees``, ``qd-cma-mae`` and ``qd-brax``.
+"""QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-dns``, ``qd-mees``, ``qd-cma-mae`` and ``qd-brax``.
 
 * ``qd-arm`` — MAP-Elites with Iso+LineDD (pyribs' defaults, iso 0.01 / line 0.2, clipped to the
   genotype box) on the planar arm (QDax's definition, 100 joints), a 64 x 64 grid over the
@@ -7,6 +7,9 @@
   a :class:`~evotensor.qd.ProximityArchive` (capacity 10,000, ``k`` 15, novelty threshold 0.02 in
   the end-effector plane) is the search archive the Iso+LineDD emitter draws its parents from; a 64
   x 64 grid result archive receives every batch, so coverage means what it does for ``qd-arm``.
+* ``qd-dns`` — Dominated Novelty Search (Bahlous-Boldi, Faldor et al. 2025) on the same arm: a
+  :class:`~evotensor.qd.DNSArchive` of 2048 members (``k`` 3) is the search archive the Iso+LineDD
+  emitter draws its parents from; a 64 x 64 grid result archive receives every batch.
 * ``qd-mees`` — ME-ES (Colas et al. 2020; QDax's ``MEESEmitter`` defaults: 1000 mirrored samples,
   sigma 0.02, Adam 0.01, L2 0.02, a new parent every 10 steps, explore and exploit alternating) on
   the same arm and grid: one offspring per generation enters the archive, the samples are only
@@ -36,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from evotensor.qd.archive import CVTArchive, GridArchive
+from evotensor.qd.dns_archive import DNSArchive
 from evotensor.qd.emitters import CMAESEmitter, IsoLineEmitter, MEESEmitter
 from evotensor.qd.map_elites import MAPElites
 from evotensor.qd.plots import archive_heatmap, plot_qd_history
@@ -183,6 +187,49 @@ def _build_novelty(cfg: dict[str, Any]) -> Task:
             f"novelty archive: {n} of {search.capacity} rows, threshold {threshold:.4g}, "
             f"{int(state.dropped)} novel candidates dropped (archive full)"
         )
+        return grid_report(run, run_dir) + "\n" + line
+
+    return Task(strategy=strategy, problem=problem, generations=cfg["generations"] or 300, report=report)
+
+
+@register_task(
+    "qd-dns",
+    "Dominated Novelty Search on the 100-joint arm (a 64 x 64 grid result archive)",
+    defaults={
+        "joints": 100,
+        "cells": 64,
+        "capacity": 2048,
+        "k_neighbors": 3,
+        "iso_sigma": 0.01,
+        "line_sigma": 0.2,
+    },
+)
+def _build_dns(cfg: dict[str, Any]) -> Task:
+    from evotensor.problems.qd import Arm
+
+    problem = Arm(num_joints=positive_int_option(cfg, "joints"))
+    search = DNSArchive(
+        solution_dim=problem.num_dims,
+        measure_dim=2,
+        capacity=positive_int_option(cfg, "capacity"),
+        k_neighbors=positive_int_option(cfg, "k_neighbors"),
+        qd_score_offset=-1.0,
+    )
+    emitter = IsoLineEmitter(
+        x0=np.full(problem.num_dims, 0.5),
+        iso_sigma=float(cfg["iso_sigma"]),
+        line_sigma=float(cfg["line_sigma"]),
+        batch_size=cfg["pop"] or 1024,
+        bounds=problem.bounds,
+    )
+    strategy = MAPElites(search, [emitter], result_archive=_arm_grid(problem, cfg))
+    grid_report = _report(strategy, ("end-effector x", "end-effector y"))
+
+    def report(run: Any, run_dir: Path | None) -> str:
+        state = run.state.archive
+        n = int(state.occupied.sum())
+        best = float(search.stats(state)["obj_max"])
+        line = f"DNS population: {n} of {search.capacity}, best objective {best:.4g}"
         return grid_report(run, run_dir) + "\n" + line
 
     return Task(strategy=strategy, problem=problem, generations=cfg["generations"] or 300, report=report)
