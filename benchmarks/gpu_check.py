@@ -13,7 +13,7 @@ Sections (``--sections``, default all):
   with a block sweep, ``sr-pagie`` end to end with a kernel profile).
 * ``es``: ``benchmarks/gpu_check_es.py`` (OpenAI-ES and CMA-ES beside evosax when it imports).
 * ``qd``: ``benchmarks/gpu_check_qd.py`` (MAP-Elites evaluations/s over batch sizes, the novelty
-  archive's insertion, ME-ES generations).
+  archives' insertion (proximity, DNS), ME-ES generations).
 * ``neat``: ``benchmarks/gpu_check_neat.py`` (one NEAT generation on XOR at pop 150 / 1000 / 10000
   and on CartPole at pop 1000; the network forward pass over pop x genome size, with XLA's
   memory figures).
@@ -48,6 +48,7 @@ GPU_TEST_FILES = (
     "tests/gp/test_strategy.py",
     "tests/qd/test_archive.py",
     "tests/qd/test_centroids.py",
+    "tests/qd/test_dns_archive.py",
     "tests/qd/test_map_elites.py",
     "tests/qd/test_mees.py",
     "tests/qd/test_proximity_archive.py",

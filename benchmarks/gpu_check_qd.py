@@ -1,5 +1,5 @@
 """QD section of the one-command GPU check (``benchmarks/gpu_check.py``): MAP-Elites throughput over
-batch sizes, the novelty archive's insertion and ME-ES generations.
+batch sizes, the novelty archives' insertion (proximity, DNS) and ME-ES generations.
 
 Case ``map-elites arm 100x100``: the ``qd-arm`` task's search (``evotensor.qd.tasks``: Iso+LineDD
 with iso_sigma 0.01, line_sigma 0.2 from the arm stretched straight, genotypes clipped to [0, 1]) on
@@ -26,6 +26,12 @@ batches into an archive of ``capacity`` rows that starts empty, jitted with the 
 the end (its cost grows with the archive: every candidate is compared with every stored measure).
 Sizes: ``"gpu"`` batch 1024 and 8192 into 100,000 rows; ``"cpu"`` batch 256 into 2,000 rows.
 ``benchmarks/qd_novelty.py`` sets it beside pyribs on a CPU.
+
+Case ``dns add`` (section ``qd-dns``): ``DNSArchive.add`` (``k_neighbors=3``; the same candidate
+stream as ``novelty add``) of ``adds`` batches into a population of ``capacity`` members: every add
+scores ``capacity + batch`` competitors against each other (quadratic). Sizes: ``"gpu"`` batch 1024
+into 4096 and 4096 into 16,384; ``"cpu"`` 64 into 256. ``benchmarks/qd_novelty.py --archive dns``
+sets it beside pyribs on a CPU.
 
 Case ``me-es arm 64x64`` (section ``qd-mees``): ME-ES (``MEESEmitter``, QDax's defaults, explore
 and exploit alternating every 10 steps, novelty archive of 1000 rows) on the same arm, a 64 x 64
@@ -54,7 +60,7 @@ import numpy as np
 
 from evotensor.core.run import Loop
 from evotensor.problems.qd import Arm
-from evotensor.qd import GridArchive, IsoLineEmitter, MAPElites, MEESEmitter, ProximityArchive
+from evotensor.qd import DNSArchive, GridArchive, IsoLineEmitter, MAPElites, MEESEmitter, ProximityArchive
 
 CASE = "map-elites arm 100x100"
 JOINTS, CELLS = 100, (100, 100)
@@ -68,6 +74,7 @@ SIZES = {
     ),
     "cpu": dict(batches=(64, 256), generations=8, budget_s=30.0),
 }
+DNS = {"gpu": dict(sizes=((1024, 4096), (4096, 16384)), adds=20), "cpu": dict(sizes=((64, 256),), adds=4)}
 MEES = {"gpu": dict(samples=(1000, 10000), generations=60), "cpu": dict(samples=(100,), generations=12)}
 NOVELTY = {
     "gpu": dict(batches=(1024, 8192), capacity=100_000, adds=30),
@@ -209,6 +216,45 @@ def measure_novelty(batch: int, capacity: int, adds: int, seed: int = 0) -> dict
     }
 
 
+def measure_dns(batch: int, capacity: int, adds: int, seed: int = 0) -> dict:
+    """One ``qd-dns`` row: ``adds`` insertions of ``batch`` candidates into a DNSArchive of
+    ``capacity`` members (``k_neighbors=3``), jitted with the state donated."""
+    archive = DNSArchive(solution_dim=10, measure_dim=2, capacity=capacity, k_neighbors=3)
+    rng = np.random.default_rng(seed)
+    data = [
+        (
+            rng.normal(size=(batch, 10)).astype(np.float32),
+            rng.normal(size=batch).astype(np.float32),
+            rng.uniform(0.0, 1.0, (batch, 2)).astype(np.float32),
+        )
+        for _ in range(adds)
+    ]
+    state = archive.init()
+    t0 = time.perf_counter()
+    add = jax.jit(archive.add, donate_argnums=0).lower(state, *data[0]).compile()
+    compile_s = time.perf_counter() - t0
+    times = []
+    for x, f, m in data:
+        t0 = time.perf_counter()
+        state, info = add(state, x, f, m)
+        jax.block_until_ready((state, info))
+        times.append(time.perf_counter() - t0)
+    ms = 1e3 * statistics.median(times)
+    return {
+        "family": "qd",
+        "section": "qd-dns",
+        "case": "dns add",
+        "batch": batch,
+        "capacity": capacity,
+        "adds": adds,
+        "compile_s": round(compile_s, 3),
+        "ms_per_add": round(ms, 4),
+        "adds_per_s": round(batch / (ms / 1e3)),
+        "members": int(state.occupied.sum()),
+        "backend": jax.default_backend(),
+    }
+
+
 def run(mode: str) -> list[dict]:
     """The QD rows for ``mode`` (``"gpu"``: real sizes; ``"cpu"``: tiny sizes, a few seconds)."""
     if mode not in SIZES:
@@ -231,6 +277,9 @@ def run(mode: str) -> list[dict]:
     novelty = NOVELTY[mode]
     for batch in novelty["batches"]:
         rows.append(measure_novelty(batch, novelty["capacity"], novelty["adds"]))
+    dns = DNS[mode]
+    for batch, capacity in dns["sizes"]:
+        rows.append(measure_dns(batch, capacity, dns["adds"]))
     mees = MEES[mode]
     for samples in mees["samples"]:
         rows.append(measure_mees(samples, mees["generations"]))

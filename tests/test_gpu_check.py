@@ -59,6 +59,8 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     assert qd_rows and all(r["evals_per_s"] > 0 and 0 < r["coverage"] <= 1 for r in qd_rows)
     novelty = by_section["qd-novelty"]
     assert novelty and all(r["adds_per_s"] > 0 and 0 < r["elites"] <= r["capacity"] for r in novelty)
+    dns = by_section["qd-dns"]
+    assert dns and all(r["adds_per_s"] > 0 and r["members"] == r["capacity"] for r in dns)
     mees = by_section["qd-mees"]  # one offspring per generation may enter the archive
     assert mees and all(r["evals_per_s"] > 0 and 0 < r["elites"] <= r["generations"] for r in mees)
 
@@ -72,4 +74,4 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     table = (tmp_path / "gpu_check.md").read_text()
     assert "## gp-fitness" in table and "## gp-accuracy" in table
     assert "## neat-generation" in table and "## neat-forward" in table and "## qd-novelty" in table
-    assert "## qd-mees" in table
+    assert "## qd-mees" in table and "## qd-dns" in table
