@@ -26,6 +26,7 @@ from evotensor.qd import (
     CVTArchive,
     DNSArchive,
     GaussianEmitter,
+    GradientArborescenceEmitter,
     GridArchive,
     IsoLineEmitter,
     MAPElites,
@@ -61,6 +62,12 @@ def cma(**kw):
 
 def dns(**kw):
     return DNSArchive(**{"solution_dim": 3, "measure_dim": 2, "capacity": 8, "k_neighbors": 3, **kw})
+
+
+def mega(**kw):
+    return GradientArborescenceEmitter(
+        **{"x0": np.zeros(3), "sigma0": 1.0, "jacobian": lambda x: np.zeros((3, 3)), "batch_size": 4, **kw}
+    )
 
 
 def mees(**kw):
@@ -217,6 +224,25 @@ for value in BAD_REALS:
     case("dns", dns, "qd_score_offset", qd_score_offset=value)
 case("dns", dns, "capacity", capacity=2**40)  # more memory than the device has
 for value in BAD_VECTORS:
+    case("mega", mega, "x0", x0=value)
+for value in [*BAD_REALS, 0.0, -0.1, 1e30]:
+    case("mega", mega, "sigma0", sigma0=value)
+for value in [*BAD_REALS, 0.0, -0.1]:
+    case("mega", mega, "lr", lr=value)
+for value in [None, "grad", 3]:
+    case("mega", mega, "jacobian", jacobian=value)
+for value in ["adam", 0.1]:
+    case("mega", mega, "optimizer", optimizer=value)
+for value in ["best", 3, None]:
+    case("mega", mega, "ranker", ranker=value)
+case("mega", mega, "selection_rule", selection_rule="all")
+case("mega", mega, "restart_rule", restart_rule="sometimes")
+for value in BAD_SIZES:
+    case("mega", mega, "measure_dim", measure_dim=value)
+case("mega", mega, "normalize_grad", normalize_grad="yes")
+for value in [NAN, -1.0, "0"]:
+    case("mega", mega, "epsilon", epsilon=value)
+for value in BAD_VECTORS:
     case("mees", mees, "x0", x0=value)
 for value in [*BAD_SIZES, 1, 7]:  # 7: odd with mirrored sampling
     case("mees", mees, "num_samples", num_samples=value)
@@ -262,7 +288,7 @@ test_bad_argument_is_refused_naming_it = refusal_test(CASES)
 
 def test_the_defaults_of_the_table_build():
     """Every row above changes one argument of an object that builds."""
-    for build in (grid, cvt, gaussian, iso_line, cma, dns, mees, map_elites):
+    for build in (grid, cvt, gaussian, iso_line, cma, dns, mega, mees, map_elites):
         build()
     mees(num_samples=7, mirrored=False, batch_multiple=4, fitness_shaping=lambda f: f, bounds=(0, 1))
     grid(learning_rate=0.5, threshold_min=-10.0)

@@ -87,6 +87,14 @@ def test_qd_mees_task_adds_one_offspring_per_generation_and_resumes(tmp_path):
         get_task("qd-mees").build({"mode": "both"})
 
 
+def test_qd_cma_mega_task_fills_the_grid_from_the_gradients(tmp_path):
+    task = get_task("qd-cma-mega").build({"dims": 10, "cells": 20, "generations": 30})
+    assert task.strategy.population_size == 36
+    first, resumed = run_and_resume(task, tmp_path, 20, 30, 10)
+    assert resumed.history["coverage"][-1] > first.history["coverage"][0] > 0
+    assert "of 400 cells" in task.report(resumed, tmp_path)
+
+
 def test_qd_cma_mae_task_reports_the_result_archive():
     task = get_task("qd-cma-mae").build({"dims": 6, "cells": 10, "emitters": 2, "pop": 8})
     assert task.strategy.population_size == 16 and task.strategy.archive.learning_rate == 0.01

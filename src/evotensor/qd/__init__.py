@@ -10,7 +10,8 @@
 * :mod:`.centroids` — grid centres, on-device k-means for CVT, chunked nearest-centroid search.
 * :mod:`.emitters` — Gaussian and Iso+LineDD variation; the CMA-ES emitter of CMA-ME and CMA-MAE
   (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts); the ME-ES emitter (Colas et
-  al. 2020: an ES on fitness or novelty from archive elites, its samples evaluated, not archived).
+  al. 2020: an ES on fitness or novelty from archive elites, its samples evaluated, not archived); the
+  gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD, gradients by ``jax.jacrev``).
 * :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop;
   ``MAPElites.on_mesh`` (what ``evotensor.run(..., mesh=)`` calls) gives :class:`ShardedMAPElites`.
 * :mod:`.bandit` — :class:`BanditMAPElites`: a pool of emitters of which ``num_active`` run each
@@ -34,7 +35,15 @@ from evotensor.qd.archive import (
 from evotensor.qd.bandit import BanditMAPElites, BanditState
 from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_centroid
 from evotensor.qd.dns_archive import DNSAddInfo, DNSArchive
-from evotensor.qd.emitters import CMAESEmitter, Emitter, GaussianEmitter, IsoLineEmitter, MEESEmitter
+from evotensor.qd.emitters import (
+    CMAESEmitter,
+    Emitter,
+    GaussianEmitter,
+    GradientArborescenceEmitter,
+    IsoLineEmitter,
+    MEESEmitter,
+    problem_jacobian,
+)
 from evotensor.qd.map_elites import MAPElites, MAPElitesState, ShardedMAPElites
 from evotensor.qd.proximity_archive import ProximityAddInfo, ProximityArchive, ProximityState
 from evotensor.qd.sharded_archive import ShardedArchive
@@ -54,6 +63,7 @@ __all__ = [
     "DNSArchive",
     "Emitter",
     "GaussianEmitter",
+    "GradientArborescenceEmitter",
     "GridArchive",
     "IsoLineEmitter",
     "MAPElites",
@@ -67,6 +77,7 @@ __all__ = [
     "grid_centroids",
     "kmeans_centroids",
     "nearest_centroid",
+    "problem_jacobian",
 ]
 
 

@@ -1,4 +1,5 @@
-"""QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-dns``, ``qd-mees``, ``qd-cma-mae`` and ``qd-brax``.
+"""QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-dns``, ``qd-mees``, ``qd-cma-mae``, ``qd-cma-mega`` and
+``qd-brax``.
 
 * ``qd-arm`` — MAP-Elites with Iso+LineDD (pyribs' defaults, iso 0.01 / line 0.2, clipped to the
   genotype box) on the planar arm (QDax's definition, 100 joints), a 64 x 64 grid over the
@@ -20,6 +21,11 @@
   archive learning rate 0.01, threshold_min 0, emitters with the improvement ranker, mu selection
   and basic restarts, plus a plain result archive that keeps the best elites.
 
+* ``qd-cma-mega`` — CMA-MEGA (Fontaine & Nikolaidis 2021; pyribs' sphere example ``cma_mega``, at
+  100 dimensions instead of 1000): one gradient arborescence emitter (sigma0 10, plain gradient
+  ascent with step 1, ``mu`` selection, 35 branches + the solution point per generation), the
+  gradients by ``jax.jacrev`` of the problem, a 100 x 100 grid.
+
 * ``qd-brax`` — QD-RL: MAP-Elites with Iso+LineDD (QDax's brax example values, iso 0.005 /
   line 0.05) over the parameters of a ``64-64`` tanh MLP policy on a QDax brax task (default
   ``walker2d_uni``: feet-contact descriptors; see :mod:`evotensor.problems.qd_control`). A grid for
@@ -40,7 +46,13 @@ import numpy as np
 
 from evotensor.qd.archive import CVTArchive, GridArchive
 from evotensor.qd.dns_archive import DNSArchive
-from evotensor.qd.emitters import CMAESEmitter, IsoLineEmitter, MEESEmitter
+from evotensor.qd.emitters import (
+    CMAESEmitter,
+    GradientArborescenceEmitter,
+    IsoLineEmitter,
+    MEESEmitter,
+    problem_jacobian,
+)
 from evotensor.qd.map_elites import MAPElites
 from evotensor.qd.plots import archive_heatmap, plot_qd_history
 from evotensor.qd.proximity_archive import ProximityArchive
@@ -284,6 +296,37 @@ def _build_cma_mae(cfg: dict[str, Any]) -> Task:
         for _ in range(positive_int_option(cfg, "emitters"))
     ]
     strategy = MAPElites(search, emitters, result_archive=result_archive)
+    return Task(
+        strategy=strategy,
+        problem=problem,
+        generations=cfg["generations"] or 1000,
+        report=_report(strategy, ("measure 0", "measure 1")),
+    )
+
+
+@register_task(
+    "qd-cma-mega",
+    "CMA-MEGA (gradient arborescence) on the 100-d linear-projection sphere, 100 x 100 grid",
+    defaults={"dims": 100, "cells": 100, "sigma0": 10.0, "lr": 1.0},
+)
+def _build_cma_mega(cfg: dict[str, Any]) -> Task:
+    import optax
+
+    from evotensor.problems.qd import LinearProjection
+
+    problem = LinearProjection(num_dims=positive_int_option(cfg, "dims"), function="sphere")
+    archive = GridArchive(
+        solution_dim=problem.num_dims, dims=_grid(cfg["cells"]), ranges=problem.descriptor_ranges
+    )
+    emitter = GradientArborescenceEmitter(
+        np.zeros(problem.num_dims),
+        float(cfg["sigma0"]),
+        problem_jacobian(problem),
+        optimizer=optax.sgd(float(cfg["lr"])),  # pyribs' "gradient_ascent"
+        selection_rule="mu",
+        batch_size=(cfg["pop"] or 36) - 1,
+    )
+    strategy = MAPElites(archive, [emitter])
     return Task(
         strategy=strategy,
         problem=problem,

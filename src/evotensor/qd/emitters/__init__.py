@@ -1,13 +1,19 @@
 """Emitters: how MAP-Elites proposes new solutions from its archive (see :mod:`.base`).
 
 Gaussian and Iso+LineDD variation of elites, the CMA-ES emitter of CMA-ME / CMA-MAE, and the
-ME-ES emitter (an OpenAI-style ES on fitness or novelty, its samples evaluated but not archived).
+ME-ES emitter (an OpenAI-style ES on fitness or novelty, its samples evaluated but not archived), and
+the gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD).
 """
 
 from evotensor.qd.emitters._aliases import deprecated_aliases
 from evotensor.qd.emitters.base import Emitter, VariationEmitter
 from evotensor.qd.emitters.cma_es import CMAESEmitter, CMAESEmitterState
 from evotensor.qd.emitters.gaussian import GaussianEmitter
+from evotensor.qd.emitters.gradient_arborescence import (
+    GradientArborescenceEmitter,
+    GradientArborescenceState,
+    problem_jacobian,
+)
 from evotensor.qd.emitters.iso_line import IsoLineEmitter
 from evotensor.qd.emitters.mees import MEESEmitter, MEESEmitterState
 from evotensor.qd.emitters.rankers import BUILTIN_RANKERS, Ranker, get_ranker
@@ -18,12 +24,15 @@ __all__ = [
     "CMAESEmitterState",
     "Emitter",
     "GaussianEmitter",
+    "GradientArborescenceEmitter",
+    "GradientArborescenceState",
     "IsoLineEmitter",
     "MEESEmitter",
     "MEESEmitterState",
     "Ranker",
     "VariationEmitter",
     "get_ranker",
+    "problem_jacobian",
 ]
 
 # EvolutionStrategyEmitter(State): the CMA-ES emitter's old names, deprecated

@@ -212,8 +212,10 @@ class CMAESEmitter:
         size = jnp.asarray([hi - lo for lo, hi in ranges], jnp.float32)
         return rng.normal(key, (archive.measure_dim,), jnp.float32) * size
 
-    def _fresh(self, key: jax.Array, archive: Archive, mean: jax.Array, dtype: Any):
-        """A restarted CMA-ES at ``mean`` with ``sigma0``, and a new direction."""
+    def fresh(self, key: jax.Array, archive: Archive, mean: jax.Array, dtype: Any = None):
+        """``(CMA-ES state, direction)``: a (re)started CMA-ES at ``mean`` with ``sigma0`` and
+        ``C = I``, and a new ranking direction drawn from ``key``."""
+        dtype = float_dtype() if dtype is None else dtype
         state = cma.initial_state(mean.astype(dtype), jnp.asarray(self.sigma0, dtype))
         return state, self._direction(key, archive)
 
@@ -225,9 +227,13 @@ class CMAESEmitter:
                 f"CMAESEmitter: x0 has {self.solution_dim} elements but the archive "
                 f"stores solutions of {archive.solution_dim}"
             )
-        state, direction = self._fresh(key, archive, self.x0, float_dtype())
-        zero = jnp.zeros((), jnp.int32)
-        return CMAESEmitterState(cma=state, direction=direction, iterations=zero, restarts=zero)
+        state, direction = self.fresh(key, archive, self.x0, float_dtype())
+        return CMAESEmitterState(
+            cma=state,
+            direction=direction,
+            iterations=jnp.zeros((), jnp.int32),
+            restarts=jnp.zeros((), jnp.int32),  # its own buffer: a run's state may be donated
+        )
 
     def ask(
         self,
@@ -289,6 +295,32 @@ class CMAESEmitter:
             solutions: ``[B, dims]`` this emitter's batch; objective ``[B]``; measures ``[B, D]``;
             info: the batch's :class:`AddInfo`; archive_state: the archive after the batch.
         """
+        new, stop = self.update(state, solutions, objective, measures, info)
+        elite_key, direction_key = jax.random.split(key)
+        cell = archive.sample_elites(elite_key, archive_state, 1)[0]
+        elite = archive.elite_solutions(archive_state, cell[None])[0]
+        mean = jnp.where(archive.has_elites(archive_state), elite, self.x0)
+        fresh, direction = self.fresh(direction_key, archive, mean, new.mean.dtype)
+        return CMAESEmitterState(
+            cma=jax.tree_util.tree_map(lambda r, c: jnp.where(stop, r, c), fresh, new),
+            direction=jnp.where(stop, direction, state.direction),
+            iterations=state.iterations + 1,
+            restarts=state.restarts + stop.astype(jnp.int32),
+        )
+
+    def update(
+        self,
+        state: CMAESEmitterState,
+        samples: jax.Array,
+        objective: jax.Array,
+        measures: jax.Array,
+        info: AddInfo,
+    ) -> tuple[cma.CMAESState, jax.Array]:
+        """:meth:`tell` without the restart itself: ``(CMA-ES state after the update, restart [])``,
+        ``restart`` true where a stopping criterion or the restart rule fires (the rule counts this
+        call). ``samples [B, n]`` are the points CMA-ES drew for the batch (the solutions here; the
+        gradient coefficients in :class:`~evotensor.qd.emitters.GradientArborescenceEmitter`),
+        ranked by the batch's ``objective``, ``measures`` and ``info``."""
         current = state.cma
         dtype = current.mean.dtype
         batch = self.batch_size
@@ -299,7 +331,7 @@ class CMAESEmitter:
         # cma_update ranks by a minimized fitness: give each solution its rank position
         position = jnp.zeros((batch,), dtype).at[order].set(jnp.arange(batch, dtype=dtype))
         updated, _ = cma.cma_update(
-            current, solutions, position, self.cma_params(parents, dtype), squared_csa=True
+            current, samples, position, self.cma_params(parents, dtype), squared_csa=True
         )
         generation = current.generation + 1
         # no parents: pyribs skips the update but its evaluation counter still advances
@@ -330,18 +362,7 @@ class CMAESEmitter:
             stop = stop | (iterations % self.restart_rule == 0)
         elif self.restart_rule == "no_improvement":
             stop = stop | (added == 0)
-
-        elite_key, direction_key = jax.random.split(key)
-        cell = archive.sample_elites(elite_key, archive_state, 1)[0]
-        elite = archive.elite_solutions(archive_state, cell[None])[0]
-        mean = jnp.where(archive.has_elites(archive_state), elite, self.x0)
-        fresh, direction = self._fresh(direction_key, archive, mean, dtype)
-        return CMAESEmitterState(
-            cma=jax.tree_util.tree_map(lambda r, c: jnp.where(stop, r, c), fresh, new),
-            direction=jnp.where(stop, direction, state.direction),
-            iterations=iterations,
-            restarts=state.restarts + stop.astype(jnp.int32),
-        )
+        return new, stop
 
     def __repr__(self) -> str:
         return (
