@@ -442,7 +442,8 @@ class Archive:
         where fewer than ``m`` cells are occupied (those entries are empty cells).
 
         ``score(objective [c], measures [c, D]) -> [c]`` rates cells independently of each other
-        (default: the objective); a NaN score ranks with the empty cells. ``k`` is static.
+        (default: the objective); a NaN score counts as ``-inf`` (after every finite score, before
+        the empty cells). ``k`` is static.
         """
         cells, valid, _ = best_cells_of(state.objective, state.measures, state.occupied, k, score)
         return cells, valid
