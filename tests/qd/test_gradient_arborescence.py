@@ -42,13 +42,19 @@ def test_problem_jacobian_is_the_derivative_of_what_the_archive_stores():
     np.testing.assert_allclose(got, finite_difference_jacobian(x), rtol=1e-3, atol=1e-4)
 
 
+_COMPILED: dict[int, tuple] = {}
+
+
 def one_generation(emitter, me, state, key):
-    x, state = me.ask(key, state)
+    if id(me) not in _COMPILED:  # jitted once per MAP-Elites object: eager dispatch is slow
+        _COMPILED[id(me)] = (me, jax.jit(me.ask), jax.jit(me.tell))
+    _, ask, tell = _COMPILED[id(me)]
+    x, state = ask(key, state)
     evaluation = PROBLEM.evaluate(None, x)
     # the run loop hands a maximizing problem's fitness over negated
     told = Evaluation(fitness=-evaluation.fitness, descriptor=evaluation.descriptor)
     asked = state.emitters[0]
-    state, _ = me.tell(jax.random.key(99), state, x, told)
+    state, _ = tell(jax.random.key(99), state, x, told)
     return state, asked, np.asarray(x), np.asarray(evaluation.fitness)
 
 
