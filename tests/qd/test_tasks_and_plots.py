@@ -93,6 +93,10 @@ def test_qd_cma_mega_task_fills_the_grid_from_the_gradients(tmp_path):
     first, resumed = run_and_resume(task, tmp_path, 20, 30, 10)
     assert resumed.history["coverage"][-1] > first.history["coverage"][0] > 0
     assert "of 400 cells" in task.report(resumed, tmp_path)
+    maega = get_task("qd-cma-mega").build({"dims": 10, "cells": 20, "learning_rate": 0.01, "emitters": 2})
+    assert maega.strategy.archive.learning_rate == 0.01 and maega.strategy.result_archive is not None
+    assert [e.cma.ranker.name for e in maega.strategy.emitters] == ["imp", "imp"]
+    assert maega.strategy.population_size == 72
 
 
 def test_qd_cma_mae_task_reports_the_result_archive():
@@ -160,6 +164,7 @@ def test_qd_brax_task_runs_a_short_hopper_search(tmp_path):
         get_task("qd-brax").build({"env": "hopper_uni", "emitter": "cma"})
 
 
+@pytest.mark.slow  # a second brax compile; ME-ES itself is tested on the arm in test_mees.py
 def test_qd_brax_task_runs_me_es_on_the_policy_parameters():
     task = get_task("qd-brax").build(
         {"env": "hopper_uni", "episode_length": 5, "hidden": "4", "pop": 8, "cells": 8, "emitter": "mees"}

@@ -24,7 +24,10 @@
 * ``qd-cma-mega`` — CMA-MEGA (Fontaine & Nikolaidis 2021; pyribs' sphere example ``cma_mega``, at
   100 dimensions instead of 1000): one gradient arborescence emitter (sigma0 10, plain gradient
   ascent with step 1, ``mu`` selection, 35 branches + the solution point per generation), the
-  gradients by ``jax.jacrev`` of the problem, a 100 x 100 grid.
+  gradients by ``jax.jacrev`` of the problem, a 100 x 100 grid. ``--set learning_rate=0.01
+  emitters=15`` is pyribs' ``cma_maega``: CMA-MAEGA (a search archive with that threshold learning
+  rate and ``threshold_min`` 0, a plain result archive, the emitters with the ``imp`` ranker and
+  ``basic`` restarts).
 
 * ``qd-brax`` — QD-RL: MAP-Elites with Iso+LineDD (QDax's brax example values, iso 0.005 /
   line 0.05) over the parameters of a ``64-64`` tanh MLP policy on a QDax brax task (default
@@ -307,7 +310,7 @@ def _build_cma_mae(cfg: dict[str, Any]) -> Task:
 @register_task(
     "qd-cma-mega",
     "CMA-MEGA (gradient arborescence) on the 100-d linear-projection sphere, 100 x 100 grid",
-    defaults={"dims": 100, "cells": 100, "sigma0": 10.0, "lr": 1.0},
+    defaults={"dims": 100, "cells": 100, "sigma0": 10.0, "lr": 1.0, "emitters": 1, "learning_rate": None},
 )
 def _build_cma_mega(cfg: dict[str, Any]) -> Task:
     import optax
@@ -315,18 +318,26 @@ def _build_cma_mega(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.qd import LinearProjection
 
     problem = LinearProjection(num_dims=positive_int_option(cfg, "dims"), function="sphere")
-    archive = GridArchive(
-        solution_dim=problem.num_dims, dims=_grid(cfg["cells"]), ranges=problem.descriptor_ranges
-    )
-    emitter = GradientArborescenceEmitter(
-        np.zeros(problem.num_dims),
-        float(cfg["sigma0"]),
-        problem_jacobian(problem),
-        optimizer=optax.sgd(float(cfg["lr"])),  # pyribs' "gradient_ascent"
-        selection_rule="mu",
-        batch_size=(cfg["pop"] or 36) - 1,
-    )
-    strategy = MAPElites(archive, [emitter])
+    grid = dict(solution_dim=problem.num_dims, dims=_grid(cfg["cells"]), ranges=problem.descriptor_ranges)
+    maega = cfg["learning_rate"] is not None
+    rules = dict(ranker="imp", restart_rule="basic") if maega else {}
+    emitters = [
+        GradientArborescenceEmitter(
+            np.zeros(problem.num_dims),
+            float(cfg["sigma0"]),
+            problem_jacobian(problem),
+            optimizer=optax.sgd(float(cfg["lr"])),  # pyribs' "gradient_ascent"
+            selection_rule="mu",
+            batch_size=(cfg["pop"] or 36) - 1,
+            **rules,
+        )
+        for _ in range(positive_int_option(cfg, "emitters"))
+    ]
+    if maega:  # CMA-MAEGA: annealed thresholds in the search archive, the elites in a plain one
+        search = GridArchive(**grid, learning_rate=float(cfg["learning_rate"]), threshold_min=0.0)
+        strategy = MAPElites(search, emitters, result_archive=GridArchive(**grid))
+    else:
+        strategy = MAPElites(GridArchive(**grid), emitters)
     return Task(
         strategy=strategy,
         problem=problem,
