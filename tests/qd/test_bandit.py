@@ -3,6 +3,7 @@ docstring, the record kept, a whole run (resumed bit-identically) and bad argume
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -51,7 +52,14 @@ def pool_strategy(pool_size, num_active, mode="terminated", zeta=0.05, batch=4):
     return BanditMAPElites(archive, pool, num_active, reselect=mode, zeta=zeta)
 
 
-@settings(max_examples=80, deadline=None)
+@functools.cache
+def compiled_schedule(pool, num_active, mode, zeta):
+    """``(strategy, jitted schedule)`` per configuration: examples that share one compile once."""
+    strategy = pool_strategy(pool, num_active, mode, zeta)
+    return strategy, jax.jit(strategy._schedule)
+
+
+@settings(max_examples=50, deadline=None)
 @given(
     pool=st.integers(1, 6),
     data=st.data(),
@@ -60,7 +68,7 @@ def pool_strategy(pool_size, num_active, mode="terminated", zeta=0.05, batch=4):
 )
 def test_schedule_equals_the_reference(pool, data, mode, zeta):
     num_active = data.draw(st.integers(1, pool))
-    strategy = pool_strategy(pool, num_active, mode, zeta)
+    strategy, schedule = compiled_schedule(pool, num_active, mode, zeta)
     state = strategy.init(jax.random.key(0), None)
     generation = data.draw(st.integers(0, 3))
     active = data.draw(st.lists(st.booleans(), min_size=pool, max_size=pool))
@@ -77,7 +85,7 @@ def test_schedule_equals_the_reference(pool, data, mode, zeta):
         restarts=jnp.asarray(before, jnp.int32),
         emitters=emitters,
     )
-    got, restarts = jax.jit(strategy._schedule)(state)
+    got, restarts = schedule(state)
     want = reference_schedule(generation, active, success, selection, before, now, num_active, zeta, mode)
     assert np.asarray(got).tolist() == want
     assert np.asarray(restarts).tolist() == now

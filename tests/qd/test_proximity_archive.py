@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from evotensor.core.checks import ArgumentError
 from evotensor.qd import MAPElites, ProximityArchive
 from evotensor.qd.archive import IMPROVED, NEW, NOT_ADDED
+from evotensor.qd.emitters.rankers import get_ranker
 
 
 def reference_add(archive, state, solutions, objective, measures):
@@ -167,7 +168,7 @@ def check_against_reference(archive, seed, sizes, nonfinite, ties=False):
         assert int(after["stall"]) == stall and int(after["dropped"]) == dropped
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)  # each example compiles its archive's add
 @given(scenario=scenarios())
 def test_add_equals_the_float64_reference_batch_by_batch(scenario):
     check_against_reference(*scenario)
@@ -391,7 +392,6 @@ def test_bad_state_and_cell_queries_get_clear_errors():
 
 def test_novelty_ranker_orders_by_novelty_and_a_mesh_is_refused():
     from evotensor.qd import GridArchive, ShardedArchive
-    from evotensor.qd.emitters.rankers import get_ranker
 
     archive = ProximityArchive(
         solution_dim=2, measure_dim=1, capacity=8, k_neighbors=1, novelty_threshold=0.1
@@ -461,6 +461,10 @@ def reference_nslc_order(novelty, local):
     return order + [i for i in range(n) if i not in valid]
 
 
+# one jitted ranker for every example (a fresh jit per example recompiled each time)
+_NSLC_ORDER = jax.jit(lambda info: get_ranker("nslc").order(None, None, info, None))
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     data=st.lists(
@@ -471,7 +475,6 @@ def reference_nslc_order(novelty, local):
 )
 def test_the_nslc_ranker_equals_the_reference(data):
     from evotensor.qd.archive import AddInfo
-    from evotensor.qd.emitters.rankers import get_ranker
     from evotensor.qd.proximity_archive import ProximityAddInfo
 
     novelty = np.array([d[0] for d in data], np.float32)
@@ -483,7 +486,7 @@ def test_the_nslc_ranker_equals_the_reference(data):
         novelty=jnp.asarray(novelty),
         local_competition=jnp.asarray(local),
     )
-    order, values = jax.jit(lambda info: get_ranker("nslc").order(None, None, info, None))(info)
+    order, values = _NSLC_ORDER(info)
     assert np.asarray(order).tolist() == reference_nslc_order(novelty.tolist(), local.tolist())
     np.testing.assert_array_equal(np.asarray(values), np.stack([novelty, local], axis=1))
     with pytest.raises(ArgumentError, match="'nslc' needs"):
