@@ -38,6 +38,7 @@ from evotensor.qd.dns_archive import DNSAddInfo, DNSArchive
 from evotensor.qd.emitters import (
     CMAESEmitter,
     Emitter,
+    EmitterGroup,
     GaussianEmitter,
     GradientArborescenceEmitter,
     IsoLineEmitter,
@@ -62,6 +63,7 @@ __all__ = [
     "DNSAddInfo",
     "DNSArchive",
     "Emitter",
+    "EmitterGroup",
     "GaussianEmitter",
     "GradientArborescenceEmitter",
     "GridArchive",

@@ -143,9 +143,10 @@ class BanditMAPElites(MAPElites):
 
     @staticmethod
     def _restart_counts(states: tuple[Any, ...]) -> jax.Array:
-        """``[P]`` int32: each emitter state's ``restarts`` (-1 where it has none)."""
+        """``[P]`` int32: each emitter state's ``restarts`` (summed over an
+        :class:`~evotensor.qd.emitters.EmitterGroup`'s copies; -1 where it has none)."""
         counts = [getattr(s, "restarts", None) for s in states]
-        return jnp.stack([jnp.asarray(-1 if c is None else c, jnp.int32) for c in counts])
+        return jnp.stack([jnp.asarray(-1 if c is None else jnp.sum(c), jnp.int32) for c in counts])
 
     def _schedule(self, state: BanditState) -> tuple[jax.Array, jax.Array, jax.Array]:
         """``(active [P], restarts [P])`` for this generation."""

@@ -19,7 +19,8 @@
 * ``qd-cma-mae`` — CMA-MAE (Fontaine & Nikolaidis 2023; the setup of pyribs' CMA-MAE tutorial,
   scaled down: 20-d instead of 100-d, 5 emitters instead of 15) on the linear-projection sphere:
   archive learning rate 0.01, threshold_min 0, emitters with the improvement ranker, mu selection
-  and basic restarts, plus a plain result archive that keeps the best elites.
+  and basic restarts (one :class:`~evotensor.qd.emitters.EmitterGroup`), plus a plain result
+  archive that keeps the best elites.
 
 * ``qd-cma-mega`` — CMA-MEGA (Fontaine & Nikolaidis 2021; pyribs' sphere example ``cma_mega``, at
   100 dimensions instead of 1000): one gradient arborescence emitter (sigma0 10, plain gradient
@@ -51,6 +52,7 @@ from evotensor.qd.archive import CVTArchive, GridArchive
 from evotensor.qd.dns_archive import DNSArchive
 from evotensor.qd.emitters import (
     CMAESEmitter,
+    EmitterGroup,
     GradientArborescenceEmitter,
     IsoLineEmitter,
     MEESEmitter,
@@ -287,17 +289,16 @@ def _build_cma_mae(cfg: dict[str, Any]) -> Task:
     grid = dict(solution_dim=problem.num_dims, dims=_grid(cfg["cells"]), ranges=problem.descriptor_ranges)
     search = GridArchive(**grid, learning_rate=float(cfg["learning_rate"]), threshold_min=0.0)
     result_archive = GridArchive(**grid)
-    emitters = [
-        CMAESEmitter(
-            np.zeros(problem.num_dims),
-            float(cfg["sigma0"]),
-            ranker="imp",
-            selection_rule="mu",
-            restart_rule="basic",
-            batch_size=cfg["pop"] or 36,
-        )
-        for _ in range(positive_int_option(cfg, "emitters"))
-    ]
+    emitter = CMAESEmitter(
+        np.zeros(problem.num_dims),
+        float(cfg["sigma0"]),
+        ranker="imp",
+        selection_rule="mu",
+        restart_rule="basic",
+        batch_size=cfg["pop"] or 36,
+    )
+    # the copies vectorised: one emitter's code compiled, not one per emitter
+    emitters = [EmitterGroup(emitter, positive_int_option(cfg, "emitters"))]
     strategy = MAPElites(search, emitters, result_archive=result_archive)
     return Task(
         strategy=strategy,
@@ -321,18 +322,17 @@ def _build_cma_mega(cfg: dict[str, Any]) -> Task:
     grid = dict(solution_dim=problem.num_dims, dims=_grid(cfg["cells"]), ranges=problem.descriptor_ranges)
     maega = cfg["learning_rate"] is not None
     rules = dict(ranker="imp", restart_rule="basic") if maega else {}
-    emitters = [
-        GradientArborescenceEmitter(
-            np.zeros(problem.num_dims),
-            float(cfg["sigma0"]),
-            problem_jacobian(problem),
-            optimizer=optax.sgd(float(cfg["lr"])),  # pyribs' "gradient_ascent"
-            selection_rule="mu",
-            batch_size=(cfg["pop"] or 36) - 1,
-            **rules,
-        )
-        for _ in range(positive_int_option(cfg, "emitters"))
-    ]
+    emitter = GradientArborescenceEmitter(
+        np.zeros(problem.num_dims),
+        float(cfg["sigma0"]),
+        problem_jacobian(problem),
+        optimizer=optax.sgd(float(cfg["lr"])),  # pyribs' "gradient_ascent"
+        selection_rule="mu",
+        batch_size=(cfg["pop"] or 36) - 1,
+        **rules,
+    )
+    n = positive_int_option(cfg, "emitters")
+    emitters = [emitter if n == 1 else EmitterGroup(emitter, n)]
     if maega:  # CMA-MAEGA: annealed thresholds in the search archive, the elites in a plain one
         search = GridArchive(**grid, learning_rate=float(cfg["learning_rate"]), threshold_min=0.0)
         strategy = MAPElites(search, emitters, result_archive=GridArchive(**grid))

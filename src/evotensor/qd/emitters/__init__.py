@@ -14,6 +14,7 @@ from evotensor.qd.emitters.gradient_arborescence import (
     GradientArborescenceState,
     problem_jacobian,
 )
+from evotensor.qd.emitters.group import EmitterGroup
 from evotensor.qd.emitters.iso_line import IsoLineEmitter
 from evotensor.qd.emitters.mees import MEESEmitter, MEESEmitterState
 from evotensor.qd.emitters.rankers import BUILTIN_RANKERS, Ranker, get_ranker
@@ -23,6 +24,7 @@ __all__ = [
     "CMAESEmitter",
     "CMAESEmitterState",
     "Emitter",
+    "EmitterGroup",
     "GaussianEmitter",
     "GradientArborescenceEmitter",
     "GradientArborescenceState",
