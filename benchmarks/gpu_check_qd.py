@@ -54,6 +54,7 @@ import json
 import statistics
 import sys
 import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -170,6 +171,48 @@ def measure_mees(samples: int, generations: int, seed: int = 0) -> dict:
     }
 
 
+def _timed_adds(archive: Any, batch: int, adds: int, seed: int) -> tuple[float, float, Any]:
+    """``(compile_s, median ms per add, final state)`` of ``adds`` insertions of ``batch`` candidates
+    (solution_dim 10, objectives N(0, 1), measures uniform in [0, 1]^2) into ``archive``, starting
+    empty, ``add`` jitted with the state donated."""
+    rng = np.random.default_rng(seed)
+    data = [
+        (
+            rng.normal(size=(batch, 10)).astype(np.float32),
+            rng.normal(size=batch).astype(np.float32),
+            rng.uniform(0.0, 1.0, (batch, 2)).astype(np.float32),
+        )
+        for _ in range(adds)
+    ]
+    state = archive.init()
+    t0 = time.perf_counter()
+    add = jax.jit(archive.add, donate_argnums=0).lower(state, *data[0]).compile()
+    compile_s = time.perf_counter() - t0
+    times = []
+    for x, f, m in data:
+        t0 = time.perf_counter()
+        state, info = add(state, x, f, m)
+        jax.block_until_ready((state, info))
+        times.append(time.perf_counter() - t0)
+    return compile_s, 1e3 * statistics.median(times), state
+
+
+def _add_row(
+    section: str, case: str, batch: int, capacity: int, adds: int, compile_s: float, ms: float
+) -> dict:
+    return {
+        "family": "qd",
+        "section": section,
+        "case": case,
+        "batch": batch,
+        "capacity": capacity,
+        "adds": adds,
+        "compile_s": round(compile_s, 3),
+        "ms_per_add": round(ms, 4),
+        "adds_per_s": round(batch / (ms / 1e3)),
+    }
+
+
 def measure_novelty(batch: int, capacity: int, adds: int, seed: int = 0) -> dict:
     """One ``qd-novelty`` row: ``adds`` insertions of ``batch`` candidates into a ProximityArchive."""
     archive = ProximityArchive(
@@ -180,36 +223,9 @@ def measure_novelty(batch: int, capacity: int, adds: int, seed: int = 0) -> dict
         novelty_threshold=0.002,
         local_competition=True,
     )
-    rng = np.random.default_rng(seed)
-    data = [
-        (
-            rng.normal(size=(batch, 10)).astype(np.float32),
-            rng.normal(size=batch).astype(np.float32),
-            rng.uniform(0.0, 1.0, (batch, 2)).astype(np.float32),
-        )
-        for _ in range(adds)
-    ]
-    state = archive.init()
-    t0 = time.perf_counter()
-    add = jax.jit(archive.add, donate_argnums=0).lower(state, *data[0]).compile()
-    compile_s = time.perf_counter() - t0
-    times = []
-    for x, f, m in data:
-        t0 = time.perf_counter()
-        state, info = add(state, x, f, m)
-        jax.block_until_ready((state, info))
-        times.append(time.perf_counter() - t0)
-    ms = 1e3 * statistics.median(times)
+    compile_s, ms, state = _timed_adds(archive, batch, adds, seed)
     return {
-        "family": "qd",
-        "section": "qd-novelty",
-        "case": "novelty add",
-        "batch": batch,
-        "capacity": capacity,
-        "adds": adds,
-        "compile_s": round(compile_s, 3),
-        "ms_per_add": round(ms, 4),
-        "adds_per_s": round(batch / (ms / 1e3)),
+        **_add_row("qd-novelty", "novelty add", batch, capacity, adds, compile_s, ms),
         "elites": int(state.occupied.sum()),
         "dropped": int(state.dropped),
         "backend": jax.default_backend(),
@@ -218,38 +234,11 @@ def measure_novelty(batch: int, capacity: int, adds: int, seed: int = 0) -> dict
 
 def measure_dns(batch: int, capacity: int, adds: int, seed: int = 0) -> dict:
     """One ``qd-dns`` row: ``adds`` insertions of ``batch`` candidates into a DNSArchive of
-    ``capacity`` members (``k_neighbors=3``), jitted with the state donated."""
+    ``capacity`` members (``k_neighbors=3``)."""
     archive = DNSArchive(solution_dim=10, measure_dim=2, capacity=capacity, k_neighbors=3)
-    rng = np.random.default_rng(seed)
-    data = [
-        (
-            rng.normal(size=(batch, 10)).astype(np.float32),
-            rng.normal(size=batch).astype(np.float32),
-            rng.uniform(0.0, 1.0, (batch, 2)).astype(np.float32),
-        )
-        for _ in range(adds)
-    ]
-    state = archive.init()
-    t0 = time.perf_counter()
-    add = jax.jit(archive.add, donate_argnums=0).lower(state, *data[0]).compile()
-    compile_s = time.perf_counter() - t0
-    times = []
-    for x, f, m in data:
-        t0 = time.perf_counter()
-        state, info = add(state, x, f, m)
-        jax.block_until_ready((state, info))
-        times.append(time.perf_counter() - t0)
-    ms = 1e3 * statistics.median(times)
+    compile_s, ms, state = _timed_adds(archive, batch, adds, seed)
     return {
-        "family": "qd",
-        "section": "qd-dns",
-        "case": "dns add",
-        "batch": batch,
-        "capacity": capacity,
-        "adds": adds,
-        "compile_s": round(compile_s, 3),
-        "ms_per_add": round(ms, 4),
-        "adds_per_s": round(batch / (ms / 1e3)),
+        **_add_row("qd-dns", "dns add", batch, capacity, adds, compile_s, ms),
         "members": int(state.occupied.sum()),
         "backend": jax.default_backend(),
     }
