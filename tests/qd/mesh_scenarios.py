@@ -26,6 +26,7 @@ from evotensor.core.numerics import exact_sum
 from evotensor.qd import (
     CMAESEmitter,
     CVTArchive,
+    EmitterGroup,
     GaussianEmitter,
     GridArchive,
     IsoLineEmitter,
@@ -165,6 +166,19 @@ def scenario_mees() -> dict:
         return MAPElites(archive, [emitter])
 
     return _both(make, Bowl(), 14, seed=2)
+
+
+def scenario_emitter_group() -> dict:
+    """Three CMA-ES emitters as one EmitterGroup (vmapped; restarts from elites drawn through the
+    sharded archive inside the vmap) on a 9 x 9 grid (84 rows on 4 devices): the archive and the
+    stacked CMA-ES states must equal the one-device run's bit for bit."""
+
+    def make():
+        archive = GridArchive(solution_dim=5, dims=(9, 9), ranges=[(0, 1), (0, 1)], qd_score_offset=-1.0)
+        emitter = CMAESEmitter(np.full(5, 0.5), 0.2, ranker="imp", restart_rule=3, batch_size=4)
+        return MAPElites(archive, [EmitterGroup(emitter, 3)])
+
+    return _both(make, Bowl(), 10, seed=3)
 
 
 # distinctive sizes: "[1001,7]" in the HLO text can only be the whole archive's solutions

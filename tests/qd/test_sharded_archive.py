@@ -221,6 +221,7 @@ SCENARIOS = [
     "tests.qd.mesh_scenarios:scenario_insertion_hlo",
     "tests.qd.mesh_scenarios:scenario_checkpoint_across_device_counts",
     "tests.qd.mesh_scenarios:scenario_mees",
+    "tests.qd.mesh_scenarios:scenario_emitter_group",
 ]
 
 
@@ -265,6 +266,15 @@ def test_mees_on_4_devices_equals_one_device(four_devices):
     state = single["mees"][0]
     assert state[".step"] == 14 and state[".novelty_count"] == 14
     assert 1 < single["history"]["num_elites"][-1] <= 14
+
+
+def test_an_emitter_group_on_4_devices_equals_one_device(four_devices):
+    result = four_devices[SCENARIOS[4]]
+    mesh, single = result["mesh"], result["single"]
+    assert result["devices"] == 4 and mesh["archive"] == single["archive"] and mesh["cma"] == single["cma"]
+    # three stacked CMA-ES states (restart_rule=3: restarts inside the vmap draw elites through the
+    # sharded archive), and part of the grid filled
+    assert len(single["cma"][0]["['mean']"]) == 3 and single["history"]["num_elites"][-1] > 5
 
 
 def test_compiled_insertion_never_gathers_the_archive(four_devices):
