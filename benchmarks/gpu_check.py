@@ -49,6 +49,7 @@ GPU_TEST_FILES = (
     "tests/qd/test_archive.py",
     "tests/qd/test_centroids.py",
     "tests/qd/test_dns_archive.py",
+    "tests/qd/test_emitter_group.py",
     "tests/qd/test_gradient_arborescence.py",
     "tests/qd/test_map_elites.py",
     "tests/qd/test_mees.py",
