@@ -142,3 +142,27 @@ def test_bad_jacobians_and_archives_are_refused():
         np.zeros(DIMS), 1.0, problem_jacobian(PROBLEM), optimizer=optax.sgd(0.1), batch_size=4
     )
     assert custom.batch_size == 5 and custom.num_branches == 4
+
+
+def test_nonfinite_gradients_and_fitness_never_reach_the_state():
+    class NaNBowl:
+        """The sphere, NaN wherever the first coordinate is positive."""
+
+        maximize = True
+
+        def evaluate(self, key, x):
+            e = PROBLEM.evaluate(key, x)
+            return Evaluation(fitness=jnp.where(x[:, 0] > 0, jnp.nan, e.fitness), descriptor=e.descriptor)
+
+    for jacobian in (problem_jacobian(NaNBowl()), lambda x: jnp.full((3, DIMS), jnp.nan)):
+        emitter = GradientArborescenceEmitter(
+            np.zeros(DIMS), 1.0, jacobian, batch_size=6, restart_rule="basic", selection_rule="mu"
+        )
+        me = MAPElites(archive(), [emitter])
+        result = evotensor.run(me, NaNBowl(), 6, jax.random.key(0), progress=False)
+        s = result.state.emitters[0]
+        c = s.coefficients.cma  # (its best_fitness starts at +inf by design: not used here)
+        for leaf in jax.tree_util.tree_leaves((s.theta, s.optimizer, c.mean, c.sigma, c.C, c.B, c.D)):
+            assert np.all(np.isfinite(np.asarray(leaf)))
+        stored = np.asarray(result.state.archive.objective)[np.asarray(result.state.archive.occupied)]
+        assert np.all(np.isfinite(stored))
