@@ -244,7 +244,8 @@ class GradientArborescenceEmitter:
         i = jnp.arange(1, b + 1, dtype=jnp.float32)
         w = jnp.where(i <= parents, jnp.log(parents.astype(jnp.float32) + 0.5) - jnp.log(i), 0.0)
         w = w / jnp.maximum(jnp.sum(w), jnp.finfo(jnp.float32).tiny)
-        mean = jnp.matmul(w, solutions[order], precision=lax.Precision.HIGHEST)
+        ranked = jnp.where((i <= parents)[:, None], solutions[order], 0.0)  # no 0 * NaN from the rest
+        mean = jnp.matmul(w, ranked, precision=lax.Precision.HIGHEST)
         updates, optimizer = self.optimizer.update(-(mean - state.theta), state.optimizer, state.theta)
         moved = optax.apply_updates(state.theta, updates)
         step = (parents > 0) & jnp.all(jnp.isfinite(moved))
