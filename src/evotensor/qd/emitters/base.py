@@ -9,6 +9,8 @@ fared. All three methods are pure; the archive object (static) and its state are
 
 ``tell`` sees the archive *after* the batch was added and the batch's :class:`AddInfo` (status and
 improvement value against the archive before it), so ranking emitters need no copy of the archive.
+An emitter may also have an ``insert_mask`` (``[batch_size]`` bool, NumPy): the rows MAP-Elites adds
+to the archive; the others are evaluated and handed to ``tell`` only (ME-ES's gradient samples).
 
 An emitter reads the archive through its methods (``sample_elites``, ``elite_solutions``,
 ``has_elites``, ``retrieve``), never by indexing the state's arrays: so it works unchanged on a
