@@ -136,6 +136,23 @@ def venv_python(group: str) -> str:
     return os.path.join(venv_root(), group, "bin", "python")
 
 
+def stamp() -> str:
+    """The first line of a side-by-side table: UTC time, machine, CPU count and load average."""
+    import platform
+    import time
+
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return f"{when}, {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()}"
+
+
+def alternating(impls: list[str], seeds: int):
+    """``(seed, impl)`` for every seed, the libraries in turn and their order reversed every other
+    seed (so that neither always runs first on a warming machine)."""
+    for seed in range(seeds):
+        for impl in impls if seed % 2 == 0 else impls[::-1]:
+            yield seed, impl
+
+
 def run_json_worker(python: str, script: str, args: list[str]) -> dict:
     """Run ``python script *args`` (a benchmark's worker, on the CPU) from the benchmarks folder and
     return the JSON object on its last line of output; a failed worker raises with its stderr."""

@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
-from bench_venvs import run_json_worker, venv_python  # noqa: E402
+from bench_venvs import alternating, run_json_worker, stamp, venv_python  # noqa: E402
 
 DIM, CELLS, BATCH, NUM_ACTIVE, ZETA, SIGMA0 = 20, (50, 50), 36, 2, 0.05, 0.5
 RANKERS = ("imp", "imp", "rd", "rd", "obj", "obj")
@@ -137,21 +136,19 @@ def main() -> None:
         print(json.dumps((worker_evotensor if a.worker == "evotensor" else worker_pyribs)(a)))
         return
     impls = a.impls.split(",")
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"{stamp}, {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
+    print(stamp())
     print("| seed | library | run s (compile s) | QD score | coverage | best | emitters used |")
     print("|---|---|---|---|---|---|---|")
     rows = []
-    for seed in range(a.seeds):
-        for impl in impls if seed % 2 == 0 else impls[::-1]:
-            g = run_worker(impl, a, seed)
-            rows.append({"seed": seed, "impl": impl, **g})
-            timing = f"{g['run_s']:.2f} ({g['compile_s']:.1f})"
-            print(
-                f"| {seed} | {impl} ({g['version']}) | {timing} | {g['qd_score']:.0f} "
-                f"| {g['coverage']:.3f} | {g['obj_max']:.2f} | {g['emitters_used']} |",
-                flush=True,
-            )
+    for seed, impl in alternating(impls, a.seeds):
+        g = run_worker(impl, a, seed)
+        rows.append({"seed": seed, "impl": impl, **g})
+        timing = f"{g['run_s']:.2f} ({g['compile_s']:.1f})"
+        print(
+            f"| {seed} | {impl} ({g['version']}) | {timing} | {g['qd_score']:.0f} "
+            f"| {g['coverage']:.3f} | {g['obj_max']:.2f} | {g['emitters_used']} |",
+            flush=True,
+        )
     print(f"load after: {os.getloadavg()}")
     if a.out:
         with open(a.out, "w") as fh:

@@ -29,14 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
-from bench_venvs import run_json_worker, venv_python  # noqa: E402
+from bench_venvs import alternating, run_json_worker, stamp, venv_python  # noqa: E402
 
 DIM, CELLS, BRANCHES, SIGMA0, LR = 100, (100, 100), 35, 10.0, 1.0
 EVALS_PER_ITERATION = 1 + BRANCHES
@@ -174,24 +173,22 @@ def main() -> None:
         print(json.dumps((worker_evotensor if a.worker == "evotensor" else worker_pyribs)(a)))
         return
     impls = a.impls.split(",")
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"{stamp}, {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
+    print(stamp())
     grid = f"{CELLS[0]} x {CELLS[1]}"
     print(f"{a.iterations} iterations x {EVALS_PER_ITERATION} evaluations, DIM {DIM}, grid {grid}")
     print("| seed | library | run s (compile s) | evals/s | QD score | coverage | best | restarts |")
     print("|---|---|---|---|---|---|---|---|")
     rows = []
-    for seed in range(a.seeds):
-        for impl in impls if seed % 2 == 0 else impls[::-1]:
-            g = {"seed": seed, "impl": impl, **run_worker(impl, a, seed)}
-            g["evals_per_s"] = evals_per_s(g, a.iterations)
-            rows.append(g)
-            timing = f"{g['run_s']:.2f} ({g['compile_s']:.1f})"
-            print(
-                f"| {seed} | {impl} ({g['version']}) | {timing} | {g['evals_per_s']:.0f} "
-                f"| {g['qd_score']:.0f} | {g['coverage']:.3f} | {g['obj_max']:.2f} | {g['restarts']} |",
-                flush=True,
-            )
+    for seed, impl in alternating(impls, a.seeds):
+        g = {"seed": seed, "impl": impl, **run_worker(impl, a, seed)}
+        g["evals_per_s"] = evals_per_s(g, a.iterations)
+        rows.append(g)
+        timing = f"{g['run_s']:.2f} ({g['compile_s']:.1f})"
+        print(
+            f"| {seed} | {impl} ({g['version']}) | {timing} | {g['evals_per_s']:.0f} "
+            f"| {g['qd_score']:.0f} | {g['coverage']:.3f} | {g['obj_max']:.2f} | {g['restarts']} |",
+            flush=True,
+        )
     for impl in impls:
         mine = [g for g in rows if g["impl"] == impl]
         if not mine:

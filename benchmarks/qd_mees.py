@@ -57,14 +57,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
-from bench_venvs import run_json_worker, venv_python  # noqa: E402
+from bench_venvs import alternating, run_json_worker, stamp, venv_python  # noqa: E402
 
 JOINTS, CELLS, QD_OFFSET = 100, (64, 64), -1.0
 # QDax's MEESConfig defaults (evotensor's MEESEmitter defaults are the same values)
@@ -206,8 +205,7 @@ def main() -> None:
         print(json.dumps((worker_evotensor if a.worker == "evotensor" else worker_qdax)(a)))
         return
     impls = a.impls.split(",")
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"{stamp}, {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
+    print(stamp())
     print(
         f"ME-ES on the {JOINTS}-joint arm, {CELLS[0]} x {CELLS[1]} grid, {a.iterations} generations of "
         f"{EVALS_PER_GENERATION} evaluations, chunks of {min(a.chunk, a.iterations)}"
@@ -215,16 +213,15 @@ def main() -> None:
     print("| seed | library | run s (compile s) | evals/s | QD score | coverage | best |")
     print("|---|---|---|---|---|---|---|")
     rows = []
-    for seed in range(a.seeds):
-        for impl in impls if seed % 2 == 0 else impls[::-1]:
-            g = run_worker(impl, a, seed)
-            rows.append({"seed": seed, "impl": impl, **g})
-            timing = f"{g['run_s']:.2f} ({g['compile_s']:.1f})"
-            print(
-                f"| {seed} | {impl} ({g['version']}) | {timing} | {g['evals_per_s']:,.0f} "
-                f"| {g['qd_score']:.1f} | {g['coverage']:.4f} | {g['obj_max']:.4f} |",
-                flush=True,
-            )
+    for seed, impl in alternating(impls, a.seeds):
+        g = run_worker(impl, a, seed)
+        rows.append({"seed": seed, "impl": impl, **g})
+        timing = f"{g['run_s']:.2f} ({g['compile_s']:.1f})"
+        print(
+            f"| {seed} | {impl} ({g['version']}) | {timing} | {g['evals_per_s']:,.0f} "
+            f"| {g['qd_score']:.1f} | {g['coverage']:.4f} | {g['obj_max']:.4f} |",
+            flush=True,
+        )
     for impl in impls:
         mine = [r for r in rows if r["impl"] == impl]
         if not mine:

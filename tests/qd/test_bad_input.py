@@ -237,8 +237,8 @@ for value in ["best", 3, None]:
     case("mega", mega, "ranker", ranker=value)
 case("mega", mega, "selection_rule", selection_rule="all")
 case("mega", mega, "restart_rule", restart_rule="sometimes")
-for value in BAD_SIZES:
-    case("mega", mega, "measure_dim", measure_dim=value)
+for value in [lambda x: np.zeros((1, 3)), lambda x: np.zeros((3, 4)), lambda x: x, lambda x: x[99]]:
+    case("mega", mega, "jacobian", jacobian=value)
 case("mega", mega, "normalize_grad", normalize_grad="yes")
 for value in [NAN, -1.0, "0"]:
     case("mega", mega, "epsilon", epsilon=value)

@@ -138,6 +138,13 @@ def test_dominated_novelty_is_brute_force(seed, n, k):
             assert got[i] == np.inf
 
 
+def test_dominated_novelty_names_bad_shapes():
+    with pytest.raises(ArgumentError, match=r"\[N, D\], \[N\] and \[N\]"):
+        dominated_novelty(jnp.zeros((4, 2)), jnp.zeros(3), jnp.ones(4, bool), 2)
+    with pytest.raises(ArgumentError, match="k"):
+        dominated_novelty(jnp.zeros((4, 2)), jnp.zeros(4), jnp.ones(4, bool), 0)
+
+
 def test_map_elites_runs_dns_as_its_search_archive():
     problem = Arm(num_joints=6)
     dns = DNSArchive(solution_dim=6, measure_dim=2, capacity=200, k_neighbors=3, qd_score_offset=-1.0)

@@ -131,11 +131,23 @@ def test_it_climbs_the_gradients_faster_than_cma_me():
 
 
 def test_bad_jacobians_and_archives_are_refused():
-    emitter = GradientArborescenceEmitter(np.zeros(DIMS), 1.0, lambda x: jnp.zeros((2, DIMS)), batch_size=4)
-    me = MAPElites(archive(), [emitter])
-    with pytest.raises(ArgumentError, match="jacobian"):
-        me.ask(jax.random.key(0), me.init(jax.random.key(0)))
+    # the Jacobian's shape is read at construction: D = rows - 1 measures, n columns
+    for bad in (
+        lambda x: jnp.zeros((3, DIMS + 1)),
+        lambda x: jnp.zeros((1, DIMS)),
+        lambda x: x,
+        lambda x: x @ x.T,
+    ):
+        with pytest.raises(ArgumentError, match="jacobian"):
+            GradientArborescenceEmitter(np.zeros(DIMS), 1.0, bad, batch_size=4)
+    one_measure_jacobian = GradientArborescenceEmitter(np.zeros(DIMS), 1.0, lambda x: jnp.zeros((2, DIMS)))
+    assert one_measure_jacobian.measure_dim == 1
+    with pytest.raises(ArgumentError, match="measure"):
+        MAPElites(archive(), [one_measure_jacobian]).init(jax.random.key(0))
+    with pytest.raises(ArgumentError, match="evaluate"):
+        problem_jacobian(object())
     one_measure = GridArchive(solution_dim=DIMS, dims=(4,), ranges=[(0, 1)])
+    emitter = GradientArborescenceEmitter(np.zeros(DIMS), 1.0, problem_jacobian(PROBLEM), batch_size=4)
     with pytest.raises(ArgumentError, match="measure"):
         emitter.init(jax.random.key(0), one_measure)
     custom = GradientArborescenceEmitter(

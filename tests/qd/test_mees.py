@@ -259,6 +259,13 @@ def test_mean_nearest_distance_is_brute_force(seed, size, filled, k):
     assert np.isnan(got[6])
 
 
+def test_mean_nearest_distance_names_bad_shapes():
+    with pytest.raises(ArgumentError, match=r"\[Q, D\] and \[S, D\]"):
+        mean_nearest_distance(jnp.zeros((4, 2)), jnp.zeros((5, 3)), jnp.int32(5), 2)
+    with pytest.raises(ArgumentError, match="k"):
+        mean_nearest_distance(jnp.zeros((4, 2)), jnp.zeros((5, 2)), jnp.int32(5), 0)
+
+
 def reference_best_cells(value, occupied, k):
     """Occupied cells by score (NaN as -inf), best first, then empty cells; ties to the lower cell."""
     value = np.where(occupied & ~np.isnan(value), value, -np.inf)

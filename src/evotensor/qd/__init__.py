@@ -31,6 +31,7 @@ from evotensor.qd.archive import (
     ArchiveState,
     CVTArchive,
     GridArchive,
+    UnstructuredArchive,
 )
 from evotensor.qd.bandit import BanditMAPElites, BanditState
 from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_centroid
@@ -76,6 +77,7 @@ __all__ = [
     "ProximityState",
     "ShardedArchive",
     "ShardedMAPElites",
+    "UnstructuredArchive",
     "grid_centroids",
     "kmeans_centroids",
     "nearest_centroid",

@@ -481,6 +481,46 @@ class Archive:
         }
 
 
+class UnstructuredArchive(Archive):
+    """An archive of ``capacity`` rows that are not cells: which row holds a solution depends on the
+    contents (novelty search's :class:`~evotensor.qd.ProximityArchive`, Dominated Novelty Search's
+    :class:`~evotensor.qd.DNSArchive`). Queries go by the nearest stored measures; it is never split
+    over devices (adding needs every stored measure). Subclasses set ``measure_dim`` and ``capacity``
+    (= ``num_cells``) and define ``_check_state`` and ``_nearest``."""
+
+    shardable = False
+
+    def index_of(self, measures: jax.Array) -> jax.Array:
+        raise ArgumentError(
+            f"a {type(self).__name__} has no cells: its rows depend on its contents; use "
+            "nearest(state, measures) for the closest elite"
+        )
+
+    def _check_state(self, state: Any) -> ArchiveState:
+        raise NotImplementedError
+
+    def _nearest(self, state: ArchiveState, measures: jax.Array) -> jax.Array:
+        """``[B]`` int32: the occupied row nearest each (finite) measure vector of ``measures [B, D]``,
+        equal distances to the lowest row; any row where the archive is empty."""
+        raise NotImplementedError
+
+    def nearest(self, state: ArchiveState, measures: jax.Array) -> jax.Array:
+        """Row of the elite closest to each measure vector: ``[B, D] -> [B]`` int32 (equal distances:
+        the lowest row; -1 for an empty archive or non-finite measures)."""
+        state = self._check_state(state)
+        measures = jnp.asarray(measures, jnp.float32)
+        if measures.ndim != 2 or measures.shape[1] != self.measure_dim:
+            raise ArgumentError(f"measures must have shape [B, {self.measure_dim}], got {measures.shape}")
+        ok = state.occupied.any() & jnp.all(jnp.isfinite(measures), axis=1)
+        return jnp.where(ok, self._nearest(state, measures), -1)
+
+    def retrieve(self, state: ArchiveState, measures: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """The elite nearest each measure vector: ``[B, D] -> (found [B], {field: [B, ...]})`` with
+        fields ``solutions, objective, measures, threshold, index`` and the extra fields."""
+        index = self.nearest(state, measures)
+        return index >= 0, self._rows(state, index)
+
+
 class GridArchive(Archive):
     """The MAP-Elites grid (Mouret & Clune 2015): ``prod(dims)`` cells of a uniform grid over
     ``ranges``. A measure vector's cell is pyribs' formula

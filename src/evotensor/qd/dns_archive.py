@@ -43,7 +43,14 @@ from jax import lax
 
 from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.qd.archive import NEW, NOT_ADDED, AddInfo, Archive, ArchiveState, candidate_is_valid
+from evotensor.qd.archive import (
+    NEW,
+    NOT_ADDED,
+    AddInfo,
+    ArchiveState,
+    UnstructuredArchive,
+    candidate_is_valid,
+)
 
 _QUERY_BLOCK = 256  # competitors scored at a time (each against all N)
 
@@ -63,8 +70,14 @@ def dominated_novelty(measures: jax.Array, objective: jax.Array, alive: jax.Arra
     """``[N]``: each alive row's mean distance to its ``k`` nearest other alive rows of objective
     ``>=`` its own (fewer if fewer exist; ``+inf`` if none), ``-inf`` for a row not alive.
     ``measures [N, D], objective [N], alive [N]``; blocks of query rows, no ``[N, N]`` matrix."""
+    measures = jnp.asarray(measures, jnp.float32)
     n = measures.shape[0]
-    k = min(k, n)
+    if measures.ndim != 2 or jnp.shape(objective) != (n,) or jnp.shape(alive) != (n,):
+        raise ArgumentError(
+            f"measures, objective and alive must be [N, D], [N] and [N], got {list(measures.shape)}, "
+            f"{list(jnp.shape(objective))} and {list(jnp.shape(alive))}"
+        )
+    k = min(check_int(k, "k"), n)
     rows = jnp.arange(n)
 
     def one(i):
@@ -79,7 +92,7 @@ def dominated_novelty(measures: jax.Array, objective: jax.Array, alive: jax.Arra
     return lax.map(one, rows, batch_size=min(_QUERY_BLOCK, n))
 
 
-class DNSArchive(Archive):
+class DNSArchive(UnstructuredArchive):
     """Dominated Novelty Search's population of fixed ``capacity`` (module docstring for the rules).
 
     Args (keyword-only):
@@ -90,8 +103,6 @@ class DNSArchive(Archive):
         qd_score_offset: subtracted from every objective in the QD score.
         extra_fields: ``{name: (shape, dtype)}`` stored next to each member.
     """
-
-    shardable = False  # a member's score needs every other member, not one device's rows
 
     def __init__(
         self,
@@ -121,12 +132,6 @@ class DNSArchive(Archive):
         """An empty population."""
         return self._empty(self.capacity)
 
-    def index_of(self, measures: jax.Array) -> jax.Array:
-        raise ArgumentError(
-            "a DNSArchive has no cells: its rows depend on its contents; use "
-            "nearest(state, measures) for the closest member"
-        )
-
     def _check_state(self, state: Any) -> ArchiveState:
         if not isinstance(state, ArchiveState) or state.objective.shape[0] != self.capacity:
             raise ArgumentError(
@@ -135,29 +140,14 @@ class DNSArchive(Archive):
             )
         return state
 
-    def nearest(self, state: ArchiveState, measures: jax.Array) -> jax.Array:
-        """Row of the member closest to each measure vector: ``[B, D] -> [B]`` int32 (equal
-        distances: the lowest row; -1 for an empty archive or non-finite measures)."""
-        state = self._check_state(state)
-        measures = jnp.asarray(measures, jnp.float32)
-        if measures.ndim != 2 or measures.shape[1] != self.measure_dim:
-            raise ArgumentError(f"measures must have shape [B, {self.measure_dim}], got {measures.shape}")
-
+    def _nearest(self, state: ArchiveState, measures: jax.Array) -> jax.Array:
         def one(m):
             d2 = jnp.sum(jnp.square(state.measures - m), axis=1)
             return jnp.argmin(jnp.where(state.occupied, d2, jnp.inf)).astype(jnp.int32)
 
-        row = (
-            lax.map(one, measures, batch_size=_QUERY_BLOCK) if measures.shape[0] else jnp.zeros(0, jnp.int32)
-        )
-        ok = state.occupied.any() & jnp.all(jnp.isfinite(measures), axis=1)
-        return jnp.where(ok, row, -1)
-
-    def retrieve(self, state: ArchiveState, measures: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """The member nearest each measure vector: ``[B, D] -> (found [B], {field: [B, ...]})`` with
-        fields ``solutions, objective, measures, threshold, index`` and the extra fields."""
-        index = self.nearest(state, measures)
-        return index >= 0, self._rows(state, index)
+        if measures.shape[0] == 0:
+            return jnp.zeros(0, jnp.int32)
+        return lax.map(one, measures, batch_size=_QUERY_BLOCK)
 
     def add(
         self,

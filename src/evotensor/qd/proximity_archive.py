@@ -51,7 +51,15 @@ from jax import lax
 
 from evotensor.core.checks import ArgumentError, check_int, check_memory, check_real
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.qd.archive import IMPROVED, NEW, NOT_ADDED, AddInfo, Archive, ArchiveState, candidate_is_valid
+from evotensor.qd.archive import (
+    IMPROVED,
+    NEW,
+    NOT_ADDED,
+    AddInfo,
+    ArchiveState,
+    UnstructuredArchive,
+    candidate_is_valid,
+)
 
 _BLOCK = 512  # archive rows per distance block (see ProximityArchive._blocks)
 _HALF_WINDOW = 256  # elites on each side of a query along the first measure (ProximityArchive._window)
@@ -83,7 +91,7 @@ class ProximityAddInfo(AddInfo):
     local_competition: jax.Array
 
 
-class ProximityArchive(Archive):
+class ProximityArchive(UnstructuredArchive):
     """Novelty-search archive of fixed ``capacity`` (module docstring for the rules).
 
     Args (keyword-only):
@@ -99,8 +107,6 @@ class ProximityArchive(Archive):
         threshold_decay_min: the threshold never decays below this (``>= 0``).
         extra_fields: ``{name: (shape, dtype)}`` stored next to each elite.
     """
-
-    shardable = False  # a candidate's novelty needs every stored measure, not one device's rows
 
     def __init__(
         self,
@@ -150,12 +156,6 @@ class ProximityArchive(Archive):
             novelty_threshold=jnp.asarray(self.novelty_threshold, jnp.float32),
             stall=jnp.zeros((), jnp.int32),
             dropped=jnp.zeros((), jnp.int32),
-        )
-
-    def index_of(self, measures: jax.Array) -> jax.Array:
-        raise ArgumentError(
-            "a ProximityArchive has no cells: its rows depend on its contents; use "
-            "nearest(state, measures) for the closest elite"
         )
 
     def _check_state(self, state: Any) -> ProximityState:
@@ -271,22 +271,8 @@ class ProximityArchive(Archive):
         start = (jnp.full((batch, k), jnp.inf, jnp.float32), jnp.full((batch, k), 0, jnp.int32))
         return lax.fori_loop(0, (size + block - 1) // block, merge, start)
 
-    def nearest(self, state: ProximityState, measures: jax.Array) -> jax.Array:
-        """Row of the elite closest to each measure vector: ``[B, D] -> [B]`` int32 (equal distances:
-        the lowest row; -1 for an empty archive or non-finite measures)."""
-        state = self._check_state(state)
-        measures = jnp.asarray(measures, jnp.float32)
-        if measures.ndim != 2 or measures.shape[1] != self.measure_dim:
-            raise ArgumentError(f"measures must have shape [B, {self.measure_dim}], got {measures.shape}")
-        _, row, count = self._neighbours(state, measures)
-        ok = (count > 0) & jnp.all(jnp.isfinite(measures), axis=1)
-        return jnp.where(ok, row[:, 0], -1)
-
-    def retrieve(self, state: ProximityState, measures: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """The elite nearest each measure vector: ``[B, D] -> (found [B], {field: [B, ...]})`` with
-        fields ``solutions, objective, measures, threshold, index`` and the extra fields."""
-        index = self.nearest(state, measures)
-        return index >= 0, self._rows(state, index)
+    def _nearest(self, state: ProximityState, measures: jax.Array) -> jax.Array:
+        return self._neighbours(state, measures)[1][:, 0]
 
     def add(
         self,

@@ -295,7 +295,7 @@ class CMAESEmitter:
             solutions: ``[B, dims]`` this emitter's batch; objective ``[B]``; measures ``[B, D]``;
             info: the batch's :class:`AddInfo`; archive_state: the archive after the batch.
         """
-        new, stop = self.update(state, solutions, objective, measures, info)
+        new, stop, _ = self.update(state, solutions, objective, measures, info)
         elite_key, direction_key = jax.random.split(key)
         cell = archive.sample_elites(elite_key, archive_state, 1)[0]
         elite = archive.elite_solutions(archive_state, cell[None])[0]
@@ -315,12 +315,13 @@ class CMAESEmitter:
         objective: jax.Array,
         measures: jax.Array,
         info: AddInfo,
-    ) -> tuple[cma.CMAESState, jax.Array]:
-        """:meth:`tell` without the restart itself: ``(CMA-ES state after the update, restart [])``,
-        ``restart`` true where a stopping criterion or the restart rule fires (the rule counts this
-        call). ``samples [B, n]`` are the points CMA-ES drew for the batch (the solutions here; the
-        gradient coefficients in :class:`~evotensor.qd.emitters.GradientArborescenceEmitter`),
-        ranked by the batch's ``objective``, ``measures`` and ``info``."""
+    ) -> tuple[cma.CMAESState, jax.Array, jax.Array]:
+        """:meth:`tell` without the restart itself: ``(CMA-ES state after the update, restart [],
+        order [B])``: ``restart`` is true where a stopping criterion or the restart rule fires (the
+        rule counts this call), ``order`` is the ranking (best first) the update used. ``samples [B,
+        n]`` are the points CMA-ES drew for the batch (the solutions here; the gradient coefficients
+        in :class:`~evotensor.qd.emitters.GradientArborescenceEmitter`), ranked by the batch's
+        ``objective``, ``measures`` and ``info``."""
         current = state.cma
         dtype = current.mean.dtype
         batch = self.batch_size
@@ -362,7 +363,7 @@ class CMAESEmitter:
             stop = stop | (iterations % self.restart_rule == 0)
         elif self.restart_rule == "no_improvement":
             stop = stop | (added == 0)
-        return new, stop
+        return new, stop, order
 
     def __repr__(self) -> str:
         return (

@@ -48,7 +48,7 @@ import numpy as np
 import optax
 from jax import lax
 
-from evotensor.core.checks import ArgumentError, check_int, check_real
+from evotensor.core.checks import ArgumentError, check_real
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
 from evotensor.qd.emitters.base import check_vector
@@ -80,6 +80,8 @@ def problem_jacobian(problem: Any, key: jax.Array | None = None) -> Callable[[ja
     fitness, negated when the problem minimizes, as MAP-Elites archives it) and of each of its
     descriptors, by ``jax.jacrev`` of ``problem.evaluate(key, x[None])`` (``key`` default
     ``jax.random.key(0)``: meant for deterministic problems)."""
+    if not callable(getattr(problem, "evaluate", None)):
+        raise ArgumentError(f"problem must have evaluate(key, x), got {type(problem).__name__}")
     key = jax.random.key(0) if key is None else key
     sign = 1.0 if getattr(problem, "maximize", False) else -1.0
 
@@ -108,12 +110,12 @@ class GradientArborescenceEmitter:
         ranker, selection_rule, restart_rule, batch_size: the coefficient CMA-ES's, as in
             :class:`~evotensor.qd.emitters.CMAESEmitter` (``batch_size`` counts the branches;
             default ``4 + floor(3 ln(1 + D))``).
-        measure_dim: ``D``, the archive's measures (checked at ``init``), 2.
         normalize_grad: divide each gradient by its norm (+ ``epsilon``).
         epsilon: the normalisation's guard, 1e-8.
 
     Attributes:
         batch_size: ``1 + `` the branches (``theta`` is row 0).
+        measure_dim: ``D``, read from the Jacobian's shape at construction (the archive must match).
         num_branches, solution_dim, x0, sigma0, lr, and the arguments above.
     """
 
@@ -129,7 +131,6 @@ class GradientArborescenceEmitter:
         selection_rule: str = "filter",
         restart_rule: str | int = "no_improvement",
         batch_size: int | None = None,
-        measure_dim: int = 2,
         normalize_grad: bool = True,
         epsilon: float = 1e-8,
     ):
@@ -139,6 +140,19 @@ class GradientArborescenceEmitter:
         if not callable(jacobian):
             raise ArgumentError(f"jacobian must be a function x [n] -> [1 + D, n], got {jacobian!r}")
         self.jacobian = jacobian
+        # D from the Jacobian's shape at x0, traced abstractly (nothing is computed)
+        try:
+            shape = jax.eval_shape(jacobian, jax.ShapeDtypeStruct((self.solution_dim,), jnp.float32)).shape
+        except Exception as err:  # a function that fails on an [n] vector: say so, with its error
+            raise ArgumentError(
+                f"jacobian must map x [{self.solution_dim}] to [1 + D, {self.solution_dim}]: {err}"
+            ) from err
+        if len(shape) != 2 or shape[0] < 2 or shape[1] != self.solution_dim:
+            raise ArgumentError(
+                f"jacobian(x) must have shape [1 + D, n] = [1 + D, {self.solution_dim}] with D >= 1 "
+                f"measures, got {list(shape)}"
+            )
+        self.measure_dim = shape[0] - 1
         self.lr = check_real(lr, "lr", low=0.0, low_open=True)
         if optimizer is None:
             optimizer = optax.adam(self.lr)
@@ -149,7 +163,6 @@ class GradientArborescenceEmitter:
             raise ArgumentError(f"normalize_grad must be True or False, got {normalize_grad!r}")
         self.normalize_grad = bool(normalize_grad)
         self.epsilon = check_real(epsilon, "epsilon", low=0.0)
-        self.measure_dim = check_int(measure_dim, "measure_dim")
         # the coefficient CMA-ES: its sampling, ranking, update and stopping rules
         self.cma = CMAESEmitter(
             np.zeros(1 + self.measure_dim),
@@ -197,12 +210,6 @@ class GradientArborescenceEmitter:
     def gradients(self, theta: jax.Array) -> jax.Array:
         """``[1 + D, n]``: the Jacobian at ``theta``, each row normalised (``normalize_grad``)."""
         grads = jnp.asarray(self.jacobian(theta), jnp.float32)
-        if grads.shape != (1 + self.measure_dim, self.solution_dim):
-            raise ArgumentError(
-                f"jacobian(x) must have shape [1 + measure_dim, n] = "
-                f"{[1 + self.measure_dim, self.solution_dim]}, "
-                f"got {list(grads.shape)}"
-            )
         if self.normalize_grad:
             grads = grads / (jnp.linalg.norm(grads, axis=1, keepdims=True) + self.epsilon)
         return grads
@@ -233,9 +240,9 @@ class GradientArborescenceEmitter:
         weighted mean of the best branches, restart if a rule fires."""
         branches = jax.tree_util.tree_map(lambda a: a[1:], info)
         solutions, objective, measures = solutions[1:], objective[1:], measures[1:]
-        coefficients, stop = self.cma.update(state.coefficients, state.drawn, objective, measures, branches)
-
-        order, _ = self.cma.rank(state.coefficients, objective, measures, branches)
+        coefficients, stop, order = self.cma.update(
+            state.coefficients, state.drawn, objective, measures, branches
+        )
         b = self.num_branches
         if self.cma.selection_rule == "filter":
             parents = jnp.sum(branches.status > 0, dtype=jnp.int32)

@@ -107,6 +107,13 @@ def mean_nearest_distance(queries: jax.Array, points: jax.Array, filled: jax.Arr
     """Novelty: each query's mean Euclidean distance to its ``k`` nearest of the first ``filled``
     rows of ``points`` (all of them when fewer). ``[Q, D], [S, D], [] -> [Q]``; 0 when ``filled``
     is 0, NaN for a query with a non-finite entry. Distances are explicit differences, no GEMM."""
+    queries, points = jnp.asarray(queries, jnp.float32), jnp.asarray(points, jnp.float32)
+    if queries.ndim != 2 or points.ndim != 2 or queries.shape[1] != points.shape[1]:
+        raise ArgumentError(
+            f"queries and points must be [Q, D] and [S, D], got {list(queries.shape)} and "
+            f"{list(points.shape)}"
+        )
+    k = check_int(k, "k")
     size = points.shape[0]
     k = min(k, size)
     valid = jnp.arange(size) < filled
