@@ -575,15 +575,17 @@ SUMS = make_spec(aggs=("sum", "mean"), max_nodes=16, max_conns=40)  # up to 13 n
 @functools.cache
 def _batch_program(spec, outputs=None, with_batched=False):
     """jit: (population [K], xs [K, B, I]) -> (compact sizes, path index, every path's y,
-    vmap(vmap(forward)) y[, batched y])."""
+    vmap(vmap(forward)) y[, batched y]), each y ``[K, B, O]`` (the paths take and give ``[B, K,
+    ...]``)."""
     pol = nw.FeedForwardPolicy(spec, outputs=outputs)
 
     def run(pop, xs):
         nets = pol.decode(pop)
         index, paths = pol.batch_paths(nets)
         per_net = jax.vmap(lambda n, x: jax.vmap(lambda o: pol(n, o))(x))(nets, xs)
-        out = (nets.compact.size, index, [p(nets, xs) for p in paths], per_net)
-        return (*out, pol.batched(nets, xs)) if with_batched else out
+        xt = jnp.swapaxes(xs, 0, 1)
+        out = (nets.compact.size, index, [jnp.swapaxes(p(nets, xt), 0, 1) for p in paths], per_net)
+        return (*out, jnp.swapaxes(pol.batched(nets, xt), 0, 1)) if with_batched else out
 
     return jax.jit(run)
 

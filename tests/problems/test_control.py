@@ -9,8 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from evotensor.problems.control import GymnaxProblem, _split_step_output
+from evotensor.problems.control import GymnaxProblem, _split_step_output, _stable_order
 from evotensor.problems.networks import ParamsDecoder, init_mlp, mlp_apply
 
 DECODER = ParamsDecoder(mlp_apply)
@@ -215,11 +217,28 @@ def test_chunked_rollout_is_the_scan_bit_for_bit(cartpole):
     assert len(set(lengths.tolist())) > 1 and lengths.min() < problem.max_steps  # some end early
 
 
+_stable_order_jit = jax.jit(_stable_order, static_argnums=1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(1, 4).flatmap(
+        lambda v: st.tuples(st.just(v), st.lists(st.integers(0, v - 1), min_size=48, max_size=48))
+    )
+)
+def test_compaction_order_is_a_stable_argsort(case):
+    """The rollout's compaction order (a counting sort over a few key values) is NumPy's stable
+    argsort: running individuals first by tier, each group in slot order."""
+    values, key = case
+    got = _stable_order_jit(jnp.asarray(key, jnp.int32), values)
+    np.testing.assert_array_equal(np.asarray(got), np.argsort(np.asarray(key), kind="stable"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name, size, episodes, max_steps, chunk",
     [
-        ("CartPole-v1", 7, 2, 61, 3),  # padding slots, a last block shorter than 8 steps
+        ("CartPole-v1", 7, 2, 61, 3),  # padding slots, a last block shorter than the others
         ("Pendulum-v1", 3, 1, 20, 2),  # no episode ends early: every chunk runs to the end
     ],
 )
@@ -325,7 +344,9 @@ class _Planned:
 
     def batch_paths(self, params):
         def real(p, obs):
-            return jax.vmap(lambda q, xs: jax.vmap(lambda o: mlp_apply(q, o))(xs))(p, obs)
+            # obs [B, K, ...]: the phenotypes on the second axis
+            one = jax.vmap(lambda q, xs: jax.vmap(lambda o: mlp_apply(q, o))(xs), in_axes=(0, 1), out_axes=1)
+            return one(p, obs)
 
         def zeros(p, obs):
             return jnp.zeros(obs.shape[:2] + (2,), jnp.float32)

@@ -450,11 +450,12 @@ def compact_supported(spec: GenomeSpec, functions: str | FunctionSet | None = No
 def _compact_forward(
     spec: GenomeSpec, fs: FunctionSet, outputs: OutputMode, nets: Network, x: jax.Array, width: int
 ) -> jax.Array:
-    """``y [K, B, num_outputs]`` of networks ``[K]`` (all of ``compact.size <= width``) on inputs
-    ``x [K, B, num_inputs]``: one slot at a time in topological order, each a weighted sum over the
+    """``y [B, K, num_outputs]`` of networks ``[K]`` (all of ``compact.size <= width``) on inputs
+    ``x [B, K, num_inputs]``: one slot at a time in topological order, each a weighted sum over the
     earlier columns (static: ``I + h`` columns for slot ``h``) and the node update. Every value is
-    a ``[K, B]`` array (per-lane tables repeated to ``[K * B]`` up front were slower in the
-    rollout)."""
+    a ``[B, K]`` array: the networks on the minor axis, so that a network's weight is broadcast
+    along contiguous lanes (with ``[K, B]`` and a few episodes ``B`` per network, XLA:CPU's loops
+    did not vectorize: ``benchmarks/results_neat.md``, session 21)."""
     c = nets.compact
     inputs, n = spec.num_inputs, spec.max_nodes
     ng = spec.node_gene
@@ -471,20 +472,20 @@ def _compact_forward(
     for h in range(width):
         total = None
         for j in range(inputs + h):
-            term = jnp.where(adj[:, h, j, None], weight[:, h, j, None] * cols[j], 0.0)
+            term = jnp.where(adj[:, h, j], weight[:, h, j] * cols[j], 0.0)
             total = term if total is None else total + term
-        cnt, empty = count[:, h, None], count[:, h, None] == 0
+        cnt, empty = count[:, h], count[:, h] == 0
         z = None
         for k, agg in enumerate(aggs):
             val = jnp.where(empty, jnp.asarray(agg.empty, jnp.float32), agg.from_sum(total, cnt))
-            z = val if z is None else jnp.where(agg_id[:, h, None] == k, val, z)
-        act = _activation(spec, fs, act_id[:, h, None], is_out[:, h, None], outputs)
-        cols.append(_clamp(ng.node_output(attrs[:, h, None, :], act, z)))
+            z = val if z is None else jnp.where(agg_id[:, h] == k, val, z)
+        act = _activation(spec, fs, act_id[:, h], is_out[:, h], outputs)
+        cols.append(_clamp(ng.node_output(attrs[:, h, :], act, z)))
     ys = []
     for o in range(spec.num_outputs):
         y = None
         for h in range(width):
-            y = jnp.where(c.out[:, o, None] == h, cols[inputs + h], 0.0 if y is None else y)
+            y = jnp.where(c.out[:, o] == h, cols[inputs + h], 0.0 if y is None else y)
         ys.append(y)
     y = jnp.stack(ys, axis=-1)
     return y if outputs.transform is None else jax.vmap(jax.vmap(outputs.transform))(y)
@@ -849,8 +850,9 @@ class FeedForwardPolicy:
 
     def batch_paths(self, networks: Network) -> tuple[jax.Array, tuple[Callable, ...]]:
         """The ways to run a batch of networks ``[K]``: ``(index [K], paths)``, each path
-        ``path(networks, obs [K, B, ...]) -> y [K, B, ...]`` (``B`` observations per network) with
-        the outputs of ``vmap(vmap(self, (None, 0)))`` to float32 rounding; ``index[i]`` is the
+        ``path(networks, obs [B, K, ...]) -> y [B, K, ...]`` (``B`` observations per network, the
+        networks on the second axis) with the outputs of ``vmap(vmap(self, (None, 0)))`` to float32
+        rounding; ``index[i]`` is the
         first path that network ``i`` fits, and every later path runs it too, so a batch takes
         path ``max(index)`` (``lax.switch``).
 
@@ -863,7 +865,8 @@ class FeedForwardPolicy:
         the forward itself."""
 
         def full(nets: Network, obs: jax.Array) -> jax.Array:
-            return jax.vmap(lambda n, xs: jax.vmap(lambda o: self(n, o))(xs))(nets, obs)
+            one = jax.vmap(lambda n, xs: jax.vmap(lambda o: self(n, o))(xs), in_axes=(0, 1), out_axes=1)
+            return one(nets, obs)
 
         if not isinstance(networks, Network):
             raise ArgumentError(f"networks must be a Network (from decode), got {type(networks).__name__}")
@@ -885,13 +888,13 @@ class FeedForwardPolicy:
         return index, (*(functools.partial(compact, w) for w in COMPACT_WIDTHS), full)
 
     def batched(self, networks: Network, obs: jax.Array) -> jax.Array:
-        """``y [K, B, ...]`` of networks ``[K]`` on observations ``obs [K, B, ...]``: the path of
+        """``y [B, K, ...]`` of networks ``[K]`` on observations ``obs [B, K, ...]``: the path of
         :meth:`batch_paths` for these networks (one ``lax.switch``). For one-off calls: inside a
         step loop, take the paths from :meth:`batch_paths` and switch outside the loop (as the
         chunked control rollout does)."""
         obs = jnp.asarray(obs)
         if obs.ndim < 2:
-            raise ArgumentError(f"obs must have shape (K, B, ...), got {obs.shape}")
+            raise ArgumentError(f"obs must have shape (B, K, ...), got {obs.shape}")
         index, paths = self.batch_paths(networks)
         if len(paths) == 1:
             return paths[0](networks, obs)

@@ -72,8 +72,9 @@ class StatefulPolicy(Protocol):
 
 def is_batched(apply: Any) -> bool:
     """Whether a stateless ``apply`` also has ``batch_paths(phenotypes [K, ...]) -> (index [K],
-    paths)``: ways to run ``K`` phenotypes at once, each ``path(phenotypes, obs [K, B, ...]) -> y
-    [K, B, ...]`` with the outputs of ``vmap(vmap(apply, (None, 0)))`` (to float32 rounding), and
+    paths)``: ways to run ``K`` phenotypes at once, each ``path(phenotypes, obs [B, K, ...]) -> y
+    [B, K, ...]`` (``B`` observations per phenotype, the phenotypes on the second axis) with the
+    outputs of ``vmap(vmap(apply, (None, 0)))`` (to float32 rounding), and
     for each phenotype the first path that runs it (every later path runs it too). The chunked
     rollout orders the running individuals by that index and gives each chunk, once per run of
     steps, the path of its largest index (e.g. NEAT's
@@ -143,14 +144,29 @@ def _batched_evaluate(key: jax.Array, phenotypes: Any, episode: Episode, num_epi
     return Evaluation(fitness=jnp.mean(returns, axis=1), info=info)
 
 
-# steps between two compactions of :func:`_compacted_evaluate` (a compaction sorts the population
-# and moves every individual's arrays: cheap next to 8 steps of 5000 episodes)
-_COMPACT_EVERY = 8
+# steps between two compactions of :func:`_compacted_evaluate`: a compaction reorders the population
+# and each chunk then gathers its networks and transposes its episodes, so compacting every 8 steps
+# cost more than the steps it saved (CartPole at pop 1000: benchmarks/results_neat.md, session 21)
+_COMPACT_EVERY = 32
 
 Start = Callable[[Any, jax.Array], tuple[Any, jax.Array]]
 Advance = Callable[[Any, Any, jax.Array], tuple[Any, jax.Array, jax.Array]]
 AdvanceBatch = Callable[[Any, Any, jax.Array], tuple[Any, jax.Array, jax.Array]]
 Plan = Callable[[Any], tuple[jax.Array, tuple[AdvanceBatch, ...]]]
+
+
+def _stable_order(key: jax.Array, num_values: int) -> jax.Array:
+    """``jnp.argsort(key, stable=True)`` for ``key int32 [n]`` with values in ``[0, num_values)``:
+    a counting sort (one prefix sum per value and a scatter), several times cheaper than XLA:CPU's
+    sort for the few values of a compaction."""
+    n = key.shape[0]
+    onehot = (key[:, None] == jnp.arange(num_values, dtype=key.dtype)).astype(jnp.int32)  # [n, V]
+    rank = jnp.cumsum(onehot, axis=0)  # [n, V]: inclusive count of each value so far
+    count = rank[-1]
+    start = jnp.cumsum(count) - count
+    within = jnp.sum(onehot * rank, axis=1) - 1  # i's rank among the entries equal to key[i]
+    position = start[key] + within
+    return jnp.zeros((n,), jnp.int32).at[position].set(jnp.arange(n, dtype=jnp.int32), unique_indices=True)
 
 
 def _compacted_evaluate(
@@ -175,9 +191,9 @@ def _compacted_evaluate(
         num_episodes, max_steps: ``E`` episodes of at most ``T`` steps per individual.
         chunk: ``K`` individuals (each with its ``E`` episodes) are stepped at a time.
         plan: optional ``plan(phenotypes [K]) -> (index [K], steppers)``, each stepper
-            ``(phenotypes [K], carry [K, E], step keys [K, E]) -> (carry, reward [K, E], done [K,
-            E])`` one step of a chunk in place of ``advance`` vmapped over individuals and
-            episodes (the same steps); ``index[i]``: the first stepper that runs individual ``i``
+            ``(phenotypes [K], carry [E, K], step keys [E, K]) -> (carry, reward [E, K], done [E,
+            K])`` one step of a chunk in place of ``advance`` vmapped over episodes and
+            individuals (the same steps); ``index[i]``: the first stepper that runs individual ``i``
             (later ones run it too). The running individuals are ordered by it, and a chunk's run
             of steps takes ``steppers[max(index)]``.
 
@@ -213,7 +229,12 @@ def _compacted_evaluate(
     ret = jnp.zeros((slots, E), jnp.float32)
     length = jnp.zeros((slots, E), jnp.int32)
     alive = jnp.broadcast_to((slot_id < pop)[:, None], (slots, E))
-    step_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0)))
+    # a chunk steps episode-major ([E, K]): the individuals on the minor axis, so that per-individual
+    # values broadcast along contiguous lanes (XLA:CPU vectorizes that; a minor axis of E it did not)
+    step_all = jax.vmap(jax.vmap(advance, in_axes=(0, 0, 0)), in_axes=(None, 0, 0))
+
+    def episode_major(tree):  # [K, E, ...] <-> [E, K, ...]
+        return jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), tree)
 
     def run_chunk(t0, steps, c, state):
         """``steps`` steps from time ``t0`` of the ``K`` slots of chunk ``c``."""
@@ -231,19 +252,19 @@ def _compacted_evaluate(
         c_ids = take(slot_id)
         c_nets = jax.tree_util.tree_map(lambda x: x[c_ids], nets)
         window = lax.dynamic_slice_in_dim(step_keys, t0, _COMPACT_EVERY, axis=0)  # [R, P, E]
-        c_keys = window[:, jnp.minimum(c_ids, pop - 1)]  # [R, K, E]
+        c_keys = jnp.swapaxes(window[:, jnp.minimum(c_ids, pop - 1)], 1, 2)  # [R, E, K]
 
         def run_steps(stepper, part):
             def one_step(j, part):
                 c_carry, r, n, a = part
-                k = c_keys[j]  # [K, E]
+                k = c_keys[j]  # [E, K]
                 c_carry, reward, done = stepper(c_nets, c_carry, k)
                 # where(), not multiplication: a finished episode's state may hold NaN/inf rewards.
                 return c_carry, r + jnp.where(a, reward, 0.0), n + a.astype(jnp.int32), a & ~done
 
             return lax.fori_loop(0, steps, one_step, part)
 
-        part = (jax.tree_util.tree_map(take, carry), take(ret), take(length), take(alive))
+        part = episode_major((jax.tree_util.tree_map(take, carry), take(ret), take(length), take(alive)))
         if plan is None:
             c_carry, r, n, a = run_steps(step_all, part)
         else:
@@ -254,21 +275,24 @@ def _compacted_evaluate(
                 c_carry, r, n, a = lax.switch(jnp.max(index), branches, part)
             else:
                 c_carry, r, n, a = branches[0](part)
+        c_carry, r, n, a = episode_major((c_carry, r, n, a))
         carry = jax.tree_util.tree_map(put, carry, c_carry)
         return carry, put(ret, r), put(length, n), put(alive, a), slot_id
 
     # with a plan, running individuals are ordered by the first path that runs them, so that a
     # chunk's largest index (its path) is that of most of its members
-    tier = None if plan is None else plan(nets)[0].astype(jnp.int32)  # [slots], individual order
+    if plan is None:
+        tier, tiers = jnp.zeros((slots,), jnp.int32), 1
+    else:
+        index, steppers = plan(nets)
+        tiers = len(steppers)
+        tier = jnp.clip(index.astype(jnp.int32), 0, tiers - 1)  # [slots], individual order
 
     def block(outer):
         t0, state = outer
         running = jnp.any(state[3], axis=1)
-        if tier is None:
-            order = jnp.argsort(~running, stable=True)  # running individuals first, in slot order
-        else:
-            last = jnp.iinfo(jnp.int32).max
-            order = jnp.argsort(jnp.where(running, tier[state[4]], last), stable=True)
+        # running individuals first, by tier, each group in slot order; then the finished ones
+        order = _stable_order(jnp.where(running, tier[state[4]], tiers), tiers + 1)
         state = jax.tree_util.tree_map(lambda x: x[order], state)
         active = (jnp.sum(running, dtype=jnp.int32) + K - 1) // K
         steps = jnp.minimum(_COMPACT_EVERY, T - t0)
@@ -462,13 +486,13 @@ class GymnaxProblem:
         return index, tuple(functools.partial(self._advance_batch, path) for path in paths)
 
     def _advance_batch(self, path: Callable, phenotypes: Any, carry: Any, keys: jax.Array) -> tuple:
-        """:meth:`_advance` of ``K`` phenotypes x ``E`` episodes (carry ``[K, E, ...]``) with one
+        """:meth:`_advance` of ``E`` episodes x ``K`` phenotypes (carry ``[E, K, ...]``) with one
         call of a batch ``path`` for the policy."""
         obs, state, policy_state = carry
         lead = keys.shape[:2]
         if self.flatten_observation:
             obs = obs.reshape(lead + (-1,))
-        y = path(phenotypes, obs.astype(jnp.float32))  # [K, E, ...]
+        y = path(phenotypes, obs.astype(jnp.float32))  # [E, K, ...]
         if self.discrete and type(self).action is GymnaxProblem.action:
             # jnp.argmax as selects: a reduce fused the whole batch path into itself and evaluated
             # it once per output, without vectorizing across the lanes
