@@ -852,9 +852,8 @@ class FeedForwardPolicy:
         """The ways to run a batch of networks ``[K]``: ``(index [K], paths)``, each path
         ``path(networks, obs [B, K, ...]) -> y [B, K, ...]`` (``B`` observations per network, the
         networks on the second axis) with the outputs of ``vmap(vmap(self, (None, 0)))`` to float32
-        rounding; ``index[i]`` is the
-        first path that network ``i`` fits, and every later path runs it too, so a batch takes
-        path ``max(index)`` (``lax.switch``).
+        rounding; ``index[i]`` is the first path that network ``i`` fits, and every later path runs
+        it too, so a batch takes path ``max(index)`` (``lax.switch``).
 
         With :class:`CompactRows` (``decode`` on a CPU) the paths are the compact forms of
         :data:`COMPACT_WIDTHS` and then the per-network forward pass: the choice is the batch's,

@@ -74,8 +74,8 @@ def is_batched(apply: Any) -> bool:
     """Whether a stateless ``apply`` also has ``batch_paths(phenotypes [K, ...]) -> (index [K],
     paths)``: ways to run ``K`` phenotypes at once, each ``path(phenotypes, obs [B, K, ...]) -> y
     [B, K, ...]`` (``B`` observations per phenotype, the phenotypes on the second axis) with the
-    outputs of ``vmap(vmap(apply, (None, 0)))`` (to float32 rounding), and
-    for each phenotype the first path that runs it (every later path runs it too). The chunked
+    outputs of ``vmap(vmap(apply, (None, 0)))`` (to float32 rounding), and for each phenotype the
+    first path that runs it (every later path runs it too). The chunked
     rollout orders the running individuals by that index and gives each chunk, once per run of
     steps, the path of its largest index (e.g. NEAT's
     :meth:`~evotensor.neat.network.FeedForwardPolicy.batch_paths`: a narrow dense form when every
