@@ -250,11 +250,15 @@ def _compacted_evaluate(
         # the phenotypes stay in individual order (padded): a chunk gathers its K rows, instead of
         # every compaction moving the whole population's
         c_ids = take(slot_id)
-        c_nets = jax.tree_util.tree_map(lambda x: x[c_ids], nets)
+        def chunk_nets():
+            return jax.tree_util.tree_map(lambda x: x[c_ids], nets)
         window = lax.dynamic_slice_in_dim(step_keys, t0, _COMPACT_EVERY, axis=0)  # [R, P, E]
         c_keys = jnp.swapaxes(window[:, jnp.minimum(c_ids, pop - 1)], 1, 2)  # [R, E, K]
 
         def run_steps(stepper, part):
+            # gathered inside the chosen path: each path reads only its own tables of the networks
+            c_nets = chunk_nets()
+
             def one_step(j, part):
                 c_carry, r, n, a = part
                 k = c_keys[j]  # [E, K]
@@ -269,7 +273,7 @@ def _compacted_evaluate(
             c_carry, r, n, a = run_steps(step_all, part)
         else:
             # the chunk's path is chosen around its run of steps, not inside every step
-            index, steppers = plan(c_nets)
+            index, steppers = plan(chunk_nets())
             branches = [functools.partial(run_steps, s) for s in steppers]
             if len(branches) > 1:
                 c_carry, r, n, a = lax.switch(jnp.max(index), branches, part)
