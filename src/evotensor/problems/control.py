@@ -247,11 +247,13 @@ def _compacted_evaluate(
         def put(x, part):
             return lax.dynamic_update_slice_in_dim(x, part, at, axis=0)
 
-        # the phenotypes stay in individual order (padded): a chunk gathers its K rows, instead of
-        # every compaction moving the whole population's
         c_ids = take(slot_id)
+
         def chunk_nets():
+            # the phenotypes stay in individual order (padded): a chunk gathers its K rows, instead
+            # of every compaction moving the whole population's
             return jax.tree_util.tree_map(lambda x: x[c_ids], nets)
+
         window = lax.dynamic_slice_in_dim(step_keys, t0, _COMPACT_EVERY, axis=0)  # [R, P, E]
         c_keys = jnp.swapaxes(window[:, jnp.minimum(c_ids, pop - 1)], 1, 2)  # [R, E, K]
 
