@@ -497,12 +497,15 @@ class UnstructuredArchive(Archive):
         )
 
     def _check_state(self, state: Any) -> ArchiveState:
-        raise NotImplementedError
+        """``state`` as this archive's state, or an :class:`ArgumentError` naming what is wrong
+        (a subclass defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define _check_state(state)")
 
     def _nearest(self, state: ArchiveState, measures: jax.Array) -> jax.Array:
         """``[B]`` int32: the occupied row nearest each (finite) measure vector of ``measures [B, D]``,
-        equal distances to the lowest row; any row where the archive is empty."""
-        raise NotImplementedError
+        equal distances to the lowest row; any row where the archive is empty (a subclass defines
+        it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define _nearest(state, measures)")
 
     def nearest(self, state: ArchiveState, measures: jax.Array) -> jax.Array:
         """Row of the elite closest to each measure vector: ``[B, D] -> [B]`` int32 (equal distances:
