@@ -149,9 +149,12 @@ def test_population_leaves_split_only_when_they_are_the_population(devices, size
     assert all(isinstance(s, NamedSharding) for s in population_shardings(tree, mesh, "pop", size))
 
 
+HOST_PROBLEM = SCENARIOS + "host_problem_on_mesh"
+
+
 @pytest.fixture(scope="module")
 def four_devices():
-    return run_single(ALL, devices=4)
+    return run_single([name for name in ALL if name != HOST_PROBLEM], devices=4)
 
 
 def _same_summary(a: dict, b: dict) -> None:
@@ -189,8 +192,9 @@ def test_mesh_refusals_on_four_devices(four_devices):
     assert "mesh_axis must name one of the mesh's axes ('pop',), got 'batch'" in messages["axis"]
 
 
-def test_host_problem_on_four_devices_equals_one_device(four_devices):
-    host = four_devices[SCENARIOS + "host_problem_on_mesh"]
+@pytest.mark.fusion_emitters
+def test_host_problem_on_four_devices_equals_one_device():
+    host = run_single([HOST_PROBLEM], devices=4)[HOST_PROBLEM]
     _same_summary(host["mesh"], host["single"])
 
 

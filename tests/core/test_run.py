@@ -30,6 +30,7 @@ def test_toy_strategy_follows_the_protocol_and_runs():
 @pytest.mark.parametrize(
     "make", [lambda: ToyStrategy(8, 4), lambda: SimpleES(12, num_dims=4, sigma_init=2.0)]
 )
+@pytest.mark.fusion_emitters
 def test_run_equals_hand_written_loop(make):
     strategy, problem = make(), Rastrigin(4)
     result = evotensor.run(strategy, problem, 25, jax.random.key(7), chunk_size=6)

@@ -204,6 +204,7 @@ def test_pytree_solution_and_mean_solution():
 
 @pytest.mark.parametrize("n", [6, pytest.param(30, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("step_size", ["csa", "tpa"])
+@pytest.mark.fusion_emitters
 def test_vmap_over_seeds_and_sigma_init_is_bit_identical(n, step_size):
     es = CMAES(num_dims=n, mean_init=np.full(n, 2.0), step_size=step_size)
     check_vmap_over_seeds_and_sigma_init(es, generations=20)
@@ -325,6 +326,7 @@ def test_vmapped_tell_keeps_the_eigendecomposition_under_a_conditional():
         assert placements and all(placements), f"{name}: an eigh runs outside a cond: {placements}"
 
 
+@pytest.mark.fusion_emitters
 def test_vmap_over_different_lazy_gaps_is_bit_identical():
     """Runs whose decompositions fall in different generations (lazy gaps 1, 2.5 and 4): each keeps
     its own schedule and equals its separate run bit for bit (on CPU; to GPU_RTOL on GPU), vmapped

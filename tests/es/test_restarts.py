@@ -152,6 +152,7 @@ def test_campaign_vmaps_over_seeds_bit_identically(step_size):
         assert_campaign_equals_separate_run(batched, i, run(keys[i], params))
 
 
+@pytest.mark.fusion_emitters
 def test_campaign_vmaps_over_hyperparameters_bit_identically():
     """Two ``sigma_init`` values in one vmapped campaign (params ``in_axes=0``, one shared key) equal
     the two separate runs bit for bit (on CPU; off CPU see GPU_HORIZON), restarts included."""

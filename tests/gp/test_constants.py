@@ -130,6 +130,7 @@ def test_batched_equals_one_tree_at_a_time():
 
 
 @BACKENDS
+@pytest.mark.fusion_emitters
 def test_optimizer_tunes_only_the_best_fraction(backend):
     forest = _generator(10)(jax.random.key(3))
     y = (np.sin(X[:, 0]) * 1.7 - X[:, 1]).astype(np.float32)

@@ -55,6 +55,7 @@ FLOATS = [
 
 
 @pytest.mark.parametrize("attr", FLOATS, ids=lambda a: a.name)
+@pytest.mark.fusion_emitters
 def test_float_attribute_skips_change_no_number(attr):
     values = _values()
     for seed in range(3):

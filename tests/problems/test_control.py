@@ -254,6 +254,7 @@ def test_chunked_rollout_other_shapes(name, size, episodes, max_steps, chunk):
 
 
 @pytest.mark.parametrize("name", ["CartPole-v1", pytest.param("Acrobot-v1", marks=pytest.mark.slow)])
+@pytest.mark.fusion_emitters
 def test_step_without_auto_reset_is_env_step_bit_for_bit(name):
     """The rollout steps gymnax envs without their auto-reset (never seen behind the done-mask): up to
     each episode's end, observations, rewards and done flags are ``env.step``'s bit for bit (500

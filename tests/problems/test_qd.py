@@ -291,6 +291,7 @@ def test_noisy_arm_uses_the_key():
     assert not np.allclose(a.descriptor, c.descriptor)
 
 
+@pytest.mark.fusion_emitters
 def test_noisy_arm_without_noise_is_arm():
     x = np.random.default_rng(1).uniform(0, 1, (16, 10))
     noiseless = NoisyArm(10, fitness_noise=0.0, descriptor_noise=0.0, params_noise=0.0)
