@@ -11,13 +11,14 @@ from tests.core.toy import ToyStrategy
 
 import evotensor
 from evotensor.core.checks import ArgumentError
-from evotensor.core.compiler_options import compile_lowered, merged_compiler_options, platform_of
+from evotensor.core.compiler_options import compile_lowered, flags_set, merged_compiler_options, platform_of
 from evotensor.core.run import Loop
 from evotensor.problems import Sphere
 
-# an option every XLA of the pinned jaxlib knows, and a value it refuses: a program compiled with it
-# fails, which shows the options reached XLA
-REAL = "xla_cpu_use_fusion_emitters"
+# an option every XLA of the pinned jaxlib knows (its default value: False) and that the suite's
+# XLA_FLAGS never set (tests/conftest.py): a program compiled with a value XLA refuses fails, which
+# shows the options reached XLA
+REAL = "xla_cpu_enable_fast_min_max"
 UNKNOWN = "xla_evotensor_no_such_option"
 
 
@@ -110,3 +111,18 @@ def test_compile_lowered_falls_back_only_for_unknown_options():
     for bad in ([REAL], {1: True}, "fast"):
         with pytest.raises(ArgumentError, match="options must be a mapping"):
             compile_lowered(lowered, bad)
+
+
+def test_an_option_that_xla_flags_sets_keeps_the_process_value(monkeypatch):
+    lowered = jax.jit(lambda x: jnp.sin(x) * 2).lower(jnp.float32(0.5))
+    flags = "--xla_force_host_platform_device_count=1  --xla_cpu_enable_fast_min_max=false"
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    assert flags_set() == {"xla_force_host_platform_device_count", "xla_cpu_enable_fast_min_max"}
+    # the refused value is never passed: the environment's setting wins
+    value = compile_lowered(lowered, {REAL: "maybe"})(jnp.float32(0.5))
+    assert float(value) == pytest.approx(2 * np.sin(0.5))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    with pytest.raises(Exception, match=REAL):  # other options still reach XLA
+        compile_lowered(lowered, {REAL: "maybe"})
+    monkeypatch.delenv("XLA_FLAGS")
+    assert flags_set() == set()

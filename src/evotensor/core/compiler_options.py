@@ -10,11 +10,14 @@ beyond XLA's own rounding freedom, and a family states what its options do and m
 (``benchmarks/``).
 
 Why per program, not ``XLA_FLAGS``: the flags are global to a process and fixed at its first
-compile; a compiler option applies to one program and is part of JAX's compile-cache key.
+compile; a compiler option applies to one program and is part of JAX's compile-cache key. A family's
+options are its defaults: an option that the environment's ``XLA_FLAGS`` sets keeps that value (a
+user's explicit choice, or the test suite's cheap compile options, win).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +25,7 @@ import jax
 
 from evotensor.core.checks import ArgumentError
 
-__all__ = ["CLASSIC_CPU_EMITTERS", "compile_lowered", "merged_compiler_options", "platform_of"]
+__all__ = ["CLASSIC_CPU_EMITTERS", "compile_lowered", "flags_set", "merged_compiler_options", "platform_of"]
 
 CLASSIC_CPU_EMITTERS: Mapping[str, Any] = {"xla_cpu_use_fusion_emitters": False}
 """XLA:CPU's classic elemental emitters instead of its newer fusion emitters: fewer, larger kernels,
@@ -75,8 +78,19 @@ def merged_compiler_options(*parts: Any, platform: str) -> dict[str, Any]:
     return merged
 
 
+def flags_set() -> set[str]:
+    """The names of the XLA options the environment's ``XLA_FLAGS`` sets (``--name=value`` or
+    ``--name``), without their leading dashes."""
+    names = set()
+    for token in os.environ.get("XLA_FLAGS", "").split():
+        if token.startswith("--"):
+            names.add(token[2:].split("=", 1)[0])
+    return names
+
+
 def compile_lowered(lowered: Any, options: Mapping[str, Any] | None) -> Any:
-    """``lowered.compile()`` with compiler ``options`` (none: XLA's defaults).
+    """``lowered.compile()`` with compiler ``options`` (none: XLA's defaults), less those that the
+    environment's ``XLA_FLAGS`` sets (:func:`flags_set`: the process's value stays).
 
     An XLA that does not know one of the options (an older or newer jaxlib) refuses the whole set:
     the program then compiles with XLA's defaults (the same results; only its compile and run times
@@ -87,6 +101,7 @@ def compile_lowered(lowered: Any, options: Mapping[str, Any] | None) -> Any:
         raise ArgumentError(
             f"options must be a mapping of XLA option names to values, or None, got {options!r}"
         )
+    options = {name: value for name, value in options.items() if name not in flags_set()} if options else {}
     if not options:
         return lowered.compile()
     tag = repr(sorted(options.items()))

@@ -64,12 +64,13 @@ from evotensor.neat.species import (
 
 __all__ = ["CPU_COMPILER_OPTIONS", "NEAT", "NEATDecoder", "NEATState"]
 
-CPU_COMPILER_OPTIONS: dict[str, Any] = dict(CLASSIC_CPU_EMITTERS)
+CPU_COMPILER_OPTIONS: dict[str, Any] = {**CLASSIC_CPU_EMITTERS, "xla_backend_optimization_level": 1}
 """XLA options NEAT's programs compile with on a CPU unless ``NEAT(compiler_options=...)`` says
-otherwise (:data:`evotensor.core.compiler_options.CLASSIC_CPU_EMITTERS`): XLA:CPU's newer fusion
-emitters make more kernels of NEAT's many small steps, and each compiles on its own; without them
-a generation compiles faster and runs somewhat slower, with the same states bit for bit (the figures:
-``benchmarks/results_neat.md``, session 18)."""
+otherwise: XLA:CPU's classic emitters (:data:`evotensor.core.compiler_options.CLASSIC_CPU_EMITTERS`;
+the newer fusion emitters make more kernels of NEAT's many small steps, and each compiles on its
+own) and backend optimization level 1 instead of XLA's default. With both a generation compiles
+faster and runs somewhat slower, with the same states bit for bit, so runs of up to several hundred
+generations finish sooner (the figures: ``benchmarks/results_neat.md``, sessions 18 and 22)."""
 
 
 @pytree_dataclass
