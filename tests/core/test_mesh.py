@@ -3,7 +3,8 @@
 In this process (one CPU device): a 1-device mesh gives bit-identical results to no mesh (compiled
 and host-evaluated problems, resume across the two), the mesh arguments are checked before anything
 is written, and ``place`` / ``population_shardings`` keep their invariants. On 4 host devices (one
-subprocess running every scenario of tests/core/mesh_scenarios.py through tests/distributed/harness)
+subprocess running the scenarios of tests/core/mesh_scenarios.py through tests/distributed/harness;
+the host-evaluated problem, marked fusion_emitters, in its own)
 and on 2 processes x 2 devices (slow tier): the same results as on one device, the evaluation split,
 a strategy's state layout kept, resume on another device count.
 """

@@ -2,7 +2,8 @@
 
 In this process (one CPU device): the sharded archive over a 1-device mesh equals the plain archive
 (hypothesis), the split nearest-centroid search equals the whole one, and the checks. The real
-multi-device check runs tests/qd/mesh_scenarios.py in ONE subprocess with 4 CPU devices: MAP-Elites
+multi-device check runs tests/qd/mesh_scenarios.py in one subprocess with 4 CPU devices (ME-ES and
+the emitter group, marked fusion_emitters, in a second): MAP-Elites
 through ``evotensor.run(..., mesh=)`` against the same key on one device, bit for bit, with padded
 cell counts, the compiled insertion's collectives, and checkpoints resumed on other device counts
 (the sharded format written from each device's own cells). Slow: a sharded checkpoint resumed on
