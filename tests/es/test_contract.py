@@ -100,6 +100,9 @@ class ArchiveCase:
     # generations over which the vmap check compares off CPU (None: all ``gens``); see
     # test_vmap_equals_separate_runs_bitwise
     gpu_vmap_horizon: int | None = None
+    # vmapped and separate runs differ in the last bits under XLA:CPU's classic emitters, which most
+    # of `make test` compiles with (tests/conftest.py): the vmap check runs under the default emitters
+    vmap_needs_fusion_emitters: bool = False
 
     def make_es(self, num_dims: int | None = None) -> Any:
         return self.cls(self.pop, num_dims=self.dims if num_dims is None else num_dims, **self.kwargs)
@@ -146,10 +149,14 @@ ARCHIVE = {
     "GLD": ArchiveCase(GLD, 16, 300, 1e-8, ("radius_max", 2.0)),
     # with a geometric step-size decay of 0.98 per generation, 400 generations reach < 1e-6 (a
     # fixed step cannot converge)
-    "HillClimbing": ArchiveCase(HillClimbing, 16, 400, 1e-6, ("std_decay", 0.97), {"std_decay": 0.98}),
+    "HillClimbing": ArchiveCase(
+        HillClimbing, 16, 400, 1e-6, ("std_decay", 0.97), {"std_decay": 0.98}, vmap_needs_fusion_emitters=True
+    ),
     # geometric cooling (std x0.99 per generation) reaches < 1e-4 in 600 generations (~1e-8 after
     # 1000)
-    "SimulatedAnnealing": ArchiveCase(SimulatedAnnealing, 16, 600, 1e-4, ("temp_decay", 0.95)),
+    "SimulatedAnnealing": ArchiveCase(
+        SimulatedAnnealing, 16, 600, 1e-4, ("temp_decay", 0.95), vmap_needs_fusion_emitters=True
+    ),
     # best f < 0.3 after 300 rounds of 20 members. Why a nonzero shift and resampling: explore
     # multiplies by 0.8 / 1.2, so an optimum at 0 is reached by shrinking alone (a shift of 0
     # reached 1e-6 trivially), and without resampling a hyperparameter never changes sign (see
@@ -223,17 +230,12 @@ def test_solves_shifted_sphere(archive_run):
     assert np.all(best[:, -1] < best[:, 0])  # and the search improved on its first generation
 
 
-# vmapped and separate runs of these differ in the last bits under XLA:CPU's classic emitters, which
-# most of `make test` compiles with (tests/conftest.py): they run under the default emitters
-FUSION_EMITTERS_ONLY = {"HillClimbing", "SimulatedAnnealing"}
-
-
 @pytest.mark.parametrize("entry", [0, 4, 5], ids=["seed", "hyperparameter", "poisoned"])
 @pytest.mark.parametrize(
     "archive_run",
     [
-        pytest.param(name, marks=[pytest.mark.fusion_emitters] * (name in FUSION_EMITTERS_ONLY))
-        for name in ARCHIVE
+        pytest.param(name, marks=[pytest.mark.fusion_emitters] * case.vmap_needs_fusion_emitters)
+        for name, case in ARCHIVE.items()
     ],
     ids=list(ARCHIVE),
     indirect=True,

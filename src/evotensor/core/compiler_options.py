@@ -101,7 +101,8 @@ def compile_lowered(lowered: Any, options: Mapping[str, Any] | None) -> Any:
         raise ArgumentError(
             f"options must be a mapping of XLA option names to values, or None, got {options!r}"
         )
-    options = {name: value for name, value in options.items() if name not in flags_set()} if options else {}
+    process = flags_set()
+    options = {name: value for name, value in (options or {}).items() if name not in process}
     if not options:
         return lowered.compile()
     tag = repr(sorted(options.items()))
