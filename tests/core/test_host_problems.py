@@ -254,3 +254,16 @@ def test_host_fitness_is_accepted_exactly_when_it_is_one_number_per_individual(p
     assert evaluation.fitness.dtype == jax.dtypes.canonicalize_dtype(dtype)  # float64 -> float32 without x64
     assert evaluation.descriptor.dtype == np.float32 and evaluation.genotypes is None
     np.testing.assert_array_equal(evaluation.fitness, fitness)
+
+
+class HostGenotypes(HostSphere):
+    """``kind = "genotype"`` on the host: the genotypes, not the decoded phenotypes."""
+
+    kind = "genotype"
+
+
+def test_a_genotype_kind_host_problem_gets_the_genotypes_not_the_phenotypes():
+    problem = HostGenotypes()
+    evotensor.run(ToyStrategy(4, 3), problem, 1, jax.random.key(6), decoder=Doubler(), **QUIET)
+    _, seen = problem.calls[0]
+    assert type(seen) is np.ndarray and seen.shape == (4, 3)

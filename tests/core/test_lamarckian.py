@@ -65,3 +65,38 @@ def test_improved_genotypes_are_told_and_tracked():
 def test_genotypes_of_another_shape_or_structure_are_refused(returned, match):
     with pytest.raises(ArgumentError, match=match):
         evotensor.run(RecordingStrategy(), HalvingProblem(returned), 2, jax.random.key(0), progress=False)
+
+
+class Tripler:
+    """A decoder the genotype-kind problem must be kept away from."""
+
+    def decode(self, genotypes):
+        return 3.0 * genotypes
+
+
+class Sphere:
+    """The sum of squares of what it receives (a function problem)."""
+
+    maximize = False
+
+    def evaluate(self, key, x):
+        return Evaluation(fitness=jnp.sum(x**2, axis=1))
+
+
+class GenotypeSphere(Sphere):
+    """``kind = "genotype"``: receives the genotypes although the run has a decoder."""
+
+    kind = "genotype"
+
+
+@pytest.mark.parametrize(
+    "problem, scale", [(GenotypeSphere(), 1.0), (Sphere(), 3.0)], ids=["genotype", "function"]
+)
+def test_a_genotype_kind_problem_gets_genotypes_where_a_function_problem_gets_phenotypes(problem, scale):
+    result = evotensor.run(
+        RecordingStrategy(), problem, 2, jax.random.key(0), decoder=Tripler(), progress=False
+    )
+    told = np.asarray(result.state["told"])
+    np.testing.assert_allclose(
+        np.sum((scale * told) ** 2, axis=1), np.asarray(result.state["told_fitness"]), rtol=1e-5
+    )

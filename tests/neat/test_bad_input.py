@@ -30,6 +30,8 @@ from evotensor.neat import (
     DistanceConfig,
     FloatAttribute,
     GenomeSpec,
+    GradientFit,
+    GradientTuner,
     MutationConfig,
     NEATConfig,
     NetworkFitness,
@@ -283,6 +285,31 @@ for data, argument in [
     case("genome_from_dict", lambda **kw: genome_from_dict(SPEC, **kw), argument, data=data)
 case("genome_from_dict", genome_from_dict, "spec", spec=None, data={})
 
+for value in ALWAYS + [0, -1, 2.5]:
+    case("GradientTuner", GradientTuner, "steps", steps=value)
+for value in ALWAYS + [0.0, -0.1]:
+    case("GradientTuner", GradientTuner, "learning_rate", learning_rate=value)
+case("GradientTuner", GradientTuner, "optimizer", optimizer="adam")
+for value in [(), ("",), (1,), 3]:
+    case("GradientTuner", GradientTuner, "attributes", attributes=value)
+case("GradientTuner", GradientTuner, "keep_best", keep_best="yes")
+XOR_X, XOR_Y = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], np.float32), np.array([0, 1, 1, 0], np.float32)
+
+
+def gradient_fit(**kw):
+    return GradientFit(**{"decoder": NEAT(SPEC).decoder, "X": XOR_X, "y": XOR_Y, **kw})
+
+
+for value in [None, SPEC, "neat"]:
+    case("GradientFit", gradient_fit, "decoder", decoder=value)
+for value in [np.zeros((4, 3)), np.zeros(4), np.zeros((0, 2)), "ab", None, np.full((4, 2), NAN)]:
+    case("GradientFit", gradient_fit, "X", X=value)
+for value in [np.zeros(3), np.zeros((4, 2)), np.array(["a"] * 4), np.full(4, INF)]:
+    case("GradientFit", gradient_fit, "y", y=value)
+case("GradientFit", gradient_fit, "loss", loss="mae")
+case("GradientFit", gradient_fit, "tuner", tuner={"steps": 3})
+case("GradientFit", gradient_fit, "attributes", tuner=GradientTuner(attributes=("weight", "gain")))
+
 
 test_bad_argument_is_refused_naming_it = refusal_test(CASES)
 
@@ -292,6 +319,7 @@ def test_the_defaults_of_the_table_build():
     for cls in (*FLOAT_RULES, OutputMode, NEATConfig):
         cls()
     float_attribute(), substrate(), neat_mode(), NEAT(SPEC), NetworkFitness(lambda n, k: 0.0)
+    GradientTuner(), gradient_fit()
     data = {"nodes": {0: {"bias": 0.5}}, "connections": {(-1, 0): {"innovation": 0, "weight": 2.0}}}
     assert genome_to_dict(SPEC, genome_from_dict(SPEC, data))["connections"][(-1, 0)]["weight"] == 2.0
 

@@ -1,8 +1,11 @@
-"""The problem protocol, in its two kinds.
+"""The problem protocol, in its two kinds (and a variant of the first).
 
 * A **function problem** scores genotypes directly: ``evaluate(key, genotypes) -> Evaluation``
   (BBOB, classic test functions, QD arm, symbolic regression over GP forests, whose trees the
-  problem runs on its data itself).
+  problem runs on its data itself). Where the strategy carries a decoder (NEAT) it receives the
+  decoded phenotypes, unless it declares ``kind = "genotype"``: then it always receives the
+  genotypes, as a Lamarckian local search on the genes needs (NEAT's gradient fit; what it
+  improves goes back through ``Evaluation.genotypes``).
 * A **policy problem** scores phenotypes through an ``apply`` function:
   ``evaluate(key, phenotypes, apply) -> Evaluation`` where ``apply(phenotype, x) -> y`` and
   ``phenotypes`` has a leading population axis (classification, control).
@@ -51,3 +54,9 @@ class Decoder(Protocol):
 def is_policy_problem(problem: Any) -> bool:
     """True for policy problems (they declare ``kind = "policy"``)."""
     return getattr(problem, "kind", "function") == "policy"
+
+
+def takes_genotypes(problem: Any) -> bool:
+    """True for function problems that receive the genotypes even where the strategy has a decoder
+    (they declare ``kind = "genotype"``)."""
+    return getattr(problem, "kind", "function") == "genotype"

@@ -69,7 +69,7 @@ from evotensor.core.mesh import (
     spans_processes,
     state_shardings,
 )
-from evotensor.core.problem import is_policy_problem
+from evotensor.core.problem import is_policy_problem, takes_genotypes
 from evotensor.core.pytree import pytree_dataclass
 
 
@@ -359,7 +359,7 @@ class Loop:
         """Score genotypes in the problem's natural orientation."""
         if is_policy_problem(self.problem):
             return self.problem.evaluate(key, self.decoder.decode(genotypes), self.decoder.apply)
-        if self.decoder is not None:
+        if self.decoder is not None and not takes_genotypes(self.problem):
             return self.problem.evaluate(key, self.decoder.decode(genotypes))
         return self.problem.evaluate(key, genotypes)
 
@@ -384,9 +384,11 @@ class Loop:
 
     def host_ask(self, carry: RunState, loop_key: jax.Array, params: Any):
         """The ask program of a host-evaluated problem: ``-> (genotypes, phenotypes, state,
-        eval_key, tell_key)``, the phenotypes decoded on device (the genotypes without a decoder)."""
+        eval_key, tell_key)``, the phenotypes decoded on device (the genotypes without a decoder or for
+        a problem of ``kind = "genotype"``)."""
         genotypes, state, eval_key, tell_key = self.ask(carry, loop_key, params)
-        phenotypes = genotypes if self.decoder is None else self.decoder.decode(genotypes)
+        decode = self.decoder is not None and not takes_genotypes(self.problem)
+        phenotypes = self.decoder.decode(genotypes) if decode else genotypes
         return genotypes, phenotypes, state, eval_key, tell_key
 
     def step(

@@ -9,7 +9,9 @@ genome, then :func:`forward` (feedforward, level by level), :func:`step` (recurr
 :func:`ctrnn_advance`. Modes (:func:`neat_mode`): ``"neat-python"`` (default), ``"paper"``,
 ``"tensorneat"``. :func:`hyperneat` and :func:`es_hyperneat` evolve CPPNs that paint a substrate
 (:mod:`evotensor.neat.substrate`). Interfaces: neat-python INI files (:func:`read_ini`), exports
-to neat-python's JSON, NumPy, Python source and sympy, :func:`draw` to PNG.
+to neat-python's JSON, NumPy, Python source and sympy, :func:`draw` to PNG. Gradient descent
+through every genome's topology (:mod:`evotensor.neat.gradient`): :func:`loss_and_grad`,
+:class:`GradientTuner`, and :class:`GradientFit` for Lamarckian NEAT.
 """
 
 from evotensor.neat.activations import FunctionSet, register_activation, register_aggregation
@@ -21,6 +23,7 @@ from evotensor.neat.export import to_neat_python_json, to_numpy_function, to_pyt
 from evotensor.neat.fitness import NetworkFitness
 from evotensor.neat.genes import ChoiceAttribute, ConnectionGene, FloatAttribute, NodeGene
 from evotensor.neat.genome import EMPTY, Genome, GenomeSpec, check_genome, genome_from_dict, genome_to_dict
+from evotensor.neat.gradient import GradientFit, GradientTuner, TuneResult, loss_and_grad
 from evotensor.neat.hyperneat import cppn_node_gene, cppn_spec, es_hyperneat, hyperneat
 from evotensor.neat.ini import neat_from_ini, parse_ini, read_ini, to_ini
 from evotensor.neat.mutation import MutationConfig, mutate
@@ -52,6 +55,8 @@ __all__ = [
     "FunctionSet",
     "Genome",
     "GenomeSpec",
+    "GradientFit",
+    "GradientTuner",
     "MutationConfig",
     "NEATConfig",
     "NEATDecoder",
@@ -62,6 +67,7 @@ __all__ = [
     "OutputMode",
     "ReproductionConfig",
     "SpeciesConfig",
+    "TuneResult",
     "check_genome",
     "cppn_node_gene",
     "cppn_spec",
@@ -88,6 +94,7 @@ __all__ = [
     "genome_from_dict",
     "genome_to_dict",
     "init_state",
+    "loss_and_grad",
     "mutate",
     "neat_mode",
     "neat_policy",

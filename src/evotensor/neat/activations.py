@@ -37,6 +37,7 @@ pass it as ``functions=`` to the network functions.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -296,14 +297,48 @@ def segment_sum(values: jax.Array, segment_ids: jax.Array, num_segments: int) ->
     )
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def segment_prod(values: jax.Array, segment_ids: jax.Array, num_segments: int) -> jax.Array:
-    """Product per segment (deterministic order, like :func:`segment_sum`)."""
+    """Product per segment (deterministic order, like :func:`segment_sum`); differentiable (JAX has
+    no derivative of a product scatter with repeated indices)."""
     return jax.lax.platform_dependent(
         values,
         segment_ids,
         cpu=lambda v, s: jax.ops.segment_prod(v, s, num_segments, indices_are_sorted=True),
         default=lambda v, s: _seg_scan(v, s, num_segments, jnp.multiply),
     )
+
+
+def _within_segments(values: jax.Array, segment_ids: jax.Array) -> jax.Array:
+    """``[E, ...]``: each edge's product of the *other* values of its segment (sorted ids), from
+    the exclusive prefix and suffix products (exact where some values are 0, unlike ``prod / v``)."""
+    seg = segment_ids
+    start = jnp.concatenate([jnp.ones((1,), bool), seg[1:] != seg[:-1]])
+    expand = (slice(None),) + (None,) * (values.ndim - 1)
+
+    def combine(a, b):
+        (fa, va), (fb, vb) = a, b
+        return fa | fb, jnp.where(fb.reshape(fb.shape + (1,) * (vb.ndim - 1)), vb, va * vb)
+
+    def exclusive(v, first):
+        _, inclusive = jax.lax.associative_scan(combine, (first, v))
+        shifted = jnp.concatenate([jnp.ones_like(v[:1]), inclusive[:-1]])
+        return jnp.where(first[expand], 1.0, shifted)
+
+    end = jnp.concatenate([seg[1:] != seg[:-1], jnp.ones((1,), bool)])
+    before = exclusive(values, start)
+    after = exclusive(values[::-1], end[::-1])[::-1]
+    return before * after
+
+
+@segment_prod.defjvp
+def _segment_prod_jvp(num_segments, primals, tangents):
+    values, segment_ids = primals
+    d_values, _ = tangents
+    out = segment_prod(values, segment_ids, num_segments)
+    if values.shape[0] == 0:
+        return out, jnp.zeros_like(out)
+    return out, segment_sum(d_values * _within_segments(values, segment_ids), segment_ids, num_segments)
 
 
 def segment_max(values, segment_ids, num_segments):

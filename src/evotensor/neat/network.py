@@ -641,21 +641,65 @@ def forward(
     spec, fs, outputs = _setup(spec, network, functions, outputs)
     if not spec.feed_forward:
         raise ArgumentError("forward needs spec.feed_forward=True; use step (recurrent) or ctrnn_advance")
-    net = network
+    x = _real_input(x)
+    if x.shape != (spec.num_inputs,):
+        raise ArgumentError(f"x must have shape ({spec.num_inputs},), got {x.shape}; vmap for batches")
+    return _finish(spec, _feedforward_values(spec, fs, outputs, network, x), outputs)
+
+
+def _update_all(spec: GenomeSpec, fs: FunctionSet, outputs: OutputMode, net: Network, v, x) -> jax.Array:
+    """``[N]``: every valid non-input node's value computed from the node values ``v``, inputs set to
+    ``x``, unused rows 0. A feedforward network's values are its fixed point (each node reads final
+    values of lower levels), and a level of :func:`_feedforward_values` is this map on that level."""
+    is_input = jnp.arange(spec.max_nodes) < spec.num_inputs
+    new = _clamp(_node_values(spec, fs, net, _aggregate(spec, fs, net, v), outputs))
+    return jnp.where(net.node_valid & ~is_input, new, 0.0).at[: spec.num_inputs].set(_clamp(x))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _feedforward_values(spec: GenomeSpec, fs: FunctionSet, outputs: OutputMode, net: Network, x) -> jax.Array:
+    """``float32 [N]``: every node's value, level by level (a loop to ``net.max_depth``)."""
     n = spec.max_nodes
     is_input = jnp.arange(n) < spec.num_inputs
     # nodes without enabled inputs (level 0, not inputs): node_output of the empty aggregation
     empty = aggregation_empty(fs, spec.node_gene.aggregation.options, net.node_agg)
     base = _clamp(_node_values(spec, fs, net, empty, outputs))
     v = jnp.where(net.node_valid & ~is_input, base, 0.0)
-    v = _with_inputs(spec, v, x)
+    v = v.at[: spec.num_inputs].set(_clamp(x))
 
     def body(level, v):
         new = _clamp(_node_values(spec, fs, net, _aggregate(spec, fs, net, v), outputs))
         return jnp.where(net.level == level, new, v)
 
-    v = jax.lax.fori_loop(1, net.max_depth + 1, body, v)
-    return _finish(spec, v, outputs)
+    return jax.lax.fori_loop(1, net.max_depth + 1, body, v)
+
+
+def _feedforward_fwd(spec, fs, outputs, net, x):
+    v = _feedforward_values(spec, fs, outputs, net, x)
+    return v, (net, x, v)
+
+
+def _feedforward_bwd(spec, fs, outputs, residuals, v_bar):
+    """Reverse mode through the level loop (whose trip count is data: ``lax.fori_loop`` over it has
+    no transpose) by the fixed point ``v = F(v)`` of :func:`_update_all`: the Jacobian ``J`` of
+    ``F`` in ``v`` is nilpotent on a DAG (``J^(d + 1) = 0`` at max depth ``d``), so ``w = v_bar +
+    J^T w`` is exact after ``d`` rounds, each one VJP of ``F`` (the cost of one level); then one VJP
+    of ``F`` in the float leaves of the network and in ``x`` gives their cotangents."""
+    net, x, v = residuals
+    _, in_values = jax.vjp(lambda u: _update_all(spec, fs, outputs, net, u, x), v)
+    w = jax.lax.fori_loop(0, net.max_depth, lambda _, w: v_bar + in_values(w)[0], v_bar)
+    names = ("node_attrs", "edge_weight", "dense_weight")
+    floats = {k: getattr(net, k) for k in names if getattr(net, k) is not None}
+    _, in_params = jax.vjp(lambda p, x: _update_all(spec, fs, outputs, net.replace(**p), v, x), floats, x)
+    floats_bar, x_bar = in_params(w)
+    # no cotangent for the integer and boolean leaves, nor for the compact rows (not read here)
+    zero = jax.tree_util.tree_map(
+        lambda a: jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.floating) else None, net
+    )
+    return zero.replace(**floats_bar), x_bar
+
+
+_feedforward_values.defvjp(_feedforward_fwd, _feedforward_bwd)
 
 
 def forward_batch(
