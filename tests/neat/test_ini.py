@@ -403,6 +403,7 @@ MAPPING = [
     ((_G, "num_inputs"), "5", lambda s, c, p, e: s.num_inputs, 5),
     ((_G, "num_outputs"), "3", lambda s, c, p, e: s.num_outputs, 3),
     ((_G, "num_hidden"), "0", lambda s, c, p, e: s.num_io, 3),
+    ((_G, "num_hidden"), "4", lambda s, c, p, e: (s.hidden_layers, s.initial_direct), ((4,), True)),
     ((_G, "feed_forward"), "False", lambda s, c, p, e: s.feed_forward, False),
     (
         (_G, "compatibility_disjoint_coefficient"),
@@ -619,7 +620,7 @@ def test_recurrent_full_connectivity_needs_a_choice_about_self_loops():
         (_G, "num_inputs", "2.0", r"\[DefaultGenome\] num_inputs = '2.0': must be an integer"),
         (_G, "num_inputs", "0", r"\[DefaultGenome\] num_inputs = '0': must be >= 1"),
         (_G, "feed_forward", "maybe", r"\[DefaultGenome\] feed_forward = 'maybe': must be True or False"),
-        (_G, "num_hidden", "2", r"\[DefaultGenome\] num_hidden = '2': initial hidden nodes"),
+        (_G, "num_hidden", "-1", r"\[DefaultGenome\] num_hidden = '-1': must be >= 0"),
         (_G, "initial_connection", "fs_neat_nohidden", r"\[DefaultGenome\] initial_connection = 'fs_neat"),
         (_G, "initial_connection", "fs_neat", r"initial_connection = 'fs_neat'.*not supported"),
         (_G, "initial_connection", "partial", r"initial_connection = 'partial': .*needs a fraction"),

@@ -112,10 +112,21 @@ class GenomeSpec:
         max_conns: connection rows per genome.
         feed_forward: forbid cycles (neat-python's ``feed_forward``).
         node_gene, conn_gene: the gene types (:class:`NodeGene`, :class:`ConnectionGene`).
-        initial_connection: ``"full"`` (every input to every output; neat-python's
-            ``full_nodirect`` without hidden nodes), ``"partial"`` (each such link with probability
-            ``connection_fraction``) or ``"none"``.
+        initial_connection: ``"full"`` (every candidate link, below), ``"partial"`` (a uniformly
+            random ``round(links * connection_fraction)`` of them per genome, as neat-python's
+            ``partial_*``) or ``"none"``.
         connection_fraction: for ``"partial"``.
+        hidden_layers: sizes of the hidden layers every initial genome has (neat-python's
+            ``num_hidden`` is ``(num_hidden,)``; TensorNEAT's ``init_hidden_layers``). The candidate
+            links join consecutive layers fully (inputs -> first layer -> ... -> outputs); without
+            hidden layers, every input to every output.
+        initial_direct: with hidden layers, also link every input to every output (neat-python's
+            ``full_direct`` / ``partial_direct``; ``False`` is its ``full_nodirect`` and TensorNEAT's).
+
+    Initial genomes have the keys and innovation numbers of neat-python: inputs ``-1 .. -num_inputs``,
+    outputs ``0 .. num_outputs - 1``, hidden nodes from ``num_outputs`` on (rows after the outputs,
+    layer by layer), and the candidate links numbered ``0 ..`` in the order above (source-major within
+    each pair of layers, the direct links last), so every fresh genome agrees on them.
     """
 
     num_inputs: int
@@ -127,11 +138,25 @@ class GenomeSpec:
     conn_gene: ConnectionGene = dataclasses.field(default_factory=ConnectionGene)
     initial_connection: str = "full"
     connection_fraction: float = 1.0
+    hidden_layers: tuple[int, ...] = ()
+    initial_direct: bool = False
 
     def __post_init__(self):
         check_int(self.num_inputs, "num_inputs", maximum=2**31 - 1)
         check_int(self.num_outputs, "num_outputs", maximum=2**31 - 1)
-        check_int(self.max_nodes, "max_nodes", minimum=self.num_inputs + self.num_outputs, maximum=2**31 - 1)
+        layers = self.hidden_layers
+        if isinstance(layers, int) or not isinstance(layers, (tuple, list)):
+            raise ArgumentError(f"hidden_layers must be a tuple of layer sizes, got {layers!r}")
+        layers = tuple(check_int(n, f"hidden_layers[{i}]") for i, n in enumerate(layers))
+        object.__setattr__(self, "hidden_layers", layers)
+        if not isinstance(self.initial_direct, bool):
+            raise ArgumentError(f"initial_direct must be a bool, got {self.initial_direct!r}")
+        check_int(
+            self.max_nodes,
+            "max_nodes",
+            minimum=self.num_inputs + self.num_outputs + sum(layers),
+            maximum=2**31 - 1,
+        )
         check_int(self.max_conns, "max_conns", maximum=2**31 - 1)
         if not isinstance(self.feed_forward, bool):
             raise ArgumentError(f"feed_forward must be a bool, got {self.feed_forward!r}")
@@ -141,10 +166,10 @@ class GenomeSpec:
             raise ArgumentError(f"conn_gene must be a ConnectionGene, got {type(self.conn_gene).__name__}")
         check_choice(self.initial_connection, "initial_connection", ("full", "partial", "none"))
         check_fraction(self.connection_fraction, "connection_fraction", allow_zero=True)
-        if self.initial_connection == "full" and self.max_conns < self.num_initial_conns:
+        if self.max_conns < self.num_initial_rows:
             raise ArgumentError(
-                f"max_conns must be >= num_inputs * num_outputs = {self.num_initial_conns} for "
-                f"initial_connection='full', got {self.max_conns}"
+                f"max_conns must be >= {self.num_initial_rows}, the links of initial_connection="
+                f"{self.initial_connection!r} (hidden_layers={layers}), got {self.max_conns}"
             )
 
     @property
@@ -153,16 +178,52 @@ class GenomeSpec:
         return self.num_inputs + self.num_outputs
 
     @property
+    def num_hidden(self) -> int:
+        """Hidden nodes of an initial genome (``sum(hidden_layers)``)."""
+        return sum(self.hidden_layers)
+
+    def initial_links(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(in_key, out_key)`` ``int32 [num_initial_conns]``: the candidate initial links in
+        innovation order (see the class docstring)."""
+        keys = [-1 - np.arange(self.num_inputs)]
+        start = self.num_outputs
+        for size in self.hidden_layers:
+            keys.append(np.arange(start, start + size))
+            start += size
+        keys.append(np.arange(self.num_outputs))
+        pairs = list(zip(keys[:-1], keys[1:]))
+        if self.hidden_layers and self.initial_direct:
+            pairs.append((keys[0], keys[-1]))
+        src = [np.repeat(a, len(b)) for a, b in pairs]
+        dst = [np.tile(b, len(a)) for a, b in pairs]
+        return np.concatenate(src).astype(np.int32), np.concatenate(dst).astype(np.int32)
+
+    @property
     def num_initial_conns(self) -> int:
-        """Candidate initial links (every input to every output); innovation numbers ``0 ..`` this
-        ``- 1`` are theirs (input ``i``, output ``j`` -> ``i * num_outputs + j``), so the global
-        counter starts here."""
-        return self.num_inputs * self.num_outputs
+        """Candidate initial links; innovation numbers ``0 ..`` this ``- 1`` are theirs (without
+        hidden layers: input ``i``, output ``j`` -> ``i * num_outputs + j``), so the global counter
+        starts here."""
+        sizes = (self.num_inputs, *self.hidden_layers, self.num_outputs)
+        links = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
+        if self.hidden_layers and self.initial_direct:
+            links += self.num_inputs * self.num_outputs
+        return links
+
+    @property
+    def num_initial_rows(self) -> int:
+        """Connection rows an initial genome uses: every candidate link (``"full"``), the drawn
+        share (``"partial"``) or none."""
+        if self.initial_connection == "full":
+            return self.num_initial_conns
+        if self.initial_connection == "partial":
+            return int(round(self.num_initial_conns * self.connection_fraction))
+        return 0
 
     @property
     def first_hidden_key(self) -> int:
-        """The global node counter's start (neat-python: hidden keys follow the output keys)."""
-        return self.num_outputs
+        """The global node counter's start (neat-python: hidden keys follow the output keys, then
+        the initial hidden nodes')."""
+        return self.num_outputs + self.num_hidden
 
     def empty(self, shape: tuple[int, ...] = ()) -> Genome:
         """All-padding genomes ``[*shape, ...]``."""
@@ -181,51 +242,46 @@ class GenomeSpec:
         )
 
     def initial(self, key: jax.Array, population_size: int) -> Genome:
-        """``population_size`` fresh genomes: inputs and outputs, no hidden nodes, connected per
-        ``initial_connection``; attributes drawn from the genes' ``init``. Pure, jit-able."""
-        n_in, n_out, N, C = self.num_inputs, self.num_outputs, self.max_nodes, self.max_conns
-        g = self.empty((population_size,))
+        """``population_size`` fresh genomes: inputs, outputs and the ``hidden_layers`` nodes,
+        connected per ``initial_connection``; attributes drawn from the genes' ``init``. Pure,
+        jit-able."""
+        n_in, n_out, H, P = self.num_inputs, self.num_outputs, self.num_hidden, population_size
+        rows = self.num_io + H
+        g = self.empty((P,))
         k_node, k_conn, k_keep = rng.split(key, 3)
-        io_keys = jnp.concatenate(
-            [-1 - jnp.arange(n_in, dtype=jnp.int32), jnp.arange(n_out, dtype=jnp.int32)]
-        )
-        attrs, act, agg = self.node_gene.init_attrs(k_node, (population_size, self.num_io))
-        pad_n = N - self.num_io
-        node_key = jnp.concatenate(
-            [jnp.broadcast_to(io_keys, (population_size, self.num_io)), g.node_key[:, self.num_io :]], 1
-        )
+        keys = np.concatenate([-1 - np.arange(n_in), np.arange(n_out), n_out + np.arange(H)]).astype(np.int32)
+        attrs, act, agg = self.node_gene.init_attrs(k_node, (P, rows))
+        pad_n = self.max_nodes - rows
+        node_key = jnp.concatenate([jnp.broadcast_to(keys, (P, rows)), g.node_key[:, rows:]], 1)
         # input pins are not node genes: their attributes stay at the padding values
-        is_input = (jnp.arange(self.num_io) < n_in)[None, :]
+        is_input = (jnp.arange(rows) < n_in)[None, :]
         attrs = jnp.where(is_input[..., None], 0.0, attrs)
         act = jnp.where(is_input, 0, act)
         agg = jnp.where(is_input, 0, agg)
         node_attrs = jnp.pad(attrs, ((0, 0), (0, pad_n), (0, 0)))
         node_act = jnp.pad(act, ((0, 0), (0, pad_n)))
         node_agg = jnp.pad(agg, ((0, 0), (0, pad_n)))
-        if self.initial_connection == "none":
-            return g.replace(node_key=node_key, node_attrs=node_attrs, node_act=node_act, node_agg=node_agg)
-        L = self.num_initial_conns
-        src = jnp.repeat(-1 - jnp.arange(n_in, dtype=jnp.int32), n_out)
-        dst = jnp.tile(jnp.arange(n_out, dtype=jnp.int32), n_in)
-        innov = jnp.arange(L, dtype=jnp.int32)
-        keep = jnp.ones((population_size, L), bool)
-        if self.initial_connection == "partial":
-            keep = rng.uniform(k_keep, (population_size, L)) < self.connection_fraction
-        # kept links first (stable), so a genome never needs more rows than it has links
-        order = jnp.argsort(~keep, axis=1, stable=True)
-        keep = jnp.take_along_axis(keep, order, 1)
-        take = lambda v: jnp.take_along_axis(jnp.broadcast_to(v, (population_size, L)), order, 1)  # noqa: E731
-        w = self.conn_gene.init_attrs(k_conn, (population_size, L))
-        w = jnp.take_along_axis(w, order[..., None], 1)
-        L_rows = min(L, C)
-        sel = lambda v, pad: jnp.where(keep, v, pad)[:, :L_rows]  # noqa: E731
-        conn_in = g.conn_in.at[:, :L_rows].set(sel(take(src), EMPTY))
-        conn_out = g.conn_out.at[:, :L_rows].set(sel(take(dst), EMPTY))
-        conn_innov = g.conn_innov.at[:, :L_rows].set(sel(take(innov), EMPTY))
-        conn_enabled = g.conn_enabled.at[:, :L_rows].set(keep[:, :L_rows])
-        conn_attrs = g.conn_attrs.at[:, :L_rows].set(jnp.where(keep[..., None], w, 0.0)[:, :L_rows])
-        return Genome(
-            node_key, node_attrs, node_act, node_agg, conn_in, conn_out, conn_innov, conn_enabled, conn_attrs
+        nodes = g.replace(node_key=node_key, node_attrs=node_attrs, node_act=node_act, node_agg=node_agg)
+        L, K = self.num_initial_conns, self.num_initial_rows
+        if K == 0:
+            return nodes
+        src, dst = self.initial_links()
+        w = self.conn_gene.init_attrs(k_conn, (P, L))
+        if K == L:
+            take = lambda v: jnp.broadcast_to(v, (P, L))  # noqa: E731
+        else:
+            # neat-python's partial_*: exactly round(L * fraction) links, a uniformly random subset,
+            # kept in innovation order
+            order = jnp.sort(jnp.argsort(rng.uniform(k_keep, (P, L)), axis=1)[:, :K], axis=1)
+            take = lambda v: jnp.take_along_axis(jnp.broadcast_to(v, (P, L)), order, 1)  # noqa: E731
+            w = jnp.take_along_axis(w, order[..., None], 1)
+        innov = np.arange(L, dtype=np.int32)
+        return nodes.replace(
+            conn_in=nodes.conn_in.at[:, :K].set(take(src)),
+            conn_out=nodes.conn_out.at[:, :K].set(take(dst)),
+            conn_innov=nodes.conn_innov.at[:, :K].set(take(innov)),
+            conn_enabled=nodes.conn_enabled.at[:, :K].set(True),
+            conn_attrs=nodes.conn_attrs.at[:, :K].set(w[:, :K]),
         )
 
 

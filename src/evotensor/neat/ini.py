@@ -24,10 +24,11 @@ The mapping (neat-python key -> evotensor field):
   seeding). With ``fitness_criterion = min`` neat-python minimizes; in evotensor the orientation
   is the problem's ``maximize``.
 * ``[DefaultGenome]``: ``num_inputs``, ``num_outputs``, ``feed_forward`` -> :class:`GenomeSpec`;
-  ``initial_connection``: ``full``/``full_direct``/``full_nodirect`` -> ``"full"`` (identical
-  without hidden nodes), ``partial[_direct|_nodirect] p`` -> ``"partial"`` with
-  ``connection_fraction=p``, ``unconnected`` -> ``"none"``; ``num_hidden > 0`` and the
-  ``fs_neat*`` modes are not expressible by :class:`GenomeSpec` and raise. neat-python gives a
+  ``num_hidden = n`` -> ``hidden_layers=(n,)``; ``initial_connection``: ``full``/``full_nodirect``
+  -> ``"full"``, ``full_direct`` -> ``"full"`` with ``initial_direct=True`` (the same without hidden
+  nodes), ``partial[_direct|_nodirect] p`` -> ``"partial"`` with ``connection_fraction=p`` (and
+  ``initial_direct`` for ``_direct``), ``unconnected`` -> ``"none"``; the ``fs_neat*`` modes are not
+  expressible by :class:`GenomeSpec` and raise. neat-python gives a
   *recurrent* genome with full or partial initial connectivity a self-connection on every node as
   well, which :class:`GenomeSpec` cannot express either: that raises unless
   ``initial_self_loops="omit"``.
@@ -308,7 +309,7 @@ def _choice_attribute(sec: _Section, name: str, known: tuple[str, ...]) -> Choic
     return ChoiceAttribute(name, options, default, sec.fraction(f"{name}_mutate_rate"))
 
 
-def _initial_connection(sec: _Section, feed_forward: bool, self_loops: str) -> tuple[str, float]:
+def _initial_connection(sec: _Section, feed_forward: bool, self_loops: str) -> tuple[str, float, bool]:
     key = "initial_connection"
     text = sec.get(key)
     words = text.split()
@@ -330,13 +331,13 @@ def _initial_connection(sec: _Section, feed_forward: bool, self_loops: str) -> t
             raise sec.error(key, "the partial connection fraction must be a number") from None
         if not 0.0 <= fraction <= 1.0:
             raise sec.error(key, "the partial connection fraction must be in [0, 1]")
-        return "partial", fraction
+        return "partial", fraction, mode == "partial_direct"
     if len(words) != 1:
         raise sec.error(key, "expected one word (a fraction only follows 'partial*')")
     if mode in ("full", "full_direct", "full_nodirect"):
-        return "full", 1.0
+        return "full", 1.0, mode == "full_direct"
     if mode == "unconnected":
-        return "none", 1.0
+        return "none", 1.0, False
     if mode in ("fs_neat", "fs_neat_nohidden", "fs_neat_hidden"):
         raise sec.error(
             key, "the fs_neat modes (one random input per output) are not supported by GenomeSpec"
@@ -407,10 +408,10 @@ def parse_ini(
     g = sec["DefaultGenome"]
     num_inputs = g.count("num_inputs", 1)
     num_outputs = g.count("num_outputs", 1)
-    if g.get("num_hidden") != 0:
-        raise g.error("num_hidden", "initial hidden nodes are not supported by GenomeSpec; use 0")
+    num_hidden = g.count("num_hidden", 0)
     feed_forward = g.get("feed_forward")
-    initial, fraction = _initial_connection(g, feed_forward, initial_self_loops)
+    initial, fraction, direct = _initial_connection(g, feed_forward, initial_self_loops)
+    direct = direct and num_hidden > 0  # without hidden nodes _direct and _nodirect are the same
 
     time_constant = None
     if any(g.has(f"time_constant_{item}") for item in (*_FLOAT_ITEMS, *_FLOAT_BOUNDS)):
@@ -437,14 +438,23 @@ def parse_ini(
     )
 
     n_io = num_inputs + num_outputs
+    layers = (num_hidden,) if num_hidden else ()
+    # the candidate initial links (GenomeSpec counts them the same way)
+    links = GenomeSpec(
+        num_inputs,
+        num_outputs,
+        n_io + num_hidden,
+        1,
+        initial_connection="none",
+        hidden_layers=layers,
+        initial_direct=direct,
+    ).num_initial_conns
     if max_nodes is None:
-        max_nodes = max(50, n_io + 16)
+        max_nodes = max(50, n_io + num_hidden + 16)
     if max_conns is None:
-        max_conns = max(100, 2 * num_inputs * num_outputs)
-    max_nodes = check_int(max_nodes, "max_nodes", minimum=n_io)
-    max_conns = check_int(
-        max_conns, "max_conns", minimum=num_inputs * num_outputs if initial == "full" else 1
-    )
+        max_conns = max(100, 2 * links)
+    max_nodes = check_int(max_nodes, "max_nodes", minimum=n_io + num_hidden)
+    max_conns = check_int(max_conns, "max_conns", minimum=links if initial == "full" else 1)
     spec = GenomeSpec(
         num_inputs,
         num_outputs,
@@ -455,6 +465,8 @@ def parse_ini(
         conn_gene=conn_gene,
         initial_connection=initial,
         connection_fraction=fraction,
+        hidden_layers=layers,
+        initial_direct=direct,
     )
 
     surer = g.get("structural_mutation_surer").lower()
@@ -730,16 +742,20 @@ def to_ini(
         raise _unexpressible("spec.conn_gene.floats", cg.float_names)
 
     sp = config.species
-    initial = {"full": "full_direct", "none": "unconnected"}.get(spec.initial_connection)
+    if len(spec.hidden_layers) > 1:
+        raise _unexpressible("spec.hidden_layers", spec.hidden_layers)
+    # without hidden nodes neat-python's _direct and _nodirect are the same
+    suffix = "_direct" if spec.initial_direct or not spec.hidden_layers else "_nodirect"
+    initial = {"full": "full" + suffix, "none": "unconnected"}.get(spec.initial_connection)
     if initial is None:
-        initial = f"partial_direct {float(spec.connection_fraction)!r}"
+        initial = f"partial{suffix} {float(spec.connection_fraction)!r}"
     surer = config.mutation.structural_mutation_surer
     surer = "default" if surer == "default" else ("true" if surer else "false")
     excess = dist.compatibility_excess_coefficient
     genome: list[tuple[str, Any]] = [
         ("num_inputs", spec.num_inputs),
         ("num_outputs", spec.num_outputs),
-        ("num_hidden", 0),
+        ("num_hidden", spec.num_hidden),
         ("feed_forward", spec.feed_forward),
         ("initial_connection", initial),
         ("compatibility_disjoint_coefficient", float(dist.disjoint_coefficient)),
