@@ -19,10 +19,18 @@ descent is one compiled scan, so ``step_ms`` is its run time divided by ``--step
 same machine, engines alternating, each run in a fresh process (TensorNEAT in its venv of
 ``bench_venvs.py``).
 
+``--task lamarckian``: NEAT itself with every genome tuned before it is scored
+(:class:`evotensor.neat.GradientFit`, 20 Adam steps at 0.1 on the SSE, tuned genomes inherited)
+against the same NEAT on the plain task (``FunctionFit``, the SSE), neat-python mode, 2-input XOR,
+pop 150, at most ``--generations`` (100) generations, seeds ``0 .. --seeds - 1`` alternating: the
+first generation whose best SSE is below 0.1 (neat-python's XOR target ``4 - SSE > 3.9``), the wall
+time of the whole run (compile included) and of its compiled generations.
+
 Usage::
 
     .venv/bin/python benchmarks/neat_grad.py                   # 2 rounds x 2 engines
     .venv/bin/python benchmarks/neat_grad.py --rounds 3 --steps 200 --engines evotensor
+    .venv/bin/python benchmarks/neat_grad.py --task lamarckian --seeds 10
 """
 
 from __future__ import annotations
@@ -45,6 +53,9 @@ MUTATION = dict(conn_add=0.5, conn_delete=0.1, node_add=0.3, node_delete=0.05)
 
 def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", choices=["descent", "lamarckian"], default="descent")
+    p.add_argument("--seeds", type=int, default=10, help="lamarckian: seeds 0 .. N-1")
+    p.add_argument("--generations", type=int, default=100, help="lamarckian: at most this many")
     p.add_argument("--engines", nargs="+", default=["evotensor", "tensorneat"])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--pop", type=int, default=1000)
@@ -193,6 +204,67 @@ def tensorneat_worker(args) -> dict:
     }
 
 
+def lamarckian_worker(args, tuned: bool) -> dict:
+    import jax
+    import numpy as np
+
+    import evotensor
+    from evotensor.neat import NEAT, GradientFit, GradientTuner
+    from evotensor.problems.function_fit import FunctionFit, xor_cases
+
+    x, y = xor_cases(2)
+    strategy = NEAT.from_mode("neat-python", 2, 1, 150)
+    if tuned:
+        problem = GradientFit(
+            strategy.decoder, x, y, loss="sse", tuner=GradientTuner(steps=20, learning_rate=0.1)
+        )
+    else:
+        problem = FunctionFit(x, y, loss="sse")
+    t0 = time.perf_counter()
+    result = evotensor.run(strategy, problem, args.generations, jax.random.key(args.seed), progress=False)
+    wall = time.perf_counter() - t0
+    best = np.asarray(result.history["best_fitness"])
+    solved = np.flatnonzero(best < 0.1)
+    return {
+        "engine": "evotensor+grad" if tuned else "evotensor",
+        "seed": args.seed,
+        "solve_generation": int(solved[0]) if solved.size else None,
+        "best_sse": float(best[-1]),
+        "wall_s": wall,
+        "compile_s": result.compile_seconds,
+        "run_s": result.run_seconds,
+    }
+
+
+def lamarckian(args) -> None:
+    import numpy as np
+
+    print("| seed | engine | solved in generation | final best SSE | run s (compile s) | wall s |")
+    print("|---|---|---|---|---|---|")
+    rows = {"evotensor+grad": [], "evotensor": []}
+    for seed in range(args.seeds):
+        for worker in ("lamarckian-grad", "lamarckian-plain"):
+            cmd = [sys.executable, __file__, "--worker", worker, "--seed", str(seed)]
+            cmd += ["--generations", str(args.generations)]
+            env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                print(f"| {seed} | {worker} | failed: {proc.stderr.strip().splitlines()[-1:]} |")
+                continue
+            d = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows[d["engine"]].append(d)
+            print(
+                f"| {seed} | {d['engine']} | {d['solve_generation']} | {d['best_sse']:.2e} | "
+                f"{d['run_s']:.1f} ({d['compile_s']:.1f}) | {d['wall_s']:.1f} |",
+                flush=True,
+            )
+    for engine, ds in rows.items():
+        gens = [d["solve_generation"] for d in ds]
+        solved = [g for g in gens if g is not None]
+        median = float(np.median([g if g is not None else args.generations for g in gens])) if gens else None
+        print(f"# {engine}: solved {len(solved)}/{len(gens)}, median generation {median} (unsolved = limit)")
+
+
 def machine() -> str:
     model = platform.machine()
     try:
@@ -206,8 +278,19 @@ def machine() -> str:
 def main() -> None:
     args = _args()
     if args.worker:
-        out = evotensor_worker(args) if args.worker == "evotensor" else tensorneat_worker(args)
-        print(json.dumps(out))
+        workers = {
+            "evotensor": lambda: evotensor_worker(args),
+            "tensorneat": lambda: tensorneat_worker(args),
+            "lamarckian-grad": lambda: lamarckian_worker(args, True),
+            "lamarckian-plain": lambda: lamarckian_worker(args, False),
+        }
+        print(json.dumps(workers[args.worker]()))
+        return
+    if args.task == "lamarckian":
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        print(f"# Lamarckian NEAT on XOR, {now}; {machine()}; load {os.getloadavg()[0]:.1f}")
+        lamarckian(args)
+        print(f"# load at the end {os.getloadavg()[0]:.1f}")
         return
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = os.getloadavg()[0]
