@@ -17,3 +17,26 @@ def test_neat_cartpole_uses_the_early_exit_rollout():
     assert cartpole_chunk(1000) == (CARTPOLE_CHUNK if jax.default_backend() == "cpu" else 1000)
     small = get_task("neat-cartpole").build({"pop": 10})
     assert small.problem.chunk == 10 and small.strategy.population_size == 10
+
+
+def test_neat_xor_with_grad_steps_scores_tuned_genomes():
+    """``--set grad_steps=N`` makes neat-xor Lamarckian: a GradientFit on the same cases (SSE,
+    minimized) with N Adam steps at grad_lr; 0 (the default) keeps the plain XOR problem."""
+    import numpy as np
+    import pytest
+
+    from evotensor.neat import GradientFit
+    from evotensor.problems.function_fit import XOR
+
+    plain = get_task("neat-xor").build({"pop": 20})
+    assert isinstance(plain.problem, XOR) and plain.problem.maximize
+    tuned = get_task("neat-xor").build({"pop": 20, "grad_steps": 7, "grad_lr": 0.2})
+    assert isinstance(tuned.problem, GradientFit) and not tuned.problem.maximize
+    assert (tuned.problem.tuner.steps, tuned.problem.tuner.learning_rate) == (7, 0.2)
+    np.testing.assert_array_equal(tuned.problem.X, plain.problem.x)
+    np.testing.assert_array_equal(tuned.problem.y, plain.problem.y)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="grad_steps"):
+            get_task("neat-xor").build({"pop": 20, "grad_steps": bad})
+    with pytest.raises(ValueError, match="grad_lr"):
+        get_task("neat-xor").build({"pop": 20, "grad_steps": 3, "grad_lr": 0.0})

@@ -8,7 +8,10 @@
   (``GymnaxProblem(chunk=64)``): a generation costs about the steps the networks balance.
 
 Options (``--set KEY=VALUE``) besides ``pop``/``generations``/``seed``: ``mode``, ``max_nodes``,
-``max_conns``, ``num_inputs`` (XOR only: 3 gives 3-input parity).
+``max_conns``, ``num_inputs`` (XOR only: 3 gives 3-input parity), ``grad_steps`` and ``grad_lr``
+(XOR only: with ``grad_steps > 0`` every genome is tuned by that many Adam steps at ``grad_lr`` on its
+SSE before it is scored, and the tuned genomes are inherited (:class:`~evotensor.neat.GradientFit`);
+the fitness is then the tuned SSE, minimized).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 from evotensor.neat.genome import genome_to_dict
 from evotensor.neat.network import OutputMode
 from evotensor.neat.strategy import NEAT
-from evotensor.tasks import Task, positive_int_option, register_task
+from evotensor.tasks import Task, positive_float_option, positive_int_option, register_task
 
 CARTPOLE_CHUNK = 64
 """Networks stepped at a time by ``neat-cartpole``'s rollout on a CPU (``GymnaxProblem(chunk=...)``);
@@ -119,16 +122,31 @@ def _strategy(cfg: dict[str, Any], num_inputs: int, num_outputs: int, pop: int, 
 @register_task(
     "neat-xor",
     "NEAT (neat-python 2.1 settings) on XOR, pop 150 x up to 300 generations",
-    defaults={"mode": "neat-python", "max_nodes": 32, "max_conns": 64, "num_inputs": 2},
+    defaults={
+        "mode": "neat-python",
+        "max_nodes": 32,
+        "max_conns": 64,
+        "num_inputs": 2,
+        "grad_steps": 0,
+        "grad_lr": 0.1,
+    },
 )
 def _build_xor(cfg: dict[str, Any]) -> Task:
+    from evotensor.neat.gradient import GradientFit, GradientTuner
     from evotensor.problems.function_fit import XOR
 
     problem = XOR(positive_int_option(cfg, "num_inputs"))
     strategy = _strategy(cfg, problem.num_inputs, 1, cfg["pop"] or 150, squash=True)
+    steps = cfg["grad_steps"]
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"option grad_steps must be an int >= 0, got {steps!r}")
+    scored = problem
+    if steps:
+        tuner = GradientTuner(steps=steps, learning_rate=positive_float_option(cfg, "grad_lr"))
+        scored = GradientFit(strategy.decoder, problem.x, problem.y, loss="sse", tuner=tuner)
     return Task(
         strategy=strategy,
-        problem=problem,
+        problem=scored,
         decoder=strategy.decoder,
         generations=cfg["generations"] or 300,
         report=_xor_report(strategy, problem),
