@@ -1,7 +1,8 @@
 #!/bin/bash
 # NEAT beside TensorNEAT on one lent GPU, in one command (issues 13 and 14): the forward pass over
 # (pop, max_nodes, max_conns) (benchmarks/neat_forward.py) and XOR seconds per generation at pop 1000
-# in TensorNEAT's mode (benchmarks/neat_xor.py --timing), both engines on the same GPU, alternating.
+# in TensorNEAT's mode (benchmarks/neat_xor.py --timing), and gradient descent through the topologies
+# (benchmarks/neat_grad.py), both engines on the same GPU, alternating.
 #
 # The GPU machine has no network: TensorNEAT's pinned source travels with the working tree. Once,
 # on a machine with the fetched repository (fetch github:EMI-Group/tensorneat):
@@ -10,12 +11,13 @@
 #
 # then, with the project's device tool:
 #
-#     run(command="bash benchmarks/gpu_neat_tensorneat.sh", carry=[".whl", ".bench/tensorneat_src"], timeout_s=420)
+#     run(command="bash benchmarks/gpu_neat_tensorneat.sh", carry=[".whl", ".bench/tensorneat_src"], timeout_s=520)
 #
 # TensorNEAT runs on the machine's own JAX, its package on PYTHONPATH (its imports at module level:
 # jax, numpy, sympy); the benchmark scripts find it through a stand-in "venv" whose python is this
 # machine's python3. Results go to $OUT (runs/gpu_neat_tensorneat here otherwise): forward.jsonl,
-# xor.jsonl and the logs. SIZES and TIMING_POP override the sizes; FWD and XOR are time limits (s).
+# xor.jsonl, grad.log and the logs. SIZES and TIMING_POP override the sizes; FWD, XOR and GRAD are
+# time limits (s).
 set -u
 OUT=${OUT:-runs/gpu_neat_tensorneat}
 mkdir -p "$OUT"
@@ -46,3 +48,6 @@ timeout "${XOR:-180}" $PY benchmarks/neat_xor.py --timing --seeds 0 --timing-pop
     --timing-generations 20 --mode tensorneat --engines evotensor tensorneat --out "$OUT/xor.jsonl" \
     > "$OUT/xor.log" 2>&1
 echo "xor rc=$?"; tail -6 "$OUT/xor.log"
+# gradient descent through the topologies: TensorNEAT's xor_grad workload (benchmarks/neat_grad.py)
+timeout "${GRAD:-100}" $PY benchmarks/neat_grad.py --rounds 1 --steps 200 > "$OUT/grad.log" 2>&1
+echo "grad rc=$?"; tail -4 "$OUT/grad.log"

@@ -46,8 +46,10 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_venvs import venv_python  # noqa: E402
+
 ROOT = os.path.dirname(HERE)
-TENSORNEAT_PYTHON = os.path.join(ROOT, ".bench", "venvs", "tensorneat", "bin", "python")
 MUTATION = dict(conn_add=0.5, conn_delete=0.1, node_add=0.3, node_delete=0.05)
 
 
@@ -303,7 +305,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for r in range(args.rounds):
         for engine in args.engines:
-            python = sys.executable if engine == "evotensor" else TENSORNEAT_PYTHON
+            python = sys.executable if engine == "evotensor" else venv_python("tensorneat")
             cmd = [python, __file__, "--worker", engine, "--seed", str(r), "--pop", str(args.pop)]
             cmd += [
                 "--steps",
@@ -313,7 +315,11 @@ def main() -> None:
                 "--lr",
                 str(args.lr),
             ]
-            env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") if engine == "evotensor" else "")
+            # TensorNEAT's venv has its package installed; a GPU machine's stand-in venv
+            # (gpu_neat_tensorneat.sh) puts its source on PYTHONPATH, which is kept
+            env = dict(os.environ)
+            if engine == "evotensor":
+                env["PYTHONPATH"] = os.path.join(ROOT, "src")
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if proc.returncode != 0:
                 print(f"| {r} | {engine} | failed: {proc.stderr.strip().splitlines()[-1:]} |")
