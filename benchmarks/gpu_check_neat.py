@@ -31,6 +31,11 @@ milliseconds per call (median of ``REPEATS``), ``samples_per_s`` (pop x batch / 
 XLA's memory figures of the compiled call (``compiled.memory_analysis()``: temporaries,
 arguments + outputs, and its ``peak_memory_in_bytes`` where the backend gives one), in MiB.
 
+``neat-grad`` rows: one step of gradient descent through every topology
+(:func:`evotensor.neat.loss_and_grad` of the same full populations on ``BATCH`` inputs, the MSE of
+the outputs against zero), compiled alone: compile seconds, milliseconds per call (median of
+``REPEATS``), ``genomes_per_s`` and whether every gradient is finite.
+
 Mode ``"gpu"`` stops adding rows to a part once ``budget_s`` seconds have been spent on it;
 mode ``"cpu"`` uses tiny sizes (about 30 CPU-seconds, nearly all compilation). A row that raises
 is recorded as an error row and the others still run.
@@ -52,7 +57,7 @@ import numpy as np
 from jax_measure import memory_mib, timed
 
 from evotensor.core.run import Loop
-from evotensor.neat import NEAT, Genome, forward_batch, transform
+from evotensor.neat import NEAT, Genome, forward_batch, loss_and_grad, transform
 from evotensor.neat.genome import EMPTY
 from evotensor.problems.function_fit import XOR
 
@@ -70,12 +75,14 @@ SIZES = {
             (10000, 128, 256, "auto"),
             (100000, 32, 64, "auto"),
         ),
+        grad=((1000, 32, 64), (10000, 32, 64), (10000, 64, 128)),
         cartpole_steps=None,
         budget_s=90.0,
     ),
     "cpu": dict(
         generation=(("xor", 32, 4),),
         forward=((16, 8, 12, "auto"), (16, 40, 60, "auto")),
+        grad=((16, 12, 20),),
         cartpole_steps=20,
         budget_s=60.0,
     ),
@@ -225,6 +232,34 @@ def forward_row(pop: int, max_nodes: int, max_conns: int, method: str) -> dict:
     return row
 
 
+def grad_row(pop: int, max_nodes: int, max_conns: int) -> dict:
+    """Compile and time one :func:`loss_and_grad` of a full population (module docstring)."""
+    strategy = NEAT.from_mode(
+        "neat-python", 4, 2, population_size=max(pop, 2), max_nodes=max_nodes, max_conns=max_conns
+    )
+    genomes = jax.block_until_ready(full_population(strategy))
+    x = jax.random.normal(jax.random.key(1), (BATCH, strategy.spec.num_inputs), jnp.float32)
+    step = jax.jit(lambda g, x: loss_and_grad(strategy.decoder, g, x, lambda y: jnp.mean(y**2)))
+    t0 = time.perf_counter()
+    compiled = step.lower(genomes, x).compile()
+    compile_s = time.perf_counter() - t0
+    seconds = timed(compiled, genomes, x, repeats=REPEATS)[0]
+    loss, grads = compiled(genomes, x)
+    return {
+        "family": "neat",
+        "section": "neat-grad",
+        "pop": pop,
+        "max_nodes": max_nodes,
+        "max_conns": max_conns,
+        "batch": BATCH,
+        "compile_s": round(compile_s, 3),
+        "ms_per_step": round(1e3 * seconds, 3),
+        "genomes_per_s": round(pop / seconds),
+        "finite": bool(np.all(np.isfinite(np.asarray(loss))) and all(np.all(np.isfinite(g)) for g in grads)),
+        "backend": jax.default_backend(),
+    }
+
+
 # ---------------------------------------------------------------------------------- section
 
 
@@ -238,6 +273,7 @@ def run(mode: str) -> list[dict]:
     parts = (
         ("neat-generation", cfg["generation"], lambda c: generation_row(*c, cfg["cartpole_steps"])),
         ("neat-forward", cfg["forward"], lambda c: forward_row(*c)),
+        ("neat-grad", cfg["grad"], lambda c: grad_row(*c)),
     )
     for section, cases, measure in parts:
         t_start = time.perf_counter()

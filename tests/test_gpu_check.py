@@ -70,8 +70,11 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     forward = by_section["neat-forward"]
     assert {r["method"] for r in forward} == {"auto (dense)", "auto (sparse)"}
     assert all(r["finite_outputs"] and r["samples_per_s"] > 0 and r["mean_depth"] >= 1 for r in forward)
+    grad = by_section["neat-grad"]
+    assert grad and all(r["finite"] and r["genomes_per_s"] > 0 and r["compile_s"] > 0 for r in grad)
 
     table = (tmp_path / "gpu_check.md").read_text()
     assert "## gp-fitness" in table and "## gp-accuracy" in table
     assert "## neat-generation" in table and "## neat-forward" in table and "## qd-novelty" in table
+    assert "## neat-grad" in table
     assert "## qd-mees" in table and "## qd-dns" in table
