@@ -129,3 +129,18 @@ def test_bad_initial_structure_is_refused_naming_it(kwargs, match):
 
     with pytest.raises(ArgumentError, match=match):
         GenomeSpec(**{"num_inputs": 3, "num_outputs": 2, **kwargs})
+
+
+def test_genomes_of_another_spec_are_refused_naming_the_argument():
+    from evotensor.core.checks import ArgumentError
+    from evotensor.neat import loss_and_grad, neat_policy
+
+    spec, other = GenomeSpec(2, 1, 10, 20), GenomeSpec(2, 1, 12, 20)
+    population = other.initial(jax.random.key(0), 3)
+    with pytest.raises(ArgumentError, match=r"genome has \(12,\) node rows .* wants \(10,\) / \(20,\)"):
+        transform(spec, population[0])
+    with pytest.raises(ArgumentError, match=r"genomes has \(12,\) node rows"):
+        loss_and_grad(neat_policy(spec), population, np.zeros((4, 2)), lambda y: y.sum())
+    with pytest.raises(ArgumentError, match="genome must be a Genome"):
+        transform(spec, {"node_key": np.zeros(10)})
+    assert spec.check_rows(spec.initial(jax.random.key(0), 3)) is not None

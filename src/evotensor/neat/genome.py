@@ -225,6 +225,20 @@ class GenomeSpec:
         the initial hidden nodes')."""
         return self.num_outputs + self.num_hidden
 
+    def check_rows(self, genome: Any, name: str = "genome") -> Genome:
+        """``genome`` itself if it is a :class:`Genome` with this spec's ``max_nodes`` node rows and
+        ``max_conns`` connection rows (any leading axes); else an :class:`ArgumentError` naming
+        ``name``."""
+        if not isinstance(genome, Genome):
+            raise ArgumentError(f"{name} must be a Genome, got {type(genome).__name__}")
+        nodes, conns = genome.node_key.shape[-1:], genome.conn_innov.shape[-1:]
+        if nodes != (self.max_nodes,) or conns != (self.max_conns,):
+            raise ArgumentError(
+                f"{name} has {nodes} node rows / {conns} connection rows; the spec wants "
+                f"({self.max_nodes},) / ({self.max_conns},)"
+            )
+        return genome
+
     def empty(self, shape: tuple[int, ...] = ()) -> Genome:
         """All-padding genomes ``[*shape, ...]``."""
         N, C = self.max_nodes, self.max_conns

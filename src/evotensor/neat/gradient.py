@@ -101,13 +101,7 @@ def _value_and_grad(decoder, x, loss_fn):
 
 
 def _population(spec: GenomeSpec, genomes: Any) -> tuple[Genome, bool]:
-    if not isinstance(genomes, Genome):
-        raise ArgumentError(f"genomes must be a Genome, got {type(genomes).__name__}")
-    if genomes.node_key.shape[-1:] != (spec.max_nodes,) or genomes.conn_innov.shape[-1:] != (spec.max_conns,):
-        raise ArgumentError(
-            f"genomes have {genomes.node_key.shape[-1:]} node rows / {genomes.conn_innov.shape[-1:]} "
-            f"connection rows; the decoder's spec wants ({spec.max_nodes},) / ({spec.max_conns},)"
-        )
+    spec.check_rows(genomes, "genomes")
     if genomes.node_key.ndim == 1:
         return jax.tree_util.tree_map(lambda a: a[None], genomes), True
     if genomes.node_key.ndim != 2:

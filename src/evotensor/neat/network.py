@@ -336,13 +336,7 @@ def transform(spec: GenomeSpec, genome: Genome, method: str = "auto") -> Network
     """
     spec = _check_spec(spec)
     dense = resolve_method(spec, method) == "dense"
-    if not isinstance(genome, Genome):
-        raise ArgumentError(f"genome must be a Genome, got {type(genome).__name__}")
-    if genome.node_key.shape[-1:] != (spec.max_nodes,) or genome.conn_innov.shape[-1:] != (spec.max_conns,):
-        raise ArgumentError(
-            f"genome has {genome.node_key.shape[-1:]} node rows / {genome.conn_innov.shape[-1:]} connection "
-            f"rows; spec wants ({spec.max_nodes},) / ({spec.max_conns},)"
-        )
+    spec.check_rows(genome)
     if genome.node_key.ndim > 2:
         return jax.vmap(lambda g: transform(spec, g, "dense" if dense else "sparse"))(genome)
     # both endpoint columns looked up in one sorted node table per genome (for a population only
