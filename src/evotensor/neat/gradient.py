@@ -210,13 +210,9 @@ class GradientTuner:
             raise ArgumentError(f"optimizer must be an optax GradientTransformation or None, got {opt!r}")
         if self.attributes is not None:
             names = self.attributes
-            names = (
-                (names,)
-                if isinstance(names, str)
-                else tuple(names)
-                if isinstance(names, (tuple, list))
-                else ()
-            )
+            if isinstance(names, str):
+                names = (names,)
+            names = tuple(names) if isinstance(names, (tuple, list)) else ()
             if not names or not all(isinstance(n, str) and n for n in names):
                 raise ArgumentError(f"attributes must be attribute names or None, got {self.attributes!r}")
             object.__setattr__(self, "attributes", names)
@@ -264,10 +260,11 @@ class GradientTuner:
             params, opt_state, best, best_loss = carry
             loss, grads = value_and_grad(*params, population)
             loss = finite_loss(loss)
-            ok = jnp.isfinite(loss)
+            grads = tuple(jnp.where(m, g, 0.0) for g, m in zip(grads, masks))
+            ok = jnp.isfinite(loss)  # and a finite gradient in every tuned entry
             for g in grads:
                 ok = ok & per_genome(jnp.isfinite(g))
-            grads = tuple(jnp.where(m & _rows(ok, g), g, 0.0) for g, m in zip(grads, masks))
+            grads = tuple(jnp.where(_rows(ok, g), g, 0.0) for g in grads)
             better = loss < best_loss
             best = tuple(jnp.where(_rows(better, p), p, b) for p, b in zip(params, best))
             best_loss = jnp.where(better, loss, best_loss)
