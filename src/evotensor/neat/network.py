@@ -619,7 +619,9 @@ def forward(
 
     Level by level (a loop to the network's ``max_depth``): each level one aggregation over the
     edge list (or one masked ``[N, N]`` product on the dense form) and the node update for the
-    nodes of that level. ``vmap`` it over samples and/or a population of networks.
+    nodes of that level. ``vmap`` it over samples and/or a population of networks. Differentiable
+    in reverse mode (``jax.grad``; with respect to the network's float leaves and ``x``, by a rule
+    of its own, :mod:`evotensor.neat.gradient` builds on it), not in forward mode (``jax.jvp``).
 
     Args:
         spec: the genome spec (``feed_forward`` genomes; a cyclic genome gives unspecified values).
