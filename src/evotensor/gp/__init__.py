@@ -32,6 +32,7 @@ from evotensor.gp.operators import (
     single_point_mutation,
     subtree_mutation,
 )
+from evotensor.gp.parse import parse_expression
 from evotensor.gp.reference import reference_eval
 from evotensor.gp.regression import Pagie1, SymbolicRegression
 from evotensor.gp.selection import (
@@ -119,7 +120,7 @@ __all__ += [
 ]
 
 # export of a tree: sympy (faithful, simplified), string, LaTeX, JAX and NumPy callables (issue 15)
-__all__ += ["SYMPY_EPS", "to_jax", "to_latex", "to_numpy", "to_string", "to_sympy"]
+__all__ += ["SYMPY_EPS", "to_jax", "to_latex", "to_numpy", "to_string", "to_sympy", "parse_expression"]
 
 # parsimony as a second objective: hall of fame, Pareto front, PySR's score and model selection,
 # NSGA-II's ranking, and the front as a table/CSV/plot (issue 15)

@@ -395,6 +395,10 @@ class GPConfig:
             takes three slots of ``max_len``: a tree of complexity ``k`` with ``v`` variables needs
             ``k + 2 v`` slots, so give about twice the ``max_len`` of an unweighted run for the same
             model sizes. Needs ``mul`` in ``function_set``. Default False.
+        initial_trees: trees every run starts from (PySR's ``guesses``): nested tuples as
+            :meth:`~evotensor.gp.Forest.from_tuples` takes them (:func:`evotensor.gp.parse_expression`
+            turns an expression into one), at most ``population_size``; they replace the first
+            trees of the random initial forest. Default ``()``.
 
     After construction, ``selection`` is still what was given; the resolved selection is
     ``selector``, the resolved survival ``survivor``, ``parsimony_auto`` says whether the coefficient
@@ -427,6 +431,7 @@ class GPConfig:
     function_weights: Sequence[float] | Mapping[str, float] | None = None
     variable_weights: Sequence[float] | Mapping[str, float] | None = None
     weighted_variables: bool = False
+    initial_trees: tuple = ()
     selector: ParentSelection = dataclasses.field(init=False, repr=False)
     survivor: Survival = dataclasses.field(init=False, repr=False)
     parsimony_auto: bool = dataclasses.field(init=False, repr=False)
@@ -448,6 +453,7 @@ class GPConfig:
         put("function_weights", _function_weights(self.function_weights, self.function_set))
         put("variable_weights", _variable_weights(self.variable_weights, self.n_vars))
         put("weighted_variables", _weighted_variables(self.weighted_variables, self.function_set))
+        put("initial_trees", self._initial_trees())
         if self.modi_prob is None:
             put("modi_prob", 0.5 if self.n_outputs > 1 else 0.0)
         put("modi_prob", check_fraction(self.modi_prob, "modi_prob", allow_zero=True))
@@ -488,6 +494,32 @@ class GPConfig:
                     f"parsimony_coefficient must be 0 with survival={kind!r} (tree size is already an "
                     f"objective of the survival), got {self.parsimony_coefficient!r}"
                 )
+
+    def _initial_trees(self) -> tuple:
+        """``initial_trees`` as hashable nested tuples, each checked against the set, ``n_vars``,
+        ``n_outputs`` and ``max_len`` (an error naming ``initial_trees[i]``)."""
+        from evotensor.gp.encoding import Forest
+
+        trees = self.initial_trees
+        if not isinstance(trees, (tuple, list)):
+            raise ArgumentError(f"initial_trees must be a sequence of trees, got {type(trees).__name__}")
+        if len(trees) > self.population_size:
+            raise ArgumentError(
+                f"initial_trees holds {len(trees)} trees, more than population_size={self.population_size}"
+            )
+
+        def frozen(node: Any) -> Any:
+            return tuple(frozen(n) for n in node) if isinstance(node, (tuple, list)) else node
+
+        out = []
+        for i, tree in enumerate(trees):
+            try:
+                forest = Forest.from_tuples([tree], self.max_len, self.function_set)
+                forest.check(self.function_set, self.n_vars, self.n_outputs)
+            except (ValueError, TypeError, ArgumentError) as err:
+                raise ArgumentError(f"initial_trees[{i}]: {err}") from None
+            out.append(frozen(tree))
+        return tuple(out)
 
     def _parsimony(self) -> float | str:
         c = self.parsimony_coefficient

@@ -98,6 +98,7 @@ from evotensor.gp.constants import choose_backend as constants_backend
 from evotensor.gp.encoding import Forest
 from evotensor.gp.evaluate import BACKENDS, choose_backend, evaluate, scaling_coefficients
 from evotensor.gp.functions import FunctionSet
+from evotensor.gp.parse import parse_expression
 from evotensor.gp.regression import SymbolicRegression
 from evotensor.gp.strategy import GP
 
@@ -998,6 +999,11 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         fixed_constant_prob: the probability that a new variable leaf is one of ``fixed_constants``
             (spread evenly over them; the features share the rest), in ``(0, 1)``. Default 0.2.
             Point mutation draws among the features and constants uniformly.
+        guesses: expressions the search starts from (PySR's ``guesses``): strings such as
+            ``"x0 * sin(x1) + 2"`` (the features' names: ``x0, x1, ...`` or a DataFrame's column
+            names) or sympy expressions, written with ``function_set``'s functions
+            (:func:`evotensor.gp.parse_expression`); they replace the first trees of the initial
+            population. Default ``()``: none.
 
     Example::
 
@@ -1031,6 +1037,7 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         fixed_constants: tuple[float, ...] = (),
         fixed_constant_prob: float = 0.2,
         weighted_variables: bool = False,
+        guesses: Any = (),
     ):
         self.population_size = population_size
         self.generations = generations
@@ -1056,9 +1063,23 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         self.fixed_constants = fixed_constants
         self.fixed_constant_prob = fixed_constant_prob
         self.weighted_variables = weighted_variables
+        self.guesses = guesses
 
     def _targets(self, y: np.ndarray) -> np.ndarray:
         return float32_data(y, "y")
+
+    def _guesses(self, function_set: Any) -> tuple:
+        """``guesses`` as trees over the features (an error naming ``guesses[i]``)."""
+        guesses = getattr(self, "guesses", ())  # (estimators pickled before it)
+        if isinstance(guesses, str) or not isinstance(guesses, (tuple, list)):
+            raise ArgumentError(f"guesses must be a sequence of expressions, got {guesses!r}")
+        trees = []
+        for i, guess in enumerate(guesses):
+            try:
+                trees.append(parse_expression(guess, function_set, self._n_features, self._names))
+            except ArgumentError as err:
+                raise ArgumentError(f"guesses[{i}]: {err}") from None
+        return tuple(trees)
 
     def _fixed_constants(self) -> tuple[tuple[float, ...], float]:
         values = terminals.check_constants(self.fixed_constants, "fixed_constants")
@@ -1074,6 +1095,9 @@ class SymbolicRegressor(RegressorMixin, _SymbolicEstimator):
         options["const_range"] = self.const_range
         if self.function_weights is not None:
             options["function_weights"] = _weights_of(self.function_weights, c["function_set"])
+        trees = self._guesses(c["function_set"])
+        if trees:
+            options["initial_trees"] = trees
         return options
 
     def _scales(self) -> bool:

@@ -216,7 +216,7 @@ class GP:
             ``function_weights``, ``modi_prob``, ``mutation_depth``, ``selection``,
             ``tournament_size``, ``survival_rate``, ``elite_rate``, ``crossover``, ``const_perturb``,
             ``mutation_rate``, ``mutation_probs``, ``parsimony_coefficient``, ``operators``,
-            ``survival``, ``weighted_variables``), documented there; checked once, there.
+            ``survival``, ``weighted_variables``, ``initial_trees``), documented there; checked once, there.
 
     Every field of the configuration (``self.config``) reads as an attribute (``gp.max_len``,
     ``gp.tournament_size``, ``gp.mutation_probs``: the normalized weights, ...); ``gp.selection`` is
@@ -375,8 +375,13 @@ class GP:
         )
 
     def init(self, key: jax.Array, params: GPParams | None = None) -> GPState:
-        """A random initial forest (see ``init_depth``, ``init_method``)."""
+        """A random initial forest (see ``init_depth``, ``init_method``), its first trees replaced by
+        ``initial_trees``."""
         forest = self.initializer(key, self.population_size)
+        if self.initial_trees:
+            seeds = Forest.from_tuples(list(self.initial_trees), self.max_len, self.function_set)
+            k = len(self.initial_trees)
+            forest = jax.tree_util.tree_map(lambda f, s: f.at[:k].set(s), forest, seeds)
         big = jnp.finfo(jnp.float32).max
         state = GPState(
             forest=forest,
