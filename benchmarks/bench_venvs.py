@@ -136,6 +136,19 @@ def venv_python(group: str) -> str:
     return os.path.join(venv_root(), group, "bin", "python")
 
 
+def machine() -> str:
+    """The CPU model (from ``/proc/cpuinfo`` where there is one), the core count and the OS."""
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+
+
 def stamp() -> str:
     """The first line of a side-by-side table: UTC time, machine, CPU count and load average."""
     import platform

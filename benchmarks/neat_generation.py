@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import re
 import sys
 import time
@@ -71,6 +70,7 @@ if ARGS.package:
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from bench_venvs import machine  # noqa: E402
 
 import evotensor  # noqa: E402
 from evotensor.core.run import Loop  # noqa: E402
@@ -81,16 +81,6 @@ from evotensor.neat.reproduction import plan  # noqa: E402
 from evotensor.neat.species import sanitize_fitness, speciate, update_stagnation  # noqa: E402
 from evotensor.neat.strategy import NEAT  # noqa: E402
 from evotensor.problems.function_fit import XOR  # noqa: E402
-
-
-def machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
 
 
 def compile_stats(loop: Loop, fn, *args) -> tuple[float, float, int, int, object]:

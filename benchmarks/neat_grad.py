@@ -39,7 +39,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -47,7 +46,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_venvs import venv_python  # noqa: E402
+from bench_venvs import machine, venv_python  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 MUTATION = dict(conn_add=0.5, conn_delete=0.1, node_add=0.3, node_delete=0.05)
@@ -265,16 +264,6 @@ def lamarckian(args) -> None:
         solved = [g for g in gens if g is not None]
         median = float(np.median([g if g is not None else args.generations for g in gens])) if gens else None
         print(f"# {engine}: solved {len(solved)}/{len(gens)}, median generation {median} (unsolved = limit)")
-
-
-def machine() -> str:
-    model = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{model}, {os.cpu_count()} cores"
 
 
 def main() -> None:
