@@ -144,3 +144,16 @@ def test_genomes_of_another_spec_are_refused_naming_the_argument():
     with pytest.raises(ArgumentError, match="genome must be a Genome"):
         transform(spec, {"node_key": np.zeros(10)})
     assert spec.check_rows(spec.initial(jax.random.key(0), 3)) is not None
+
+
+def test_the_direct_flag_without_hidden_layers_is_one_spec():
+    """Without hidden layers ``initial_direct`` links nothing more: the spec reads it back False,
+    so an INI round trip (full_direct there) gives an equal spec."""
+    from evotensor.neat import neat_mode, parse_ini, to_ini
+
+    assert GenomeSpec(2, 1, initial_direct=True) == GenomeSpec(2, 1)
+    spec, config = neat_mode("neat-python")
+    hidden = GenomeSpec(2, 1, hidden_layers=(2,), initial_direct=True, node_gene=spec.node_gene)
+    for s in (spec, hidden):
+        back = parse_ini(to_ini(s, config, population_size=20), max_nodes=s.max_nodes, max_conns=s.max_conns)
+        assert back[0] == s

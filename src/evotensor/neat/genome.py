@@ -122,6 +122,7 @@ class GenomeSpec:
             hidden layers, every input to every output.
         initial_direct: with hidden layers, also link every input to every output (neat-python's
             ``full_direct`` / ``partial_direct``; ``False`` is its ``full_nodirect`` and TensorNEAT's).
+            Without hidden layers it changes nothing and reads back ``False``.
 
     Initial genomes have the keys and innovation numbers of neat-python: inputs ``-1 .. -num_inputs``,
     outputs ``0 .. num_outputs - 1``, hidden nodes from ``num_outputs`` on (rows after the outputs,
@@ -151,6 +152,8 @@ class GenomeSpec:
         object.__setattr__(self, "hidden_layers", layers)
         if not isinstance(self.initial_direct, bool):
             raise ArgumentError(f"initial_direct must be a bool, got {self.initial_direct!r}")
+        if not layers:  # the same links either way: one spec, not two equal ones that compare unequal
+            object.__setattr__(self, "initial_direct", False)
         check_int(
             self.max_nodes,
             "max_nodes",

@@ -411,7 +411,6 @@ def parse_ini(
     num_hidden = g.count("num_hidden", 0)
     feed_forward = g.get("feed_forward")
     initial, fraction, direct = _initial_connection(g, feed_forward, initial_self_loops)
-    direct = direct and num_hidden > 0  # without hidden nodes _direct and _nodirect are the same
 
     time_constant = None
     if any(g.has(f"time_constant_{item}") for item in (*_FLOAT_ITEMS, *_FLOAT_BOUNDS)):
