@@ -17,7 +17,9 @@ recurrent :func:`~evotensor.neat.network.step` and the CTRNN's
 :func:`~evotensor.neat.network.ctrnn_advance` differentiate as they are. Gradients are those of the
 float32 computation; activations with flat pieces (``step``-like, ``clamped`` outside ``[-1, 1]``)
 pass no gradient there. A genome whose loss or gradient is not finite keeps its attributes (its
-reported loss is then ``inf``).
+reported loss is then ``inf``). The decoders are NEAT's own (``NEAT.decoder``, a policy of
+:func:`~evotensor.neat.network.neat_policy`); HyperNEAT's substrate decoders are refused (they
+decode whole populations of CPPNs, not one genome at a time).
 
 Example (3-input parity from 50 mutated topologies, as TensorNEAT's ``xor_grad`` example)::
 
