@@ -22,7 +22,8 @@ same machine, engines alternating, each run in a fresh process (TensorNEAT in it
 ``--task lamarckian``: NEAT itself with every genome tuned before it is scored
 (:class:`evotensor.neat.GradientFit`, 20 Adam steps at 0.1 on the SSE, tuned genomes inherited)
 against the same NEAT on the plain task (``FunctionFit``, the SSE), neat-python mode, 2-input XOR,
-pop 150, at most ``--generations`` (100) generations, seeds ``0 .. --seeds - 1`` alternating: the
+pop 150, at most ``--generations`` (100) generations, ``--fraction`` of each generation tuned (1.0:
+all), seeds ``0 .. --seeds - 1`` alternating: the
 first generation whose best SSE is below 0.1 (neat-python's XOR target ``4 - SSE > 3.9``), the wall
 time of the whole run (compile included) and of its compiled generations.
 
@@ -57,6 +58,7 @@ def _args(argv=None):
     p.add_argument("--task", choices=["descent", "lamarckian"], default="descent")
     p.add_argument("--seeds", type=int, default=10, help="lamarckian: seeds 0 .. N-1")
     p.add_argument("--generations", type=int, default=100, help="lamarckian: at most this many")
+    p.add_argument("--fraction", type=float, default=1.0, help="lamarckian: GradientFit(fraction=)")
     p.add_argument("--engines", nargs="+", default=["evotensor", "tensorneat"])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--pop", type=int, default=1000)
@@ -216,9 +218,8 @@ def lamarckian_worker(args, tuned: bool) -> dict:
     x, y = xor_cases(2)
     strategy = NEAT.from_mode("neat-python", 2, 1, 150)
     if tuned:
-        problem = GradientFit(
-            strategy.decoder, x, y, loss="sse", tuner=GradientTuner(steps=20, learning_rate=0.1)
-        )
+        tuner = GradientTuner(steps=20, learning_rate=0.1)
+        problem = GradientFit(strategy.decoder, x, y, loss="sse", tuner=tuner, fraction=args.fraction)
     else:
         problem = FunctionFit(x, y, loss="sse")
     t0 = time.perf_counter()
@@ -246,7 +247,7 @@ def lamarckian(args) -> None:
     for seed in range(args.seeds):
         for worker in ("lamarckian-grad", "lamarckian-plain"):
             cmd = [sys.executable, __file__, "--worker", worker, "--seed", str(seed)]
-            cmd += ["--generations", str(args.generations)]
+            cmd += ["--generations", str(args.generations), "--fraction", str(args.fraction)]
             env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if proc.returncode != 0:

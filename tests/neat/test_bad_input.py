@@ -307,6 +307,8 @@ for value in [np.zeros((4, 3)), np.zeros(4), np.zeros((0, 2)), "ab", None, np.fu
 for value in [np.zeros(3), np.zeros((4, 2)), np.array(["a"] * 4), np.full(4, INF)]:
     case("GradientFit", gradient_fit, "y", y=value)
 case("GradientFit", gradient_fit, "loss", loss="mae")
+for value in [NAN, 0.0, 1.5, "half"]:
+    case("GradientFit", gradient_fit, "fraction", fraction=value)
 case("GradientFit", gradient_fit, "tuner", tuner={"steps": 3})
 case("GradientFit", gradient_fit, "attributes", tuner=GradientTuner(attributes=("weight", "gain")))
 

@@ -287,3 +287,31 @@ def test_lamarckian_gradient_fit_solves_xor_before_evolution_alone():
     best = jax.tree_util.tree_map(lambda a: a[None], tuned.best_genotype)
     loss = jax.jit(lambda g: loss_and_grad(strategy.decoder, g, XOR_X, sse)[0])(best)
     np.testing.assert_allclose(loss[0], tuned.best_fitness, rtol=1e-5, atol=1e-7)
+
+
+def test_a_fraction_tunes_only_the_best_genomes(grown_xor):
+    """``GradientFit(fraction=0.25)``: the 4 genomes of lowest loss (of 16) are tuned and put back in
+    place; the others keep their attributes and are scored as they are."""
+    spec, population = grown_xor
+    x = jnp.concatenate([XOR_X, jnp.ones((4, spec.num_inputs - 2))], axis=1)
+    y = jnp.concatenate([XOR_Y, XOR_Y], axis=1)  # the grown case has two outputs
+    fit = GradientFit(neat_policy(spec), x, y, loss="sse", tuner=GradientTuner(steps=10), fraction=0.25)
+    ev = jax.jit(lambda g: fit.evaluate(None, g))(population)
+    initial = np.asarray(ev.info["initial_loss"])
+    best4 = set(np.argsort(initial, kind="stable")[:4].tolist())
+    changed = {
+        i
+        for i in range(16)
+        if np.any(np.asarray(ev.genotypes.conn_attrs[i]) != np.asarray(population.conn_attrs[i]))
+        or np.any(np.asarray(ev.genotypes.node_attrs[i]) != np.asarray(population.node_attrs[i]))
+    }
+    assert changed and changed <= best4
+    fitness = np.asarray(ev.fitness)
+    for i in range(16):
+        if i in best4:
+            assert fitness[i] <= initial[i]
+        else:
+            assert fitness[i] == initial[i]
+    every = GradientFit(neat_policy(spec), x, y, loss="sse", tuner=GradientTuner(steps=10))
+    full = jax.jit(lambda g: every.evaluate(None, g))(population)
+    np.testing.assert_allclose(np.asarray(full.info["initial_loss"]), initial, rtol=1e-6)

@@ -30,9 +30,10 @@ def test_neat_xor_with_grad_steps_scores_tuned_genomes():
 
     plain = get_task("neat-xor").build({"pop": 20})
     assert isinstance(plain.problem, XOR) and plain.problem.maximize
-    tuned = get_task("neat-xor").build({"pop": 20, "grad_steps": 7, "grad_lr": 0.2})
+    tuned = get_task("neat-xor").build({"pop": 20, "grad_steps": 7, "grad_lr": 0.2, "grad_fraction": 0.5})
     assert isinstance(tuned.problem, GradientFit) and not tuned.problem.maximize
     assert (tuned.problem.tuner.steps, tuned.problem.tuner.learning_rate) == (7, 0.2)
+    assert tuned.problem.fraction == 0.5
     np.testing.assert_array_equal(tuned.problem.X, plain.problem.x)
     np.testing.assert_array_equal(tuned.problem.y, plain.problem.y)
     for bad in (-1, 1.5, True):
@@ -40,3 +41,6 @@ def test_neat_xor_with_grad_steps_scores_tuned_genomes():
             get_task("neat-xor").build({"pop": 20, "grad_steps": bad})
     with pytest.raises(ValueError, match="grad_lr"):
         get_task("neat-xor").build({"pop": 20, "grad_steps": 3, "grad_lr": 0.0})
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="grad_fraction"):
+            get_task("neat-xor").build({"pop": 20, "grad_steps": 3, "grad_fraction": bad})

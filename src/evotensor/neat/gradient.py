@@ -31,6 +31,7 @@ Example (3-input parity from 50 mutated topologies, as TensorNEAT's ``xor_grad``
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from evotensor.core.checks import ArgumentError, check_int, check_real
+from evotensor.core.checks import ArgumentError, check_fraction, check_int, check_real
 from evotensor.core.evaluation import Evaluation
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.neat.genome import Genome, GenomeSpec
@@ -315,6 +316,9 @@ class GradientFit:
         X: ``[B, num_inputs]`` inputs; y: ``[B, num_outputs]`` (or ``[B]``) targets.
         loss: ``"mse"`` (mean over cases and outputs), ``"sse"`` (sum) or ``loss(pred, y) -> scalar``.
         tuner: the :class:`GradientTuner` (default: 10 Adam steps at 0.05).
+        fraction: the share of each generation tuned, in ``(0, 1]``: the ``ceil(fraction * pop)``
+            genomes of lowest loss before tuning (a memetic algorithm's usual budget); the others
+            are scored as they are. Default 1.0 (every genome).
 
     A function problem of ``kind = "genotype"``: the run loop hands it the genomes, not networks.
     Its ``Evaluation.info`` holds ``initial_loss [pop]`` (before tuning) beside the tuned loss.
@@ -323,8 +327,17 @@ class GradientFit:
     kind = "genotype"
     maximize = False
 
-    def __init__(self, decoder: Any, X: Any, y: Any, loss: Any = "mse", tuner: GradientTuner | None = None):
+    def __init__(
+        self,
+        decoder: Any,
+        X: Any,
+        y: Any,
+        loss: Any = "mse",
+        tuner: GradientTuner | None = None,
+        fraction: float = 1.0,
+    ):
         spec = _check_decoder(decoder)
+        self.fraction = check_fraction(fraction, "fraction")
         self.decoder = decoder
         self.X = _batch(spec, X, "X")
         y = jnp.asarray(_real(y, "y"), jnp.float32)
@@ -346,9 +359,25 @@ class GradientFit:
     def evaluate(self, key: jax.Array, genotypes: Genome) -> Evaluation:
         """``fitness [pop]``: each tuned genome's loss; ``genotypes``: the tuned genomes."""
         del key
-        result = self.tuner.tune(self.decoder, genotypes, self.X, self._loss_fn)
-        info = {"initial_loss": result.initial_loss}
-        return Evaluation(fitness=result.loss, genotypes=result.genomes, info=info)
+        P = genotypes.node_key.shape[0]
+        k = max(1, math.ceil(self.fraction * P))
+        if k >= P:
+            result = self.tuner.tune(self.decoder, genotypes, self.X, self._loss_fn)
+            info = {"initial_loss": result.initial_loss}
+            return Evaluation(fitness=result.loss, genotypes=result.genomes, info=info)
+        # score everyone once, tune the k best (lowest loss; NaN last) and put them back in place
+        losses_of = jax.vmap(lambda a, b, g: _genome_loss(self.decoder, self.X, self._loss_fn, a, b, g))
+        initial = losses_of(genotypes.node_attrs, genotypes.conn_attrs, genotypes)
+        initial = jnp.where(jnp.isfinite(initial), initial, jnp.inf)
+        chosen = jnp.argsort(initial, stable=True)[:k]
+        picked = jax.tree_util.tree_map(lambda a: a[chosen], genotypes)
+        result = self.tuner.tune(self.decoder, picked, self.X, self._loss_fn)
+        tuned = jax.tree_util.tree_map(lambda a, t: a.at[chosen].set(t), genotypes, result.genomes)
+        fitness = initial.at[chosen].set(result.loss)
+        return Evaluation(fitness=fitness, genotypes=tuned, info={"initial_loss": initial})
 
     def __repr__(self) -> str:
-        return f"GradientFit(X{list(self.X.shape)}, loss={self.loss!r}, tuner={self.tuner!r})"
+        return (
+            f"GradientFit(X{list(self.X.shape)}, loss={self.loss!r}, tuner={self.tuner!r}, "
+            f"fraction={self.fraction})"
+        )

@@ -8,10 +8,11 @@
   (``GymnaxProblem(chunk=64)``): a generation costs about the steps the networks balance.
 
 Options (``--set KEY=VALUE``) besides ``pop``/``generations``/``seed``: ``mode``, ``max_nodes``,
-``max_conns``, ``num_inputs`` (XOR only: 3 gives 3-input parity), ``grad_steps`` and ``grad_lr``
-(XOR only: with ``grad_steps > 0`` every genome is tuned by that many Adam steps at ``grad_lr`` on its
-SSE before it is scored, and the tuned genomes are inherited (:class:`~evotensor.neat.GradientFit`);
-the fitness is then the tuned SSE, minimized).
+``max_conns``, ``num_inputs`` (XOR only: 3 gives 3-input parity), ``grad_steps``, ``grad_lr`` and
+``grad_fraction`` (XOR only: with ``grad_steps > 0`` the best ``grad_fraction`` of the genomes (all by
+default) are tuned by that many Adam steps at ``grad_lr`` on their SSE before they are scored, and the
+tuned genomes are inherited (:class:`~evotensor.neat.GradientFit`); the fitness is then the SSE,
+minimized).
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ def _strategy(cfg: dict[str, Any], num_inputs: int, num_outputs: int, pop: int, 
         "num_inputs": 2,
         "grad_steps": 0,
         "grad_lr": 0.1,
+        "grad_fraction": 1.0,
     },
 )
 def _build_xor(cfg: dict[str, Any]) -> Task:
@@ -143,7 +145,12 @@ def _build_xor(cfg: dict[str, Any]) -> Task:
     scored = problem
     if steps:
         tuner = GradientTuner(steps=steps, learning_rate=positive_float_option(cfg, "grad_lr"))
-        scored = GradientFit(strategy.decoder, problem.x, problem.y, loss="sse", tuner=tuner)
+        fraction = positive_float_option(cfg, "grad_fraction")
+        if fraction > 1.0:
+            raise ValueError(f"option grad_fraction must be in (0, 1], got {cfg['grad_fraction']!r}")
+        scored = GradientFit(
+            strategy.decoder, problem.x, problem.y, loss="sse", tuner=tuner, fraction=fraction
+        )
     return Task(
         strategy=strategy,
         problem=scored,
