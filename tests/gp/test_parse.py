@@ -104,6 +104,17 @@ def test_gp_starts_from_its_initial_trees():
     np.testing.assert_array_equal(state.forest.opcode[2:], plain.forest.opcode[2:])  # the rest unchanged
 
 
+def test_with_weighted_variables_a_seed_leaf_becomes_a_weighted_variable_of_weight_one():
+    gp = GP(
+        20, FULL, 2, max_len=32, initial_trees=[("add", ("var", 0), ("const", 2.0))], weighted_variables=True
+    )
+    assert gp.initial_trees == (("add", ("mul", ("const", 1.0), ("var", 0)), ("const", 2.0)),)
+    state = gp.init(jax.random.key(0))
+    np.testing.assert_allclose(
+        np.asarray(reference_eval(state.forest[:1], X, FULL))[0].ravel(), X[:, 0] + 2.0, rtol=1e-6
+    )
+
+
 @pytest.mark.parametrize(
     "trees, match",
     [

@@ -398,7 +398,8 @@ class GPConfig:
         initial_trees: trees every run starts from (PySR's ``guesses``): nested tuples as
             :meth:`~evotensor.gp.Forest.from_tuples` takes them (:func:`evotensor.gp.parse_expression`
             turns an expression into one), at most ``population_size``; they replace the first
-            trees of the random initial forest. Default ``()``.
+            trees of the random initial forest (with ``weighted_variables``, each variable leaf
+            becomes a weighted variable of weight 1). Default ``()``.
 
     After construction, ``selection`` is still what was given; the resolved selection is
     ``selector``, the resolved survival ``survivor``, ``parsimony_auto`` says whether the coefficient
@@ -509,16 +510,23 @@ class GPConfig:
             )
 
         def frozen(node: Any) -> Any:
-            return tuple(frozen(n) for n in node) if isinstance(node, (tuple, list)) else node
+            if not isinstance(node, (tuple, list)):
+                return node
+            node = tuple(frozen(n) for n in node)
+            if self.weighted_variables and node and node[0] == "var":
+                # a weighted variable is the subtree mul(CONST w, VAR i) (evotensor.gp.weighted): w = 1
+                return ("mul", ("const", 1.0), node)
+            return node
 
         out = []
         for i, tree in enumerate(trees):
             try:
+                tree = frozen(tree)
                 forest = Forest.from_tuples([tree], self.max_len, self.function_set)
                 forest.check(self.function_set, self.n_vars, self.n_outputs)
             except (ValueError, TypeError, ArgumentError) as err:
                 raise ArgumentError(f"initial_trees[{i}]: {err}") from None
-            out.append(frozen(tree))
+            out.append(tree)
         return tuple(out)
 
     def _parsimony(self) -> float | str:
