@@ -297,16 +297,16 @@ XOR_X, XOR_Y = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], np.float32), np.array(
 
 
 def gradient_fit(**kw):
-    return GradientFit(**{"decoder": NEAT(SPEC).decoder, "X": XOR_X, "y": XOR_Y, **kw})
+    return GradientFit(**{"decoder": NEAT(SPEC).decoder, "x": XOR_X, "y": XOR_Y, **kw})
 
 
 for value in [None, SPEC, "neat"]:
     case("GradientFit", gradient_fit, "decoder", decoder=value)
 for value in [np.zeros((4, 3)), np.zeros(4), np.zeros((0, 2)), "ab", None, np.full((4, 2), NAN)]:
-    case("GradientFit", gradient_fit, "X", X=value)
+    case("GradientFit", gradient_fit, r"\bx must", x=value)
 for value in [np.zeros(3), np.zeros((4, 2)), np.array(["a"] * 4), np.full(4, INF)]:
-    case("GradientFit", gradient_fit, "y", y=value)
-case("GradientFit", gradient_fit, "loss", loss="mae")
+    case("GradientFit", gradient_fit, r"\by must", y=value)
+case("GradientFit", gradient_fit, "loss", loss="huber")
 for value in [NAN, 0.0, 1.5, "half"]:
     case("GradientFit", gradient_fit, "fraction", fraction=value)
 case("GradientFit", gradient_fit, "tuner", tuner={"steps": 3})

@@ -34,8 +34,8 @@ def test_neat_xor_with_grad_steps_scores_tuned_genomes():
     assert isinstance(tuned.problem, GradientFit) and not tuned.problem.maximize
     assert (tuned.problem.tuner.steps, tuned.problem.tuner.learning_rate) == (7, 0.2)
     assert tuned.problem.fraction == 0.5
-    np.testing.assert_array_equal(tuned.problem.X, plain.problem.x)
-    np.testing.assert_array_equal(tuned.problem.y, plain.problem.y)
+    np.testing.assert_array_equal(tuned.problem.x, plain.problem.x)
+    np.testing.assert_array_equal(tuned.problem.data.y, plain.problem.y)
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="grad_steps"):
             get_task("neat-xor").build({"pop": 20, "grad_steps": bad})

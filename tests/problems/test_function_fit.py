@@ -40,6 +40,7 @@ def test_function_fit_losses(loss):
     x, y = rng.normal(size=(20, 3)).astype(np.float32), rng.normal(size=20).astype(np.float32)
     w = rng.normal(size=(4, 4)).astype(np.float32)
     fit = np.asarray(FunctionFit(x, y, loss).evaluate(None, jnp.asarray(w), linear_apply).fitness)
+    problem = FunctionFit(x, y, loss)
     for i in range(4):
         err = x @ w[i, :-1] + w[i, -1] - y
         want = {
@@ -49,6 +50,9 @@ def test_function_fit_losses(loss):
             "sse": np.sum(err**2),
         }[loss]
         assert fit[i] == pytest.approx(want, rel=1e-4)
+        # one model's loss from its predictions [n, k] (a local search's objective), the same value
+        pred = jnp.asarray(x @ w[i, :-1] + w[i, -1])[:, None]
+        assert float(problem.loss_of(pred)) == pytest.approx(want, rel=1e-4)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ whole population at once: TensorNEAT's ``genome.grad``, and Lamarckian fine-tuni
 * :class:`GradientTuner`: a few optimizer steps (any optax ``GradientTransformation``; Adam by
   default) on every genome at once, each genome with its own optimizer state, values clipped to
   the genes' ``[min_value, max_value]``, and for each genome the attributes of its lowest loss.
-* :class:`GradientFit`: a problem that fits ``y`` from ``X``: every genome is tuned before it is
+* :class:`GradientFit`: a problem that fits ``y`` from ``x``: every genome is tuned before it is
   scored, and the tuned genomes go back to the strategy (Lamarckian, through
   :attr:`evotensor.core.Evaluation.genotypes`), so offspring inherit what gradient descent found.
 
@@ -24,7 +24,7 @@ decode whole populations of CPPNs, not one genome at a time).
 Example (3-input parity from 50 mutated topologies, as TensorNEAT's ``xor_grad`` example)::
 
     strategy = NEAT.from_mode("neat-python", 3, 1, 150)
-    fit = GradientFit(strategy.decoder, X, y, tuner=GradientTuner(steps=20, learning_rate=0.1))
+    fit = GradientFit(strategy.decoder, x, y, tuner=GradientTuner(steps=20, learning_rate=0.1))
     result = evotensor.run(strategy, fit, generations=50, key=jax.random.key(0))
 """
 
@@ -46,8 +46,6 @@ from evotensor.core.pytree import pytree_dataclass
 from evotensor.neat.genome import Genome, GenomeSpec
 
 __all__ = ["GradientFit", "GradientTuner", "TuneResult", "loss_and_grad"]
-
-LOSSES = ("mse", "sse")
 
 
 def _check_decoder(decoder: Any) -> GenomeSpec:
@@ -298,30 +296,23 @@ class GradientTuner:
         return TuneResult(genomes=tuned, loss=final, initial_loss=losses[0])
 
 
-def _loss_function(loss: Any, y: jax.Array) -> Callable[[jax.Array], jax.Array]:
-    """``pred [B, K] -> scalar`` for ``loss`` (a name of :data:`LOSSES` or ``loss(pred, y)``)."""
-    if callable(loss):
-        return lambda pred: loss(pred, y)
-    if loss == "mse":
-        return lambda pred: jnp.mean((pred - y) ** 2)
-    return lambda pred: jnp.sum((pred - y) ** 2)
-
-
 class GradientFit:
-    """Fit ``y`` from ``X`` with every genome tuned by gradient descent before it is scored
+    """Fit ``y`` from ``x`` with every genome tuned by gradient descent before it is scored
     (minimized ``loss``); the tuned genomes are handed back to the strategy (Lamarckian).
 
     Args:
         decoder: ``strategy.decoder`` of the NEAT strategy that runs on this problem (or a policy).
-        X: ``[B, num_inputs]`` inputs; y: ``[B, num_outputs]`` (or ``[B]``) targets.
-        loss: ``"mse"`` (mean over cases and outputs), ``"sse"`` (sum) or ``loss(pred, y) -> scalar``.
+        x: ``[n, num_inputs]`` inputs; y: ``[n, num_outputs]`` (or ``[n]``) targets, finite.
+        loss: a loss of :class:`~evotensor.problems.function_fit.FunctionFit` (``"mse"``, ``"rmse"``,
+            ``"mae"``, ``"sse"``; over cases and outputs) or ``loss(pred [n, k], y [n, k]) -> scalar``.
         tuner: the :class:`GradientTuner` (default: 10 Adam steps at 0.05).
         fraction: the share of each generation tuned, in ``(0, 1]``: the ``ceil(fraction * pop)``
             genomes of lowest loss before tuning (a memetic algorithm's usual budget); the others
             are scored as they are. Default 1.0 (every genome).
 
-    A function problem of ``kind = "genotype"``: the run loop hands it the genomes, not networks.
-    Its ``Evaluation.info`` holds ``initial_loss [pop]`` (before tuning) beside the tuned loss.
+    The data, their checks and the named losses are a ``FunctionFit``'s (``self.data``). A function
+    problem of ``kind = "genotype"``: the run loop hands it the genomes, not networks. Its
+    ``Evaluation.info`` holds ``initial_loss [pop]`` (before tuning) beside the tuned loss.
     """
 
     kind = "genotype"
@@ -330,31 +321,32 @@ class GradientFit:
     def __init__(
         self,
         decoder: Any,
-        X: Any,
+        x: Any,
         y: Any,
         loss: Any = "mse",
         tuner: GradientTuner | None = None,
         fraction: float = 1.0,
     ):
+        from evotensor.problems.function_fit import FunctionFit
+
         spec = _check_decoder(decoder)
         self.fraction = check_fraction(fraction, "fraction")
-        self.decoder = decoder
-        self.X = _batch(spec, X, "X")
-        y = jnp.asarray(_real(y, "y"), jnp.float32)
-        if y.ndim == 1:
-            y = y[:, None]
-        if y.shape != (self.X.shape[0], spec.num_outputs):
-            raise ArgumentError(f"y must have shape ({self.X.shape[0]}, {spec.num_outputs}), got {y.shape}")
-        if not bool(jnp.all(jnp.isfinite(self.X))) or not bool(jnp.all(jnp.isfinite(y))):
-            raise ArgumentError("X and y must be finite")
-        if not callable(loss) and loss not in LOSSES:
-            raise ArgumentError(f"loss must be one of {LOSSES} or a callable loss(pred, y), got {loss!r}")
+        self.data = FunctionFit(x, y, "mse" if callable(loss) else loss)
+        if self.data.num_inputs != spec.num_inputs:
+            raise ArgumentError(
+                f"x must have {spec.num_inputs} columns (the spec's inputs), got {self.data.num_inputs}"
+            )
+        if self.data.num_outputs != spec.num_outputs:
+            raise ArgumentError(
+                f"y must have {spec.num_outputs} columns (the spec's outputs), got {self.data.num_outputs}"
+            )
         if tuner is not None and not isinstance(tuner, GradientTuner):
             raise ArgumentError(f"tuner must be a GradientTuner or None, got {tuner!r}")
-        self.y, self.loss = y, loss
+        self.decoder, self.loss = decoder, loss
         self.tuner = GradientTuner() if tuner is None else tuner
         self.tuner._check_attributes(spec)
-        self._loss_fn = _loss_function(loss, y)
+        self.x = self.data.x
+        self._loss_fn = (lambda pred: loss(pred, self.data.y)) if callable(loss) else self.data.loss_of
 
     def evaluate(self, key: jax.Array, genotypes: Genome) -> Evaluation:
         """``fitness [pop]``: each tuned genome's loss; ``genotypes``: the tuned genomes."""
@@ -362,22 +354,22 @@ class GradientFit:
         P = genotypes.node_key.shape[0]
         k = max(1, math.ceil(self.fraction * P))
         if k >= P:
-            result = self.tuner.tune(self.decoder, genotypes, self.X, self._loss_fn)
+            result = self.tuner.tune(self.decoder, genotypes, self.x, self._loss_fn)
             info = {"initial_loss": result.initial_loss}
             return Evaluation(fitness=result.loss, genotypes=result.genomes, info=info)
         # score everyone once, tune the k best (lowest loss; NaN last) and put them back in place
-        losses_of = jax.vmap(lambda a, b, g: _genome_loss(self.decoder, self.X, self._loss_fn, a, b, g))
+        losses_of = jax.vmap(lambda a, b, g: _genome_loss(self.decoder, self.x, self._loss_fn, a, b, g))
         initial = losses_of(genotypes.node_attrs, genotypes.conn_attrs, genotypes)
         initial = jnp.where(jnp.isfinite(initial), initial, jnp.inf)
         chosen = jnp.argsort(initial, stable=True)[:k]
         picked = jax.tree_util.tree_map(lambda a: a[chosen], genotypes)
-        result = self.tuner.tune(self.decoder, picked, self.X, self._loss_fn)
+        result = self.tuner.tune(self.decoder, picked, self.x, self._loss_fn)
         tuned = jax.tree_util.tree_map(lambda a, t: a.at[chosen].set(t), genotypes, result.genomes)
         fitness = initial.at[chosen].set(result.loss)
         return Evaluation(fitness=fitness, genotypes=tuned, info={"initial_loss": initial})
 
     def __repr__(self) -> str:
         return (
-            f"GradientFit(X{list(self.X.shape)}, loss={self.loss!r}, tuner={self.tuner!r}, "
+            f"GradientFit(x{list(self.x.shape)}, loss={self.loss!r}, tuner={self.tuner!r}, "
             f"fraction={self.fraction})"
         )

@@ -124,16 +124,25 @@ class FunctionFit:
         self.x, self.y = jnp.asarray(x), jnp.asarray(y)
         self.num_inputs, self.num_outputs = x.shape[1], y.shape[1]
 
+    def _reduce(self, err: jax.Array, axis: Any) -> jax.Array:
+        if self.loss == "mae":
+            return jnp.mean(jnp.abs(err), axis=axis)
+        if self.loss == "sse":
+            return jnp.sum(err**2, axis=axis)
+        mse = jnp.mean(err**2, axis=axis)
+        return jnp.sqrt(mse) if self.loss == "rmse" else mse
+
     def evaluate(self, key: jax.Array, phenotypes: Any, apply: Apply) -> Evaluation:
         """``fitness [pop]``: the loss of each phenotype over all cases."""
         del key
         err = _predict_all(phenotypes, apply, self.x) - self.y[None]
-        if self.loss == "mae":
-            return Evaluation(fitness=jnp.mean(jnp.abs(err), axis=(1, 2)))
-        if self.loss == "sse":
-            return Evaluation(fitness=jnp.sum(err**2, axis=(1, 2)))
-        mse = jnp.mean(err**2, axis=(1, 2))
-        return Evaluation(fitness=jnp.sqrt(mse) if self.loss == "rmse" else mse)
+        return Evaluation(fitness=self._reduce(err, (1, 2)))
+
+    def loss_of(self, pred: jax.Array) -> jax.Array:
+        """The loss ``[]`` of one model's predictions ``pred [n, k]`` on the cases (what
+        :meth:`evaluate` gives each phenotype; a local search, e.g. NEAT's ``GradientFit``, minimizes
+        it)."""
+        return self._reduce(jnp.reshape(pred, self.y.shape) - self.y, None)
 
     def __repr__(self) -> str:
         n, d, k = self.x.shape[0], self.num_inputs, self.num_outputs
