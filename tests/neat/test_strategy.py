@@ -108,12 +108,21 @@ def test_nonfinite_fitness_never_reaches_the_state():
     )
 
 
-# three compilations of a NEAT chunk (~30 s); the run loop's resume is bit-identical for every state
-# pytree (tests/core, tests/test_cli.py, the QD and GP task tests); this checks NEAT's in the slow tier
+def _lamarckian_xor(strategy):
+    from evotensor.neat.gradient import GradientFit, GradientTuner
+
+    xor = XOR()
+    return GradientFit(strategy.decoder, xor.x, xor.y, "sse", GradientTuner(steps=3, learning_rate=0.1), 0.5)
+
+
+# three compilations of a NEAT chunk (~30 s each problem); the run loop's resume is bit-identical for
+# every state pytree (tests/core, tests/test_cli.py, the QD and GP task tests); this checks NEAT's,
+# plain and Lamarckian (tuned genomes told back), in the slow tier
 @pytest.mark.slow
-def test_resume_is_bit_identical(tmp_path):
+@pytest.mark.parametrize("problem", [lambda s: XOR(), _lamarckian_xor], ids=["xor", "lamarckian"])
+def test_resume_is_bit_identical(tmp_path, problem):
     strategy, key = small(pop=24), jax.random.key(5)
-    full = evotensor.run(strategy, XOR(), 12, key, chunk_size=4, progress=False)
+    full = evotensor.run(strategy, problem(strategy), 12, key, chunk_size=4, progress=False)
 
     class Stop(Exception):
         pass
@@ -124,14 +133,22 @@ def test_resume_is_bit_identical(tmp_path):
 
     with pytest.raises(Stop):
         evotensor.run(
-            strategy, XOR(), 12, key, run_dir=tmp_path, chunk_size=4, callback=stop_after_8, progress=False
+            strategy,
+            problem(strategy),
+            12,
+            key,
+            run_dir=tmp_path,
+            chunk_size=4,
+            callback=stop_after_8,
+            progress=False,
         )
     resumed = evotensor.run(
-        strategy, XOR(), 12, key, run_dir=tmp_path, chunk_size=4, resume=True, progress=False
+        strategy, problem(strategy), 12, key, run_dir=tmp_path, chunk_size=4, resume=True, progress=False
     )
     for a, b in zip(jax.tree_util.tree_leaves(resumed.state), jax.tree_util.tree_leaves(full.state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert resumed.best_fitness == full.best_fitness
+    np.testing.assert_array_equal(resumed.history["best_fitness"], full.history["best_fitness"])
 
 
 def test_extinction_resets_keeping_the_best_genome():
