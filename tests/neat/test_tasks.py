@@ -44,3 +44,25 @@ def test_neat_xor_with_grad_steps_scores_tuned_genomes():
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match="grad_fraction"):
             get_task("neat-xor").build({"pop": 20, "grad_steps": 3, "grad_fraction": bad})
+
+
+def test_neat_map_elites_illuminates_network_sizes_reports_and_resumes_bit_identically(tmp_path):
+    """``neat-map-elites``: MAP-Elites over genomes (NEATEmitter) on XOR, one cell per (hidden nodes,
+    connections); stopped and resumed, it equals an uninterrupted run bit for bit (the archive of
+    genomes and the emitter's innovation counters included)."""
+    import pytest
+    from tests.qd.test_tasks_and_plots import run_and_resume
+
+    from evotensor.neat import NEATEmitter, TopologyDescriptors
+
+    task = get_task("neat-map-elites").build({"pop": 32, "max_nodes": 10, "max_conns": 20})
+    emitter = task.strategy.emitters[0]
+    assert isinstance(emitter, NEATEmitter) and isinstance(task.problem, TopologyDescriptors)
+    assert task.strategy.archive.num_cells == (10 - 3 + 1) * (20 + 1) and task.decoder is emitter.decoder
+    first, resumed = run_and_resume(task, tmp_path, 6, 12, 3)
+    assert int(resumed.state.emitters[0].next_innov) > int(first.state.emitters[0].next_innov)
+    text = task.report(resumed, tmp_path)
+    assert "best fitness by hidden nodes: 0: " in text
+    assert all((tmp_path / name).stat().st_size > 0 for name in ("archive.png", "qd.png", "best_network.png"))
+    with pytest.raises(ValueError, match="num_inputs"):
+        get_task("neat-map-elites").build({"num_inputs": 1})

@@ -28,6 +28,7 @@ from evotensor.qd import (
     CVTArchive,
     EmitterGroup,
     GaussianEmitter,
+    GenotypeEmitter,
     GridArchive,
     IsoLineEmitter,
     MAPElites,
@@ -112,7 +113,7 @@ def _both(make, problem, generations: int, seed: int) -> dict:
 
 def _layout(state) -> dict:
     """Rows of the archive state and of each of this process's shards, and the sharding spec."""
-    solutions = state.solutions
+    solutions = jax.tree_util.tree_leaves(state.solutions)[0]
     return {
         "rows": int(solutions.shape[0]),
         "rows_per_device": [int(s.data.shape[0]) for s in solutions.addressable_shards],
@@ -179,6 +180,40 @@ def scenario_emitter_group() -> dict:
         return MAPElites(archive, [EmitterGroup(emitter, 3)])
 
     return _both(make, Bowl(), 10, seed=3)
+
+
+class GenotypeBowl:
+    """Bowl on ``{"x": float32 [5], "k": int32 []}`` genotypes: fitness ``-|x - 0.4|^2 - k / 10``
+    (maximized), descriptor ``x[:2]``."""
+
+    maximize = True
+
+    def evaluate(self, key, genotypes):
+        x = genotypes["x"]
+        fitness = -exact_sum((x - 0.4) ** 2, axis=1) - genotypes["k"].astype(jnp.float32) / 10
+        return Evaluation(fitness=fitness, descriptor=x[:, :2])
+
+
+def scenario_genotypes() -> dict:
+    """MAP-Elites over genotype pytrees (a float leaf and an exact int32 leaf; GenotypeEmitter with
+    a Gaussian step on ``x`` and +-1 on ``k``) on a 9 x 9 grid (81 cells: 84 rows on 4 devices):
+    every leaf of the archive must equal the one-device run's bit for bit."""
+
+    def variation(key, parents):
+        a, b = jax.random.split(key)
+        x = jnp.clip(parents["x"] + 0.1 * jax.random.normal(a, parents["x"].shape), 0, 1)
+        k = jnp.clip(parents["k"] + jax.random.randint(b, parents["k"].shape, -1, 2), 0, 5)
+        return {"x": x, "k": k}
+
+    def initial(key, n):
+        return {"x": jax.random.uniform(key, (n, 5)), "k": jnp.full((n,), 5, jnp.int32)}
+
+    def make():
+        template = {"x": jnp.zeros(5), "k": jnp.zeros((), jnp.int32)}
+        archive = GridArchive(genotype=template, dims=(9, 9), ranges=[(0, 1), (0, 1)], qd_score_offset=-2.0)
+        return MAPElites(archive, [GenotypeEmitter(variation, initial, batch_size=8)])
+
+    return _both(make, GenotypeBowl(), 10, seed=4)
 
 
 # distinctive sizes: "[1001,7]" in the HLO text can only be the whole archive's solutions

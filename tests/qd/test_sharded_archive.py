@@ -44,7 +44,13 @@ def _archives():
     cvt = CVTArchive(
         solution_dim=DIMS, centroids=CENTROIDS, ranges=[(-1, 1), (-1, 1)], chunk_size=4, qd_score_offset=-3.0
     )
-    return {"grid_cma_mae": grid, "cvt": cvt}
+    # genotypes of any structure: a float leaf and an exact int32 leaf, split over the devices alike
+    genotype = GridArchive(
+        genotype={"x": jnp.zeros(DIMS), "tag": jnp.zeros(2, jnp.int32)},
+        dims=(3, 3),
+        ranges=[(-1, 1), (-1, 1)],
+    )
+    return {"grid_cma_mae": grid, "cvt": cvt, "grid_genotype": genotype}
 
 
 ARCHIVES = _archives()
@@ -60,6 +66,8 @@ def _two_batches_then_queries(archive):
         state, infos = archive.init(), []
         for solutions, objective, measures, tag in (first, second):
             fields = {"tag": tag} if archive.extra_fields else None
+            if archive.genotype is not None:
+                solutions = {"x": solutions, "tag": tag}
             state, info = archive.add(state, solutions, objective, measures, fields)
             infos.append(info)
         cells = archive.sample_elites(key, state, 7)
@@ -221,6 +229,7 @@ SCENARIOS = [
     "tests.qd.mesh_scenarios:scenario_map_elites",
     "tests.qd.mesh_scenarios:scenario_insertion_hlo",
     "tests.qd.mesh_scenarios:scenario_checkpoint_across_device_counts",
+    "tests.qd.mesh_scenarios:scenario_genotypes",
 ]
 # the runs of these two equal the one-device runs bit for bit under XLA:CPU's default emitters only
 # (the mark fusion_emitters, tests/conftest.py), so they run in a subprocess of their own
@@ -260,6 +269,19 @@ def test_map_elites_on_4_devices_equals_one_device(four_devices):
         "result": {"rows": 228, "rows_per_device": [57] * 4, "spec": "P('pop',)"},
     }
     assert len(single["archive"][".objective"]) == 225 and len(single["search"][".objective"]) == 50
+
+
+def test_map_elites_over_genotypes_on_4_devices_equals_one_device(four_devices):
+    result = four_devices["tests.qd.mesh_scenarios:scenario_genotypes"]
+    mesh, single = result["mesh"], result["single"]
+    assert mesh["archive"] == single["archive"]
+    assert mesh["history"]["num_elites"] == single["history"]["num_elites"]
+    assert mesh["best_fitness"] == single["best_fitness"]
+    assert result["layout"]["search"] == {"rows": 84, "rows_per_device": [21] * 4, "spec": "P('pop',)"}
+    # the genotypes' leaves kept their dtypes, and the run moved them: k went down from 5
+    k = np.asarray(single["archive"][".solutions['k']"])
+    occupied = np.asarray(single["archive"][".occupied"])
+    assert occupied.sum() > 20 and k[occupied].min() < 5
 
 
 @pytest.mark.fusion_emitters

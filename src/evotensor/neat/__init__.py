@@ -11,7 +11,9 @@ genome, then :func:`forward` (feedforward, level by level), :func:`step` (recurr
 (:mod:`evotensor.neat.substrate`). Interfaces: neat-python INI files (:func:`read_ini`), exports
 to neat-python's JSON, NumPy, Python source and sympy, :func:`draw` to PNG. Gradient descent
 through every genome's topology (:mod:`evotensor.neat.gradient`): :func:`loss_and_grad`,
-:class:`GradientTuner`, and :class:`GradientFit` for Lamarckian NEAT.
+:class:`GradientTuner`, and :class:`GradientFit` for Lamarckian NEAT. Quality-diversity over genomes
+(:mod:`evotensor.neat.qd`): :class:`NEATEmitter` (MAP-Elites with NEAT's mutation over an archive of
+genomes) and :class:`TopologyDescriptors` (network size as the descriptor).
 """
 
 from evotensor.neat.activations import FunctionSet, register_activation, register_aggregation
@@ -38,6 +40,7 @@ from evotensor.neat.network import (
     step,
     transform,
 )
+from evotensor.neat.qd import NEATEmitter, NEATEmitterState, TopologyDescriptors
 from evotensor.neat.reproduction import ReproductionConfig
 from evotensor.neat.species import SpeciesConfig
 from evotensor.neat.strategy import CPU_COMPILER_OPTIONS, NEAT, NEATDecoder, NEATState
@@ -58,6 +61,8 @@ __all__ = [
     "GradientFit",
     "GradientTuner",
     "MutationConfig",
+    "NEATEmitter",
+    "NEATEmitterState",
     "NEATConfig",
     "NEATDecoder",
     "NEATState",
@@ -67,6 +72,7 @@ __all__ = [
     "OutputMode",
     "ReproductionConfig",
     "SpeciesConfig",
+    "TopologyDescriptors",
     "TuneResult",
     "check_genome",
     "cppn_node_gene",

@@ -1,4 +1,4 @@
-"""NEAT tasks: ``neat-xor`` and ``neat-cartpole``.
+"""NEAT tasks: ``neat-xor``, ``neat-cartpole``, ``hyperneat-xor`` and ``neat-map-elites``.
 
 * ``neat-xor`` — NEAT on XOR (fitness ``4 - SSE``), neat-python 2.1's XOR example settings
   (``mode`` option: ``neat-python`` (default), ``paper`` or ``tensorneat``), pop 150, 300
@@ -6,6 +6,11 @@
 * ``neat-cartpole`` — NEAT on gymnax CartPole-v1 (4 inputs, 2 outputs, argmax action; mean return
   of one episode, at most 500), pop 1000, 50 generations; the rollout exits early
   (``GymnaxProblem(chunk=64)``): a generation costs about the steps the networks balance.
+
+* ``neat-map-elites`` — MAP-Elites over NEAT genomes (:class:`~evotensor.neat.NEATEmitter`) on
+  3-input parity (fitness ``8 - SSE``), the archive a grid of network sizes (hidden nodes x enabled
+  connections, :class:`~evotensor.neat.TopologyDescriptors`): the best network of every size; batch
+  256, 300 generations; the report lists the best fitness per hidden-node count.
 
 Options (``--set KEY=VALUE``) besides ``pop``/``generations``/``seed``: ``mode``, ``max_nodes``,
 ``max_conns``, ``num_inputs`` (XOR only: 3 gives 3-input parity), ``grad_steps``, ``grad_lr`` and
@@ -24,7 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from evotensor.neat.genome import genome_to_dict
+from evotensor.neat.genome import GenomeSpec, genome_to_dict
 from evotensor.neat.network import OutputMode
 from evotensor.neat.strategy import NEAT
 from evotensor.tasks import Task, positive_float_option, positive_int_option, register_task
@@ -40,9 +45,9 @@ def cartpole_chunk(pop: int) -> int:
     return min(CARTPOLE_CHUNK, pop) if jax.default_backend() == "cpu" else pop
 
 
-def genome_text(strategy: NEAT, genome: Any) -> str:
+def genome_text(spec: GenomeSpec, genome: Any) -> str:
     """One genome as indented JSON (nodes by key, connections by ``"in->out"``)."""
-    d = genome_to_dict(strategy.spec, genome)
+    d = genome_to_dict(spec, genome)
     out = {
         "nodes": {str(k): v for k, v in sorted(d["nodes"].items())},
         "connections": {
@@ -157,7 +162,7 @@ def _build_xor(cfg: dict[str, Any]) -> Task:
         decoder=strategy.decoder,
         generations=cfg["generations"] or 300,
         report=_xor_report(strategy, problem),
-        best_to_text=lambda best: genome_text(strategy, best),
+        best_to_text=lambda best: genome_text(strategy.spec, best),
     )
 
 
@@ -183,7 +188,7 @@ def _build_cartpole(cfg: dict[str, Any]) -> Task:
             f"best network: {_summary(strategy, result.best_genotype)}"
             + _write_pictures(strategy, result, run_dir)
         ),
-        best_to_text=lambda best: genome_text(strategy, best),
+        best_to_text=lambda best: genome_text(strategy.spec, best),
     )
 
 
@@ -232,5 +237,74 @@ def _build_hyperneat_xor(cfg: dict[str, Any]) -> Task:
         decoder=strategy.decoder,
         generations=cfg["generations"] or 200,
         report=report,
-        best_to_text=lambda best: genome_text(strategy, best),
+        best_to_text=lambda best: genome_text(strategy.spec, best),
     )
+
+
+@register_task(
+    "neat-map-elites",
+    "MAP-Elites over NEAT genomes on 3-input parity, a grid of network sizes, batch 256 x 300 generations",
+    defaults={"mode": "neat-python", "max_nodes": 24, "max_conns": 48, "num_inputs": 2},
+)
+def _build_map_elites(cfg: dict[str, Any]) -> Task:
+    from evotensor.neat.config import neat_mode
+    from evotensor.neat.qd import NEATEmitter, TopologyDescriptors
+    from evotensor.problems.function_fit import XOR
+    from evotensor.qd import GridArchive, MAPElites
+    from evotensor.qd.plots import archive_heatmap, plot_qd_history
+
+    inputs = positive_int_option(cfg, "num_inputs")
+    if inputs < 2:
+        raise ValueError(f"option num_inputs must be >= 2 (parity of that many bits), got {inputs}")
+    spec, config = neat_mode(
+        str(cfg["mode"]),
+        inputs,
+        1,
+        max_nodes=positive_int_option(cfg, "max_nodes"),
+        max_conns=positive_int_option(cfg, "max_conns"),
+    )
+    emitter = NEATEmitter(spec, config, batch_size=cfg["pop"] or 256)
+    problem = TopologyDescriptors(XOR(inputs), spec)
+    archive = GridArchive(
+        genotype=emitter.genotype,
+        dims=problem.grid,
+        ranges=problem.descriptor_ranges,
+        qd_score_offset=0.0,  # fitness 2^n - SSE is >= 0 for outputs in [0, 1]
+    )
+    strategy = MAPElites(archive, [emitter], decoder=emitter.decoder)
+
+    def report(result: Any, run_dir: Path | None) -> str:
+        state = result.state.archive
+        stats = {k: float(v) for k, v in archive.stats(state).items()}
+        lines = [
+            f"archive: {int(stats['num_elites'])} of {archive.num_cells} network sizes "
+            f"(coverage {100 * stats['coverage']:.1f}%), QD score {stats['qd_score']:.4g}, best fitness "
+            f"{stats['obj_max']:.4g} of {problem.problem.max_fitness:g}",
+            "best fitness by hidden nodes: " + ", ".join(f"{h}: {f:.3f}" for h, f in _best_by_hidden(state)),
+        ]
+        if run_dir is not None:
+            from evotensor.neat.draw import draw
+
+            run_dir = Path(run_dir)
+            archive_heatmap(archive, state, run_dir / "archive.png", labels=("hidden nodes", "connections"))
+            plot_qd_history(result.history, run_dir / "qd.png")
+            draw(spec, result.best_genotype, run_dir / "best_network.png", title="best network")
+            lines.append("wrote archive.png qd.png best_network.png")
+        return "\n".join(lines)
+
+    return Task(
+        strategy=strategy,
+        problem=problem,
+        decoder=emitter.decoder,
+        generations=cfg["generations"] or 300,
+        report=report,
+        best_to_text=lambda best: genome_text(spec, best),
+    )
+
+
+def _best_by_hidden(state: Any) -> list[tuple[int, float]]:
+    """``(hidden nodes, best objective)`` over the occupied cells of a size archive, by hidden nodes."""
+    occupied = np.asarray(state.occupied)
+    hidden = np.asarray(state.measures)[occupied, 0].astype(int)
+    objective = np.asarray(state.objective)[occupied]
+    return [(int(h), float(objective[hidden == h].max())) for h in np.unique(hidden)]

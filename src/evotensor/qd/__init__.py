@@ -11,7 +11,9 @@
 * :mod:`.emitters` — Gaussian and Iso+LineDD variation; the CMA-ES emitter of CMA-ME and CMA-MAE
   (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts); the ME-ES emitter (Colas et
   al. 2020: an ES on fitness or novelty from archive elites, its samples evaluated, not archived); the
-  gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD, gradients by ``jax.jacrev``).
+  gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD, gradients by ``jax.jacrev``);
+  :class:`GenotypeEmitter`, any variation function over an archive of genotypes of any structure
+  (``GridArchive(genotype=...)``: NEAT genomes, GP trees, parameter pytrees).
 * :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop;
   ``MAPElites.on_mesh`` (what ``evotensor.run(..., mesh=)`` calls) gives :class:`ShardedMAPElites`.
 * :mod:`.bandit` — :class:`BanditMAPElites`: a pool of emitters of which ``num_active`` run each
@@ -41,6 +43,7 @@ from evotensor.qd.emitters import (
     Emitter,
     EmitterGroup,
     GaussianEmitter,
+    GenotypeEmitter,
     GradientArborescenceEmitter,
     IsoLineEmitter,
     MEESEmitter,
@@ -66,6 +69,7 @@ __all__ = [
     "Emitter",
     "EmitterGroup",
     "GaussianEmitter",
+    "GenotypeEmitter",
     "GradientArborescenceEmitter",
     "GridArchive",
     "IsoLineEmitter",

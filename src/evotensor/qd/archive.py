@@ -29,6 +29,14 @@ Batch semantics (pyribs' ``add``, made deterministic on every backend):
 * A candidate with a non-finite objective, measure or solution entry is never added (status 0,
   value ``-inf``, index -1), so an archive's elites are always finite (extra ``fields`` are stored
   as given).
+
+Solutions are flat float32 vectors (``solution_dim``), or, with ``genotype=template``, genotypes of
+any pytree structure and dtypes: NEAT genomes, GP trees, network parameters. Such an archive stores
+each leaf as ``[C, *leaf_shape]`` in the leaf's own dtype (integer keys stay exact) and checks
+finiteness on the floating-point leaves only; the insertion rules are the same::
+
+    archive = GridArchive(genotype=spec.initial(key, 1)[0], dims=(16, 32), ranges=[(0, 16), (0, 32)])
+    state, info = archive.add(state, genomes, objective, measures)      # Genome [B], [B], [B, 2]
 """
 
 from __future__ import annotations
@@ -65,7 +73,8 @@ class ArchiveState:
     """Contents of an archive of ``C`` cells (``D`` measures, solutions of ``dims`` elements).
 
     Attributes:
-        solutions: ``[C, dims]`` float32 elite solutions (zeros where empty).
+        solutions: ``[C, dims]`` float32 elite solutions (zeros where empty), or for an archive of
+            genotypes a pytree of the genotype's structure with leaves ``[C, *leaf_shape]``.
         objective: ``[C]`` float32 elite objectives, maximized (zeros where empty).
         measures: ``[C, D]`` float32 elite measures (zeros where empty).
         threshold: ``[C]`` float32 acceptance thresholds (``threshold_min`` where empty).
@@ -73,7 +82,7 @@ class ArchiveState:
         fields: extra per-elite fields, ``{name: [C, *shape]}``.
     """
 
-    solutions: jax.Array
+    solutions: Any
     objective: jax.Array
     measures: jax.Array
     threshold: jax.Array
@@ -97,14 +106,46 @@ class AddInfo:
     index: jax.Array
 
 
-def candidate_is_valid(solutions: jax.Array, objective: jax.Array, measures: jax.Array) -> jax.Array:
+def candidate_is_valid(solutions: Any, objective: jax.Array, measures: jax.Array) -> jax.Array:
     """``[B]`` bool: the candidate's objective, measures and every solution entry are finite (only
-    such a candidate may enter an archive)."""
-    return (
-        jnp.isfinite(objective)
-        & jnp.all(jnp.isfinite(measures), axis=1)
-        & jnp.all(jnp.isfinite(solutions), axis=1)
-    )
+    such a candidate may enter an archive); of a genotype pytree, every floating-point entry."""
+    valid = jnp.isfinite(objective) & jnp.all(jnp.isfinite(measures), axis=1)
+    for leaf in jax.tree_util.tree_leaves(solutions):
+        if jnp.issubdtype(leaf.dtype, jnp.inexact):
+            rows = leaf.reshape(leaf.shape[0], math.prod(leaf.shape[1:]))  # -1 fails on an empty batch
+            valid = valid & jnp.all(jnp.isfinite(rows), axis=1)
+    return valid
+
+
+def take_rows(solutions: Any, index: jax.Array) -> Any:
+    """Rows ``index [n]`` of every leaf of ``solutions`` (an array or a genotype pytree)."""
+    return jax.tree_util.tree_map(lambda a: a[index], solutions)
+
+
+def genotype_template(genotype: Any) -> Any:
+    """One genotype (a pytree of arrays, no population axis) as a pytree of
+    ``jax.ShapeDtypeStruct``: what an archive of genotypes stores per cell."""
+    leaves, treedef = jax.tree_util.tree_flatten(genotype)
+    if not leaves:
+        raise ArgumentError(f"genotype must be a pytree with at least one array leaf, got {genotype!r}")
+    specs = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(genotype)[0]:
+        where = "genotype" + jax.tree_util.keystr(path)
+        if isinstance(leaf, jax.ShapeDtypeStruct):
+            specs.append(leaf)
+            continue
+        if isinstance(leaf, (str, bytes)) or leaf is None:
+            raise ArgumentError(f"{where} must be an array, got {leaf!r}")
+        try:
+            array = jnp.asarray(leaf) if isinstance(leaf, jax.Array) else np.asarray(leaf)
+        except (TypeError, ValueError) as err:
+            raise ArgumentError(f"{where} must be an array, got {leaf!r}") from err
+        if array.dtype == object or not (
+            jnp.issubdtype(array.dtype, jnp.number) or jnp.issubdtype(array.dtype, jnp.bool_)
+        ):
+            raise ArgumentError(f"{where} must be an array of numbers or bools, got dtype {array.dtype}")
+        specs.append(jax.ShapeDtypeStruct(array.shape, jnp.dtype(array.dtype)))
+    return jax.tree_util.tree_unflatten(treedef, specs)
 
 
 def best_cells_of(
@@ -182,6 +223,9 @@ class Archive:
 
     Args (keyword-only, shared by every archive):
         solution_dim: elements of a (flattened) solution.
+        genotype: instead of ``solution_dim``, one genotype of any pytree structure and dtypes (or
+            its ``jax.ShapeDtypeStruct`` leaves): the archive stores genotypes of that structure
+            (a NEAT ``Genome``, a GP tree); ``solution_dim`` is then ``None``.
         learning_rate: CMA-MAE threshold learning rate (None: plain MAP-Elites, i.e. 1).
         threshold_min: threshold of empty cells (-inf: plain MAP-Elites / CMA-ME).
         qd_score_offset: subtracted from every objective in the QD score (pyribs' sign: pass the
@@ -197,20 +241,34 @@ class Archive:
     def __init__(
         self,
         *,
-        solution_dim: int,
+        solution_dim: int | None = None,
+        genotype: Any = None,
         learning_rate: float | None = None,
         threshold_min: float = -math.inf,
         qd_score_offset: float = 0.0,
         extra_fields: Mapping[str, tuple[Sequence[int], Any]] | None = None,
     ):
-        self.solution_dim = _check_solution_dim(solution_dim)
+        if (solution_dim is None) == (genotype is None):
+            given = "None" if genotype is None else "a template"
+            raise ArgumentError(
+                "give exactly one of solution_dim (flat float32 solutions) and genotype (a template "
+                f"pytree), got solution_dim={solution_dim!r} and genotype={given}"
+            )
+        self.genotype = None if genotype is None else genotype_template(genotype)
+        self.solution_dim = None if genotype is not None else _check_solution_dim(solution_dim)
         self.learning_rate, self.threshold_min = _check_cma_mae(learning_rate, threshold_min)
         self.qd_score_offset = check_real(qd_score_offset, "qd_score_offset")
         self.extra_fields = _check_extra_fields(extra_fields)
 
     def state_bytes(self) -> int:
         """Bytes of :meth:`init`'s state (needs ``num_cells`` and ``measure_dim``)."""
-        per_cell = 4 * (self.solution_dim + self.measure_dim + 2) + 1
+        if self.genotype is None:
+            per_cell = 4 * (self.solution_dim + self.measure_dim + 2) + 1
+        else:
+            leaves = jax.tree_util.tree_leaves(self.genotype)
+            per_cell = (
+                sum(math.prod(a.shape) * a.dtype.itemsize for a in leaves) + 4 * (self.measure_dim + 2) + 1
+            )
         for shape, dtype in self.extra_fields.values():
             per_cell += math.prod(shape) * np.dtype(dtype).itemsize
         return self.num_cells * per_cell
@@ -221,9 +279,50 @@ class Archive:
         ``num_cells`` is known, before building anything of that size."""
         check_memory(
             self.state_bytes(),
-            f"{cells} ({self.num_cells} cells) with solution_dim={self.solution_dim} "
-            f"({type(self).__name__}'s state)",
+            f"{cells} ({self.num_cells} cells) with {self._solution_size()} ({type(self).__name__}'s state)",
         )
+
+    def _solution_size(self) -> str:
+        if self.genotype is None:
+            return f"solution_dim={self.solution_dim}"
+        leaves = jax.tree_util.tree_leaves(self.genotype)
+        return f"genotypes of {sum(math.prod(a.shape) * a.dtype.itemsize for a in leaves)} bytes"
+
+    def _empty_solutions(self, c: int) -> Any:
+        if self.genotype is None:
+            return jnp.zeros((c, self.solution_dim), jnp.float32)
+        return jax.tree_util.tree_map(lambda a: jnp.zeros((c, *a.shape), a.dtype), self.genotype)
+
+    def _check_solutions(self, solutions: Any) -> tuple[Any, int]:
+        """``(solutions, B)``: a flat ``[B, solution_dim]`` float32 batch, or a batch of genotypes
+        (the template's structure, every leaf ``[B, *leaf_shape]`` of its kind of dtype)."""
+        if self.genotype is None:
+            solutions = jnp.asarray(solutions, jnp.float32)
+            if solutions.ndim != 2 or solutions.shape[1] != self.solution_dim:
+                raise ArgumentError(
+                    f"solutions must have shape [B, {self.solution_dim}], got {solutions.shape}"
+                )
+            return solutions, solutions.shape[0]
+        want = jax.tree_util.tree_structure(self.genotype)
+        got = jax.tree_util.tree_structure(solutions)
+        if got != want:
+            raise ArgumentError(f"solutions must be genotypes of the archive's structure {want}, got {got}")
+        paths = jax.tree_util.tree_flatten_with_path(solutions)[0]
+        batch = None
+        checked = []
+        for (path, value), spec in zip(paths, jax.tree_util.tree_leaves(self.genotype), strict=True):
+            where = "solutions" + jax.tree_util.keystr(path)
+            value = jnp.asarray(value)
+            if batch is None:
+                batch = value.shape[0] if value.ndim else -1
+            if value.shape != (batch, *spec.shape):
+                raise ArgumentError(
+                    f"{where} must have shape [B, *{list(spec.shape)}], got {list(value.shape)}"
+                )
+            if value.dtype != spec.dtype and not np.can_cast(value.dtype, spec.dtype, "same_kind"):
+                raise ArgumentError(f"{where} must be of dtype {spec.dtype}, got {value.dtype}")
+            checked.append(value.astype(spec.dtype))
+        return jax.tree_util.tree_unflatten(want, checked), batch
 
     # -- cells ---------------------------------------------------------------------------------
     def index_of(self, measures: jax.Array) -> jax.Array:
@@ -238,7 +337,7 @@ class Archive:
     def _empty(self, c: int) -> ArchiveState:
         """``c`` empty rows (``num_cells``, or more for a sharded archive's padded layout)."""
         return ArchiveState(
-            solutions=jnp.zeros((c, self.solution_dim), jnp.float32),
+            solutions=self._empty_solutions(c),
             objective=jnp.zeros((c,), jnp.float32),
             measures=jnp.zeros((c, self.measure_dim), jnp.float32),
             threshold=jnp.full((c,), self.threshold_min, jnp.float32),
@@ -249,12 +348,9 @@ class Archive:
         )
 
     def _check_batch(self, solutions, objective, measures, fields):
-        solutions = jnp.asarray(solutions, jnp.float32)
+        solutions, batch = self._check_solutions(solutions)
         objective = jnp.asarray(objective, jnp.float32)
         measures = jnp.asarray(measures, jnp.float32)
-        if solutions.ndim != 2 or solutions.shape[1] != self.solution_dim:
-            raise ArgumentError(f"solutions must have shape [B, {self.solution_dim}], got {solutions.shape}")
-        batch = solutions.shape[0]
         if objective.shape != (batch,):
             raise ArgumentError(f"objective must have shape [{batch}], got {objective.shape}")
         if measures.shape != (batch, self.measure_dim):
@@ -286,7 +382,7 @@ class Archive:
 
         Args:
             state: the archive contents.
-            solutions: ``[B, solution_dim]``.
+            solutions: ``[B, solution_dim]`` (or genotypes ``[B]``, see ``genotype``).
             objective: ``[B]`` (maximized).
             measures: ``[B, measure_dim]``.
             fields: ``{name: [B, *shape]}`` for every declared extra field.
@@ -383,7 +479,7 @@ class Archive:
             return old.at[target].set(new.astype(old.dtype), mode="drop", unique_indices=True)
 
         return ArchiveState(
-            solutions=put(state.solutions, solutions),
+            solutions=jax.tree_util.tree_map(put, state.solutions, solutions),
             objective=put(state.objective, objective),
             measures=put(state.measures, measures),
             threshold=put(state.threshold, new_threshold),
@@ -406,7 +502,7 @@ class Archive:
         fields ``solutions, objective, measures, threshold, index`` and the extra fields."""
         at = jnp.maximum(index, 0)
         return {
-            "solutions": state.solutions[at],
+            "solutions": take_rows(state.solutions, at),
             "objective": state.objective[at],
             "measures": state.measures[at],
             "threshold": state.threshold[at],
@@ -430,9 +526,9 @@ class Archive:
         return state.occupied.any()
 
     def elite_solutions(self, state: ArchiveState, cells: jax.Array) -> jax.Array:
-        """The solutions stored in ``cells``: ``[n] int32 -> [n, solution_dim]`` (what emitters vary;
-        a sharded archive fetches each row from the device that holds it)."""
-        return state.solutions[cells]
+        """The solutions stored in ``cells``: ``[n] int32 -> [n, solution_dim]`` (genotypes ``[n]``;
+        what emitters vary; a sharded archive fetches each row from the device that holds it)."""
+        return take_rows(state.solutions, cells)
 
     def best_cells(
         self, state: ArchiveState, k: int, score: Callable[[jax.Array, jax.Array], jax.Array] | None = None
@@ -543,7 +639,7 @@ class GridArchive(Archive):
     def __init__(
         self,
         *,
-        solution_dim: int,
+        solution_dim: int | None = None,
         dims: Sequence[int],
         ranges: Sequence[tuple[float, float]],
         epsilon: float = 1e-6,
@@ -642,7 +738,7 @@ class CVTArchive(Archive):
     def __init__(
         self,
         *,
-        solution_dim: int,
+        solution_dim: int | None = None,
         centroids: int | jax.Array | np.ndarray,
         ranges: Sequence[tuple[float, float]],
         samples: int = 100_000,

@@ -76,7 +76,7 @@ class BanditMAPElites(MAPElites):
         num_active: emitters active per generation.
         reselect: ``"terminated"`` or ``"all"``.
         zeta: UCB1's exploration weight, ``>= 0`` (pyribs' default 0.05).
-        result_archive, solution: as for :class:`~evotensor.qd.MAPElites`.
+        result_archive, solution, decoder: as for :class:`~evotensor.qd.MAPElites`.
 
     Attributes:
         population_size: ``num_active * batch_size``.
@@ -92,8 +92,11 @@ class BanditMAPElites(MAPElites):
         zeta: float = 0.05,
         result_archive: Archive | None = None,
         solution: Any = None,
+        decoder: Any = None,
     ):
-        super().__init__(archive, emitter_pool, result_archive=result_archive, solution=solution)
+        super().__init__(
+            archive, emitter_pool, result_archive=result_archive, solution=solution, decoder=decoder
+        )
         if self.insert_mask is not None:
             raise ArgumentError(
                 "every emitter of emitter_pool must add its whole batch to the archive; an emitter "
@@ -177,7 +180,11 @@ class BanditMAPElites(MAPElites):
         keys = jax.random.split(key, self.num_active)
         place_of = jnp.cumsum(active, dtype=jnp.int32) - 1  # [P]: each active emitter's place
         b = self.batch_size
-        x = jnp.zeros((self.population_size, self.archive.solution_dim), jnp.float32)
+        if self.archive.genotype is None:
+            x = jnp.zeros((self.population_size, self.archive.solution_dim), jnp.float32)
+        else:
+            zeros = lambda a: jnp.zeros((self.population_size, *a.shape), a.dtype)  # noqa: E731
+            x = jax.tree_util.tree_map(zeros, self.archive.genotype)
         states = []
         # one conditional per emitter of the pool (its code compiled once), taken where it is active
         for i, (emitter, s) in enumerate(zip(self.emitters, state.emitters, strict=True)):
@@ -185,12 +192,13 @@ class BanditMAPElites(MAPElites):
 
             def run(x, s, emitter=emitter, at=at):
                 batch, s = emitter.ask(keys[at], s, self.archive, state.archive)
-                return lax.dynamic_update_slice_in_dim(x, batch.astype(x.dtype), at * b, axis=0), s
+                put = lambda a, new: lax.dynamic_update_slice_in_dim(a, new.astype(a.dtype), at * b, axis=0)  # noqa: E731
+                return jax.tree_util.tree_map(put, x, batch), s
 
             x, s = lax.cond(active[i], run, lambda x, s: (x, s), x, s)
             states.append(s)
         state = state.replace(emitters=tuple(states), active=active, restarts=restarts)
-        return self.space.unravel_population(x), state
+        return self._genotypes(x), state
 
     def tell(
         self,
@@ -215,7 +223,8 @@ class BanditMAPElites(MAPElites):
 
             def learn(s, emitter=emitter, at=at):
                 sliced = jax.tree_util.tree_map(lambda a: rows(a, at), info)
-                part = (rows(x, at), rows(objective, at), rows(measures, at))
+                mine = jax.tree_util.tree_map(lambda a: rows(a, at), x)
+                part = (mine, rows(objective, at), rows(measures, at))
                 return emitter.tell(keys[at], s, self.archive, archive_state, *part, sliced)
 
             states.append(lax.cond(state.active[i], learn, lambda s: s, s))

@@ -96,7 +96,8 @@ class DNSArchive(UnstructuredArchive):
     """Dominated Novelty Search's population of fixed ``capacity`` (module docstring for the rules).
 
     Args (keyword-only):
-        solution_dim: elements of a (flattened) solution.
+        solution_dim: elements of a (flattened) solution (or ``genotype``: a template pytree, see
+            :class:`~evotensor.qd.archive.Archive`).
         measure_dim: measure-space dimensions.
         capacity: members kept (the rows of the state).
         k_neighbors: ``k``, the fitter neighbours averaged over.
@@ -107,15 +108,19 @@ class DNSArchive(UnstructuredArchive):
     def __init__(
         self,
         *,
-        solution_dim: int,
+        solution_dim: int | None = None,
         measure_dim: int,
         capacity: int,
         k_neighbors: int,
         qd_score_offset: float = 0.0,
         extra_fields: Mapping[str, tuple[Sequence[int], Any]] | None = None,
+        genotype: Any = None,
     ):
         super().__init__(
-            solution_dim=solution_dim, qd_score_offset=qd_score_offset, extra_fields=extra_fields
+            solution_dim=solution_dim,
+            genotype=genotype,
+            qd_score_offset=qd_score_offset,
+            extra_fields=extra_fields,
         )
         self.measure_dim = check_int(measure_dim, "measure_dim")
         self.num_cells = self.capacity = check_int(capacity, "capacity")
@@ -161,7 +166,7 @@ class DNSArchive(UnstructuredArchive):
 
         Args:
             state: the population (:meth:`init`).
-            solutions: ``[B, solution_dim]``.
+            solutions: ``[B, solution_dim]`` (genotypes ``[B]`` for an archive of genotypes).
             objective: ``[B]`` (maximized), or ``None`` for 0 everywhere (pure novelty: every
                 member is then "fitter" than every other).
             measures: ``[B, measure_dim]``.
@@ -172,7 +177,7 @@ class DNSArchive(UnstructuredArchive):
         """
         state = self._check_state(state)
         if objective is None:
-            objective = jnp.zeros((jnp.shape(solutions)[0],), jnp.float32)
+            objective = jnp.zeros((jnp.shape(jax.tree_util.tree_leaves(solutions)[0])[0],), jnp.float32)
         solutions, objective, measures, fields = self._check_batch(solutions, objective, measures, fields)
         batch, capacity = objective.shape[0], self.capacity
         valid = candidate_is_valid(solutions, objective, measures)
@@ -196,7 +201,7 @@ class DNSArchive(UnstructuredArchive):
 
         size = jnp.sum(survive, dtype=jnp.int32)
         new_state = ArchiveState(
-            solutions=pack(state.solutions, solutions),
+            solutions=jax.tree_util.tree_map(pack, state.solutions, solutions),
             objective=pack(state.objective, objective),
             measures=pack(state.measures, measures),
             threshold=state.threshold,

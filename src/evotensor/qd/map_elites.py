@@ -9,6 +9,12 @@ ME-ES's gradient samples), and each emitter learns from its own slice of the bat
                    [IsoLineEmitter(x0=jnp.full(8, 0.5), batch_size=128)])
     result = evotensor.run(me, Arm(num_joints=8), generations=500, key=jax.random.key(0))
 
+Genotypes of any structure (NEAT genomes, GP trees): give the archive a ``genotype`` template
+(:class:`~evotensor.qd.archive.Archive`), emitters that vary such genotypes (e.g.
+:class:`~evotensor.qd.VariationEmitter`, :class:`evotensor.neat.NEATEmitter`) and, where the
+problem scores phenotypes, a ``decoder``; the population is then the emitters' genotype batches
+concatenated along their leading axis.
+
 Orientation: strategies minimize, so ``tell`` stores ``objective = -evaluation.fitness`` (the run
 loop negates a maximized problem's fitness, so the archive holds the natural QD fitness of a
 ``maximize = True`` problem). Non-finite fitness or descriptors are never stored
@@ -71,7 +77,10 @@ class MAPElites:
             reported (pyribs' Scheduler ``result_archive``: with CMA-MAE the search archive's
             thresholds anneal, so its elites are not the best found; this one keeps them).
         solution: optional solution template pytree (``archive.solution_dim`` elements); without it
-            genotypes are flat ``[pop, solution_dim]`` vectors.
+            genotypes are flat ``[pop, solution_dim]`` vectors. Not with an archive of genotypes
+            (``genotype=...``), whose genotypes are handed over as they are.
+        decoder: optional genotype -> phenotype decoder (``decode``, ``apply``; e.g. a NEAT
+            strategy's ``decoder``) that the run loop applies before a policy problem scores them.
 
     Attributes:
         population_size: sum of the emitters' batch sizes.
@@ -87,6 +96,7 @@ class MAPElites:
         *,
         result_archive: Archive | None = None,
         solution: Any = None,
+        decoder: Any = None,
     ):
         if not isinstance(archive, (Archive, ShardedArchive)):
             raise ArgumentError(f"archive must be an evotensor.qd Archive, got {type(archive).__name__}")
@@ -100,21 +110,35 @@ class MAPElites:
         if result_archive is not None:
             if not isinstance(result_archive, (Archive, ShardedArchive)):
                 raise ArgumentError(f"result_archive must be an Archive, got {type(result_archive).__name__}")
-            if (result_archive.solution_dim, result_archive.measure_dim) != (
+            if (result_archive.solution_dim, result_archive.measure_dim, result_archive.genotype) != (
                 archive.solution_dim,
                 archive.measure_dim,
+                archive.genotype,
             ):
-                raise ArgumentError("result_archive must have the archive's solution_dim and measure_dim")
+                raise ArgumentError(
+                    "result_archive must have the archive's solution_dim (or genotype) and measure_dim"
+                )
+        if decoder is not None and not callable(getattr(decoder, "decode", None)):
+            raise ArgumentError(f"decoder must have a decode() method, got {type(decoder).__name__}")
+        self.decoder = decoder
         self.archive = archive
         self.result_archive = result_archive
         self.emitters = emitters
         self.solution = solution
-        self.space: SolutionSpace = (
-            as_solution_space(solution=solution)
-            if solution is not None
-            else as_solution_space(num_dims=archive.solution_dim)
-        )
-        if self.space.num_dims != archive.solution_dim:
+        if archive.genotype is not None:
+            if solution is not None:
+                raise ArgumentError(
+                    "solution is a template of flat solutions; an archive of genotypes hands its "
+                    "genotypes over as they are (leave solution out)"
+                )
+            self.space = None
+        else:
+            self.space: SolutionSpace | None = (
+                as_solution_space(solution=solution)
+                if solution is not None
+                else as_solution_space(num_dims=archive.solution_dim)
+            )
+        if self.space is not None and self.space.num_dims != archive.solution_dim:
             raise ArgumentError(
                 f"solution has {self.space.num_dims} elements but the archive stores {archive.solution_dim}"
             )
@@ -146,8 +170,17 @@ class MAPElites:
             x, s = emitter.ask(k, s, self.archive, state.archive)
             batches.append(x)
             emitter_states.append(s)
-        x = jnp.concatenate(batches, axis=0)
-        return self.space.unravel_population(x), state.replace(emitters=tuple(emitter_states))
+        x = jax.tree_util.tree_map(lambda *parts: jnp.concatenate(parts, axis=0), *batches)
+        return self._genotypes(x), state.replace(emitters=tuple(emitter_states))
+
+    def _genotypes(self, x: Any) -> Any:
+        """The population the emitters proposed (``[pop, solution_dim]`` or genotypes) as the
+        strategy's genotypes."""
+        return x if self.space is None else self.space.unravel_population(x)
+
+    def _solutions(self, genotypes: Any) -> Any:
+        """The inverse of :meth:`_genotypes`: what the archive stores."""
+        return genotypes if self.space is None else self.space.ravel_population(genotypes)
 
     def _fields(self, archive: Archive, evaluation: Evaluation) -> dict[str, jax.Array] | None:
         if not archive.extra_fields:
@@ -179,10 +212,9 @@ class MAPElites:
             sliced = jax.tree_util.tree_map(
                 lambda a, part=part: a[part], info
             )  # every field the archive reports
+            mine = jax.tree_util.tree_map(lambda a, part=part: a[part], x)
             emitter_states.append(
-                emitter.tell(
-                    k, s, self.archive, archive_state, x[part], objective[part], measures[part], sliced
-                )
+                emitter.tell(k, s, self.archive, archive_state, mine, objective[part], measures[part], sliced)
             )
             start += size
         state = state.replace(
@@ -196,7 +228,7 @@ class MAPElites:
     def _add(self, state: MAPElitesState, genotypes: Any, evaluation: Evaluation) -> tuple:
         """The population added to the archive(s): ``(x, objective, measures, archive state, result
         state, info)``, with ``objective = -fitness`` and the shapes checked."""
-        x = self.space.ravel_population(genotypes)
+        x = self._solutions(genotypes)
         if evaluation.descriptor is None:
             raise ArgumentError("MAP-Elites needs evaluation.descriptor [pop, measure_dim] from the problem")
         objective = -jnp.asarray(evaluation.fitness, jnp.float32)
@@ -268,6 +300,7 @@ class ShardedMAPElites(MAPElites):
             unsharded.emitters,
             result_archive=None if result is None else ShardedArchive(result, mesh, axis),
             solution=unsharded.solution,
+            decoder=unsharded.decoder,
         )
         self.unsharded = unsharded
         self.mesh = mesh

@@ -95,7 +95,8 @@ class ProximityArchive(UnstructuredArchive):
     """Novelty-search archive of fixed ``capacity`` (module docstring for the rules).
 
     Args (keyword-only):
-        solution_dim: elements of a (flattened) solution.
+        solution_dim: elements of a (flattened) solution (or ``genotype``: a template pytree, see
+            :class:`~evotensor.qd.archive.Archive`).
         measure_dim: measure-space dimensions.
         capacity: rows of the archive (its most elites).
         k_neighbors: ``k`` of the novelty (fewer while the archive holds fewer elites).
@@ -111,7 +112,7 @@ class ProximityArchive(UnstructuredArchive):
     def __init__(
         self,
         *,
-        solution_dim: int,
+        solution_dim: int | None = None,
         measure_dim: int,
         capacity: int,
         k_neighbors: int,
@@ -122,9 +123,13 @@ class ProximityArchive(UnstructuredArchive):
         threshold_decay_itrs: int = 1,
         threshold_decay_min: float = 0.0,
         extra_fields: Mapping[str, tuple[Sequence[int], Any]] | None = None,
+        genotype: Any = None,
     ):
         super().__init__(
-            solution_dim=solution_dim, qd_score_offset=qd_score_offset, extra_fields=extra_fields
+            solution_dim=solution_dim,
+            genotype=genotype,
+            qd_score_offset=qd_score_offset,
+            extra_fields=extra_fields,
         )
         self.measure_dim = check_int(measure_dim, "measure_dim")
         self.num_cells = self.capacity = check_int(capacity, "capacity")
@@ -286,7 +291,7 @@ class ProximityArchive(UnstructuredArchive):
 
         Args:
             state: the archive contents (:meth:`init`).
-            solutions: ``[B, solution_dim]``.
+            solutions: ``[B, solution_dim]`` (genotypes ``[B]`` for an archive of genotypes).
             objective: ``[B]`` (maximized), or ``None`` for objective 0 everywhere (diversity only;
                 refused with ``local_competition``).
             measures: ``[B, measure_dim]``.
@@ -299,7 +304,7 @@ class ProximityArchive(UnstructuredArchive):
         if objective is None:
             if self.local_competition:
                 raise ArgumentError("objective is None, but local_competition=True compares objectives")
-            objective = jnp.zeros((jnp.shape(solutions)[0],), jnp.float32)
+            objective = jnp.zeros((jnp.shape(jax.tree_util.tree_leaves(solutions)[0])[0],), jnp.float32)
         solutions, objective, measures, fields = self._check_batch(solutions, objective, measures, fields)
         valid = candidate_is_valid(solutions, objective, measures)
         safe_measures = jnp.where(valid[:, None], measures, 0.0)

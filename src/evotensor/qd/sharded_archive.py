@@ -177,6 +177,10 @@ class ShardedArchive:
         return self.archive.solution_dim
 
     @property
+    def genotype(self) -> Any:
+        return self.archive.genotype
+
+    @property
     def measure_dim(self) -> int:
         return self.archive.measure_dim
 
@@ -394,7 +398,7 @@ class ShardedArchive:
             mine, row = self._owned(index)
             take = lambda a: _from_owner(a[row], mine, self.axis)  # noqa: E731
             data = {
-                "solutions": take(state.solutions),
+                "solutions": jax.tree_util.tree_map(take, state.solutions),
                 "objective": take(state.objective),
                 "measures": take(state.measures),
                 "threshold": take(state.threshold),
@@ -451,11 +455,12 @@ class ShardedArchive:
         return self._map(body, (P(self.axis),) * 3, P())(state.objective, state.measures, state.occupied)
 
     def elite_solutions(self, state: ArchiveState, cells: jax.Array) -> jax.Array:
-        """The solutions stored in ``cells``: ``[n] -> [n, solution_dim]``, each from its owner."""
+        """The solutions stored in ``cells``: ``[n] -> [n, solution_dim]`` (genotypes ``[n]``), each
+        from its owner."""
 
         def body(solutions, cells):
             mine, row = self._owned(cells)
-            return _from_owner(solutions[row], mine, self.axis)
+            return jax.tree_util.tree_map(lambda a: _from_owner(a[row], mine, self.axis), solutions)
 
         return self._map(body, (P(self.axis), P()), P())(state.solutions, jnp.asarray(cells, jnp.int32))
 

@@ -2,13 +2,15 @@
 
 Gaussian and Iso+LineDD variation of elites, the CMA-ES emitter of CMA-ME / CMA-MAE, and the
 ME-ES emitter (an OpenAI-style ES on fitness or novelty, its samples evaluated but not archived), and
-the gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD).
+the gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD), and an emitter of
+genotypes of any structure varied by a function the user passes in.
 """
 
 from evotensor.qd.emitters._aliases import deprecated_aliases
 from evotensor.qd.emitters.base import Emitter, VariationEmitter
 from evotensor.qd.emitters.cma_es import CMAESEmitter, CMAESEmitterState
 from evotensor.qd.emitters.gaussian import GaussianEmitter
+from evotensor.qd.emitters.genotype import GenotypeEmitter
 from evotensor.qd.emitters.gradient_arborescence import (
     GradientArborescenceEmitter,
     GradientArborescenceState,
@@ -26,6 +28,7 @@ __all__ = [
     "Emitter",
     "EmitterGroup",
     "GaussianEmitter",
+    "GenotypeEmitter",
     "GradientArborescenceEmitter",
     "GradientArborescenceState",
     "IsoLineEmitter",

@@ -54,6 +54,17 @@ class Emitter(Protocol):
     ) -> Any: ...
 
 
+def check_flat_archive(archive: Any, who: str) -> None:
+    """Raise :class:`ArgumentError` if ``archive`` stores genotypes (a pytree template) rather than
+    the flat float32 solutions that emitter ``who`` samples and varies."""
+    if getattr(archive, "genotype", None) is not None:
+        raise ArgumentError(
+            f"{who} varies flat solutions [solution_dim], but the archive stores genotypes (a pytree): "
+            "use a VariationEmitter with a variation of those genotypes, or a family's emitter "
+            "(evotensor.neat.NEATEmitter)"
+        )
+
+
 def check_vector(value: Any, name: str) -> np.ndarray:
     """``value`` as a finite, non-empty 1-d float32 NumPy array; an :class:`ArgumentError` naming
     ``name`` otherwise (also for values that are not numbers or overflow float32)."""
@@ -136,6 +147,7 @@ class VariationEmitter:
 
     def check_archive(self, archive: Archive) -> None:
         """Raise :class:`ArgumentError` unless ``archive`` stores solutions of this emitter's size."""
+        check_flat_archive(archive, type(self).__name__)
         if archive.solution_dim != self.solution_dim:
             raise ArgumentError(
                 f"{type(self).__name__}: x0 has {self.solution_dim} elements but the archive stores "

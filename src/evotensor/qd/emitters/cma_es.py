@@ -89,7 +89,7 @@ from evotensor.core.pytree import pytree_dataclass
 from evotensor.es.core import cma
 from evotensor.es.core.base import default_population_size, float_dtype
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
-from evotensor.qd.emitters.base import check_bounds, check_vector
+from evotensor.qd.emitters.base import check_bounds, check_flat_archive, check_vector
 from evotensor.qd.emitters.rankers import BUILTIN_RANKERS, Ranker, get_ranker
 
 RANKERS = tuple(BUILTIN_RANKERS)  # the built-in rankers' names (see evotensor.qd.emitters.rankers)
@@ -222,6 +222,7 @@ class CMAESEmitter:
     # -- protocol --------------------------------------------------------------------------------
     def init(self, key: jax.Array, archive: Archive) -> CMAESEmitterState:
         """CMA-ES at ``x0`` with ``sigma0`` and ``C = I``; the ranking direction drawn from ``key``."""
+        check_flat_archive(archive, "CMAESEmitter")
         if archive.solution_dim != self.solution_dim:
             raise ArgumentError(
                 f"CMAESEmitter: x0 has {self.solution_dim} elements but the archive "

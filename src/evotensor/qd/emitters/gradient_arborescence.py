@@ -51,7 +51,7 @@ from jax import lax
 from evotensor.core.checks import ArgumentError, check_real
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
-from evotensor.qd.emitters.base import check_vector
+from evotensor.qd.emitters.base import check_flat_archive, check_vector
 from evotensor.qd.emitters.cma_es import CMAESEmitter, CMAESEmitterState
 from evotensor.qd.emitters.rankers import Ranker
 
@@ -184,6 +184,7 @@ class GradientArborescenceEmitter:
 
     def init(self, key: jax.Array, archive: Archive) -> GradientArborescenceState:
         """``theta = x0``; CMA-ES over the coefficients at 0 with ``sigma0``."""
+        check_flat_archive(archive, "GradientArborescenceEmitter")
         if archive.solution_dim != self.solution_dim or archive.measure_dim != self.measure_dim:
             raise ArgumentError(
                 f"GradientArborescenceEmitter: x0 has {self.solution_dim} elements and measure_dim is "

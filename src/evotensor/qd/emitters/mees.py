@@ -65,7 +65,7 @@ from evotensor.core.evaluation import worst_for_nonfinite
 from evotensor.core.fitness_shaping import centered_ranks
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
-from evotensor.qd.emitters.base import check_bounds, check_vector
+from evotensor.qd.emitters.base import check_bounds, check_flat_archive, check_vector
 
 MODES = ("explore_exploit", "exploit", "explore")
 _QUERY_BLOCK = 256  # query rows per vectorised block of the nearest-neighbour search
@@ -241,6 +241,7 @@ class MEESEmitter:
 
     def init(self, key: jax.Array, archive: Archive) -> MEESEmitterState:
         """The first parent and offspring are ``x0``; empty novelty archive and recent buffer."""
+        check_flat_archive(archive, "MEESEmitter")
         if archive.solution_dim != self.solution_dim:
             raise ArgumentError(
                 f"MEESEmitter: x0 has {self.solution_dim} elements but the archive stores "
