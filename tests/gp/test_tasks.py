@@ -1,4 +1,4 @@
-"""The `sr-pagie` task as `make run` runs it: CLI, report lines, run-directory plots."""
+"""The `sr-pagie` task as `make run` runs it: CLI, report lines, run-directory plots; `sr-map-elites`."""
 
 import os
 import re
@@ -10,6 +10,7 @@ import numpy as np
 from evotensor.gp.front import read_front_csv
 from evotensor.gp.regression import Pagie1
 from evotensor.io.rundir import read_metrics
+from evotensor.tasks import get_task
 
 
 def test_sr_pagie_cli_reports_the_chosen_model_the_front_and_writes_its_files(tmp_path):
@@ -69,3 +70,19 @@ def test_show_refuses_a_damaged_front_csv_naming_the_file(tmp_path):
     (tmp_path / "front.csv").write_text("complexity,loss,score,chosen,expression\nthree,1,0,0,x0\n")
     with pytest.raises(_Problem, match=r"front.csv, line 2: bad row"):
         _front_table(tmp_path)
+
+
+def test_sr_map_elites_keeps_the_best_tree_of_every_shape_reports_and_resumes_bit_identically(tmp_path):
+    """``sr-map-elites``: MAP-Elites over trees (GPEmitter) on Pagie-1, one cell per (length,
+    depth); stopped and resumed, it equals an uninterrupted run bit for bit."""
+    from tests.qd.test_tasks_and_plots import run_and_resume
+
+    from evotensor.gp import GPEmitter, ShapeDescriptors
+
+    task = get_task("sr-map-elites").build({"pop": 48, "max_len": 16})
+    assert isinstance(task.strategy.emitters[0], GPEmitter) and isinstance(task.problem, ShapeDescriptors)
+    assert task.strategy.archive.num_cells == 16 * 16 and task.problem.maximize
+    _, resumed = run_and_resume(task, tmp_path, 4, 8, 2)
+    text = task.report(resumed, tmp_path)
+    assert "best R2 by length: 1: " in text and "true: 1/(1 + x0**-4)" in text
+    assert (tmp_path / "archive.png").stat().st_size > 0 and (tmp_path / "qd.png").stat().st_size > 0

@@ -7,7 +7,8 @@ GPU through a Pallas kernel; :func:`reference_eval` is the slow, obviously corre
 path is tested against. :class:`GP` is the ask/tell strategy, configured by a checked
 :class:`GPConfig` and built from an :class:`OperatorRegistry` of variation operators (a user's own
 :class:`GPOperator` registers there); :class:`SymbolicRegression` and :class:`Pagie1` are the problems
-over forests.
+over forests. :class:`GPEmitter` and :class:`ShapeDescriptors` (:mod:`evotensor.gp.qd`) run
+MAP-Elites over trees: an archive of the best expression of every length and depth.
 """
 
 from evotensor.gp.config import GPConfig
@@ -33,6 +34,7 @@ from evotensor.gp.operators import (
     subtree_mutation,
 )
 from evotensor.gp.parse import parse_expression
+from evotensor.gp.qd import GPEmitter, ShapeDescriptors
 from evotensor.gp.reference import reference_eval
 from evotensor.gp.regression import Pagie1, SymbolicRegression
 from evotensor.gp.selection import (
@@ -61,6 +63,7 @@ __all__ = [
     "BUILTIN_NAMES",
     "CONST",
     "GP",
+    "GPEmitter",
     "CaseErrors",
     "GPConfig",
     "GPOperator",
@@ -75,6 +78,7 @@ __all__ = [
     "FunctionSet",
     "OperatorRegistry",
     "Pagie1",
+    "ShapeDescriptors",
     "SymbolicRegression",
     "TreeGenerator",
     "covariant_parsimony",

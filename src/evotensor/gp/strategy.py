@@ -672,13 +672,44 @@ class GP:
         forest = state.forest
         take = lambda f, idx: jax.tree_util.tree_map(lambda a: a[idx], f)  # noqa: E731
         pair = take(forest, self._parents(u, state, params, key))  # recipients, then donors
-        children, rej_c = self._crossover(u, pair, params)
-        pieces, rej_m = self._mutations(u, children, params)
+        pieces, rej_c, rej_m = self._vary(u, pair, params)
         if E:
             pieces.insert(0, take(forest, sel.elite_indices(state.fitness, E)))  # raw fitness (see top)
         # one concatenation, not an update of the children per mutation (each a copy of them)
         out = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=0), *pieces)
         return out, rej_c, rej_m
+
+    def _vary(self, u: dict[str, jax.Array], pair: Forest, params: GPParams):
+        """``(pieces, rejected crossovers, rejected mutations)``: the children of ``pair`` (recipients
+        then donors, ``[2C, L]``) after crossover and mutation, as :meth:`_mutations`' blocks."""
+        children, rej_c = self._crossover(u, pair, params)
+        pieces, rej_m = self._mutations(u, children, params)
+        return pieces, rej_c, rej_m
+
+    def vary(self, key: jax.Array, parents: Forest, params: GPParams | None = None) -> Forest:
+        """The children of ``parents`` by this GP's crossover and mutations, as a generation makes
+        them (the same operators, rates and length cap), without selection or elites: for an
+        emitter that picks its own parents (MAP-Elites over trees, :class:`evotensor.gp.GPEmitter`).
+
+        Args:
+            key: PRNG key.
+            parents: ``Forest [2C, max_len]``, recipients then donors, ``C = population_size -
+                n_elite`` (child ``i`` crosses recipient ``i`` with donor ``C + i``).
+            params: the dynamic hyperparameters (default :meth:`default_params`).
+
+        Returns:
+            ``Forest [C, max_len]``: valid trees of at most ``max_len`` nodes.
+        """
+        C = self.population_size - self.n_elite
+        if not isinstance(parents, Forest) or parents.opcode.shape != (2 * C, self.max_len):
+            shape = getattr(getattr(parents, "opcode", None), "shape", None)
+            raise ArgumentError(
+                f"parents must be a Forest [2 * (population_size - n_elite), max_len] = [{2 * C}, "
+                f"{self.max_len}], got {type(parents).__name__} {shape}"
+            )
+        params = self.default_params() if params is None else params
+        pieces, _, _ = self._vary(self._draw(key), parents, params)
+        return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=0), *pieces)
 
     def __repr__(self) -> str:
         c = self.parsimony_coefficient

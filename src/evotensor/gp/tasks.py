@@ -1,4 +1,7 @@
-"""Task ``sr-pagie``: tree GP on the Pagie-1 symbolic-regression benchmark (the EvoGP paper's task).
+"""Tasks ``sr-pagie``: tree GP on the Pagie-1 symbolic-regression benchmark (the EvoGP paper's task),
+and ``sr-map-elites``: MAP-Elites over trees on Pagie-1 (:mod:`evotensor.gp.qd`), one cell per tree
+length and depth, scaled R² as the objective; the report gives the best R² of every length and the
+shortest tree with R² >= 0.99.
 
 ``evotensor run sr-pagie`` evolves ``pop`` trees (default 5000) for 100 generations on the 676-point
 Pagie-1 grid with EvoGP's function set ``+ - * / sin cos tan`` (raw semantics), training MSE as the
@@ -167,6 +170,72 @@ def _build_pagie(cfg: dict[str, Any]) -> Task:
         generations=cfg["generations"] or 100,
         report=_report(problem),
         best_to_text=lambda best: _expression(problem, best, 6),  # with the linear scaling
+    )
+
+
+@register_task(
+    "sr-map-elites",
+    "MAP-Elites over GP trees on Pagie-1 (scaled R2), one cell per tree length and depth, batch 512 x "
+    "300 generations: the best expression of every shape",
+    defaults={"max_len": 32},
+)
+def _build_map_elites(cfg: dict[str, Any]) -> Task:
+    from evotensor.gp.qd import GPEmitter, ShapeDescriptors
+    from evotensor.gp.regression import Pagie1
+    from evotensor.qd import GridArchive, MAPElites
+    from evotensor.qd.plots import archive_heatmap, plot_qd_history
+
+    pagie = Pagie1(metric="r2")  # with linear scaling: R2 in [0, 1] for every finite tree
+    max_len = int(cfg["max_len"])
+    strategy = GP(
+        population_size=cfg["pop"] or 512,
+        function_set=pagie.function_set,
+        n_vars=pagie.n_vars,
+        max_len=max_len,
+        elite_rate=0.0,  # the archive keeps the elites
+        const_range=(-5.0, 5.0),
+    )
+    emitter = GPEmitter(strategy)
+    problem = ShapeDescriptors(pagie, max_len)
+    archive = GridArchive(genotype=emitter.genotype, dims=problem.grid, ranges=problem.descriptor_ranges)
+    me = MAPElites(archive, [emitter])
+
+    def report(result: Any, run_dir: Path | None) -> str:
+        state = result.state.archive
+        stats = {k: float(v) for k, v in archive.stats(state).items()}
+        occupied = np.asarray(state.occupied)
+        cells = np.flatnonzero(occupied)
+        length = np.asarray(state.measures)[occupied, 0].astype(int)
+        r2 = np.asarray(state.objective)[occupied]
+        lines = [
+            f"archive: {int(stats['num_elites'])} tree shapes (length x depth), QD score "
+            f"{stats['qd_score']:.4g}, best R2 {stats['obj_max']:.4f}",
+            "best R2 by length: " + ", ".join(f"{n}: {r2[length == n].max():.4f}" for n in np.unique(length)),
+        ]
+        good = np.flatnonzero(r2 >= 0.99)
+        for name, row in (
+            ("shortest with R2 >= 0.99", good[np.argmin(length[good])] if good.size else None),
+            ("most accurate", int(np.argmax(r2))),
+        ):
+            if row is not None:
+                tree = archive.elite_solutions(state, np.asarray([cells[row]]))[0]
+                lines.append(
+                    f"{name} (length {length[row]}, R2 {r2[row]:.4f}): {_expression(pagie, tree, 3)}"
+                )
+        lines.append(f"true: {pagie.true_expression}")
+        if run_dir is not None:
+            run_dir = Path(run_dir)
+            archive_heatmap(archive, state, run_dir / "archive.png", labels=("length", "depth"))
+            plot_qd_history(result.history, run_dir / "qd.png")
+            lines.append("wrote archive.png qd.png")
+        return "\n".join(lines)
+
+    return Task(
+        strategy=me,
+        problem=problem,
+        generations=cfg["generations"] or 300,
+        report=report,
+        best_to_text=lambda best: _expression(pagie, best, 6),
     )
 
 
