@@ -10,10 +10,10 @@ ME-ES's gradient samples), and each emitter learns from its own slice of the bat
     result = evotensor.run(me, Arm(num_joints=8), generations=500, key=jax.random.key(0))
 
 Genotypes of any structure (NEAT genomes, GP trees): give the archive a ``genotype`` template
-(:class:`~evotensor.qd.archive.Archive`), emitters that vary such genotypes (e.g.
-:class:`~evotensor.qd.VariationEmitter`, :class:`evotensor.neat.NEATEmitter`) and, where the
-problem scores phenotypes, a ``decoder``; the population is then the emitters' genotype batches
-concatenated along their leading axis.
+(:class:`~evotensor.qd.archive.Archive`), emitters that vary such genotypes
+(:class:`~evotensor.qd.GenotypeEmitter`, :class:`evotensor.neat.NEATEmitter`,
+:class:`evotensor.gp.GPEmitter`) and, where the problem scores phenotypes, a ``decoder``; the
+population is then the emitters' genotype batches concatenated along their leading axis.
 
 Orientation: strategies minimize, so ``tell`` stores ``objective = -evaluation.fitness`` (the run
 loop negates a maximized problem's fitness, so the archive holds the natural QD fitness of a

@@ -60,8 +60,8 @@ def check_flat_archive(archive: Any, who: str) -> None:
     if getattr(archive, "genotype", None) is not None:
         raise ArgumentError(
             f"{who} varies flat solutions [solution_dim], but the archive stores genotypes (a pytree): "
-            "use a VariationEmitter with a variation of those genotypes, or a family's emitter "
-            "(evotensor.neat.NEATEmitter)"
+            "use a GenotypeEmitter with a variation of those genotypes, or a family's emitter "
+            "(evotensor.neat.NEATEmitter, evotensor.gp.GPEmitter)"
         )
 
 
