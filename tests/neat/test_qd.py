@@ -65,6 +65,22 @@ def test_map_elites_over_genomes_finds_better_networks_than_its_first_batch(run)
     assert history["num_elites"][-1] > history["num_elites"][0]
 
 
+def test_several_neat_emitters_share_an_archive_and_every_elite_stays_valid():
+    """Two NEAT emitters on one archive mutate each other's elites: each hands out node keys and
+    innovation numbers past every elite's, so no genome ever holds one twice (the small emitter's own
+    counter lags far behind the large one's numbers)."""
+    spec, emitter, problem, archive = _setup(batch=64)
+    other = NEATEmitter(spec, emitter.config, batch_size=4)
+    me = MAPElites(archive, [emitter, other], decoder=emitter.decoder)
+    result = evotensor.run(me, problem, 20, jax.random.key(5), progress=False)
+    state = result.state.archive
+    cells = np.flatnonzero(np.asarray(state.occupied))
+    genomes = archive.elite_solutions(state, jnp.asarray(cells))
+    for i in range(len(cells)):
+        assert check_genome(spec, jax.tree_util.tree_map(lambda a, i=i: a[i], genomes)) == [], i
+    assert len(cells) > 10 and all(int(s.next_innov) > 3 for s in result.state.emitters)
+
+
 def test_wrong_archives_and_arguments_are_refused():
     spec, emitter, problem, archive = _setup()
     other, _ = neat_mode("neat-python", 3, 1, max_nodes=16, max_conns=24)

@@ -36,7 +36,7 @@ from evotensor.core.evaluation import Evaluation
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.neat.config import NEATConfig
 from evotensor.neat.genome import Genome, GenomeSpec
-from evotensor.neat.innovation import initial_counters
+from evotensor.neat.innovation import counters_from_population, initial_counters
 from evotensor.neat.mutation import mutate
 from evotensor.neat.network import Network
 from evotensor.neat.strategy import NEATDecoder
@@ -101,17 +101,23 @@ class NEATEmitter:
         empty), the counters advanced by the distinct new keys and numbers handed out."""
         parent_key, mutate_key, initial_key = jax.random.split(key, 3)
         n = self.batch_size
+        # never below what the archive holds: with several NEAT emitters on one archive, each hands
+        # out numbers past every elite's, so a parent from another emitter gets no key or number
+        # twice (one emitter alone is always past them already)
+        held_key, held_innov = counters_from_population(self.spec, archive_state.solutions)
+        next_node_key = jnp.maximum(state.next_node_key, held_key)
+        next_innov = jnp.maximum(state.next_innov, held_innov)
 
         def offspring():
             cells = archive.sample_elites(parent_key, archive_state, n)
             parents = archive.elite_solutions(archive_state, cells)
             children, node_key, innov, _ = mutate(
-                mutate_key, self.spec, self.config.mutation, parents, state.next_node_key, state.next_innov
+                mutate_key, self.spec, self.config.mutation, parents, next_node_key, next_innov
             )
             return children, node_key, innov
 
         def first():
-            return self.spec.initial(initial_key, n), state.next_node_key, state.next_innov
+            return self.spec.initial(initial_key, n), next_node_key, next_innov
 
         genomes, node_key, innov = lax.cond(archive.has_elites(archive_state), offspring, first)
         return genomes, NEATEmitterState(next_node_key=node_key, next_innov=innov)
