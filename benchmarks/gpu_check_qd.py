@@ -1,5 +1,6 @@
 """QD section of the one-command GPU check (``benchmarks/gpu_check.py``): MAP-Elites throughput over
-batch sizes, the novelty archives' insertion (proximity, DNS) and ME-ES generations.
+batch sizes, the novelty archives' insertion (proximity, DNS), ME-ES generations, and MAP-Elites over
+NEAT genomes and GP trees.
 
 Case ``map-elites arm 100x100``: the ``qd-arm`` task's search (``evotensor.qd.tasks``: Iso+LineDD
 with iso_sigma 0.01, line_sigma 0.2 from the arm stretched straight, genotypes clipped to [0, 1]) on
@@ -40,6 +41,13 @@ grid: ``samples`` ES samples per generation (``"gpu"``: 1000 and 10,000; ``"cpu"
 offspring), the elites after ``generations``. ``benchmarks/qd_mees.py`` sets it beside QDax on a
 CPU.
 
+Cases ``neat map-elites xor`` and ``gp map-elites pagie`` (section ``qd-genotypes``): MAP-Elites over
+genotypes of another family, an archive of NEAT genomes (the ``neat-map-elites`` task: ``NEATEmitter``
+on XOR, one cell per network size) and of GP trees (``sr-map-elites``: ``GPEmitter`` on Pagie-1, one
+cell per tree length and depth), at ``batch`` children per generation (``"gpu"``: 1024 and 8192;
+``"cpu"``: 64): compile, ``ms_per_gen`` (median), ``evals_per_s``, the elites and the best objective
+after ``generations``.
+
 In ``"gpu"`` mode the sweep stops at the first batch size whose evaluations/s are below
 ``PLATEAU_GAIN`` x the best so far (the throughput has plateaued), or once ``BUDGET_S`` seconds of
 timed generations have passed. Needs only the project's own packages.
@@ -77,6 +85,8 @@ SIZES = {
 }
 DNS = {"gpu": dict(sizes=((1024, 4096), (4096, 16384)), adds=20), "cpu": dict(sizes=((64, 256),), adds=4)}
 MEES = {"gpu": dict(samples=(1000, 10000), generations=60), "cpu": dict(samples=(100,), generations=12)}
+GENOTYPES = {"gpu": dict(batches=(1024, 8192), generations=20), "cpu": dict(batches=(64,), generations=6)}
+GENOTYPE_TASKS = {"neat map-elites xor": "neat-map-elites", "gp map-elites pagie": "sr-map-elites"}
 NOVELTY = {
     "gpu": dict(batches=(1024, 8192), capacity=100_000, adds=30),
     "cpu": dict(batches=(256,), capacity=2_000, adds=6),
@@ -89,7 +99,7 @@ def _arm_archive(problem: Arm) -> GridArchive:
     )
 
 
-def _timed_generations(strategy: MAPElites, problem: Arm, generations: int, seed: int) -> tuple:
+def _timed_generations(strategy: MAPElites, problem: Any, generations: int, seed: int) -> tuple:
     """``(compile_s, ms_per_gen, times, final carry)`` of ``generations`` generations of
     ``Loop.step`` (one generation of ``evotensor.run``), jitted with the state donated."""
     loop = Loop(strategy, problem)
@@ -167,6 +177,29 @@ def measure_mees(samples: int, generations: int, seed: int = 0) -> dict:
         "elites": int(stats["num_elites"]),
         "qd_score": round(float(stats["qd_score"]), 2),
         "skipped": int(carry.strategy_state.emitters[0].skipped),
+        "backend": jax.default_backend(),
+    }
+
+
+def measure_genotypes(case: str, batch: int, generations: int, seed: int = 0) -> dict:
+    """One ``qd-genotypes`` row: ``generations`` generations of the MAP-Elites task of ``case``
+    (:data:`GENOTYPE_TASKS`) with ``batch`` children per generation."""
+    from evotensor.tasks import get_task
+
+    task = get_task(GENOTYPE_TASKS[case]).build({"pop": batch})
+    compile_s, ms_per_gen, times, carry = _timed_generations(task.strategy, task.problem, generations, seed)
+    stats = task.strategy.archive.stats(carry.strategy_state.archive)
+    return {
+        "family": "qd",
+        "section": "qd-genotypes",
+        "case": case,
+        "batch": batch,
+        "generations": generations,
+        "compile_s": round(compile_s, 3),
+        "ms_per_gen": round(ms_per_gen, 4),
+        "evals_per_s": round(batch / (ms_per_gen / 1e3)),
+        "elites": int(stats["num_elites"]),
+        "obj_max": round(float(stats["obj_max"]), 4),
         "backend": jax.default_backend(),
     }
 
@@ -272,6 +305,10 @@ def run(mode: str) -> list[dict]:
     mees = MEES[mode]
     for samples in mees["samples"]:
         rows.append(measure_mees(samples, mees["generations"]))
+    genotypes = GENOTYPES[mode]
+    for case in GENOTYPE_TASKS:
+        for batch in genotypes["batches"]:
+            rows.append(measure_genotypes(case, batch, genotypes["generations"]))
     return rows
 
 

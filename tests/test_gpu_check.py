@@ -61,6 +61,9 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     assert novelty and all(r["adds_per_s"] > 0 and 0 < r["elites"] <= r["capacity"] for r in novelty)
     dns = by_section["qd-dns"]
     assert dns and all(r["adds_per_s"] > 0 and r["members"] == r["capacity"] for r in dns)
+    genotypes = by_section["qd-genotypes"]  # MAP-Elites over NEAT genomes and GP trees
+    assert {r["case"] for r in genotypes} == {"neat map-elites xor", "gp map-elites pagie"}
+    assert all(r["evals_per_s"] > 0 and r["elites"] > 0 for r in genotypes)
     mees = by_section["qd-mees"]  # one offspring per generation may enter the archive
     assert mees and all(r["evals_per_s"] > 0 and 0 < r["elites"] <= r["generations"] for r in mees)
 
@@ -77,4 +80,4 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     assert "## gp-fitness" in table and "## gp-accuracy" in table
     assert "## neat-generation" in table and "## neat-forward" in table and "## qd-novelty" in table
     assert "## neat-grad" in table
-    assert "## qd-mees" in table and "## qd-dns" in table
+    assert "## qd-mees" in table and "## qd-dns" in table and "## qd-genotypes" in table
