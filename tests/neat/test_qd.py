@@ -81,6 +81,21 @@ def test_several_neat_emitters_share_an_archive_and_every_elite_stays_valid():
     assert len(cells) > 10 and all(int(s.next_innov) > 3 for s in result.state.emitters)
 
 
+def test_an_emitter_group_of_neat_emitters_runs_its_copies_vmapped():
+    from evotensor.qd import EmitterGroup
+
+    spec, emitter, problem, archive = _setup(batch=16)
+    me = MAPElites(archive, [EmitterGroup(emitter, 3)], decoder=emitter.decoder)
+    assert me.population_size == 48
+    result = evotensor.run(me, problem, 8, jax.random.key(6), progress=False)
+    state = result.state.archive
+    cells = np.flatnonzero(np.asarray(state.occupied))
+    genomes = archive.elite_solutions(state, jnp.asarray(cells))
+    for i in range(len(cells)):
+        assert check_genome(spec, jax.tree_util.tree_map(lambda a, i=i: a[i], genomes)) == [], i
+    assert result.state.emitters[0].next_innov.shape == (3,) and len(cells) > 5
+
+
 def test_wrong_archives_and_arguments_are_refused():
     spec, emitter, problem, archive = _setup()
     other, _ = neat_mode("neat-python", 3, 1, max_nodes=16, max_conns=24)

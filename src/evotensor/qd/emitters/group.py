@@ -58,11 +58,11 @@ class EmitterGroup:
     def ask(
         self, key: jax.Array, state: Any, archive: Archive, archive_state: ArchiveState
     ) -> tuple[jax.Array, Any]:
-        """``[n x batch, dims]``: every copy's batch, in order."""
+        """``[n x batch, dims]`` (genotypes ``[n x batch]``): every copy's batch, in order."""
         x, state = jax.vmap(lambda k, s: self.emitter.ask(k, s, archive, archive_state))(
             rng.split(key, self.n), state
         )
-        return x.reshape(self.batch_size, *x.shape[2:]), state
+        return jax.tree_util.tree_map(lambda a: a.reshape(self.batch_size, *a.shape[2:]), x), state
 
     def tell(
         self,
