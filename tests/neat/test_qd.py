@@ -113,5 +113,7 @@ def test_wrong_archives_and_arguments_are_refused():
         NEATEmitter(spec, batch_size=0)
     with pytest.raises(ArgumentError, match="problem must have an evaluate"):
         TopologyDescriptors(None, spec)
+    with pytest.raises(ArgumentError, match="TopologyDescriptors reads NEAT networks"):
+        problem.evaluate(None, {"weights": jnp.zeros((2, 3))}, emitter.decoder.apply)
     with pytest.raises(ArgumentError, match="decoder must have a decode"):
         MAPElites(archive, [emitter], decoder=object())

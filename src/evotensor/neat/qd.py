@@ -169,6 +169,11 @@ class TopologyDescriptors:
 
     def evaluate(self, key: jax.Array, phenotypes: Network, apply: Any) -> Evaluation:
         """The problem's evaluation with :meth:`descriptors` as its descriptor."""
+        if not isinstance(phenotypes, Network):
+            raise ArgumentError(
+                "TopologyDescriptors reads NEAT networks (NEATEmitter.decoder's, NEAT.decoder's), got "
+                f"{type(phenotypes).__name__} phenotypes (a HyperNEAT substrate has no genome topology)"
+            )
         evaluation = self.problem.evaluate(key, phenotypes, apply)
         return evaluation.replace(descriptor=self.descriptors(phenotypes))
 
