@@ -210,3 +210,35 @@ def test_map_elites_over_a_pytree_genotype_fills_the_archive_with_consistent_eli
     # the integer gene was optimized too (0 is best): most elites have it
     assert np.mean(np.asarray(elites["k"]) == 0) > 0.5
     assert result.best_genotype["k"] == 0
+
+
+def test_data_lists_every_elite_on_the_host_for_flat_genotype_and_sharded_archives():
+    from evotensor.qd.sharded_archive import ShardedArchive
+
+    genotypes = {
+        "x": jnp.asarray([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0]]),
+        "key": jnp.asarray([[1, 2], [3, 4], [5, 6]], jnp.int32),
+        "on": jnp.asarray([True, False, True]),
+    }
+    objective, measures = jnp.asarray([1.0, 2.0, 3.0]), jnp.asarray([[0.9], [0.1], [0.12]])
+    archive = GridArchive(
+        genotype=TEMPLATE, dims=(4,), ranges=[(0, 1)], extra_fields={"tag": ((), jnp.int32)}
+    )
+    state, _ = archive.add(archive.init(), genotypes, objective, measures, {"tag": jnp.asarray([7, 8, 9])})
+    data = archive.data(state)
+    # cell 0 got the better of rows 1 and 2 (objective 3), cell 3 row 0; rows in cell order
+    np.testing.assert_array_equal(data["index"], [0, 3])
+    np.testing.assert_array_equal(data["objective"], [3.0, 1.0])
+    np.testing.assert_array_equal(data["solutions"]["key"], [[5, 6], [1, 2]])
+    np.testing.assert_array_equal(data["solutions"]["on"], [True, True])
+    np.testing.assert_array_equal(data["tag"], [9, 7])
+    assert isinstance(data["objective"], np.ndarray) and data["solutions"]["key"].dtype == np.int32
+    sharded = ShardedArchive(archive, jax.make_mesh((1,), ("pop",)))
+    again = sharded.data(sharded.pad(state))
+    for a, b in zip(jax.tree_util.tree_leaves(again), jax.tree_util.tree_leaves(data), strict=True):
+        np.testing.assert_array_equal(a, b)
+    flat = GridArchive(solution_dim=3, dims=(4,), ranges=[(0, 1)])
+    flat_state, _ = flat.add(flat.init(), genotypes["x"], objective, measures)
+    np.testing.assert_array_equal(flat.data(flat_state)["solutions"], [[6.0, 7.0, 8.0], [0.0, 1.0, 2.0]])
+    with pytest.raises(ArgumentError, match="state must be this archive's ArchiveState of 4 rows"):
+        archive.data(GridArchive(genotype=TEMPLATE, dims=(5,), ranges=[(0, 1)]).init())

@@ -530,6 +530,31 @@ class Archive:
         what emitters vary; a sharded archive fetches each row from the device that holds it)."""
         return take_rows(state.solutions, cells)
 
+    def data(self, state: ArchiveState) -> dict[str, Any]:
+        """Every elite, on the host (pyribs' ``archive.data()``): ``{"solutions": [n, solution_dim]``
+        (genotypes ``[n]``), ``"objective": [n]``, ``"measures": [n, D]``, ``"threshold": [n]``,
+        ``"index": [n]`` (the cells), and the extra fields ``[n, ...]``} over the ``n`` occupied
+        rows in row order, as NumPy arrays. Not for ``jit`` (``n`` is data); a sharded archive's
+        :meth:`~evotensor.qd.sharded_archive.ShardedArchive.data` gathers the rows first."""
+        if not isinstance(state, ArchiveState) or state.objective.shape[0] != self.num_cells:
+            rows = getattr(getattr(state, "objective", None), "shape", None)
+            raise ArgumentError(
+                f"state must be this archive's ArchiveState of {self.num_cells} rows, got {rows}"
+            )
+        rows = np.flatnonzero(np.asarray(state.occupied))
+
+        def take(a: Any) -> np.ndarray:
+            return np.asarray(a)[rows]
+
+        return {
+            "solutions": jax.tree_util.tree_map(take, state.solutions),
+            "objective": take(state.objective),
+            "measures": take(state.measures),
+            "threshold": take(state.threshold),
+            "index": rows.astype(np.int32),
+            **{name: take(value) for name, value in state.fields.items()},
+        }
+
     def best_cells(
         self, state: ArchiveState, k: int, score: Callable[[jax.Array, jax.Array], jax.Array] | None = None
     ) -> tuple[jax.Array, jax.Array]:

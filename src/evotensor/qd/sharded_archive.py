@@ -272,6 +272,12 @@ class ShardedArchive:
             return jax.tree_util.tree_map(lambda a: jax.sharding.reshard(a, whole), tree)
         return jax.tree_util.tree_map(lambda a: lax.with_sharding_constraint(a, whole), tree)
 
+    def data(self, state: ArchiveState) -> dict[str, Any]:
+        """:meth:`Archive.data <evotensor.qd.archive.Archive.data>` of the state cut to the plain
+        archive's cells (in one process: the rows are read from every device)."""
+        self._check_state(state)
+        return self.archive.data(self.trim(state))
+
     def trim(self, state: ArchiveState) -> ArchiveState:
         """The state as the plain archive's (``num_cells`` rows; see :func:`trim_padding`)."""
         return trim_padding(state, self.num_cells)
