@@ -12,8 +12,8 @@ its expression for every output (simplified, faithful to the evaluation) and its
   200-step episodes: a smoke-sized default for a CPU (compiling brax's physics takes most of it);
   scale up on a GPU with ``--pop 1024 --generations 100 --set episode_length=1000``.
 * ``gp-control`` — ``--set env=NAME``: a gymnax id (``Acrobot-v1``, ``Pendulum-v1``,
-  ``MountainCarContinuous-v0``, ``CartPole-v1``, ...) or a brax env (``swimmer``, ``halfcheetah``,
-  ``hopper``, ...), pop 256 x 20 generations.
+  ``MountainCarContinuous-v0``, ``CartPole-v1``, ...) or a brax env (``halfcheetah``, ``hopper``,
+  ``walker2d``, ...), pop 256 x 20 generations.
 
 Options (``--set KEY=VALUE``) besides ``pop``/``generations``/``seed``: ``episodes`` (per policy
 and generation; 4 on gymnax, 1 on brax), ``max_steps`` (gymnax) / ``episode_length`` (brax),
@@ -210,7 +210,7 @@ def _build_hopper(cfg: dict[str, Any]) -> Task:
 
 @register_task(
     "gp-control",
-    "GP policies on any gymnax or brax env (--set env=Acrobot-v1|Pendulum-v1|swimmer|...), pop 256 x 20",
+    "GP policies on any gymnax or brax env (--set env=Acrobot-v1|Pendulum-v1|hopper|...), pop 256 x 20",
     defaults={**_GYMNAX, "env": "Acrobot-v1", "episode_length": 1000, "brax_backend": None},
 )
 def _build_control(cfg: dict[str, Any]) -> Task:

@@ -542,6 +542,23 @@ class GymnaxProblem:
         )
 
 
+def _check_fluid_supported(env: Any, env_name: str) -> None:
+    """Refuse, at construction, a brax env whose fluid model cannot run with the installed jax:
+    brax's own pipelines compute the drag of a fluid (swimmer's) with ``jnp.clip(..., a_min=...)``,
+    a keyword jax has removed, so the first step would fail with a ``TypeError`` deep in brax."""
+    import inspect
+
+    import brax
+
+    fluid = bool(getattr(getattr(env, "sys", None), "enable_fluid", False))
+    if fluid and getattr(env, "backend", None) != "mjx" and "a_min" not in inspect.signature(jnp.clip).parameters:
+        raise ArgumentError(
+            f"brax env {env_name!r} moves through a fluid, which brax {brax.__version__} simulates with "
+            f"jnp.clip(a_min=...), removed in jax {jax.__version__}: it cannot run with these versions "
+            "(choose another env)"
+        )
+
+
 class BraxProblem:
     """A brax environment as a policy problem (fitness: mean episode return, maximized).
 
@@ -583,6 +600,7 @@ class BraxProblem:
         self.env = envs.create(env_name, episode_length=self.episode_length, auto_reset=False, **env_kwargs)
         self.observation_size = int(self.env.observation_size)
         self.output_size = int(self.env.action_size)
+        _check_fluid_supported(self.env, env_name)
 
     def episode(
         self, phenotype: Any, apply: Apply | StatefulPolicy, key: jax.Array
