@@ -551,7 +551,8 @@ def _check_fluid_supported(env: Any, env_name: str) -> None:
     import brax
 
     fluid = bool(getattr(getattr(env, "sys", None), "enable_fluid", False))
-    if fluid and getattr(env, "backend", None) != "mjx" and "a_min" not in inspect.signature(jnp.clip).parameters:
+    brax_physics = getattr(env, "backend", None) != "mjx"
+    if fluid and brax_physics and "a_min" not in inspect.signature(jnp.clip).parameters:
         raise ArgumentError(
             f"brax env {env_name!r} moves through a fluid, which brax {brax.__version__} simulates with "
             f"jnp.clip(a_min=...), removed in jax {jax.__version__}: it cannot run with these versions "
