@@ -51,3 +51,16 @@ def test_map_elites_over_genomes_on_a_qd_rl_task():
     for i in range(len(data["index"])):
         genome = jax.tree_util.tree_map(lambda a, i=i: a[i], data["solutions"])
         assert check_genome(spec, genome) == [], i
+
+
+def test_the_neat_map_elites_task_runs_qd_rl_on_a_brax_task(tmp_path):
+    from evotensor.tasks import get_task
+
+    task = get_task("neat-map-elites").build(
+        {"problem": "hopper_uni", "pop": 16, "episode_length": 20, "cells": 8, "max_conns": 64}
+    )
+    assert task.strategy.archive.num_cells == 8 and task.problem.num_descriptors == 1
+    result = evotensor.run(task.strategy, task.problem, 2, jax.random.key(1), progress=False)
+    text = task.report(result, tmp_path)
+    assert "of 8 cells" in text and "by hidden nodes" not in text
+    assert (tmp_path / "best_network.png").stat().st_size > 0 and not (tmp_path / "archive.png").exists()

@@ -66,3 +66,5 @@ def test_neat_map_elites_illuminates_network_sizes_reports_and_resumes_bit_ident
     assert all((tmp_path / name).stat().st_size > 0 for name in ("archive.png", "qd.png", "best_network.png"))
     with pytest.raises(ValueError, match="num_inputs"):
         get_task("neat-map-elites").build({"num_inputs": 1})
+    with pytest.raises(ValueError, match="option problem must be 'xor' or a QD-RL task"):
+        get_task("neat-map-elites").build({"problem": "hopper"})

@@ -7,10 +7,14 @@
   of one episode, at most 500), pop 1000, 50 generations; the rollout exits early
   (``GymnaxProblem(chunk=64)``): a generation costs about the steps the networks balance.
 
-* ``neat-map-elites`` — MAP-Elites over NEAT genomes (:class:`~evotensor.neat.NEATEmitter`) on
-  3-input parity (fitness ``8 - SSE``), the archive a grid of network sizes (hidden nodes x enabled
-  connections, :class:`~evotensor.neat.TopologyDescriptors`): the best network of every size; batch
-  256, 300 generations; the report lists the best fitness per hidden-node count.
+* ``neat-map-elites`` — MAP-Elites over NEAT genomes (:class:`~evotensor.neat.NEATEmitter`) on XOR
+  (fitness ``4 - SSE``; ``num_inputs=3``: 3-input parity), the archive a grid of network sizes (hidden
+  nodes x enabled connections, :class:`~evotensor.neat.TopologyDescriptors`): the best network of
+  every size; batch 256, 300 generations; the report lists the best fitness per hidden-node count.
+  ``--set problem=hopper_uni`` (any QDax QD-RL task of
+  :class:`~evotensor.problems.qd_control.BraxQDProblem`, ``episode_length`` 250): QD-RL with NEAT
+  networks as the policies, the task's behaviour descriptor on a grid of ``cells`` per descriptor
+  (a CVT of ``cvt_cells`` beyond two).
 
 Options (``--set KEY=VALUE``) besides ``pop``/``generations``/``seed``: ``mode``, ``max_nodes``,
 ``max_conns``, ``num_inputs`` (XOR only: 3 gives 3-input parity), ``grad_steps``, ``grad_lr`` and
@@ -243,53 +247,89 @@ def _build_hyperneat_xor(cfg: dict[str, Any]) -> Task:
 
 @register_task(
     "neat-map-elites",
-    "MAP-Elites over NEAT genomes on 3-input parity, a grid of network sizes, batch 256 x 300 generations",
-    defaults={"mode": "neat-python", "max_nodes": 24, "max_conns": 48, "num_inputs": 2},
+    "MAP-Elites over NEAT genomes: XOR on a grid of network sizes (default), or QD-RL on a QDax brax "
+    "task (--set problem=hopper_uni), batch 256 x 300 generations",
+    defaults={
+        "mode": "neat-python",
+        "max_nodes": 24,
+        "max_conns": 48,
+        "num_inputs": 2,
+        "problem": "xor",
+        "episode_length": 250,
+        "cells": 32,
+        "cvt_cells": 1024,
+        "backend": None,
+    },
 )
 def _build_map_elites(cfg: dict[str, Any]) -> Task:
     from evotensor.neat.config import neat_mode
     from evotensor.neat.qd import NEATEmitter, TopologyDescriptors
     from evotensor.problems.function_fit import XOR
-    from evotensor.qd import GridArchive, MAPElites
+    from evotensor.qd import CVTArchive, GridArchive, MAPElites
     from evotensor.qd.plots import archive_heatmap, plot_qd_history
 
-    inputs = positive_int_option(cfg, "num_inputs")
-    if inputs < 2:
-        raise ValueError(f"option num_inputs must be >= 2 (parity of that many bits), got {inputs}")
-    spec, config = neat_mode(
-        str(cfg["mode"]),
-        inputs,
-        1,
-        max_nodes=positive_int_option(cfg, "max_nodes"),
-        max_conns=positive_int_option(cfg, "max_conns"),
+    sizes = dict(
+        max_nodes=positive_int_option(cfg, "max_nodes"), max_conns=positive_int_option(cfg, "max_conns")
     )
+    if cfg["problem"] == "xor":
+        inputs = positive_int_option(cfg, "num_inputs")
+        if inputs < 2:
+            raise ValueError(f"option num_inputs must be >= 2 (parity of that many bits), got {inputs}")
+        spec, config = neat_mode(str(cfg["mode"]), inputs, 1, **sizes)
+        problem = TopologyDescriptors(XOR(inputs), spec)
+        # fitness 2^n - SSE is >= 0 for outputs in [0, 1]; one cell per network size
+        archive_args = dict(dims=problem.grid, ranges=problem.descriptor_ranges, qd_score_offset=0.0)
+        labels = ("hidden nodes", "connections")
+    else:
+        from evotensor.problems.qd_control import TASKS, BraxQDProblem
+
+        if cfg["problem"] not in TASKS:
+            raise ValueError(
+                f"option problem must be 'xor' or a QD-RL task ({', '.join(TASKS)}), got {cfg['problem']!r}"
+            )
+        problem = BraxQDProblem(
+            cfg["problem"], episode_length=positive_int_option(cfg, "episode_length"), backend=cfg["backend"]
+        )
+        spec, config = neat_mode(str(cfg["mode"]), problem.observation_size, problem.output_size, **sizes)
+        # outputs left unactivated: the problem's tanh maps them onto brax's [-1, 1] actions
+        config = config.replace(outputs=OutputMode.tensorneat())
+        common = dict(ranges=problem.descriptor_ranges, qd_score_offset=problem.qd_score_offset)
+        if problem.num_descriptors <= 2:
+            archive_args = dict(dims=(positive_int_option(cfg, "cells"),) * problem.num_descriptors, **common)
+        else:
+            archive_args = dict(
+                centroids=positive_int_option(cfg, "cvt_cells"), samples=50_000, seed=cfg["seed"], **common
+            )
+        labels = ("descriptor 0", "descriptor 1")
     emitter = NEATEmitter(spec, config, batch_size=cfg["pop"] or 256)
-    problem = TopologyDescriptors(XOR(inputs), spec)
-    archive = GridArchive(
-        genotype=emitter.genotype,
-        dims=problem.grid,
-        ranges=problem.descriptor_ranges,
-        qd_score_offset=0.0,  # fitness 2^n - SSE is >= 0 for outputs in [0, 1]
-    )
+    kind = GridArchive if "dims" in archive_args else CVTArchive
+    archive = kind(genotype=emitter.genotype, **archive_args)
     strategy = MAPElites(archive, [emitter], decoder=emitter.decoder)
 
     def report(result: Any, run_dir: Path | None) -> str:
         state = result.state.archive
         stats = {k: float(v) for k, v in archive.stats(state).items()}
+        best = f"{stats['obj_max']:.4g}"
+        if cfg["problem"] == "xor":
+            best += f" of {problem.problem.max_fitness:g}"
         lines = [
-            f"archive: {int(stats['num_elites'])} of {archive.num_cells} network sizes "
-            f"(coverage {100 * stats['coverage']:.1f}%), QD score {stats['qd_score']:.4g}, best fitness "
-            f"{stats['obj_max']:.4g} of {problem.problem.max_fitness:g}",
-            "best fitness by hidden nodes: " + ", ".join(f"{h}: {f:.3f}" for h, f in _best_by_hidden(state)),
+            f"archive: {int(stats['num_elites'])} of {archive.num_cells} cells (coverage "
+            f"{100 * stats['coverage']:.1f}%), QD score {stats['qd_score']:.4g}, best fitness {best}",
         ]
+        if cfg["problem"] == "xor":
+            best = ", ".join(f"{h}: {f:.3f}" for h, f in _best_by_hidden(state))
+            lines.append(f"best fitness by hidden nodes: {best}")
         if run_dir is not None:
             from evotensor.neat.draw import draw
 
             run_dir = Path(run_dir)
-            archive_heatmap(archive, state, run_dir / "archive.png", labels=("hidden nodes", "connections"))
+            written = ["qd.png", "best_network.png"]
             plot_qd_history(result.history, run_dir / "qd.png")
             draw(spec, result.best_genotype, run_dir / "best_network.png", title="best network")
-            lines.append("wrote archive.png qd.png best_network.png")
+            if archive.measure_dim == 2:
+                archive_heatmap(archive, state, run_dir / "archive.png", labels=labels)
+                written.insert(0, "archive.png")
+            lines.append("wrote " + " ".join(written))
         return "\n".join(lines)
 
     return Task(
