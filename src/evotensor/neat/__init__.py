@@ -13,7 +13,8 @@ to neat-python's JSON, NumPy, Python source and sympy, :func:`draw` to PNG. Grad
 through every genome's topology (:mod:`evotensor.neat.gradient`): :func:`loss_and_grad`,
 :class:`GradientTuner`, and :class:`GradientFit` for Lamarckian NEAT. Quality-diversity over genomes
 (:mod:`evotensor.neat.qd`): :class:`NEATEmitter` (MAP-Elites with NEAT's mutation over an archive of
-genomes) and :class:`TopologyDescriptors` (network size as the descriptor).
+genomes) and :class:`TopologyDescriptors` (network size as the descriptor). :class:`WeightDecoder`:
+one topology's float attributes as a flat vector, for any evolution strategy or flat QD emitter.
 """
 
 from evotensor.neat.activations import FunctionSet, register_activation, register_aggregation
@@ -44,6 +45,7 @@ from evotensor.neat.qd import NEATEmitter, NEATEmitterState, TopologyDescriptors
 from evotensor.neat.reproduction import ReproductionConfig
 from evotensor.neat.species import SpeciesConfig
 from evotensor.neat.strategy import CPU_COMPILER_OPTIONS, NEAT, NEATDecoder, NEATState
+from evotensor.neat.weights import WeightDecoder
 
 __all__ = [
     "CPU_COMPILER_OPTIONS",
@@ -73,6 +75,7 @@ __all__ = [
     "ReproductionConfig",
     "SpeciesConfig",
     "TopologyDescriptors",
+    "WeightDecoder",
     "TuneResult",
     "check_genome",
     "cppn_node_gene",
