@@ -96,6 +96,17 @@ def test_an_emitter_group_of_neat_emitters_runs_its_copies_vmapped():
     assert result.state.emitters[0].next_innov.shape == (3,) and len(cells) > 5
 
 
+def test_run_many_vmaps_map_elites_over_genomes_and_each_run_is_the_single_run():
+    spec, emitter, problem, archive = _setup(batch=16)
+    me = MAPElites(archive, [emitter], decoder=emitter.decoder)
+    keys = jax.random.split(jax.random.key(0), 3)
+    many = evotensor.run_many(me, problem, 6, keys)
+    one = evotensor.run(me, problem, 6, keys[1], progress=False)
+    for a, b in zip(jax.tree_util.tree_leaves(many.state), jax.tree_util.tree_leaves(one.state), strict=True):
+        np.testing.assert_array_equal(np.asarray(a)[1], np.asarray(b))
+    assert len(set(np.asarray(many.state.archive.occupied.sum(axis=1)).tolist())) > 1  # 3 distinct runs
+
+
 def test_wrong_archives_and_arguments_are_refused():
     spec, emitter, problem, archive = _setup()
     other, _ = neat_mode("neat-python", 3, 1, max_nodes=16, max_conns=24)
