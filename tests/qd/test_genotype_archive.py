@@ -126,6 +126,15 @@ def test_integer_leaves_are_exact_and_only_float_leaves_can_make_a_candidate_inv
     np.testing.assert_array_equal(rows["solutions"]["key"][0], [big, -big - 1])
 
 
+def test_a_numpy_float64_template_stores_what_jax_stores():
+    archive = GridArchive(genotype={"w": np.zeros(3), "k": np.zeros(2, np.int64)}, dims=(2,), ranges=[(0, 1)])
+    wide = jax.config.jax_enable_x64
+    assert archive.genotype["w"].dtype == (jnp.float64 if wide else jnp.float32)
+    assert archive.genotype["k"].dtype == (jnp.int64 if wide else jnp.int32)
+    state = archive.init()
+    assert state.solutions["w"].dtype == archive.genotype["w"].dtype
+
+
 def test_bad_genotypes_are_refused_naming_the_leaf():
     with pytest.raises(ArgumentError, match="exactly one of solution_dim"):
         GridArchive(dims=(4,), ranges=[(0, 1)])

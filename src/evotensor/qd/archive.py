@@ -132,7 +132,7 @@ def genotype_template(genotype: Any) -> Any:
     for path, leaf in jax.tree_util.tree_flatten_with_path(genotype)[0]:
         where = "genotype" + jax.tree_util.keystr(path)
         if isinstance(leaf, jax.ShapeDtypeStruct):
-            specs.append(leaf)
+            specs.append(jax.ShapeDtypeStruct(leaf.shape, jax.dtypes.canonicalize_dtype(leaf.dtype)))
             continue
         if isinstance(leaf, (str, bytes)) or leaf is None:
             raise ArgumentError(f"{where} must be an array, got {leaf!r}")
@@ -144,7 +144,8 @@ def genotype_template(genotype: Any) -> Any:
             jnp.issubdtype(array.dtype, jnp.number) or jnp.issubdtype(array.dtype, jnp.bool_)
         ):
             raise ArgumentError(f"{where} must be an array of numbers or bools, got dtype {array.dtype}")
-        specs.append(jax.ShapeDtypeStruct(array.shape, jnp.dtype(array.dtype)))
+        # as JAX stores it: a NumPy float64 template is a float32 archive unless x64 is on
+        specs.append(jax.ShapeDtypeStruct(array.shape, jax.dtypes.canonicalize_dtype(array.dtype)))
     return jax.tree_util.tree_unflatten(treedef, specs)
 
 
