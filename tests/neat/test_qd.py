@@ -22,6 +22,15 @@ def _setup(batch=64, max_nodes=12, max_conns=24):
     return spec, emitter, problem, archive
 
 
+def _checked_elites(spec, archive, state) -> int:
+    """Assert every elite of ``state`` is a valid genome of ``spec``; the number of elites."""
+    genomes = archive.data(state)["solutions"]
+    n = len(np.asarray(genomes.node_key))
+    for i in range(n):
+        assert check_genome(spec, jax.tree_util.tree_map(lambda a, i=i: a[i], genomes)) == [], i
+    return n
+
+
 @pytest.fixture(scope="module")
 def run():
     spec, emitter, problem, archive = _setup()
@@ -35,9 +44,8 @@ def test_every_elite_is_a_valid_genome_in_the_cell_of_its_own_size_and_fitness(r
     state = result.state.archive
     cells = np.flatnonzero(np.asarray(state.occupied))
     assert len(cells) >= 15  # sizes from the 3 -> 1 start network to grown ones
+    assert _checked_elites(spec, archive, state) == len(cells)
     genomes = archive.elite_solutions(state, jnp.asarray(cells))
-    for i in range(len(cells)):
-        assert check_genome(spec, jax.tree_util.tree_map(lambda a, i=i: a[i], genomes)) == [], i
     # re-decoded and re-scored, each stored genome gives the objective and the cell it is stored in
     again = problem.evaluate(None, emitter.decoder.decode(genomes), emitter.decoder.apply)
     np.testing.assert_array_equal(again.fitness, np.asarray(state.objective)[cells])
@@ -73,12 +81,8 @@ def test_several_neat_emitters_share_an_archive_and_every_elite_stays_valid():
     other = NEATEmitter(spec, emitter.config, batch_size=4)
     me = MAPElites(archive, [emitter, other], decoder=emitter.decoder)
     result = evotensor.run(me, problem, 20, jax.random.key(5), progress=False)
-    state = result.state.archive
-    cells = np.flatnonzero(np.asarray(state.occupied))
-    genomes = archive.elite_solutions(state, jnp.asarray(cells))
-    for i in range(len(cells)):
-        assert check_genome(spec, jax.tree_util.tree_map(lambda a, i=i: a[i], genomes)) == [], i
-    assert len(cells) > 10 and all(int(s.next_innov) > 3 for s in result.state.emitters)
+    assert _checked_elites(spec, archive, result.state.archive) > 10
+    assert all(int(s.next_innov) > 3 for s in result.state.emitters)
 
 
 def test_an_emitter_group_of_neat_emitters_runs_its_copies_vmapped():
@@ -88,12 +92,8 @@ def test_an_emitter_group_of_neat_emitters_runs_its_copies_vmapped():
     me = MAPElites(archive, [EmitterGroup(emitter, 3)], decoder=emitter.decoder)
     assert me.population_size == 48
     result = evotensor.run(me, problem, 8, jax.random.key(6), progress=False)
-    state = result.state.archive
-    cells = np.flatnonzero(np.asarray(state.occupied))
-    genomes = archive.elite_solutions(state, jnp.asarray(cells))
-    for i in range(len(cells)):
-        assert check_genome(spec, jax.tree_util.tree_map(lambda a, i=i: a[i], genomes)) == [], i
-    assert result.state.emitters[0].next_innov.shape == (3,) and len(cells) > 5
+    assert _checked_elites(spec, archive, result.state.archive) > 5
+    assert result.state.emitters[0].next_innov.shape == (3,)
 
 
 def test_run_many_vmaps_map_elites_over_genomes_and_each_run_is_the_single_run():
