@@ -58,14 +58,7 @@ class GPEmitter:
     def init(self, key: jax.Array, archive: Any) -> tuple[()]:
         """No state (the archive's genotype template is checked here)."""
         del key
-        template = getattr(archive, "genotype", None)
-        want = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), self.genotype)
-        if template != want:
-            stored = "flat solutions" if template is None else template
-            raise ArgumentError(
-                "GPEmitter needs an archive of trees of the GP's max_len: GridArchive(genotype="
-                f"emitter.genotype, ...) (or CVTArchive, ...); the archive stores {stored}"
-            )
+        archive.check_genotype(self.genotype, "GPEmitter", "trees of the GP's max_len")
         return ()
 
     def ask(

@@ -203,10 +203,8 @@ def _build_map_elites(cfg: dict[str, Any]) -> Task:
     def report(result: Any, run_dir: Path | None) -> str:
         state = result.state.archive
         stats = {k: float(v) for k, v in archive.stats(state).items()}
-        occupied = np.asarray(state.occupied)
-        cells = np.flatnonzero(occupied)
-        length = np.asarray(state.measures)[occupied, 0].astype(int)
-        r2 = np.asarray(state.objective)[occupied]
+        elites = archive.data(state)
+        length, r2 = elites["measures"][:, 0].astype(int), elites["objective"]
         lines = [
             f"archive: {int(stats['num_elites'])} tree shapes (length x depth), QD score "
             f"{stats['qd_score']:.4g}, best R2 {stats['obj_max']:.4f}",
@@ -218,7 +216,7 @@ def _build_map_elites(cfg: dict[str, Any]) -> Task:
             ("most accurate", int(np.argmax(r2))),
         ):
             if row is not None:
-                tree = archive.elite_solutions(state, np.asarray([cells[row]]))[0]
+                tree = elites["solutions"][int(row)]
                 lines.append(
                     f"{name} (length {length[row]}, R2 {r2[row]:.4f}): {_expression(pagie, tree, 3)}"
                 )

@@ -30,6 +30,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_real
@@ -192,6 +193,14 @@ class _FloatColumns:
     @property
     def num_floats(self) -> int:
         return len(self.floats)
+
+    @property
+    def float_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(min_value, max_value)``, each ``float32 [num_floats]``: the range every float column
+        is kept in (by init and mutation, and by gradient descent and weight tuning)."""
+        low = np.asarray([a.min_value for a in self.floats], np.float32)
+        high = np.asarray([a.max_value for a in self.floats], np.float32)
+        return low, high
 
 
 @dataclasses.dataclass(frozen=True, init=False)

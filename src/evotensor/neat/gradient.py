@@ -126,12 +126,6 @@ def _rows(flags: jax.Array, like: jax.Array) -> jax.Array:
     return flags.reshape(flags.shape + (1,) * (like.ndim - 1))
 
 
-def _bounds(gene: Any) -> tuple[jax.Array, jax.Array]:
-    lo = jnp.asarray([a.min_value for a in gene.floats], jnp.float32)
-    hi = jnp.asarray([a.max_value for a in gene.floats], jnp.float32)
-    return lo, hi
-
-
 def loss_and_grad(
     decoder: Any, genomes: Genome, x: Any, loss_fn: Callable[[jax.Array], jax.Array]
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
@@ -246,7 +240,7 @@ class GradientTuner:
             raise ArgumentError(f"loss_fn must be callable, got {loss_fn!r}")
         value_and_grad = _value_and_grad(decoder, x, loss_fn)
         masks = _masks(spec, population, self.attributes)
-        bounds = (_bounds(spec.node_gene), _bounds(spec.conn_gene))
+        bounds = (spec.node_gene.float_bounds, spec.conn_gene.float_bounds)
         opt = self._optimizer()
         params = (population.node_attrs.astype(jnp.float32), population.conn_attrs.astype(jnp.float32))
         P = population.node_key.shape[0]

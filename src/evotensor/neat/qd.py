@@ -6,7 +6,8 @@ generations.
   uniformly from the archive's elites, each mutated once as NEAT mutates an offspring
   (:func:`~evotensor.neat.mutation.mutate`: add/delete node and connection, attribute mutation;
   structural changes made by several children of one batch share their innovation numbers and node
-  keys). The emitter's state is the two global counters. While the archive is empty the batch is
+  keys). The emitter's state is the two global counters, never below one past the parents' largest
+  key and number (so several NEAT emitters may share an archive). While the archive is empty the batch is
   :meth:`GenomeSpec.initial <evotensor.neat.genome.GenomeSpec.initial>`'s fresh genomes.
 * :class:`TopologyDescriptors`: a policy problem scored as it is, with each network's size
   (hidden nodes, enabled connections) as its descriptor: the archive then keeps the best network of
@@ -77,20 +78,10 @@ class NEATEmitter:
         self.genotype = spec.empty(())
         self.decoder = NEATDecoder(spec, config)
 
-    def _check_archive(self, archive: Any) -> None:
-        template = getattr(archive, "genotype", None)
-        want = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), self.genotype)
-        if template is None or template != want:
-            stored = "flat solutions" if template is None else template
-            raise ArgumentError(
-                "NEATEmitter needs an archive of this spec's genomes: GridArchive(genotype="
-                f"emitter.genotype, ...) (or CVTArchive, ...); the archive stores {stored}"
-            )
-
     def init(self, key: jax.Array, archive: Any) -> NEATEmitterState:
         """The spec's initial counters (the archive's genotype template is checked here)."""
         del key
-        self._check_archive(archive)
+        archive.check_genotype(self.genotype, "NEATEmitter", "this spec's genomes")
         node_key, innov = initial_counters(self.spec)
         return NEATEmitterState(next_node_key=node_key, next_innov=innov)
 
@@ -101,23 +92,25 @@ class NEATEmitter:
         empty), the counters advanced by the distinct new keys and numbers handed out."""
         parent_key, mutate_key, initial_key = jax.random.split(key, 3)
         n = self.batch_size
-        # never below what the archive holds: with several NEAT emitters on one archive, each hands
-        # out numbers past every elite's, so a parent from another emitter gets no key or number
-        # twice (one emitter alone is always past them already)
-        held_key, held_innov = counters_from_population(self.spec, archive_state.solutions)
-        next_node_key = jnp.maximum(state.next_node_key, held_key)
-        next_innov = jnp.maximum(state.next_innov, held_innov)
-
         def offspring():
             cells = archive.sample_elites(parent_key, archive_state, n)
             parents = archive.elite_solutions(archive_state, cells)
+            # never below the parents' own keys and numbers: with several NEAT emitters on one
+            # archive, a parent made by another emitter gets no key or number twice (one emitter
+            # alone is always past them already)
+            held_key, held_innov = counters_from_population(self.spec, parents)
             children, node_key, innov, _ = mutate(
-                mutate_key, self.spec, self.config.mutation, parents, next_node_key, next_innov
+                mutate_key,
+                self.spec,
+                self.config.mutation,
+                parents,
+                jnp.maximum(state.next_node_key, held_key),
+                jnp.maximum(state.next_innov, held_innov),
             )
             return children, node_key, innov
 
         def first():
-            return self.spec.initial(initial_key, n), next_node_key, next_innov
+            return self.spec.initial(initial_key, n), state.next_node_key, state.next_innov
 
         genomes, node_key, innov = lax.cond(archive.has_elites(archive_state), offspring, first)
         return genomes, NEATEmitterState(next_node_key=node_key, next_innov=innov)

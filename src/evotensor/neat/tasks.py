@@ -317,7 +317,7 @@ def _build_map_elites(cfg: dict[str, Any]) -> Task:
             f"{100 * stats['coverage']:.1f}%), QD score {stats['qd_score']:.4g}, best fitness {best}",
         ]
         if cfg["problem"] == "xor":
-            best = ", ".join(f"{h}: {f:.3f}" for h, f in _best_by_hidden(state))
+            best = ", ".join(f"{h}: {f:.3f}" for h, f in _best_by_hidden(archive.data(state)))
             lines.append(f"best fitness by hidden nodes: {best}")
         if run_dir is not None:
             from evotensor.neat.draw import draw
@@ -342,9 +342,9 @@ def _build_map_elites(cfg: dict[str, Any]) -> Task:
     )
 
 
-def _best_by_hidden(state: Any) -> list[tuple[int, float]]:
-    """``(hidden nodes, best objective)`` over the occupied cells of a size archive, by hidden nodes."""
-    occupied = np.asarray(state.occupied)
-    hidden = np.asarray(state.measures)[occupied, 0].astype(int)
-    objective = np.asarray(state.objective)[occupied]
+def _best_by_hidden(elites: dict[str, Any]) -> list[tuple[int, float]]:
+    """``(hidden nodes, best objective)`` over a size archive's elites (``Archive.data``), by hidden
+    nodes."""
+    hidden = elites["measures"][:, 0].astype(int)
+    objective = elites["objective"]
     return [(int(h), float(objective[hidden == h].max())) for h in np.unique(hidden)]

@@ -30,7 +30,8 @@ import numpy as np
 from evotensor.core.checks import ArgumentError
 from evotensor.neat.config import NEATConfig
 from evotensor.neat.genome import Genome, GenomeSpec, check_genome
-from evotensor.neat.network import Network, neat_policy
+from evotensor.neat.network import Network
+from evotensor.neat.strategy import NEATDecoder
 
 __all__ = ["WeightDecoder"]
 
@@ -93,10 +94,11 @@ class WeightDecoder:
         self.num_dims = int(self._conn[0].size + self._node[0].size)
         if self.num_dims == 0:
             raise ArgumentError(f"genome has no entry of the attributes {attributes} to tune")
-        self._conn_bounds = _bounds(spec.conn_gene, self._conn[1])
-        self._node_bounds = _bounds(spec.node_gene, self._node[1])
+        self._conn_bounds = tuple(b[self._conn[1]] for b in spec.conn_gene.float_bounds)
+        self._node_bounds = tuple(b[self._node[1]] for b in spec.node_gene.float_bounds)
         self.spec, self.genome, self.attributes = spec, genome, attributes
-        self.apply = neat_policy(spec, config.policy, functions=config.functions, outputs=config.outputs)
+        self._networks = NEATDecoder(spec, config)
+        self.apply = self._networks.apply
 
     def initial(self) -> jax.Array:
         """``float32 [num_dims]``: the genome's own values (a strategy's start point)."""
@@ -123,16 +125,7 @@ class WeightDecoder:
         x = jnp.asarray(x)
         if x.ndim != 2 or x.shape[1] != self.num_dims:
             raise ArgumentError(f"genotypes must have shape (pop, {self.num_dims}), got {x.shape}")
-        return self.apply.decode(jax.vmap(self.genome_of)(x))
+        return self._networks.decode(jax.vmap(self.genome_of)(x))
 
     def __repr__(self) -> str:
         return f"WeightDecoder(num_dims={self.num_dims}, attributes={self.attributes})"
-
-
-def _bounds(gene: Any, columns: np.ndarray) -> tuple[jax.Array, jax.Array]:
-    """``(low, high)`` per tuned entry of ``gene``'s float columns ``columns``."""
-    low = np.asarray([a.min_value for a in gene.floats], np.float32)
-    high = np.asarray([a.max_value for a in gene.floats], np.float32)
-    if low.size == 0:
-        return jnp.zeros(0, jnp.float32), jnp.zeros(0, jnp.float32)
-    return jnp.asarray(low[columns]), jnp.asarray(high[columns])

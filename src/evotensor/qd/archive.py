@@ -263,13 +263,8 @@ class Archive:
 
     def state_bytes(self) -> int:
         """Bytes of :meth:`init`'s state (needs ``num_cells`` and ``measure_dim``)."""
-        if self.genotype is None:
-            per_cell = 4 * (self.solution_dim + self.measure_dim + 2) + 1
-        else:
-            leaves = jax.tree_util.tree_leaves(self.genotype)
-            per_cell = (
-                sum(math.prod(a.shape) * a.dtype.itemsize for a in leaves) + 4 * (self.measure_dim + 2) + 1
-            )
+        solution = 4 * self.solution_dim if self.genotype is None else self._genotype_bytes()
+        per_cell = solution + 4 * (self.measure_dim + 2) + 1
         for shape, dtype in self.extra_fields.values():
             per_cell += math.prod(shape) * np.dtype(dtype).itemsize
         return self.num_cells * per_cell
@@ -283,11 +278,25 @@ class Archive:
             f"{cells} ({self.num_cells} cells) with {self._solution_size()} ({type(self).__name__}'s state)",
         )
 
+    def _genotype_bytes(self) -> int:
+        return sum(math.prod(a.shape) * a.dtype.itemsize for a in jax.tree_util.tree_leaves(self.genotype))
+
     def _solution_size(self) -> str:
         if self.genotype is None:
             return f"solution_dim={self.solution_dim}"
-        leaves = jax.tree_util.tree_leaves(self.genotype)
-        return f"genotypes of {sum(math.prod(a.shape) * a.dtype.itemsize for a in leaves)} bytes"
+        return f"genotypes of {self._genotype_bytes()} bytes"
+
+    def check_genotype(self, genotype: Any, who: str, what: str) -> None:
+        """Raise :class:`ArgumentError` unless this archive stores genotypes of ``genotype``'s
+        structure, shapes and dtypes (one genotype, no population axis): what an emitter of such
+        genotypes (``who``, varying ``what``) checks in its ``init``."""
+        if self.genotype == genotype_template(genotype):
+            return
+        stored = "flat solutions" if self.genotype is None else self.genotype
+        raise ArgumentError(
+            f"{who} needs an archive of {what}: GridArchive(genotype=emitter.genotype, ...) (or "
+            f"CVTArchive, ...); the archive stores {stored}"
+        )
 
     def _empty_solutions(self, c: int) -> Any:
         if self.genotype is None:

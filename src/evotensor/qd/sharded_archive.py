@@ -180,6 +180,10 @@ class ShardedArchive:
     def genotype(self) -> Any:
         return self.archive.genotype
 
+    def check_genotype(self, genotype: Any, who: str, what: str) -> None:
+        """The plain archive's :meth:`~evotensor.qd.archive.Archive.check_genotype`."""
+        self.archive.check_genotype(genotype, who, what)
+
     @property
     def measure_dim(self) -> int:
         return self.archive.measure_dim
