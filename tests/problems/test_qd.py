@@ -8,8 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evotensor.core.checks import ArgumentError
 from evotensor.core.problem import FunctionProblem
-from evotensor.problems.qd import Arm, LinearProjection, NoisyArm, QDRastrigin, QDSphere, RastriginProj
+from evotensor.problems.qd import (
+    Arm,
+    LinearProjection,
+    MORastrigin,
+    NoisyArm,
+    QDRastrigin,
+    QDSphere,
+    RastriginProj,
+)
 
 KEY = jax.random.key(0)
 
@@ -424,3 +433,85 @@ def test_problems_are_frozen_and_defaults_follow_sources():
     assert LinearProjection().descriptor_ranges == ((-256.0, 256.0), (-256.0, 256.0))
     with pytest.raises(AttributeError):
         Arm(3).num_joints = 4
+
+
+# ---------------------------------------------------------------------------------------------
+# QDax's multi-objective Rastrigin (MOME)
+
+
+def ref_mo_rastrigin(x, base_lag, lag):
+    """Float64 NumPy: ``[pop, n] -> [pop, 2]``."""
+    n = x.shape[1]
+
+    def objective(z):
+        return -(10 * n + np.sum(z**2 - 10 * np.cos(2 * np.pi * z), axis=1))
+
+    return np.stack([objective(x - base_lag), objective(x - lag)], axis=1)
+
+
+@pytest.mark.parametrize("num_dims, base_lag, lag", [(2, 0.0, 2.2), (10, 0.0, 2.2), (100, -0.5, 1.3)])
+def test_mo_rastrigin_matches_reference(num_dims, base_lag, lag):
+    problem = MORastrigin(num_dims, lag=lag, base_lag=base_lag)
+    x = np.random.default_rng(num_dims).uniform(-2.0, 4.0, (16, num_dims)).astype(np.float32)
+    ev = run(problem, KEY, x)
+    assert ev.fitness.shape == (16, 2) and ev.descriptor.shape == (16, 2)
+    assert ev.fitness.dtype == jnp.float32 and ev.descriptor.dtype == jnp.float32
+    np.testing.assert_allclose(ev.fitness, ref_mo_rastrigin(x.astype(np.float64), base_lag, lag), rtol=1e-5)
+    np.testing.assert_array_equal(ev.descriptor, x[:, :2])
+
+
+def test_mo_rastrigin_optima_and_attributes():
+    problem = MORastrigin(6)
+    ev = run(problem, KEY, np.stack([np.zeros(6), np.full(6, 2.2)]))
+    np.testing.assert_allclose(ev.fitness[0, 0], 0.0, atol=1e-5)  # x = base_lag: f1 = 0
+    np.testing.assert_allclose(ev.fitness[1, 1], 0.0, atol=1e-4)  # x = lag: f2 = 0
+    assert float(ev.fitness[0, 1]) < -1.0 and float(ev.fitness[1, 0]) < -1.0  # the objectives conflict
+    assert (problem.num_dims, problem.lag, problem.base_lag) == (6, 2.2, 0.0)
+    assert (problem.num_objectives, problem.num_descriptors, problem.maximize) == (2, 2, True)
+    assert problem.bounds == (-2.0, 4.0)
+    assert problem.descriptor_ranges == ((-2.0, 4.0), (-2.0, 4.0))
+    assert MORastrigin().num_dims == 100
+    # the worst coordinate term on [-2, 4] (and on the lagged [-4.2, 1.8]) is near |z| = 3.5
+    z = np.linspace(-2, 4, 600_001)
+    worst = np.max(10 + z**2 - 10 * np.cos(2 * np.pi * z))
+    (low1, high1), (low2, high2) = problem.fitness_range
+    assert low1 == pytest.approx(-6 * worst, rel=1e-9) and low2 == pytest.approx(-6 * worst, rel=1e-9)
+    assert high1 == high2 == 0.0
+
+
+def test_mo_rastrigin_fitness_lies_in_its_range_inside_the_box():
+    problem = MORastrigin(5, lag=1.0, base_lag=-1.0)
+    rng = np.random.default_rng(4)
+    x = np.concatenate(
+        [rng.uniform(-2, 4, (500, 5)), rng.choice([-2.0, 4.0], (200, 5)), np.full((1, 5), 3.5)]
+    )
+    fit = np.asarray(run(problem, KEY, x).fitness)
+    for j, (low, high) in enumerate(problem.fitness_range):
+        assert low - 1e-4 * abs(low) <= fit[:, j].min() and fit[:, j].max() <= high
+    # each range comes from its own shifted box: [-1, 5] (worst term near z = 4.5) for objective 1,
+    # [-3, 3] (worst near |z| = 2.5) for objective 2
+    assert problem.fitness_range[0][0] < problem.fitness_range[1][0] < 0.0
+
+
+def test_mo_rastrigin_non_finite_genotypes_give_nan():
+    x = np.zeros((3, 4), np.float32)
+    x[0, 1] = np.nan
+    x[1, 2] = np.inf
+    fit = np.asarray(run(MORastrigin(4), KEY, x).fitness)
+    assert np.isnan(fit[:2]).all() and np.isfinite(fit[2]).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_dims": 1}, "num_dims"),
+        ({"num_dims": 0}, "num_dims"),
+        ({"num_dims": 3.0}, "num_dims"),
+        ({"num_dims": True}, "num_dims"),
+        ({"num_dims": 4, "lag": float("nan")}, "lag"),
+        ({"num_dims": 4, "base_lag": "0"}, "base_lag"),
+    ],
+)
+def test_mo_rastrigin_bad_arguments_name_them(kwargs, match):
+    with pytest.raises(ArgumentError, match=match):
+        MORastrigin(**kwargs)

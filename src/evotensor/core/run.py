@@ -90,7 +90,9 @@ class RunResult:
     Attributes:
         state: final strategy state.
         best_genotype: best individual seen (no population axis).
-        best_fitness: its fitness in the problem's natural orientation (float).
+        best_fitness: its fitness in the problem's natural orientation (float); with several
+            objectives (a strategy with ``num_objectives``, e.g. MOME) their sum, by which the
+            best individual is then chosen.
         history: per-generation metrics, each ``np.ndarray [generations]`` (natural orientation):
             ``best_fitness`` (so far), ``generation_best``, ``generation_mean``,
             ``generation_std``, ``nonfinite`` and the strategy's own scalar metrics.
@@ -410,11 +412,11 @@ class Loop:
     ) -> tuple[RunState, dict[str, jax.Array]]:
         """The tell half of a generation, given the asked ``genotypes`` (and the strategy ``state``
         ask returned) and their ``natural`` evaluation: ``-> (carry, metrics)``."""
-        if jnp.ndim(natural.fitness) != 1:
-            raise ValueError(
-                "run() tracks a single objective: fitness must be [pop], "
-                f"got shape {jnp.shape(natural.fitness)}"
-            )
+        objectives = getattr(self.strategy, "num_objectives", None)
+        want = 1 if objectives is None else 2
+        if jnp.ndim(natural.fitness) != want or (want == 2 and jnp.shape(natural.fitness)[1] != objectives):
+            shape = "[pop]" if objectives is None else f"[pop, {objectives}] (the strategy's num_objectives)"
+            raise ValueError(f"fitness must be {shape}, got shape {jnp.shape(natural.fitness)}")
         if natural.genotypes is not None:  # Lamarckian: the problem improved the individuals
             genotypes = _lamarckian_genotypes(genotypes, natural.genotypes)
             natural = natural.replace(genotypes=None)  # type: ignore[attr-defined]
@@ -428,8 +430,10 @@ class Loop:
         minimized = to_minimization(natural, self.maximize, self.keep_nonfinite)
         state, strategy_metrics = self.strategy.tell(tell_key, state, genotypes, minimized, params)
 
-        finite = jnp.isfinite(natural.fitness)
-        raw_min = jnp.where(finite, -natural.fitness if self.maximize else natural.fitness, jnp.inf)
+        # several objectives (MOME): the best individual and the generation's figures go by their sum
+        tracked = natural.fitness if objectives is None else jnp.sum(natural.fitness, axis=1)
+        finite = jnp.isfinite(tracked)
+        raw_min = jnp.where(finite, -tracked if self.maximize else tracked, jnp.inf)
         i = jnp.argmin(raw_min)
         improved = raw_min[i] < carry.best_fitness
         best_fitness = jnp.where(improved, raw_min[i], carry.best_fitness)
@@ -437,8 +441,8 @@ class Loop:
             lambda old, row: jnp.where(improved, row, old), carry.best_genotype, self._row(genotypes, i)
         )
         n_finite = jnp.maximum(finite.sum(), 1)
-        mean = jnp.where(finite, natural.fitness, 0.0).sum() / n_finite
-        var = jnp.where(finite, (natural.fitness - mean) ** 2, 0.0).sum() / n_finite
+        mean = jnp.where(finite, tracked, 0.0).sum() / n_finite
+        var = jnp.where(finite, (tracked - mean) ** 2, 0.0).sum() / n_finite
         metrics = {
             "best_fitness": to_natural(best_fitness, self.maximize),
             "generation_best": to_natural(raw_min[i], self.maximize),

@@ -15,6 +15,9 @@ Every problem exposes
 * ``fitness_range``: ``(low, high)`` containing the fitness of every genotype inside ``bounds``
   (the high end is attained at the optimum; the low end is the exact minimum over the box).
 
+The multi-objective :class:`MORastrigin` returns ``fitness [pop, num_objectives]`` and gives
+``fitness_range`` as one ``(low, high)`` pair per objective.
+
 Sources (definitions re-implemented, not copied):
 
 * :class:`Arm`, :class:`NoisyArm`: QDax ``qdax/tasks/arm.py`` (``arm``, ``noisy_arm_scoring_function``),
@@ -22,6 +25,8 @@ Sources (definitions re-implemented, not copied):
 * :class:`QDSphere`, :class:`QDRastrigin`, :class:`RastriginProj`: QDax ``qdax/tasks/standard_functions.py``
   (``sphere``, ``rastrigin``, ``_rastrigin_proj_scoring``); the ``[-5.12, 5.12]`` box of
   ``RastriginProj`` is the one QDax's CMA-MEGA / OMG-MEGA examples use with these descriptors.
+* :class:`MORastrigin`: QDax ``examples/mome.ipynb`` and ``tests/core_test/mome_test.py``
+  (``rastrigin_scorer``, the ``[-2, 4]`` box, ``lag = 2.2``, ``base_lag = 0``).
 * :class:`LinearProjection`: Fontaine et al. 2020 (CMA-ME, arXiv:1912.02400, Section 4) as written
   in pyribs ``examples/sphere.py`` (objective normalisation, clip rule, measure ranges); the
   Rastrigin variant uses the same shift and normalisation (worst value at ``x = -5.12``), as QDax's
@@ -43,7 +48,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError, check_int, check_spread
+from evotensor.core.checks import ArgumentError, check_int, check_real, check_spread
 from evotensor.core.evaluation import Evaluation
 
 _LIMIT = 5.12  # the Rastrigin box half-width used by the projection benchmarks
@@ -460,4 +465,72 @@ class LinearProjection:
         return Evaluation(fitness=fitness.astype(jnp.float32), descriptor=descriptor)
 
 
-__all__ = ["Arm", "LinearProjection", "NoisyArm", "QDRastrigin", "QDSphere", "RastriginProj"]
+# --------------------------------------------------------------------------------------------
+# QDax's multi-objective Rastrigin (MOME)
+
+_MO_BOX = (-2.0, 4.0)  # QDax's MOME example: minval = -2, maxval = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class MORastrigin(_TwoDescriptorFunction):
+    """The two-objective Rastrigin of QDax's MOME example (``rastrigin_scorer``).
+
+    With ``R(z) = 10 n + sum(z_i^2 - 10 cos(2 pi z_i))``:
+
+    * fitness ``[pop, 2]``: ``(-R(x - base_lag), -R(x - lag))``, both maximized; objective 1 is 0
+      at ``x_i = base_lag``, objective 2 at ``x_i = lag``, so the two conflict;
+    * descriptor ``(x_1, x_2)``: the first two raw genotype coordinates.
+
+    Args:
+        num_dims: genotype length (>= 2), default 100 (QDax's MOME example).
+        lag: optimum of the second objective, default 2.2 (QDax's MOME example).
+        base_lag: optimum of the first objective, default 0.0 (QDax's MOME example).
+
+    Attributes:
+        num_objectives: 2.
+        bounds: ``(-2, 4)``, QDax's ``minval`` / ``maxval``; descriptor_ranges:
+            ``((-2, 4), (-2, 4))`` inside the bounds.
+        fitness_range: one ``(low, high)`` pair per objective, containing its fitness inside the
+            bounds: ``(-num_dims * max_{z in [-2 - s, 4 - s]} (10 + z^2 - 10 cos 2 pi z), 0)`` with
+            ``s = base_lag`` for the first and ``s = lag`` for the second (the high end 0 is
+            attained when ``s`` lies in the bounds).
+    """
+
+    lag: float = 2.2
+    base_lag: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("lag", "base_lag"):
+            object.__setattr__(self, name, check_real(getattr(self, name), name))
+
+    @property
+    def num_objectives(self) -> int:
+        return 2
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return _MO_BOX
+
+    @property
+    def descriptor_ranges(self) -> tuple[tuple[float, float], ...]:
+        return (_MO_BOX, _MO_BOX)
+
+    @property
+    def fitness_range(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        low, high = _MO_BOX
+        return tuple(  # type: ignore[return-value]
+            (-self.num_dims * _rastrigin_term_max(low - s, high - s), 0.0) for s in (self.base_lag, self.lag)
+        )
+
+    def evaluate(self, key: jax.Array, genotypes: Any) -> Evaluation:
+        """``genotypes``: ``[pop, num_dims]`` or a pytree with a leading pop axis; ``key`` unused.
+        Returns fitness ``[pop, 2]`` and descriptor ``[pop, 2]``, float32."""
+        x = _as_matrix(genotypes, self.num_dims, type(self).__name__)
+        fitness = jnp.stack(
+            [0.0 - _rastrigin_terms(x - self.base_lag), 0.0 - _rastrigin_terms(x - self.lag)], axis=-1
+        )
+        return Evaluation(fitness=fitness, descriptor=x[:, :2])
+
+
+__all__ = ["Arm", "LinearProjection", "MORastrigin", "NoisyArm", "QDRastrigin", "QDSphere", "RastriginProj"]

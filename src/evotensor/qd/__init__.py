@@ -7,13 +7,17 @@
   add reports ``novelty`` and ``local_competition`` per candidate).
 * :mod:`.dns_archive` — :class:`DNSArchive`: Dominated Novelty Search's population of fixed
   capacity (survivors by mean distance to their fitter neighbours; pyribs 0.12's rules).
+* :mod:`.mome_archive` — :class:`MOMEArchive`: multi-objective MAP-Elites (MOME), a Pareto front
+  of at most ``front_size`` solutions per grid or CVT cell, batch insertion in one step, hypervolume
+  improvement as each candidate's value, MOQD score and global hypervolume in ``stats``.
 * :mod:`.centroids` — grid centres, on-device k-means for CVT, chunked nearest-centroid search.
 * :mod:`.emitters` — Gaussian and Iso+LineDD variation; the CMA-ES emitter of CMA-ME and CMA-MAE
   (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts); the ME-ES emitter (Colas et
   al. 2020: an ES on fitness or novelty from archive elites, its samples evaluated, not archived); the
   gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD, gradients by ``jax.jacrev``);
   :class:`GenotypeEmitter`, any variation function over an archive of genotypes of any structure
-  (``GridArchive(genotype=...)``: NEAT genomes, GP trees, parameter pytrees).
+  (``GridArchive(genotype=...)``: NEAT genomes, GP trees, parameter pytrees); QDax's
+  :class:`MixingEmitter` (polynomial mutation and gene-swap crossover of elites).
 * :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop;
   ``MAPElites.on_mesh`` (what ``evotensor.run(..., mesh=)`` calls) gives :class:`ShardedMAPElites`.
 * :mod:`.bandit` — :class:`BanditMAPElites`: a pool of emitters of which ``num_active`` run each
@@ -43,13 +47,18 @@ from evotensor.qd.emitters import (
     Emitter,
     EmitterGroup,
     GaussianEmitter,
+    GeneSwapCrossover,
     GenotypeEmitter,
     GradientArborescenceEmitter,
     IsoLineEmitter,
     MEESEmitter,
+    MixingEmitter,
+    PolynomialMutation,
+    polynomial_step,
     problem_jacobian,
 )
 from evotensor.qd.map_elites import MAPElites, MAPElitesState, ShardedMAPElites
+from evotensor.qd.mome_archive import MOMEArchive, MOMEState
 from evotensor.qd.proximity_archive import ProximityAddInfo, ProximityArchive, ProximityState
 from evotensor.qd.sharded_archive import ShardedArchive
 
@@ -69,6 +78,7 @@ __all__ = [
     "Emitter",
     "EmitterGroup",
     "GaussianEmitter",
+    "GeneSwapCrossover",
     "GenotypeEmitter",
     "GradientArborescenceEmitter",
     "GridArchive",
@@ -76,6 +86,10 @@ __all__ = [
     "MAPElites",
     "MAPElitesState",
     "MEESEmitter",
+    "MOMEArchive",
+    "MOMEState",
+    "MixingEmitter",
+    "PolynomialMutation",
     "ProximityAddInfo",
     "ProximityArchive",
     "ProximityState",
@@ -85,6 +99,7 @@ __all__ = [
     "grid_centroids",
     "kmeans_centroids",
     "nearest_centroid",
+    "polynomial_step",
     "problem_jacobian",
 ]
 

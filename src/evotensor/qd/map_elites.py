@@ -84,6 +84,7 @@ class MAPElites:
 
     Attributes:
         population_size: sum of the emitters' batch sizes.
+        num_objectives: the archive's (``M`` of a :class:`~evotensor.qd.MOMEArchive`; None: one).
         accepts_nonfinite: True (the run loop passes NaN/inf fitness through; the archive drops it).
     """
 
@@ -142,6 +143,13 @@ class MAPElites:
             raise ArgumentError(
                 f"solution has {self.space.num_dims} elements but the archive stores {archive.solution_dim}"
             )
+        # a multi-objective archive (MOME) takes fitness [pop, M]; the others [pop]
+        self.num_objectives = getattr(archive, "num_objectives", None)
+        if (
+            result_archive is not None
+            and getattr(result_archive, "num_objectives", None) != self.num_objectives
+        ):
+            raise ArgumentError("result_archive must have the archive's num_objectives")
         self.batch_sizes = tuple(int(e.batch_size) for e in emitters)
         self.population_size = sum(self.batch_sizes)
         masks = [insert_mask(e, i) for i, e in enumerate(emitters)]
@@ -201,7 +209,8 @@ class MAPElites:
     ) -> tuple[MAPElitesState, dict[str, jax.Array]]:
         """Add the population to the archive(s), then let each emitter learn from its slice.
 
-        ``evaluation.fitness [pop]`` is minimized (negated into the archive's objective);
+        ``evaluation.fitness [pop]`` (``[pop, M]`` for a multi-objective archive, see
+        :class:`~evotensor.qd.MOMEArchive`) is minimized (negated into the archive's objective);
         ``evaluation.descriptor [pop, measure_dim]`` is required.
         """
         x, objective, measures, archive_state, result, info = self._add(state, genotypes, evaluation)
@@ -234,13 +243,17 @@ class MAPElites:
         objective = -jnp.asarray(evaluation.fitness, jnp.float32)
         measures = jnp.asarray(evaluation.descriptor, jnp.float32)
         expected = (self.population_size, self.archive.measure_dim)
-        if measures.shape != expected or objective.shape != expected[:1]:
+        fitness = expected[:1] if self.num_objectives is None else (expected[0], self.num_objectives)
+        if measures.shape != expected or objective.shape != fitness:
             raise ArgumentError(
-                f"evaluation.fitness must be {list(expected[:1])} and evaluation.descriptor {list(expected)} "
+                f"evaluation.fitness must be {list(fitness)} and evaluation.descriptor {list(expected)} "
                 f"(population, archive measures), got {list(objective.shape)} and {list(measures.shape)}"
             )
         # rows an emitter only evaluates (ES samples) enter no archive: a NaN objective is never added
-        offered = objective if self.insert_mask is None else jnp.where(self.insert_mask, objective, jnp.nan)
+        mask = (
+            self.insert_mask if self.insert_mask is None or objective.ndim == 1 else self.insert_mask[:, None]
+        )
+        offered = objective if mask is None else jnp.where(mask, objective, jnp.nan)
         archive_state, info = self.archive.add(
             state.archive, x, offered, measures, self._fields(self.archive, evaluation)
         )

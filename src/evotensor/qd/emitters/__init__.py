@@ -3,7 +3,8 @@
 Gaussian and Iso+LineDD variation of elites, the CMA-ES emitter of CMA-ME / CMA-MAE, and the
 ME-ES emitter (an OpenAI-style ES on fitness or novelty, its samples evaluated but not archived), and
 the gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD), and an emitter of
-genotypes of any structure varied by a function the user passes in.
+genotypes of any structure varied by a function the user passes in; QDax's mixing emitter
+(polynomial mutation and gene-swap crossover of elites, operators the user may replace).
 """
 
 from evotensor.qd.emitters._aliases import deprecated_aliases
@@ -19,6 +20,7 @@ from evotensor.qd.emitters.gradient_arborescence import (
 from evotensor.qd.emitters.group import EmitterGroup
 from evotensor.qd.emitters.iso_line import IsoLineEmitter
 from evotensor.qd.emitters.mees import MEESEmitter, MEESEmitterState
+from evotensor.qd.emitters.mixing import GeneSwapCrossover, MixingEmitter, PolynomialMutation, polynomial_step
 from evotensor.qd.emitters.rankers import BUILTIN_RANKERS, Ranker, get_ranker
 
 __all__ = [
@@ -28,15 +30,19 @@ __all__ = [
     "Emitter",
     "EmitterGroup",
     "GaussianEmitter",
+    "GeneSwapCrossover",
     "GenotypeEmitter",
     "GradientArborescenceEmitter",
     "GradientArborescenceState",
     "IsoLineEmitter",
     "MEESEmitter",
     "MEESEmitterState",
+    "MixingEmitter",
+    "PolynomialMutation",
     "Ranker",
     "VariationEmitter",
     "get_ranker",
+    "polynomial_step",
     "problem_jacobian",
 ]
 

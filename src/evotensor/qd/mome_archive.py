@@ -1,0 +1,473 @@
+"""Multi-objective MAP-Elites (MOME, Pierrot et al. 2022): every cell holds a Pareto front.
+
+A :class:`MOMEArchive` takes its cells from a grid or CVT archive and keeps, in each, up to
+``front_size`` solutions no other solution of the cell dominates, for ``M`` maximized objectives.
+The state is fixed-shape (``[C, P, ...]``), so ``add`` runs under ``jit``/``vmap``/``scan`` like
+any archive, and :class:`~evotensor.qd.MAPElites` runs it with any emitter::
+
+    cells = CVTArchive(solution_dim=100, centroids=64, ranges=[(-2, 4), (-2, 4)])
+    archive = MOMEArchive(cells, num_objectives=2, front_size=50, reference_point=(-1500, -1500))
+    state = archive.init()
+    state, info = archive.add(state, solutions, objective, measures)   # [B, 100], [B, 2], [B, 2]
+
+Batch semantics (deterministic, one batch at once rather than QDax's candidate-by-candidate scan):
+
+* ``a`` dominates ``b`` when ``a >= b`` in every objective and ``a > b`` in one. A candidate may
+  enter only with a finite objective vector, measures and solution.
+* A cell's new front is the set of its members and its valid candidates that no other member or
+  candidate dominates; of equal objective vectors only the first is kept, members before
+  candidates and candidates in batch order (so, as in MAP-Elites, a candidate equal to an elite
+  does not replace it). With one objective and ``front_size = 1`` this is MAP-Elites' rule.
+* If that set exceeds ``front_size``, the ``front_size`` points of largest crowding distance
+  within the set are kept (NSGA-II's, Deb et al. 2002: the objective-wise extremes first; equal
+  distances to the earlier point) with ``truncation="crowding"``, or the earliest points
+  (``truncation="first"``: members, then candidates in batch order, QDax's choice). Members keep
+  their order in the front; new members follow in batch order.
+* ``status`` says where the candidate is after the batch: 0 not in its cell's front, 1 in the
+  front of a cell that had one before the batch, 2 in the front of a cell empty before it (unlike
+  a single-objective archive, whose status asks whether the candidate beat the elite before the
+  batch: here several candidates of one cell may all enter). ``value`` is the hypervolume the
+  candidate adds to its cell's front as it was before the batch (so the ``"imp"`` rankers of a
+  CMA emitter rank by it); ``-inf`` for an invalid candidate, whose ``index`` is -1.
+
+Hypervolumes are measured from ``reference_point`` (below which a point adds nothing); the MOQD
+score (Pierrot et al.) is the sum over cells of their fronts' hypervolumes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from evotensor.core import rng
+from evotensor.core.checks import ArgumentError, check_int
+from evotensor.core.pareto import hypervolume
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.qd.archive import (
+    IMPROVED,
+    NEW,
+    NOT_ADDED,
+    AddInfo,
+    Archive,
+    UnstructuredArchive,
+    candidate_is_valid,
+    take_rows,
+)
+
+TRUNCATIONS = ("crowding", "first")
+# rows of the candidate-by-candidate comparison per block (bounds its memory to this x B)
+_PAIR_BLOCK = 1024
+
+
+@pytree_dataclass
+class MOMEState:
+    """Contents of a MOME archive of ``C`` cells with fronts of ``P`` points, ``M`` objectives and
+    ``D`` measures.
+
+    Attributes:
+        solutions: ``[C, P, dims]`` float32 (or a genotype pytree with leaves ``[C, P, ...]``).
+        objective: ``[C, P, M]`` float32, maximized (zeros where empty).
+        measures: ``[C, P, D]`` float32 (zeros where empty).
+        occupied: ``[C, P]`` bool; a cell's members fill its first slots.
+    """
+
+    solutions: Any
+    objective: jax.Array
+    measures: jax.Array
+    occupied: jax.Array
+
+
+def _dominates(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a [..., M]`` dominates ``b [..., M]`` (maximized): ``[...]`` bool."""
+    return jnp.all(a >= b, axis=-1) & jnp.any(a > b, axis=-1)
+
+
+class MOMEArchive(Archive):
+    """An archive of Pareto fronts, one per cell of ``cells`` (module docstring).
+
+    Args:
+        cells: a :class:`~evotensor.qd.GridArchive` or :class:`~evotensor.qd.CVTArchive` that
+            defines the cells and what a solution is (``solution_dim`` or ``genotype``); its
+            CMA-MAE settings and extra fields do not apply (refused if set).
+        num_objectives: ``M``, objectives per solution (maximized).
+        front_size: ``P``, the most solutions one cell keeps (QDax's ``pareto_front_max_length``).
+        reference_point: ``[M]`` finite, the corner hypervolumes are measured from (QDax's
+            ``reference_point`` of ``default_moqd_metrics``): below the worst objective values
+            that matter.
+        truncation: ``"crowding"`` (default) or ``"first"``: which points an overfull front keeps.
+
+    Attributes:
+        num_cells, measure_dim, solution_dim, genotype: ``cells``'.
+    """
+
+    shardable = False
+
+    def __init__(
+        self,
+        cells: Archive,
+        *,
+        num_objectives: int,
+        front_size: int,
+        reference_point: Sequence[float],
+        truncation: str = "crowding",
+    ):
+        if not isinstance(cells, Archive) or isinstance(cells, (UnstructuredArchive, MOMEArchive)):
+            raise ArgumentError(
+                f"cells must be a GridArchive or CVTArchive (cells by measures), got {type(cells).__name__}"
+            )
+        if cells.learning_rate != 1.0 or cells.threshold_min != -math.inf or cells.extra_fields:
+            raise ArgumentError(
+                "cells must be a plain archive: MOME keeps Pareto fronts, so CMA-MAE's learning_rate/"
+                "threshold_min and extra_fields do not apply"
+            )
+        super().__init__(solution_dim=cells.solution_dim, genotype=cells.genotype)
+        self.cells = cells
+        self.num_cells = cells.num_cells
+        self.measure_dim = cells.measure_dim
+        self.num_objectives = check_int(num_objectives, "num_objectives")
+        self.front_size = check_int(front_size, "front_size")
+        if self.num_cells * self.front_size >= 2**31 - 1:
+            raise ArgumentError(
+                f"{self.num_cells} cells x front_size {self.front_size} slots do not fit int32"
+            )
+        try:
+            point = np.asarray(reference_point, np.float64)
+        except (TypeError, ValueError) as err:
+            raise ArgumentError(f"reference_point must be {self.num_objectives} numbers") from err
+        if point.shape != (self.num_objectives,) or not np.all(np.isfinite(point.astype(np.float32))):
+            raise ArgumentError(
+                f"reference_point must be {self.num_objectives} finite numbers (one per objective), "
+                f"got {reference_point!r}"
+            )
+        self.reference_point = jnp.asarray(point, jnp.float32)
+        if truncation not in TRUNCATIONS:
+            raise ArgumentError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
+        self.truncation = truncation
+        self._check_memory(f"{self.num_cells} cells x front_size={self.front_size}")
+
+    def state_bytes(self) -> int:
+        solution = 4 * self.solution_dim if self.genotype is None else self._genotype_bytes()
+        slots = self.num_cells * self.front_size
+        return slots * (solution + 4 * (self.num_objectives + self.measure_dim) + 1)
+
+    def index_of(self, measures: jax.Array) -> jax.Array:
+        """The cell of each measure vector (``cells``' rule): ``[B, D] -> [B]`` int32."""
+        return self.cells.index_of(measures)
+
+    # -- storage -------------------------------------------------------------------------------
+    def init(self) -> MOMEState:
+        """An empty archive."""
+        c, p = self.num_cells, self.front_size
+
+        def empty(shape: tuple[int, ...], dtype: Any) -> jax.Array:
+            return jnp.zeros((c, p, *shape), dtype)
+
+        if self.genotype is None:
+            solutions = empty((self.solution_dim,), jnp.float32)
+        else:
+            solutions = jax.tree_util.tree_map(lambda a: empty(a.shape, a.dtype), self.genotype)
+        return MOMEState(
+            solutions=solutions,
+            objective=empty((self.num_objectives,), jnp.float32),
+            measures=empty((self.measure_dim,), jnp.float32),
+            occupied=jnp.zeros((c, p), bool),
+        )
+
+    def _check_state(self, state: Any) -> MOMEState:
+        want = (self.num_cells, self.front_size, self.num_objectives)
+        got = getattr(getattr(state, "objective", None), "shape", None)
+        if not isinstance(state, MOMEState) or got != want:
+            raise ArgumentError(
+                f"state must be this MOMEArchive's MOMEState (objective {list(want)}), got {got}"
+            )
+        return state
+
+    def add(
+        self,
+        state: MOMEState,
+        solutions: Any,
+        objective: jax.Array,
+        measures: jax.Array,
+        fields: Any = None,
+    ) -> tuple[MOMEState, AddInfo]:
+        """Insert a batch with the semantics of the module docstring.
+
+        Args:
+            state: the archive contents.
+            solutions: ``[B, solution_dim]`` (or genotypes ``[B]``).
+            objective: ``[B, num_objectives]`` (maximized).
+            measures: ``[B, measure_dim]``.
+            fields: must be None (a MOME archive stores no extra fields).
+
+        Returns:
+            ``(new_state, AddInfo)`` with ``status``, ``value``, ``index`` ``[B]``. Work:
+            ``O(B^2 M)`` for the candidates of one cell against each other (in blocks), ``O(B P M)``
+            against the fronts, one sort of ``B (P + 1)`` points per objective when a front
+            overflows, and ``B`` hypervolumes of ``P + 1`` points for ``value``.
+        """
+        state = self._check_state(state)
+        if fields:
+            raise ArgumentError("a MOMEArchive stores no extra fields: fields must be None")
+        solutions, batch = self._check_solutions(solutions)
+        objective = jnp.asarray(objective, jnp.float32)
+        measures = jnp.asarray(measures, jnp.float32)
+        if objective.shape != (batch, self.num_objectives):
+            raise ArgumentError(
+                f"objective must have shape [{batch}, {self.num_objectives}] (batch, num_objectives), "
+                f"got {list(objective.shape)}"
+            )
+        if measures.shape != (batch, self.measure_dim):
+            raise ArgumentError(
+                f"measures must have shape [{batch}, {self.measure_dim}], got {list(measures.shape)}"
+            )
+        finite = jnp.where(jnp.all(jnp.isfinite(objective), axis=1), 0.0, jnp.nan)
+        valid = candidate_is_valid(solutions, finite, measures)
+        cell = jnp.where(valid, self.index_of(measures), 0).astype(jnp.int32)
+        objective = jnp.where(valid[:, None], objective, 0.0)
+
+        front = state.objective[cell]  # [B, P, M]
+        members = state.occupied[cell] & valid[:, None]  # [B, P]
+        x = objective[:, None, :]
+        beaten = jnp.any(members & (_dominates(front, x) | jnp.all(front == x, axis=-1)), axis=1)
+        beaten = beaten | self._beaten_by_candidates(objective, cell, valid)
+        enters = valid & ~beaten  # survives its cell's new front before truncation
+        # members a candidate dominates leave their front
+        hits = members & _dominates(x, front)
+        segment = jnp.where(valid, cell, self.num_cells)
+        gone = jax.ops.segment_max(hits.astype(jnp.int32), segment, num_segments=self.num_cells + 1)
+        stays = state.occupied & (gone[: self.num_cells] == 0)  # [C, P]
+
+        value = self._improvement(front, members, objective, valid)
+        had = jnp.any(members, axis=1)  # the cell had a front before the batch
+        state, kept = self._rewrite(state, solutions, objective, measures, cell, valid, enters, stays)
+        status = jnp.where(kept, jnp.where(had, IMPROVED, NEW), NOT_ADDED).astype(jnp.int32)
+        return state, AddInfo(status=status, value=value, index=jnp.where(valid, cell, -1))
+
+    def _beaten_by_candidates(self, objective: jax.Array, cell: jax.Array, valid: jax.Array) -> jax.Array:
+        """``[B]`` bool: dominated by a valid candidate of the same cell, or equal to an earlier one
+        (blocks of rows, so memory stays ``_PAIR_BLOCK x B``)."""
+        batch = objective.shape[0]
+        position = jnp.arange(batch, dtype=jnp.int32)
+
+        def block(rows: jax.Array) -> jax.Array:
+            mine = objective[rows][:, None, :]
+            same = (cell[rows][:, None] == cell[None, :]) & valid[None, :]
+            equal_earlier = jnp.all(objective[None] == mine, axis=-1) & (position[None] < rows[:, None])
+            return jnp.any(same & (_dominates(objective[None], mine) | equal_earlier), axis=1)
+
+        size = min(batch, _PAIR_BLOCK)
+        padded = -(-batch // size) * size if batch else 0
+        rows = jnp.minimum(jnp.arange(padded, dtype=jnp.int32), max(batch - 1, 0)).reshape(-1, size)
+        return lax.map(block, rows).reshape(-1)[:batch] if batch else jnp.zeros(0, bool)
+
+    def _improvement(self, front, members, objective, valid) -> jax.Array:
+        """``[B]``: the hypervolume each valid candidate adds to its cell's front (``-inf`` if
+        invalid)."""
+        loss = -jnp.concatenate([front, objective[:, None, :]], axis=1)  # [B, P + 1, M]
+        with_it = jnp.concatenate([members, valid[:, None]], axis=1)
+        reference = -self.reference_point
+        before = jax.vmap(hypervolume, in_axes=(0, 0, None))(loss[:, :-1], members, reference)
+        after = jax.vmap(hypervolume, in_axes=(0, 0, None))(loss, with_it, reference)
+        return jnp.where(valid, jnp.maximum(after - before, 0.0), -jnp.inf)
+
+    def _rewrite(self, state, solutions, objective, measures, cell, valid, enters, stays):
+        """Rebuild the fronts of the cells the batch touched: ``(state, kept [B])``.
+
+        One *carrier* per touched cell (its first valid candidate) owns the rewrite of that cell's
+        row: the cell's staying members (slots ``0..P-1``) and entering candidates are ranked
+        within the cell (truncation), and the kept ones fill the row's first slots, members in
+        their order, then candidates in batch order."""
+        batch, p = objective.shape[0], self.front_size
+        c = self.num_cells
+        position = jnp.arange(batch, dtype=jnp.int32)
+        segment = jnp.where(valid, cell, c)
+        first = jax.ops.segment_min(jnp.where(valid, position, batch), segment, num_segments=c + 1)
+        carrier = valid & (first[segment] == position)
+        owner = first[segment]  # the carrier of each candidate's cell (batch if invalid)
+
+        # items: the carriers' member slots [B * P], then the candidates [B]
+        member_item = carrier[:, None] & stays[cell]  # [B, P]
+        active = jnp.concatenate([member_item.reshape(-1), enters])
+        item_cell = jnp.concatenate([jnp.repeat(cell, p), cell])
+        item_order = jnp.concatenate([jnp.tile(jnp.arange(p, dtype=jnp.int32), batch), p + position])
+        item_objective = jnp.concatenate([state.objective[cell].reshape(batch * p, -1), objective])
+        group = jnp.where(active, item_cell, c)  # inactive items sort after every cell
+        count = jax.ops.segment_sum(active.astype(jnp.int32), group, num_segments=c + 1)
+        overfull = jnp.any(count[:c] > p)
+
+        if self.truncation == "crowding":
+            crowd = lax.cond(
+                overfull,
+                lambda: self._crowding(item_objective, group, active),
+                lambda: jnp.zeros(active.shape, jnp.float32),
+            )
+        else:
+            crowd = jnp.zeros(active.shape, jnp.float32)
+        n = active.shape[0]
+        index = jnp.arange(n, dtype=jnp.int32)
+        by_merit = lax.sort((group, -crowd, item_order, index), num_keys=3)[-1]
+        keep = jnp.zeros(n, bool).at[by_merit].set(_rank_in_group(group[by_merit]) < p) & active
+        group = jnp.where(keep, group, c)
+        by_order = lax.sort((group, item_order, index), num_keys=2)[-1]
+        slot = jnp.zeros(n, jnp.int32).at[by_order].set(_rank_in_group(group[by_order]))
+
+        # each carrier's new row: source item per slot (-1 empty)
+        row_of = jnp.concatenate([jnp.repeat(position, p), owner])  # the carrier that writes an item
+        target = jnp.where(keep, row_of * p + slot, batch * p + index)
+        source = jnp.full((batch * p,), -1, jnp.int32).at[target].set(index, mode="drop", unique_indices=True)
+        source = source.reshape(batch, p)
+        from_member = (source >= 0) & (source < batch * p)
+        member_slot = jnp.where(from_member, source % p, 0)
+        candidate = jnp.clip(source - batch * p, 0, max(batch - 1, 0))
+        filled = source >= 0
+        rows = jnp.where(carrier, cell, c)  # a carrier's cell; the others are dropped
+
+        def rebuild(stored: jax.Array, new: jax.Array) -> jax.Array:
+            old_rows = stored[cell]  # [B, P, ...]
+            mine = jnp.take_along_axis(
+                old_rows, member_slot.reshape(batch, p, *(1,) * (old_rows.ndim - 2)), axis=1
+            )
+            theirs = new[candidate]
+            shape = (batch, p) + (1,) * (old_rows.ndim - 2)
+            value = jnp.where(from_member.reshape(shape), mine, theirs.astype(stored.dtype))
+            value = jnp.where(filled.reshape(shape), value, jnp.zeros_like(value))
+            return stored.at[rows].set(value, mode="drop", unique_indices=True)
+
+        state = MOMEState(
+            solutions=jax.tree_util.tree_map(rebuild, state.solutions, solutions),
+            objective=rebuild(state.objective, objective),
+            measures=rebuild(state.measures, measures),
+            occupied=state.occupied.at[rows].set(filled, mode="drop", unique_indices=True),
+        )
+        return state, keep[batch * p :]
+
+    def _crowding(self, objective: jax.Array, group: jax.Array, active: jax.Array) -> jax.Array:
+        """NSGA-II's crowding distance of every active item within its group (cell): ``[n]``."""
+        n = objective.shape[0]
+        index = jnp.arange(n, dtype=jnp.int32)
+        total = jnp.zeros(n, jnp.float32)
+        for m in range(self.num_objectives):
+            value = jnp.where(active, objective[:, m], 0.0)
+            order = lax.sort((group, value, index), num_keys=3)[-1]
+            g, v = group[order], value[order]
+            first = jnp.concatenate([jnp.ones(1, bool), g[1:] != g[:-1]])
+            last = jnp.concatenate([g[1:] != g[:-1], jnp.ones(1, bool)])
+            start = lax.cummax(jnp.where(first, index, 0))
+            end = jnp.flip(lax.cummin(jnp.flip(jnp.where(last, index, n - 1))))
+            span = v[end] * 0.5 - v[start] * 0.5  # halves: no float32 overflow
+            nxt, prv = v[jnp.minimum(index + 1, n - 1)], v[jnp.maximum(index - 1, 0)]
+            gap = jnp.where(span > 0, (nxt * 0.5 - prv * 0.5) / jnp.where(span > 0, span, 1.0), 0.0)
+            total = total + jnp.zeros(n, jnp.float32).at[order].set(jnp.where(first | last, jnp.inf, gap))
+        return jnp.where(active, total, -jnp.inf)
+
+    # -- queries -------------------------------------------------------------------------------
+    def retrieve(self, state: MOMEState, measures: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """The front of each measure vector's cell: ``[B, D] -> (found [B], {field: ...})`` with
+        ``solutions [B, P, ...]``, ``objective [B, P, M]``, ``measures [B, P, D]``, ``occupied
+        [B, P]`` and ``index [B]`` (-1 for non-finite measures)."""
+        state = self._check_state(state)
+        measures = jnp.asarray(measures, jnp.float32)
+        ok = jnp.all(jnp.isfinite(measures), axis=1)
+        index = jnp.where(ok, self.index_of(measures), -1).astype(jnp.int32)
+        at = jnp.maximum(index, 0)
+        occupied = state.occupied[at] & ok[:, None]
+        return occupied.any(axis=1), {
+            "solutions": take_rows(state.solutions, at),
+            "objective": state.objective[at],
+            "measures": state.measures[at],
+            "occupied": occupied,
+            "index": index,
+        }
+
+    def sample_elites(self, key: jax.Array, state: MOMEState, n: int) -> jax.Array:
+        """``n`` solutions: a cell drawn uniformly among the occupied ones, then a member of its
+        front uniformly (QDax's ``MOMEUniformSelector``), with replacement; ``[n]`` int32 slots
+        ``cell * front_size + member`` for :meth:`elite_solutions`. Slot 0 while empty."""
+        cell_key, member_key = jax.random.split(key)
+        size = jnp.sum(state.occupied, axis=1).astype(jnp.int32)  # [C]
+        counts = jnp.cumsum((size > 0).astype(jnp.int32))
+        k = rng.randint(cell_key, (n,), 0, jnp.maximum(counts[-1], 1))
+        cell = jnp.minimum(jnp.searchsorted(counts, k, side="right"), self.num_cells - 1).astype(jnp.int32)
+        u = rng.uniform(member_key, (n,), jnp.float32)
+        member = jnp.minimum((u * size[cell]).astype(jnp.int32), jnp.maximum(size[cell] - 1, 0))
+        return cell * self.front_size + member
+
+    def has_elites(self, state: MOMEState) -> jax.Array:
+        return state.occupied.any()
+
+    def elite_solutions(self, state: MOMEState, cells: jax.Array) -> Any:
+        """The solutions in the slots ``cells [n]`` (from :meth:`sample_elites`): ``[n, dims]``."""
+        flat = jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), state.solutions)
+        return take_rows(flat, cells)
+
+    def best_cells(self, state: Any, k: int, score: Any = None) -> tuple[jax.Array, jax.Array]:
+        raise ArgumentError(
+            "a MOMEArchive's cells hold Pareto fronts, not one elite: best_cells (ME-ES) needs a "
+            "single-objective archive"
+        )
+
+    def hypervolumes(self, state: MOMEState) -> jax.Array:
+        """``[C]``: each cell's front hypervolume from ``reference_point`` (0 where empty)."""
+        state = self._check_state(state)
+        return jax.vmap(hypervolume, in_axes=(0, 0, None))(
+            -state.objective, state.occupied, -self.reference_point
+        )
+
+    def data(self, state: MOMEState) -> dict[str, Any]:
+        """Every stored solution on the host: ``{"solutions": [n, dims]`` (genotypes ``[n]``),
+        ``"objective": [n, M]``, ``"measures": [n, D]``, ``"index": [n]`` (cells), ``"slot": [n]``
+        (place in the front)} in cell order, as NumPy arrays. Not for ``jit``."""
+        state = self._check_state(state)
+        cell, slot = np.nonzero(np.asarray(state.occupied))
+
+        def take(a: Any) -> np.ndarray:
+            return np.asarray(a)[cell, slot]
+
+        return {
+            "solutions": jax.tree_util.tree_map(take, state.solutions),
+            "objective": take(state.objective),
+            "measures": take(state.measures),
+            "index": cell.astype(np.int32),
+            "slot": slot.astype(np.int32),
+        }
+
+    def stats(self, state: MOMEState) -> dict[str, jax.Array]:
+        """Scalar statistics (QDax's ``default_moqd_metrics``, coverage as a fraction):
+
+        ``num_elites`` (solutions stored), ``coverage`` (fraction of cells with a front),
+        ``moqd_score`` (sum of the cells' hypervolumes), ``norm_moqd_score`` (``/ C``),
+        ``max_hypervolume`` (of one cell), ``max_sum_objectives`` (NaN while empty), and with two
+        objectives ``global_hypervolume`` (of all stored solutions together).
+        """
+        volumes = self.hypervolumes(state)
+        filled = state.occupied.any(axis=1)
+        total = jnp.sum(state.objective, axis=-1)
+        stats = {
+            "num_elites": state.occupied.sum().astype(jnp.int32),
+            "coverage": filled.sum() / self.num_cells,
+            "moqd_score": volumes.sum(),
+            "norm_moqd_score": volumes.sum() / self.num_cells,
+            "max_hypervolume": jnp.max(volumes),
+            "max_sum_objectives": jnp.where(
+                state.occupied.any(), jnp.max(jnp.where(state.occupied, total, -jnp.inf)), jnp.nan
+            ),
+        }
+        if self.num_objectives == 2:  # an O(n log n) sweep; more objectives cost n^(M-1)
+            stats["global_hypervolume"] = hypervolume(
+                -state.objective.reshape(-1, 2), state.occupied.reshape(-1), -self.reference_point
+            )
+        return stats
+
+
+def _rank_in_group(group: jax.Array) -> jax.Array:
+    """``[n]`` int32: each position's rank within its run of equal values of ``group`` (sorted)."""
+    n = group.shape[0]
+    index = jnp.arange(n, dtype=jnp.int32)
+    first = jnp.concatenate([jnp.ones(1, bool), group[1:] != group[:-1]]) if n else jnp.zeros(0, bool)
+    return index - lax.cummax(jnp.where(first, index, 0))

@@ -1,0 +1,336 @@
+"""The MOME archive (:class:`evotensor.qd.MOMEArchive`): Pareto fronts per cell, batch insertion
+against a slow reference of the documented rules (hypothesis over objectives on a coarse grid, so
+ties, duplicates, dominance chains and overfull fronts are common), hypervolume improvement values,
+queries, genotypes, bad input, and MAP-Elites runs over it."""
+
+import functools
+
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import evotensor
+from evotensor.core.checks import ArgumentError
+from evotensor.core.evaluation import Evaluation
+from evotensor.core.pareto import hypervolume
+from evotensor.qd import (
+    CMAESEmitter,
+    CVTArchive,
+    GridArchive,
+    IsoLineEmitter,
+    MAPElites,
+    MOMEArchive,
+    ProximityArchive,
+)
+
+BATCH, CELLS, DIMS = 16, 3, 2
+# the hypervolume of each row's points (tested against inclusion-exclusion in tests/core)
+volumes = jax.jit(jax.vmap(hypervolume, in_axes=(0, 0, None)))
+
+
+def dominates(a, b):
+    return bool(np.all(a >= b) and np.any(a > b))
+
+
+def crowding(objectives: list[np.ndarray]) -> np.ndarray:
+    """NSGA-II's crowding distance, float32 halves as the archive computes it."""
+    n, total = len(objectives), np.zeros(len(objectives))
+    for m in range(len(objectives[0])):
+        values = np.array([o[m] for o in objectives], np.float32)
+        order = sorted(range(n), key=lambda k: (values[k], k))
+        half = np.float32(0.5)
+        span = values[order[-1]] * half - values[order[0]] * half
+        for r, k in enumerate(order):
+            if r in (0, n - 1):
+                total[k] = np.inf
+            elif span > 0:
+                total[k] += (values[order[r + 1]] * half - values[order[r - 1]] * half) / span
+    return total
+
+
+def reference_add(fronts, solutions, objective, cells, front_size, truncation):
+    """The module docstring's rules, cell by cell, on Python lists: ``(fronts, status)``."""
+    status = [0] * len(objective)
+    valid = [bool(np.all(np.isfinite(o)) and np.all(np.isfinite(s))) for o, s in zip(objective, solutions)]
+    fronts = dict(fronts)
+    for c in sorted({c for c, v in zip(cells, valid) if v}):
+        had = bool(fronts.get(c))
+        items = [("member", o, s) for o, s in fronts.get(c, [])]
+        items += [
+            (b, objective[b], solutions[b]) for b in range(len(objective)) if valid[b] and cells[b] == c
+        ]
+        survivors = [
+            item
+            for k, item in enumerate(items)
+            if not any(dominates(other[1], item[1]) for other in items)
+            and not any(np.array_equal(items[j][1], item[1]) for j in range(k))
+        ]
+        if len(survivors) > front_size:
+            if truncation == "first":
+                keep = set(range(front_size))
+            else:
+                distance = crowding([item[1] for item in survivors])
+                keep = set(sorted(range(len(survivors)), key=lambda k: (-distance[k], k))[:front_size])
+            survivors = [item for k, item in enumerate(survivors) if k in keep]
+        for who, _, _ in survivors:
+            if who != "member":
+                status[who] = 1 if had else 2
+        fronts[c] = [(np.asarray(o, np.float32), np.asarray(s, np.float32)) for _, o, s in survivors]
+    return fronts, status
+
+
+@functools.cache
+def archive_and_add(num_objectives, front_size, truncation):
+    cells = GridArchive(solution_dim=DIMS, dims=(CELLS,), ranges=[(0, 1)])
+    archive = MOMEArchive(
+        cells,
+        num_objectives=num_objectives,
+        front_size=front_size,
+        reference_point=[-1.0] * num_objectives,
+        truncation=truncation,
+    )
+    return archive, jax.jit(archive.add)
+
+
+@st.composite
+def batches(draw, num_objectives):
+    levels = st.integers(0, 3)
+    objective = np.array(
+        draw(
+            st.lists(
+                st.lists(levels, min_size=num_objectives, max_size=num_objectives),
+                min_size=BATCH,
+                max_size=BATCH,
+            )
+        ),
+        np.float32,
+    )
+    holes = np.array(
+        draw(st.lists(st.sampled_from([0.0, 0.0, 0.0, np.nan, np.inf]), min_size=BATCH, max_size=BATCH))
+    )
+    objective[:, 0] += holes.astype(np.float32)
+    cell = np.array(draw(st.lists(st.integers(0, CELLS - 1), min_size=BATCH, max_size=BATCH)))
+    measures = ((cell + 0.5) / CELLS).astype(np.float32)[:, None]
+    solutions = np.array(
+        draw(st.lists(st.integers(-5, 5), min_size=BATCH * DIMS, max_size=BATCH * DIMS)), np.float32
+    )
+    return solutions.reshape(BATCH, DIMS), objective, measures, cell
+
+
+@st.composite
+def scenarios(draw):
+    num_objectives = draw(st.sampled_from([1, 2, 3]))
+    front_size = draw(st.sampled_from([1, 2, 5]))
+    truncation = draw(st.sampled_from(["crowding", "first"]))
+    steps = draw(st.lists(batches(num_objectives), min_size=1, max_size=4))
+    return num_objectives, front_size, truncation, steps
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=scenarios())
+def test_add_equals_the_reference_rules(case):
+    num_objectives, front_size, truncation, steps = case
+    archive, add = archive_and_add(num_objectives, front_size, truncation)
+    state, fronts = archive.init(), {}
+    for solutions, objective, measures, cell in steps:
+        before = state
+        state, info = add(state, solutions, objective, measures)
+        fronts, status = reference_add(fronts, solutions, objective, cell, front_size, truncation)
+        np.testing.assert_array_equal(np.asarray(info.status), status)
+        valid = np.all(np.isfinite(objective), axis=1)
+        np.testing.assert_array_equal(np.asarray(info.index), np.where(valid, cell, -1))
+        occupied = np.asarray(state.occupied)
+        for c in range(CELLS):
+            want = fronts.get(c, [])
+            # members fill the first slots, in front order
+            assert occupied[c].tolist() == [True] * len(want) + [False] * (front_size - len(want))
+            got_objective = np.asarray(state.objective)[c, : len(want)]
+            got_solutions = np.asarray(state.solutions)[c, : len(want)]
+            np.testing.assert_array_equal(
+                got_objective, np.reshape([o for o, _ in want], got_objective.shape)
+            )
+            np.testing.assert_array_equal(
+                got_solutions, np.reshape([s for _, s in want], got_solutions.shape)
+            )
+            assert np.all(np.asarray(state.objective)[c, len(want) :] == 0)
+        # value: the hypervolume the candidate adds to its cell's front before the batch
+        members = np.asarray(before.occupied)[cell]
+        front = -np.asarray(before.objective)[cell]
+        reference = -archive.reference_point
+        base = volumes(front, members, reference)
+        grown = volumes(
+            np.concatenate([front, -objective[:, None]], axis=1),
+            np.c_[members, np.ones(BATCH, bool)],
+            reference,
+        )
+        want = np.where(valid, np.maximum(np.asarray(grown) - np.asarray(base), 0.0), -np.inf)
+        np.testing.assert_allclose(np.asarray(info.value), want, atol=1e-5)
+
+
+def first_of_cell(cells: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """``[B]``: the batch position of the first candidate with each candidate's cell and objective."""
+    return np.array([np.flatnonzero((cells == c) & (f == v))[0] for c, v in zip(cells, f)])
+
+
+def test_one_objective_and_front_of_one_is_map_elites():
+    rng = np.random.default_rng(0)
+    grid = GridArchive(solution_dim=DIMS, dims=(4, 4), ranges=[(0, 1), (0, 1)])
+    mome = MOMEArchive(grid, num_objectives=1, front_size=1, reference_point=[-10.0])
+    a, b = grid.init(), mome.init()
+    add_grid, add_mome = jax.jit(grid.add), jax.jit(mome.add)
+    for _ in range(5):
+        x = rng.normal(size=(64, DIMS)).astype(np.float32)
+        f = np.round(rng.normal(size=64), 1).astype(np.float32)  # ties
+        m = rng.uniform(0, 1, (64, 2)).astype(np.float32)
+        a, info_a = add_grid(a, x, f, m)
+        b, info_b = add_mome(b, x, f[:, None], m)
+        # MOME's status is where a candidate ended up: of the grid's adds, only each cell's winner
+        winners = np.asarray(a.objective)[np.asarray(info_a.index)] == f
+        np.testing.assert_array_equal(
+            np.asarray(info_b.status) > 0,
+            (np.asarray(info_a.status) > 0)
+            & winners
+            & (np.arange(64) == first_of_cell(np.asarray(info_a.index), f)),
+        )
+    np.testing.assert_array_equal(a.occupied, b.occupied[:, 0])
+    np.testing.assert_array_equal(a.objective, b.objective[:, 0, 0])
+    np.testing.assert_array_equal(a.solutions, b.solutions[:, 0])
+
+
+def test_stats_queries_and_sampling():
+    cells = GridArchive(solution_dim=1, dims=(2,), ranges=[(0, 1)])
+    archive = MOMEArchive(cells, num_objectives=2, front_size=4, reference_point=[0.0, 0.0])
+    state = archive.init()
+    stats = archive.stats(state)
+    assert int(stats["num_elites"]) == 0 and np.isnan(stats["max_sum_objectives"])
+    # cell 0: the front (1, 3), (2, 2), (3, 1); (1, 1) is dominated. cell 1: (4, 4)
+    objective = np.array([[1, 3], [2, 2], [3, 1], [1, 1], [4, 4]], np.float32)
+    measures = np.array([[0.1], [0.2], [0.3], [0.4], [0.9]], np.float32)
+    solutions = np.arange(5, dtype=np.float32)[:, None]
+    state, info = jax.jit(archive.add)(state, solutions, objective, measures)
+    np.testing.assert_array_equal(info.status, [2, 2, 2, 0, 2])
+    stats = {k: float(v) for k, v in jax.jit(archive.stats)(state).items()}
+    assert stats["num_elites"] == 4 and stats["coverage"] == 1.0
+    assert stats["moqd_score"] == 6.0 + 16.0 and stats["max_hypervolume"] == 16.0
+    assert stats["global_hypervolume"] == 16.0 and stats["max_sum_objectives"] == 8.0
+    np.testing.assert_array_equal(archive.hypervolumes(state), [6.0, 16.0])
+    found, front = archive.retrieve(state, np.array([[0.2], [np.nan]], np.float32))
+    assert found.tolist() == [True, False] and front["index"].tolist() == [0, -1]
+    assert front["occupied"][0].tolist() == [True, True, True, False]
+    data = archive.data(state)
+    assert data["index"].tolist() == [0, 0, 0, 1] and data["slot"].tolist() == [0, 1, 2, 0]
+    np.testing.assert_array_equal(data["solutions"][:, 0], [0, 1, 2, 4])
+    # sampling: a cell uniformly, then a member uniformly: cell 1's one member half the time
+    slots = np.asarray(archive.sample_elites(jax.random.key(0), state, 4000))
+    assert set(slots.tolist()) == {0, 1, 2, 4}
+    assert np.mean(slots == 4) == pytest.approx(0.5, abs=0.03)
+    picked = archive.elite_solutions(state, jnp.asarray(slots[:8]))
+    np.testing.assert_array_equal(np.asarray(picked)[:, 0], np.where(slots[:8] == 4, 4, slots[:8]))
+
+
+def test_genotype_fronts_keep_integer_leaves_exact():
+    template = {"w": jnp.zeros(2), "key": jnp.zeros((), jnp.int32)}
+    cells = GridArchive(genotype=template, dims=(2,), ranges=[(0, 1)])
+    archive = MOMEArchive(cells, num_objectives=2, front_size=3, reference_point=[0.0, 0.0])
+    genotypes = {"w": jnp.ones((3, 2)), "key": jnp.array([2**30 + 1, 2**30 + 2, 2**30 + 3], jnp.int32)}
+    state, info = jax.jit(archive.add)(
+        archive.init(), genotypes, np.array([[1, 2], [2, 1], [0.5, 0.5]], np.float32), np.full((3, 1), 0.2)
+    )
+    assert info.status.tolist() == [2, 2, 0]
+    assert np.asarray(state.solutions["key"])[0, :2].tolist() == [2**30 + 1, 2**30 + 2]
+    assert state.solutions["key"].dtype == jnp.int32
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_objectives": 0}, "num_objectives"),
+        ({"front_size": 0}, "front_size"),
+        ({"reference_point": [0.0]}, "reference_point"),
+        ({"reference_point": [0.0, np.nan]}, "reference_point"),
+        ({"reference_point": "ab"}, "reference_point"),
+        ({"truncation": "random"}, "truncation"),
+    ],
+)
+def test_bad_arguments_name_the_argument(kwargs, match):
+    cells = GridArchive(solution_dim=2, dims=(2,), ranges=[(0, 1)])
+    args = {"num_objectives": 2, "front_size": 3, "reference_point": [0.0, 0.0], **kwargs}
+    with pytest.raises(ArgumentError, match=match):
+        MOMEArchive(cells, **args)
+
+
+def test_bad_cells_and_batches_are_refused():
+    with pytest.raises(ArgumentError, match="cells"):
+        MOMEArchive(
+            ProximityArchive(solution_dim=2, measure_dim=1, capacity=4, k_neighbors=1, novelty_threshold=0.1),
+            num_objectives=2,
+            front_size=2,
+            reference_point=[0, 0],
+        )
+    mae = GridArchive(solution_dim=2, dims=(2,), ranges=[(0, 1)], learning_rate=0.1, threshold_min=0.0)
+    with pytest.raises(ArgumentError, match="CMA-MAE"):
+        MOMEArchive(mae, num_objectives=2, front_size=2, reference_point=[0, 0])
+    archive = MOMEArchive(
+        GridArchive(solution_dim=2, dims=(2,), ranges=[(0, 1)]),
+        num_objectives=2,
+        front_size=2,
+        reference_point=[0, 0],
+    )
+    state = archive.init()
+    with pytest.raises(ArgumentError, match=r"objective must have shape \[3, 2\]"):
+        archive.add(state, np.zeros((3, 2)), np.zeros(3), np.zeros((3, 1)))
+    with pytest.raises(ArgumentError, match="state"):
+        archive.add(
+            GridArchive(solution_dim=2, dims=(2,), ranges=[(0, 1)]).init(),
+            np.zeros((3, 2)),
+            np.zeros((3, 2)),
+            np.zeros((3, 1)),
+        )
+    with pytest.raises(ArgumentError, match="best_cells"):
+        archive.best_cells(state, 2)
+
+
+class TwoSpheres:
+    """Two objectives (maximized): closeness to 0 and to 1; descriptors the first two genes."""
+
+    maximize = True
+
+    def evaluate(self, key, x):
+        f = jnp.stack([-jnp.sum(x**2, axis=1), -jnp.sum((x - 1) ** 2, axis=1)], axis=1)
+        return Evaluation(fitness=f, descriptor=jnp.clip(x[:, :2], 0, 1))
+
+
+def test_map_elites_runs_mome_with_variation_and_cma_emitters():
+    cells = CVTArchive(solution_dim=4, centroids=16, ranges=[(0, 1), (0, 1)], samples=2000)
+    archive = MOMEArchive(cells, num_objectives=2, front_size=8, reference_point=[-8.0, -8.0])
+    emitters = [
+        IsoLineEmitter(x0=jnp.full(4, 0.5), iso_sigma=0.05, batch_size=32),
+        CMAESEmitter(x0=jnp.full(4, 0.5), sigma0=0.3, batch_size=16, ranker="2imp"),
+    ]
+    me = MAPElites(archive, emitters)
+    result = evotensor.run(me, TwoSpheres(), generations=40, key=jax.random.key(0))
+    state = result.state.archive
+    stats = archive.stats(state)
+    assert float(stats["coverage"]) > 0.5 and int(stats["num_elites"]) > 30
+    # every stored front is mutually non-dominated
+    objective, occupied = np.asarray(state.objective), np.asarray(state.occupied)
+    for c in range(16):
+        front = objective[c][occupied[c]]
+        assert not any(dominates(a, b) for a in front for b in front)
+    history = result.history["moqd_score"]
+    assert history[-1] > history[0] and np.all(np.diff(history) >= -1e-3 * abs(history[-1]))
+    # the best individual is the best sum of objectives seen
+    assert result.best_fitness == pytest.approx(float(np.max(result.history["generation_best"])))
+
+
+def test_map_elites_refuses_single_objective_fitness_for_mome():
+    cells = GridArchive(solution_dim=2, dims=(2,), ranges=[(0, 1)])
+    archive = MOMEArchive(cells, num_objectives=2, front_size=2, reference_point=[0, 0])
+    me = MAPElites(archive, [IsoLineEmitter(x0=jnp.zeros(2), batch_size=4)])
+    state = me.init(jax.random.key(0))
+    x, state = me.ask(jax.random.key(1), state)
+    with pytest.raises(ArgumentError, match=r"fitness must be \[4, 2\]"):
+        me.tell(jax.random.key(2), state, x, Evaluation(fitness=jnp.zeros(4), descriptor=jnp.zeros((4, 1))))
