@@ -13,7 +13,8 @@ Sections (``--sections``, default all):
   with a block sweep, ``sr-pagie`` end to end with a kernel profile).
 * ``es``: ``benchmarks/gpu_check_es.py`` (OpenAI-ES and CMA-ES beside evosax when it imports).
 * ``qd``: ``benchmarks/gpu_check_qd.py`` (MAP-Elites evaluations/s over batch sizes, the novelty
-  archives' insertion (proximity, DNS), ME-ES generations).
+  archives' insertion (proximity, DNS), ME-ES generations, MAP-Elites over NEAT genomes and GP
+  trees, MOME generations).
 * ``neat``: ``benchmarks/gpu_check_neat.py`` (one NEAT generation on XOR at pop 150 / 1000 / 10000
   and on CartPole at pop 1000; the network forward pass over pop x genome size, with XLA's
   memory figures).

@@ -1,6 +1,6 @@
 """QD section of the one-command GPU check (``benchmarks/gpu_check.py``): MAP-Elites throughput over
 batch sizes, the novelty archives' insertion (proximity, DNS), ME-ES generations, and MAP-Elites over
-NEAT genomes and GP trees.
+NEAT genomes and GP trees, and multi-objective MAP-Elites (MOME).
 
 Case ``map-elites arm 100x100``: the ``qd-arm`` task's search (``evotensor.qd.tasks``: Iso+LineDD
 with iso_sigma 0.01, line_sigma 0.2 from the arm stretched straight, genotypes clipped to [0, 1]) on
@@ -48,6 +48,13 @@ cell per tree length and depth), at ``batch`` children per generation (``"gpu"``
 ``"cpu"``: 64): compile, ``ms_per_gen`` (median), ``evals_per_s``, the elites and the best objective
 after ``generations``.
 
+Case ``mome rastrigin`` (section ``qd-mome``): the ``qd-mome`` task (QDax's MOME example: a Pareto
+front of up to 50 per CVT cell, 64 cells, the 100-d two-objective Rastrigin) at ``batch`` children
+per generation (``"gpu"``: 100, 1024, 8192; ``"cpu"``: 32 on a 10-d task with 16 cells and fronts
+of 8): compile, ``ms_per_gen`` (median), ``evals_per_s``, the solutions stored and the MOQD score
+after ``generations``. ``benchmarks/qd_mome.py`` sets it beside QDax on a CPU (QDax inserts a batch
+one candidate after another).
+
 In ``"gpu"`` mode the sweep stops at the first batch size whose evaluations/s are below
 ``PLATEAU_GAIN`` x the best so far (the throughput has plateaued), or once ``BUDGET_S`` seconds of
 timed generations have passed. Needs only the project's own packages.
@@ -87,6 +94,11 @@ DNS = {"gpu": dict(sizes=((1024, 4096), (4096, 16384)), adds=20), "cpu": dict(si
 MEES = {"gpu": dict(samples=(1000, 10000), generations=60), "cpu": dict(samples=(100,), generations=12)}
 GENOTYPES = {"gpu": dict(batches=(1024, 8192), generations=20), "cpu": dict(batches=(64,), generations=6)}
 GENOTYPE_TASKS = {"neat map-elites xor": "neat-map-elites", "gp map-elites pagie": "sr-map-elites"}
+# qd-mome: the task's setup (QDax's MOME example) at these batches; the CPU mode shrinks the task
+MOME = {
+    "gpu": dict(batches=(100, 1024, 8192), generations=30, task={}),
+    "cpu": dict(batches=(32,), generations=6, task={"dims": 10, "cells": 16, "front_size": 8}),
+}
 NOVELTY = {
     "gpu": dict(batches=(1024, 8192), capacity=100_000, adds=30),
     "cpu": dict(batches=(256,), capacity=2_000, adds=6),
@@ -204,6 +216,29 @@ def measure_genotypes(case: str, batch: int, generations: int, seed: int = 0) ->
     }
 
 
+def measure_mome(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
+    """One ``qd-mome`` row: ``generations`` generations of the ``qd-mome`` task (a Pareto front per
+    CVT cell) with ``batch`` children per generation."""
+    from evotensor.tasks import get_task
+
+    task = get_task("qd-mome").build({**task_options, "pop": batch})
+    compile_s, ms_per_gen, times, carry = _timed_generations(task.strategy, task.problem, generations, seed)
+    stats = task.strategy.archive.stats(carry.strategy_state.archive)
+    return {
+        "family": "qd",
+        "section": "qd-mome",
+        "case": "mome rastrigin",
+        "batch": batch,
+        "generations": generations,
+        "compile_s": round(compile_s, 3),
+        "ms_per_gen": round(ms_per_gen, 4),
+        "evals_per_s": round(batch / (ms_per_gen / 1e3)),
+        "solutions": int(stats["num_elites"]),
+        "moqd_score": float(stats["moqd_score"]),
+        "backend": jax.default_backend(),
+    }
+
+
 def _timed_adds(archive: Any, batch: int, adds: int, seed: int) -> tuple[float, float, Any]:
     """``(compile_s, median ms per add, final state)`` of ``adds`` insertions of ``batch`` candidates
     (solution_dim 10, objectives N(0, 1), measures uniform in [0, 1]^2) into ``archive``, starting
@@ -305,6 +340,9 @@ def run(mode: str) -> list[dict]:
     mees = MEES[mode]
     for samples in mees["samples"]:
         rows.append(measure_mees(samples, mees["generations"]))
+    mome = MOME[mode]
+    for batch in mome["batches"]:
+        rows.append(measure_mome(batch, mome["generations"], mome["task"]))
     genotypes = GENOTYPES[mode]
     for case in GENOTYPE_TASKS:
         for batch in genotypes["batches"]:

@@ -64,6 +64,8 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     genotypes = by_section["qd-genotypes"]  # MAP-Elites over NEAT genomes and GP trees
     assert {r["case"] for r in genotypes} == {"neat map-elites xor", "gp map-elites pagie"}
     assert all(r["evals_per_s"] > 0 and r["elites"] > 0 for r in genotypes)
+    mome = by_section["qd-mome"]  # a Pareto front per cell
+    assert mome and all(r["evals_per_s"] > 0 and r["solutions"] > 0 and r["moqd_score"] > 0 for r in mome)
     mees = by_section["qd-mees"]  # one offspring per generation may enter the archive
     assert mees and all(r["evals_per_s"] > 0 and 0 < r["elites"] <= r["generations"] for r in mees)
 
@@ -81,3 +83,4 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     assert "## neat-generation" in table and "## neat-forward" in table and "## qd-novelty" in table
     assert "## neat-grad" in table
     assert "## qd-mees" in table and "## qd-dns" in table and "## qd-genotypes" in table
+    assert "## qd-mome" in table

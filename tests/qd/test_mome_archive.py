@@ -52,13 +52,15 @@ def crowding(objectives: list[np.ndarray]) -> np.ndarray:
 
 
 def reference_add(fronts, solutions, objective, cells, front_size, truncation):
-    """The module docstring's rules, cell by cell, on Python lists: ``(fronts, status)``."""
+    """The module docstring's rules, cell by cell: ``(fronts, status)`` with a front ``{slot:
+    (objective, solution)}``."""
     status = [0] * len(objective)
     valid = [bool(np.all(np.isfinite(o)) and np.all(np.isfinite(s))) for o, s in zip(objective, solutions)]
     fronts = dict(fronts)
     for c in sorted({c for c, v in zip(cells, valid) if v}):
-        had = bool(fronts.get(c))
-        items = [("member", o, s) for o, s in fronts.get(c, [])]
+        front = fronts.get(c, {})
+        had = bool(front)
+        items = [(("member", slot), o, s) for slot, (o, s) in sorted(front.items())]
         items += [
             (b, objective[b], solutions[b]) for b in range(len(objective)) if valid[b] and cells[b] == c
         ]
@@ -75,10 +77,13 @@ def reference_add(fronts, solutions, objective, cells, front_size, truncation):
                 distance = crowding([item[1] for item in survivors])
                 keep = set(sorted(range(len(survivors)), key=lambda k: (-distance[k], k))[:front_size])
             survivors = [item for k, item in enumerate(survivors) if k in keep]
-        for who, _, _ in survivors:
-            if who != "member":
+        new = {who[1]: (o, s) for who, o, s in survivors if isinstance(who, tuple)}
+        free = iter(slot for slot in range(front_size) if slot not in new)
+        for who, o, s in survivors:
+            if not isinstance(who, tuple):  # a candidate: the lowest free slot, in batch order
                 status[who] = 1 if had else 2
-        fronts[c] = [(np.asarray(o, np.float32), np.asarray(s, np.float32)) for _, o, s in survivors]
+                new[next(free)] = (np.asarray(o, np.float32), np.asarray(s, np.float32))
+        fronts[c] = new
     return fronts, status
 
 
@@ -144,18 +149,11 @@ def test_add_equals_the_reference_rules(case):
         np.testing.assert_array_equal(np.asarray(info.index), np.where(valid, cell, -1))
         occupied = np.asarray(state.occupied)
         for c in range(CELLS):
-            want = fronts.get(c, [])
-            # members fill the first slots, in front order
-            assert occupied[c].tolist() == [True] * len(want) + [False] * (front_size - len(want))
-            got_objective = np.asarray(state.objective)[c, : len(want)]
-            got_solutions = np.asarray(state.solutions)[c, : len(want)]
-            np.testing.assert_array_equal(
-                got_objective, np.reshape([o for o, _ in want], got_objective.shape)
-            )
-            np.testing.assert_array_equal(
-                got_solutions, np.reshape([s for _, s in want], got_solutions.shape)
-            )
-            assert np.all(np.asarray(state.objective)[c, len(want) :] == 0)
+            want = fronts.get(c, {})
+            assert occupied[c].tolist() == [slot in want for slot in range(front_size)]
+            for slot, (o, sol) in want.items():
+                np.testing.assert_array_equal(np.asarray(state.objective)[c, slot], o)
+                np.testing.assert_array_equal(np.asarray(state.solutions)[c, slot], sol)
         # value: the hypervolume the candidate adds to its cell's front before the batch
         members = np.asarray(before.occupied)[cell]
         front = -np.asarray(before.objective)[cell]
@@ -334,3 +332,42 @@ def test_map_elites_refuses_single_objective_fitness_for_mome():
     x, state = me.ask(jax.random.key(1), state)
     with pytest.raises(ArgumentError, match=r"fitness must be \[4, 2\]"):
         me.tell(jax.random.key(2), state, x, Evaluation(fitness=jnp.zeros(4), descriptor=jnp.zeros((4, 1))))
+
+
+def test_two_objective_fast_paths_equal_the_general_ones():
+    """The O(B log B) in-batch dominance and the sort-free hypervolume gain of two objectives
+    against the pairwise comparison and the per-candidate hypervolumes used for any M."""
+    rng = np.random.default_rng(5)
+    cells = GridArchive(solution_dim=1, dims=(4,), ranges=[(0, 1)])
+    archive = MOMEArchive(cells, num_objectives=2, front_size=6, reference_point=[-1.0, -1.0])
+    state = archive.init()
+    beaten_fast, beaten_slow = jax.jit(archive._beaten_in_batch_2d), jax.jit(archive._beaten_by_candidates)
+    gain_fast, gain_slow = jax.jit(archive._improvement_2d), jax.jit(archive._improvement)
+    add = jax.jit(archive.add)
+    for _ in range(4):
+        n = 64
+        # conflicting objectives on a coarse grid (real fronts, ties), some below the reference
+        first = rng.integers(-2, 6, n)
+        objective = np.stack([first, 4 - first + rng.integers(0, 2, n)], axis=1).astype(np.float32)
+        cell = jnp.asarray(rng.integers(0, 4, n), jnp.int32)
+        valid = jnp.asarray(rng.random(n) < 0.9)
+        fast = beaten_fast(jnp.asarray(objective), cell, valid)
+        slow = beaten_slow(jnp.asarray(objective), cell, valid)
+        np.testing.assert_array_equal(fast, slow & valid)  # an invalid candidate never enters anyway
+        rows = archive._touched_rows(cell, valid)
+        gain = gain_fast(state, rows, jnp.asarray(objective), valid)
+        members = state.occupied[cell] & valid[:, None]
+        want = gain_slow(state.objective[cell], members, jnp.asarray(objective), valid)
+        np.testing.assert_allclose(gain, want, atol=1e-5)
+        state, _ = add(state, objective[:, None, 0] * 0, objective, (np.asarray(cell)[:, None] + 0.5) / 4)
+    assert int(state.occupied.sum()) > 8
+
+
+def test_empty_batch_changes_nothing():
+    cells = GridArchive(solution_dim=2, dims=(3,), ranges=[(0, 1)])
+    archive = MOMEArchive(cells, num_objectives=2, front_size=2, reference_point=[0.0, 0.0])
+    state, _ = archive.add(archive.init(), np.ones((2, 2)), np.ones((2, 2)), np.full((2, 1), 0.5))
+    after, info = archive.add(state, np.zeros((0, 2)), np.zeros((0, 2)), np.zeros((0, 1)))
+    assert info.status.shape == (0,)
+    np.testing.assert_array_equal(after.occupied, state.occupied)
+    np.testing.assert_array_equal(after.objective, state.objective)

@@ -179,3 +179,23 @@ def test_qd_brax_task_runs_me_es_on_the_policy_parameters():
     assert 1 <= result.history["num_elites"][-1] <= 3 and max(result.history["added"]) == 1
     state = result.state.emitters[0]
     assert int(state.step) == 3 and np.all(np.isfinite(np.asarray(state.offspring)))
+
+
+def test_qd_mome_task_runs_reports_and_resumes_bit_identically(tmp_path):
+    from evotensor.qd import MOMEArchive
+
+    cfg = {"dims": 8, "cells": 8, "front_size": 6, "pop": 32, "crossover_fraction": 0.5}
+    task = get_task("qd-mome").build(cfg)
+    archive = task.strategy.archive
+    assert isinstance(archive, MOMEArchive) and archive.front_size == 6 and archive.num_cells == 8
+    # hypervolumes from the box's worst values: every stored solution counts
+    np.testing.assert_allclose(archive.reference_point, [low for low, _ in task.problem.fitness_range])
+    first, resumed = run_and_resume(task, tmp_path, 6, 12, 3)
+    assert resumed.history["moqd_score"][-1] >= first.history["moqd_score"][-1] > 0
+    text = task.report(resumed, tmp_path)
+    stats = archive.stats(resumed.state.archive)
+    assert f"{int(stats['num_elites'])} solutions in" in text and "MOQD score" in text
+    for picture in ("archive.png", "fronts.png", "qd.png"):
+        assert (tmp_path / picture).stat().st_size > 0
+    with pytest.raises(Exception, match="truncation"):
+        get_task("qd-mome").build({"truncation": "oldest"})

@@ -163,7 +163,8 @@ def _sliced_volume(points: jax.Array, member: jax.Array, reference: jax.Array) -
     if m == 1:
         return reference[0] - jnp.min(last)
     idx = jnp.arange(n, dtype=jnp.int32)
-    order = jnp.lexsort((idx, last))
+    # the order among equal values of the last objective changes no slab (their gaps are 0)
+    order = jnp.argsort(last, stable=True)
     z = last[order]
     height = jnp.concatenate([z[1:], reference[-1:]]) - z
     if m == 2:

@@ -22,7 +22,7 @@ Batch semantics (deterministic, one batch at once rather than QDax's candidate-b
   within the set are kept (NSGA-II's, Deb et al. 2002: the objective-wise extremes first; equal
   distances to the earlier point) with ``truncation="crowding"``, or the earliest points
   (``truncation="first"``: members, then candidates in batch order, QDax's choice). Members keep
-  their order in the front; new members follow in batch order.
+  their slots; new members take the cell's free slots, lowest first, in batch order.
 * ``status`` says where the candidate is after the batch: 0 not in its cell's front, 1 in the
   front of a cell that had one before the batch, 2 in the front of a cell empty before it (unlike
   a single-objective archive, whose status asks whether the candidate beat the elite before the
@@ -72,9 +72,10 @@ class MOMEState:
 
     Attributes:
         solutions: ``[C, P, dims]`` float32 (or a genotype pytree with leaves ``[C, P, ...]``).
-        objective: ``[C, P, M]`` float32, maximized (zeros where empty).
-        measures: ``[C, P, D]`` float32 (zeros where empty).
-        occupied: ``[C, P]`` bool; a cell's members fill its first slots.
+        objective: ``[C, P, M]`` float32, maximized.
+        measures: ``[C, P, D]`` float32.
+        occupied: ``[C, P]`` bool: which slots hold a member (the others hold zeros or a former
+            member's values, never read).
     """
 
     solutions: Any
@@ -226,6 +227,9 @@ class MOMEArchive(Archive):
             raise ArgumentError(
                 f"measures must have shape [{batch}, {self.measure_dim}], got {list(measures.shape)}"
             )
+        if batch == 0:
+            empty = jnp.zeros(0, jnp.int32)
+            return state, AddInfo(status=empty, value=jnp.zeros(0, jnp.float32), index=empty)
         finite = jnp.where(jnp.all(jnp.isfinite(objective), axis=1), 0.0, jnp.nan)
         valid = candidate_is_valid(solutions, finite, measures)
         cell = jnp.where(valid, self.index_of(measures), 0).astype(jnp.int32)
@@ -235,7 +239,8 @@ class MOMEArchive(Archive):
         members = state.occupied[cell] & valid[:, None]  # [B, P]
         x = objective[:, None, :]
         beaten = jnp.any(members & (_dominates(front, x) | jnp.all(front == x, axis=-1)), axis=1)
-        beaten = beaten | self._beaten_by_candidates(objective, cell, valid)
+        among = self._beaten_in_batch_2d if self.num_objectives == 2 else self._beaten_by_candidates
+        beaten = beaten | among(objective, cell, valid)
         enters = valid & ~beaten  # survives its cell's new front before truncation
         # members a candidate dominates leave their front
         hits = members & _dominates(x, front)
@@ -243,9 +248,13 @@ class MOMEArchive(Archive):
         gone = jax.ops.segment_max(hits.astype(jnp.int32), segment, num_segments=self.num_cells + 1)
         stays = state.occupied & (gone[: self.num_cells] == 0)  # [C, P]
 
-        value = self._improvement(front, members, objective, valid)
+        rows = self._touched_rows(cell, valid)
+        if self.num_objectives == 2:
+            value = self._improvement_2d(state, rows, objective, valid)
+        else:
+            value = self._improvement(front, members, objective, valid)
         had = jnp.any(members, axis=1)  # the cell had a front before the batch
-        state, kept = self._rewrite(state, solutions, objective, measures, cell, valid, enters, stays)
+        state, kept = self._rewrite(state, rows, solutions, objective, measures, cell, enters, stays)
         status = jnp.where(kept, jnp.where(had, IMPROVED, NEW), NOT_ADDED).astype(jnp.int32)
         return state, AddInfo(status=status, value=value, index=jnp.where(valid, cell, -1))
 
@@ -266,6 +275,36 @@ class MOMEArchive(Archive):
         rows = jnp.minimum(jnp.arange(padded, dtype=jnp.int32), max(batch - 1, 0)).reshape(-1, size)
         return lax.map(block, rows).reshape(-1)[:batch] if batch else jnp.zeros(0, bool)
 
+    def _beaten_in_batch_2d(self, objective: jax.Array, cell: jax.Array, valid: jax.Array) -> jax.Array:
+        """:meth:`_beaten_by_candidates` for two objectives in ``O(B log B)``: sorted by cell, then
+        objective 0 and 1 descending, then batch position, every candidate that dominates one
+        comes before its run of equal points, and of those before it only the ones with a larger
+        objective 0 may fail to, so it is dominated iff the largest objective 1 among the cell's
+        candidates before its run is at least its own; equal to an earlier one iff not first in
+        its run."""
+        batch = objective.shape[0]
+        if batch == 0:
+            return jnp.zeros(0, bool)
+        index = jnp.arange(batch, dtype=jnp.int32)
+        group = jnp.where(valid, cell, self.num_cells)
+        o0, o1 = objective[:, 0], objective[:, 1]
+        order = lax.sort((group, -o0, -o1, index), num_keys=3, is_stable=True)[-1]
+        g, a, b = group[order], o0[order], o1[order]
+        new_cell = jnp.concatenate([jnp.ones(1, bool), g[1:] != g[:-1]])
+        new_run = new_cell | jnp.concatenate([jnp.ones(1, bool), (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
+        run_start = lax.cummax(jnp.where(new_run, index, 0))
+        # largest objective 1 so far within the cell (a scan that restarts at each cell)
+        best = lax.associative_scan(
+            lambda left, right: (
+                left[0] | right[0],
+                jnp.where(right[0], right[1], jnp.maximum(left[1], right[1])),
+            ),
+            (new_cell, b),
+        )[1]
+        before = jnp.where(new_cell[run_start], -jnp.inf, best[jnp.maximum(run_start - 1, 0)])
+        beaten = (before >= b) | (index > run_start)
+        return jnp.zeros(batch, bool).at[order].set(beaten) & valid
+
     def _improvement(self, front, members, objective, valid) -> jax.Array:
         """``[B]``: the hypervolume each valid candidate adds to its cell's front (``-inf`` if
         invalid)."""
@@ -276,76 +315,113 @@ class MOMEArchive(Archive):
         after = jax.vmap(hypervolume, in_axes=(0, 0, None))(loss, with_it, reference)
         return jnp.where(valid, jnp.maximum(after - before, 0.0), -jnp.inf)
 
-    def _rewrite(self, state, solutions, objective, measures, cell, valid, enters, stays):
-        """Rebuild the fronts of the cells the batch touched: ``(state, kept [B])``.
+    def _improvement_2d(self, state, rows, objective, valid) -> jax.Array:
+        """:meth:`_improvement` for two objectives without a sort per candidate: each touched
+        cell's front sorted once by objective 0 (descending; a front's objective 1 then ascends),
+        and the front clipped to the candidate's box, ``g_j = max(min(x, f_j), r)``, stays so
+        sorted, so its hypervolume is the staircase ``sum_j (g0_j - g0_{j+1}) (g1_j - r1)``. The
+        candidate adds its box's area less that."""
+        row_cell, at, candidate_row = rows
+        r = self.reference_point
+        occupied = state.occupied[at] & (row_cell < self.num_cells)[:, None]  # [U, P]
+        front = state.objective[at]  # [U, P, 2]
+        # empty slots last, as the reference point (they enclose nothing)
+        key = jnp.where(occupied, -front[..., 0], jnp.inf)
+        order = jnp.argsort(key, axis=1, stable=True)
+        front = jnp.where(occupied[..., None], front, r)
+        front = jnp.take_along_axis(front, order[..., None], axis=1)[candidate_row]  # [B, P, 2]
+        x = jnp.maximum(objective, r)
+        g = jnp.maximum(jnp.minimum(front, x[:, None, :]), r)
+        next_g0 = jnp.concatenate([g[:, 1:, 0], jnp.broadcast_to(r[0], g[:, :1, 0].shape)], axis=1)
+        covered = jnp.sum((g[..., 0] - next_g0) * (g[..., 1] - r[1]), axis=1)
+        own = (x[:, 0] - r[0]) * (x[:, 1] - r[1])
+        return jnp.where(valid, jnp.maximum(own - covered, 0.0), -jnp.inf)
 
-        One *carrier* per touched cell (its first valid candidate) owns the rewrite of that cell's
-        row: the cell's staying members (slots ``0..P-1``) and entering candidates are ranked
-        within the cell (truncation), and the kept ones fill the row's first slots, members in
-        their order, then candidates in batch order."""
-        batch, p = objective.shape[0], self.front_size
-        c = self.num_cells
+    def _touched_rows(self, cell: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """One row per cell the batch touches (at most ``U = min(B, C)``), in the order of the
+        cells' first valid candidates: ``(row_cell [U]`` (``C`` for an unused row), ``at [U]``
+        (the row's cell, any cell for an unused row), ``candidate_row [B]`` (each valid
+        candidate's row))."""
+        batch, c = cell.shape[0], self.num_cells
+        u = min(batch, c)
         position = jnp.arange(batch, dtype=jnp.int32)
         segment = jnp.where(valid, cell, c)
         first = jax.ops.segment_min(jnp.where(valid, position, batch), segment, num_segments=c + 1)
         carrier = valid & (first[segment] == position)
-        owner = first[segment]  # the carrier of each candidate's cell (batch if invalid)
+        row_of_carrier = jnp.cumsum(carrier.astype(jnp.int32)) - 1
+        row_cell = (
+            jnp.full((u,), c, jnp.int32).at[jnp.where(carrier, row_of_carrier, u)].set(cell, mode="drop")
+        )
+        candidate_row = row_of_carrier[jnp.clip(first[segment], 0, max(batch - 1, 0))]
+        return row_cell, jnp.minimum(row_cell, c - 1), jnp.clip(candidate_row, 0, max(u - 1, 0))
 
-        # items: the carriers' member slots [B * P], then the candidates [B]
-        member_item = carrier[:, None] & stays[cell]  # [B, P]
+    def _rewrite(self, state, rows, solutions, objective, measures, cell, enters, stays):
+        """Update the fronts of the cells the batch touched: ``(state, kept [B])``.
+
+        Each touched cell's staying members and entering candidates are its new front, truncated
+        (only where a front overflows) by the rule of ``truncation``; members keep their slots,
+        the kept candidates take the cell's free slots, lowest first, in batch order. Only the
+        kept candidates' rows are written: work ``O(B dims + U P M)``, plus two sorts of the
+        ``B + U P`` points when a front overflows."""
+        batch, p, c = objective.shape[0], self.front_size, self.num_cells
+        row_cell, at, candidate_row = rows  # rows without a cell point at C: their writes drop
+        u = row_cell.shape[0]
+        position = jnp.arange(batch, dtype=jnp.int32)
+
+        # items: the rows' member slots [U * P], then the candidates [B]
+        member_item = (row_cell < c)[:, None] & stays[at]  # [U, P]
         active = jnp.concatenate([member_item.reshape(-1), enters])
-        item_cell = jnp.concatenate([jnp.repeat(cell, p), cell])
-        item_order = jnp.concatenate([jnp.tile(jnp.arange(p, dtype=jnp.int32), batch), p + position])
-        item_objective = jnp.concatenate([state.objective[cell].reshape(batch * p, -1), objective])
+        item_cell = jnp.concatenate([jnp.repeat(row_cell, p), cell])
         group = jnp.where(active, item_cell, c)  # inactive items sort after every cell
         count = jax.ops.segment_sum(active.astype(jnp.int32), group, num_segments=c + 1)
-        overfull = jnp.any(count[:c] > p)
 
-        if self.truncation == "crowding":
-            crowd = lax.cond(
-                overfull,
-                lambda: self._crowding(item_objective, group, active),
-                lambda: jnp.zeros(active.shape, jnp.float32),
+        def truncated() -> jax.Array:
+            if self.truncation == "crowding":
+                merit = self._crowding(
+                    jnp.concatenate([state.objective[at].reshape(u * p, -1), objective]), group, active
+                )
+            else:
+                merit = jnp.zeros(active.shape, jnp.float32)
+            index = jnp.arange(active.shape[0], dtype=jnp.int32)
+            # within a cell the items' index order is their order (members by slot, then the
+            # candidates in batch order), so a stable sort breaks equal merits by it
+            by_merit = lax.sort((group, -merit, index), num_keys=2, is_stable=True)[-1]
+            return (
+                jnp.zeros(active.shape, bool).at[by_merit].set(_rank_in_group(group[by_merit]) < p) & active
             )
-        else:
-            crowd = jnp.zeros(active.shape, jnp.float32)
-        n = active.shape[0]
-        index = jnp.arange(n, dtype=jnp.int32)
-        by_merit = lax.sort((group, -crowd, item_order, index), num_keys=3)[-1]
-        keep = jnp.zeros(n, bool).at[by_merit].set(_rank_in_group(group[by_merit]) < p) & active
-        group = jnp.where(keep, group, c)
-        by_order = lax.sort((group, item_order, index), num_keys=2)[-1]
-        slot = jnp.zeros(n, jnp.int32).at[by_order].set(_rank_in_group(group[by_order]))
 
-        # each carrier's new row: source item per slot (-1 empty)
-        row_of = jnp.concatenate([jnp.repeat(position, p), owner])  # the carrier that writes an item
-        target = jnp.where(keep, row_of * p + slot, batch * p + index)
-        source = jnp.full((batch * p,), -1, jnp.int32).at[target].set(index, mode="drop", unique_indices=True)
-        source = source.reshape(batch, p)
-        from_member = (source >= 0) & (source < batch * p)
-        member_slot = jnp.where(from_member, source % p, 0)
-        candidate = jnp.clip(source - batch * p, 0, max(batch - 1, 0))
-        filled = source >= 0
-        rows = jnp.where(carrier, cell, c)  # a carrier's cell; the others are dropped
+        keep = lax.cond(jnp.any(count[:c] > p), truncated, lambda: active)
+        members = keep[: u * p].reshape(u, p)
+        kept = keep[u * p :]
 
-        def rebuild(stored: jax.Array, new: jax.Array) -> jax.Array:
-            old_rows = stored[cell]  # [B, P, ...]
-            mine = jnp.take_along_axis(
-                old_rows, member_slot.reshape(batch, p, *(1,) * (old_rows.ndim - 2)), axis=1
-            )
-            theirs = new[candidate]
-            shape = (batch, p) + (1,) * (old_rows.ndim - 2)
-            value = jnp.where(from_member.reshape(shape), mine, theirs.astype(stored.dtype))
-            value = jnp.where(filled.reshape(shape), value, jnp.zeros_like(value))
-            return stored.at[rows].set(value, mode="drop", unique_indices=True)
-
-        state = MOMEState(
-            solutions=jax.tree_util.tree_map(rebuild, state.solutions, solutions),
-            objective=rebuild(state.objective, objective),
-            measures=rebuild(state.measures, measures),
-            occupied=state.occupied.at[rows].set(filled, mode="drop", unique_indices=True),
+        # the k-th kept candidate of a row (batch order) takes the row's k-th free slot
+        free = ~members
+        free_rank = jnp.cumsum(free.astype(jnp.int32), axis=1) - 1
+        slots = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (u, p))
+        free_slot = (
+            jnp.full((u, p), p, jnp.int32)
+            .at[jnp.arange(u)[:, None], jnp.where(free, free_rank, p)]
+            .set(slots, mode="drop")
         )
-        return state, keep[batch * p :]
+        candidate_group = jnp.where(kept, candidate_row, u)
+        by_row = lax.sort((candidate_group, position), num_keys=1, is_stable=True)[-1]
+        rank = jnp.zeros(batch, jnp.int32).at[by_row].set(_rank_in_group(candidate_group[by_row]))
+        slot = free_slot[candidate_row, jnp.minimum(rank, p - 1)]
+        target = jnp.where(kept, row_cell[candidate_row] * p + slot, c * p + position)
+
+        def put(stored: jax.Array, new: jax.Array) -> jax.Array:
+            flat = stored.reshape(c * p, *stored.shape[2:])
+            flat = flat.at[target].set(new.astype(stored.dtype), mode="drop", unique_indices=True)
+            return flat.reshape(stored.shape)
+
+        occupied = state.occupied.at[row_cell].set(members, mode="drop", unique_indices=True)
+        state = MOMEState(
+            solutions=jax.tree_util.tree_map(put, state.solutions, solutions),
+            objective=put(state.objective, objective),
+            measures=put(state.measures, measures),
+            occupied=put(occupied, jnp.ones(batch, bool)),
+        )
+        return state, kept
 
     def _crowding(self, objective: jax.Array, group: jax.Array, active: jax.Array) -> jax.Array:
         """NSGA-II's crowding distance of every active item within its group (cell): ``[n]``."""
@@ -354,7 +430,7 @@ class MOMEArchive(Archive):
         total = jnp.zeros(n, jnp.float32)
         for m in range(self.num_objectives):
             value = jnp.where(active, objective[:, m], 0.0)
-            order = lax.sort((group, value, index), num_keys=3)[-1]
+            order = lax.sort((group, value, index), num_keys=2, is_stable=True)[-1]
             g, v = group[order], value[order]
             first = jnp.concatenate([jnp.ones(1, bool), g[1:] != g[:-1]])
             last = jnp.concatenate([g[1:] != g[:-1], jnp.ones(1, bool)])
@@ -396,7 +472,10 @@ class MOMEArchive(Archive):
         cell = jnp.minimum(jnp.searchsorted(counts, k, side="right"), self.num_cells - 1).astype(jnp.int32)
         u = rng.uniform(member_key, (n,), jnp.float32)
         member = jnp.minimum((u * size[cell]).astype(jnp.int32), jnp.maximum(size[cell] - 1, 0))
-        return cell * self.front_size + member
+        # the member-th occupied slot of the cell
+        seen = jnp.cumsum(state.occupied[cell].astype(jnp.int32), axis=1)  # [n, P]
+        slot = jnp.argmax(seen > member[:, None], axis=1).astype(jnp.int32)
+        return cell * self.front_size + slot
 
     def has_elites(self, state: MOMEState) -> jax.Array:
         return state.occupied.any()

@@ -4,7 +4,9 @@
   image of its cells, a CVT archive as its Voronoi cells, rasterised with the archive's own
   nearest-centroid rule (so the picture shows exactly the cells ``add`` uses). Empty cells are
   blank.
-* :func:`plot_qd_history` — coverage and QD score per generation from a run's history.
+* :func:`plot_qd_history` — coverage and QD score (or MOME's MOQD score) per generation from a
+  run's history.
+* :func:`plot_pareto_fronts` — a two-objective MOME archive's solutions in objective space.
 """
 
 from __future__ import annotations
@@ -27,15 +29,22 @@ def _pyplot():
     return plt
 
 
-def archive_image(archive: Archive, state: ArchiveState, resolution: int = 300) -> tuple[np.ndarray, tuple]:
+def archive_image(
+    archive: Archive, state: ArchiveState | None, resolution: int = 300, values: Any = None
+) -> tuple[np.ndarray, tuple]:
     """``(image [rows, cols], extent)`` of elite objectives over the two measures, NaN where empty.
 
     Grid archives give one pixel per cell (``[dims[1], dims[0]]``, measure 0 along columns);
-    CVT archives a ``resolution x resolution`` raster of their Voronoi cells.
+    CVT archives a ``resolution x resolution`` raster of their Voronoi cells. ``values [C]``
+    (NaN where empty) replaces the elites' objectives, e.g. a MOME archive's hypervolume per cell
+    drawn over its ``cells`` archive (``state`` is then unused).
     """
     if archive.measure_dim != 2:
         raise ValueError(f"archive_image needs 2 measures, the archive has {archive.measure_dim}")
-    objective = np.where(np.asarray(state.occupied), np.asarray(state.objective, np.float64), np.nan)
+    if values is None:
+        objective = np.where(np.asarray(state.occupied), np.asarray(state.objective, np.float64), np.nan)
+    else:
+        objective = np.asarray(values, np.float64)
     (x0, x1), (y0, y1) = archive.ranges
     extent = (x0, x1, y0, y1)
     if isinstance(archive, GridArchive):
@@ -59,16 +68,19 @@ def archive_heatmap(
     labels: tuple[str, str] = ("measure 0", "measure 1"),
     vmin: float | None = None,
     vmax: float | None = None,
+    values: Any = None,
+    value_label: str = "objective",
 ) -> Any:
-    """Draw the archive's elites (see :func:`archive_image`) on ``ax`` (a new figure if None) and
-    save it to ``path`` if given. Returns the matplotlib image."""
+    """Draw the archive's elites (see :func:`archive_image`; ``values`` per cell instead, named
+    ``value_label``) on ``ax`` (a new figure if None) and save it to ``path`` if given. Returns the
+    matplotlib image."""
     plt = _pyplot()
-    image, extent = archive_image(archive, state)
+    image, extent = archive_image(archive, state, values=values)
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(5.5, 4.5), dpi=100)
     shown = ax.imshow(image, origin="lower", extent=extent, aspect="auto", vmin=vmin, vmax=vmax, cmap="magma")
-    ax.figure.colorbar(shown, ax=ax, label="objective")
+    ax.figure.colorbar(shown, ax=ax, label=value_label)
     ax.set_xlabel(labels[0])
     ax.set_ylabel(labels[1])
     if title:
@@ -81,20 +93,50 @@ def archive_heatmap(
     return shown
 
 
-def plot_qd_history(history: dict[str, np.ndarray], path: str | Path, title: str = "") -> None:
-    """Coverage and QD score against generations (``history`` from :func:`evotensor.run`)."""
+def plot_qd_history(
+    history: dict[str, np.ndarray], path: str | Path, title: str = "", score: str = "qd_score"
+) -> None:
+    """Coverage and a score (default the QD score; ``"moqd_score"`` for MOME) against generations
+    (``history`` from :func:`evotensor.run`)."""
     plt = _pyplot()
     generations = np.arange(1, len(history["coverage"]) + 1)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=100)
     left.plot(generations, 100 * np.asarray(history["coverage"]))
     left.set_ylabel("coverage (% of cells)")
-    right.plot(generations, history["qd_score"])
-    right.set_ylabel("QD score")
+    right.plot(generations, history[score])
+    right.set_ylabel({"qd_score": "QD score", "moqd_score": "MOQD score"}.get(score, score))
     for ax in (left, right):
         ax.set_xlabel("generation")
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_pareto_fronts(archive: Any, state: Any, path: str | Path, title: str = "") -> None:
+    """A two-objective MOME archive's stored solutions in objective space, coloured by cell, with
+    the front of all of them together drawn as a line."""
+    if archive.num_objectives != 2:
+        raise ValueError(f"plot_pareto_fronts needs 2 objectives, the archive has {archive.num_objectives}")
+    plt = _pyplot()
+    data = archive.data(state)
+    objective, cells = data["objective"], data["index"]
+    fig, ax = plt.subplots(figsize=(5.5, 4.5), dpi=100)
+    ax.scatter(objective[:, 0], objective[:, 1], c=cells, s=6, cmap="viridis", alpha=0.7)
+    if len(objective):
+        order = np.lexsort((-objective[:, 1], -objective[:, 0]))  # objective 0 descending
+        best = np.maximum.accumulate(objective[order, 1])
+        on_front = np.concatenate([[True], best[1:] > best[:-1]])
+        front = objective[order][on_front]
+        ax.step(front[:, 0], front[:, 1], where="post", color="black", lw=1, label="global front")
+        ax.legend(loc="lower left")
+    ax.set_xlabel("objective 0")
+    ax.set_ylabel("objective 1")
+    ax.grid(alpha=0.3)
+    if title:
+        ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,5 +1,5 @@
-"""QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-dns``, ``qd-mees``, ``qd-cma-mae``, ``qd-cma-mega`` and
-``qd-brax``.
+"""QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-dns``, ``qd-mees``, ``qd-cma-mae``, ``qd-cma-mega``,
+``qd-mome`` and ``qd-brax``.
 
 * ``qd-arm`` — MAP-Elites with Iso+LineDD (pyribs' defaults, iso 0.01 / line 0.2, clipped to the
   genotype box) on the planar arm (QDax's definition, 100 joints), a 64 x 64 grid over the
@@ -30,6 +30,16 @@
   rate and ``threshold_min`` 0, a plain result archive, the emitters with the ``imp`` ranker and
   ``basic`` restarts).
 
+* ``qd-mome`` — multi-objective MAP-Elites (MOME, Pierrot et al. 2022) with the setup of QDax's
+  MOME example: the two-objective Rastrigin (100-d, optima at 0 and 2.2, box [-2, 4]), 64 CVT
+  cells over the first two genes (20,000 k-means samples), Pareto fronts of up to 50 solutions,
+  batch 100 of gene-swap crossovers (half the genes drawn with replacement) of elites, the first
+  batch uniform in the box, 1000 generations. ``--set crossover_fraction=0.5`` mixes in QDax's
+  polynomial mutation (eta 1, 60% of the genes). Hypervolumes are measured from the box's worst
+  objective values (``MORastrigin.fitness_range``; QDax's example uses (-150, -150), which no
+  point of the 100-d task reaches). Reports the MOQD score, the global hypervolume and the fronts;
+  writes ``qd.png``, ``archive.png`` (hypervolume per cell) and ``fronts.png``.
+
 * ``qd-brax`` — QD-RL: MAP-Elites with Iso+LineDD (QDax's brax example values, iso 0.005 /
   line 0.05) over the parameters of a ``64-64`` tanh MLP policy on a QDax brax task (default
   ``walker2d_uni``: feet-contact descriptors; see :mod:`evotensor.problems.qd_control`). A grid for
@@ -37,8 +47,8 @@
   runs ME-ES instead (the deep-neuroevolution setting of Colas et al. 2020; ``qd-mees``'s options
   and population rule). Needs brax; slow on a CPU, meant for a GPU.
 
-All report coverage, QD score and the best objective, and write ``qd.png`` (coverage and QD score
-per generation) and, for two descriptors, ``archive.png`` (the elites) into the run directory.
+The others report coverage, QD score and the best objective, and write ``qd.png`` (coverage and QD
+score per generation) and, for two descriptors, ``archive.png`` (the elites) into the run directory.
 """
 
 from __future__ import annotations
@@ -53,13 +63,17 @@ from evotensor.qd.dns_archive import DNSArchive
 from evotensor.qd.emitters import (
     CMAESEmitter,
     EmitterGroup,
+    GeneSwapCrossover,
     GradientArborescenceEmitter,
     IsoLineEmitter,
     MEESEmitter,
+    MixingEmitter,
+    PolynomialMutation,
     problem_jacobian,
 )
 from evotensor.qd.map_elites import MAPElites
-from evotensor.qd.plots import archive_heatmap, plot_qd_history
+from evotensor.qd.mome_archive import MOMEArchive
+from evotensor.qd.plots import archive_heatmap, plot_pareto_fronts, plot_qd_history
 from evotensor.qd.proximity_archive import ProximityArchive
 from evotensor.tasks import Task, hidden_sizes_option, positive_int_option, register_task
 
@@ -344,6 +358,91 @@ def _build_cma_mega(cfg: dict[str, Any]) -> Task:
         generations=cfg["generations"] or 1000,
         report=_report(strategy, ("measure 0", "measure 1")),
     )
+
+
+@register_task(
+    "qd-mome",
+    "Multi-objective MAP-Elites (MOME) on QDax's two-objective 100-d Rastrigin, 64 CVT cells",
+    defaults={
+        "dims": 100,
+        "cells": 64,
+        "front_size": 50,
+        "crossover_fraction": 1.0,
+        "swap": 0.5,
+        "eta": 1.0,
+        "mutate": 0.6,
+        "truncation": "crowding",
+    },
+)
+def _build_mome(cfg: dict[str, Any]) -> Task:
+    import jax
+
+    from evotensor.problems.qd import MORastrigin
+
+    problem = MORastrigin(num_dims=positive_int_option(cfg, "dims"))
+    low, high = problem.bounds
+    cells = CVTArchive(
+        solution_dim=problem.num_dims,
+        centroids=positive_int_option(cfg, "cells"),
+        ranges=problem.descriptor_ranges,
+        samples=20_000,
+        seed=cfg["seed"],
+    )
+    archive = MOMEArchive(
+        cells,
+        num_objectives=2,
+        front_size=positive_int_option(cfg, "front_size"),
+        reference_point=[worst for worst, _ in problem.fitness_range],
+        truncation=cfg["truncation"],
+    )
+    batch = cfg["pop"] or 100
+    first = jax.random.uniform(
+        jax.random.key(cfg["seed"]), (batch, problem.num_dims), minval=low, maxval=high
+    )
+    emitter = MixingEmitter(
+        np.full(problem.num_dims, (low + high) / 2),
+        mutation=PolynomialMutation(
+            low=low, high=high, eta=float(cfg["eta"]), proportion=float(cfg["mutate"])
+        ),
+        crossover=GeneSwapCrossover(proportion=float(cfg["swap"])),
+        crossover_fraction=float(cfg["crossover_fraction"]),
+        batch_size=batch,
+        bounds=problem.bounds,
+        initial_solutions=np.asarray(first),
+    )
+    strategy = MAPElites(archive, [emitter])
+
+    def report(result: Any, run_dir: Path | None) -> str:
+        state = result.state.archive
+        stats = {k: float(v) for k, v in archive.stats(state).items()}
+        filled = round(stats["coverage"] * archive.num_cells)
+        reference = np.asarray(archive.reference_point).tolist()
+        lines = [
+            f"MOME archive: {int(stats['num_elites'])} solutions in {filled} of {archive.num_cells} cells "
+            f"(coverage {100 * stats['coverage']:.1f}%), MOQD score {stats['moqd_score']:.6g}, global "
+            f"hypervolume {stats['global_hypervolume']:.6g}, best cell {stats['max_hypervolume']:.6g} "
+            f"(reference point {reference}), max sum of objectives {stats['max_sum_objectives']:.5g}",
+        ]
+        if run_dir is not None:
+            run_dir = Path(run_dir)
+            plot_qd_history(result.history, run_dir / "qd.png", score="moqd_score")
+            volumes = np.where(
+                np.asarray(state.occupied).any(axis=1), np.asarray(archive.hypervolumes(state)), np.nan
+            )
+            archive_heatmap(
+                cells,
+                None,
+                run_dir / "archive.png",
+                labels=("gene 0", "gene 1"),
+                title="hypervolume per cell",
+                values=volumes,
+                value_label="hypervolume",
+            )
+            plot_pareto_fronts(archive, state, run_dir / "fronts.png", title="stored solutions")
+            lines.append(f"plots: {run_dir / 'archive.png'}, {run_dir / 'fronts.png'}, {run_dir / 'qd.png'}")
+        return "\n".join(lines)
+
+    return Task(strategy=strategy, problem=problem, generations=cfg["generations"] or 1000, report=report)
 
 
 @register_task(
