@@ -371,3 +371,29 @@ def test_empty_batch_changes_nothing():
     assert info.status.shape == (0,)
     np.testing.assert_array_equal(after.occupied, state.occupied)
     np.testing.assert_array_equal(after.objective, state.objective)
+
+
+def test_bandit_scheduler_and_run_many_over_a_mome_archive():
+    """The bandit picks emitters by their success on a MOME archive (candidates that entered a
+    front), and run_many's vmapped runs equal the single runs bit for bit."""
+    from evotensor.qd import BanditMAPElites, EmitterGroup
+
+    cells = GridArchive(solution_dim=4, dims=(4, 4), ranges=[(0, 1), (0, 1)])
+    archive = MOMEArchive(cells, num_objectives=2, front_size=4, reference_point=[-8.0, -8.0])
+    pool = [
+        IsoLineEmitter(x0=jnp.full(4, 0.5), iso_sigma=0.05, batch_size=16),
+        EmitterGroup(CMAESEmitter(x0=jnp.full(4, 0.5), sigma0=0.2, batch_size=8, ranker="2imp"), 2),
+    ]
+    bandit = BanditMAPElites(archive, pool, num_active=1)
+    result = evotensor.run(bandit, TwoSpheres(), generations=12, key=jax.random.key(1))
+    assert int(archive.stats(result.state.archive)["num_elites"]) > 8
+    # one active emitter of 16 candidates per generation; success: those that entered a front
+    assert float(jnp.sum(result.state.selection)) == 12 * 16
+    assert 0 < float(jnp.sum(result.state.success)) <= 12 * 16
+    me = MAPElites(archive, pool[:1])
+    keys = jax.random.split(jax.random.key(2), 2)
+    many = evotensor.run_many(me, TwoSpheres(), 6, keys)
+    for i in range(2):
+        one = evotensor.run(me, TwoSpheres(), generations=6, key=keys[i])
+        np.testing.assert_array_equal(many.state.archive.objective[i], one.state.archive.objective)
+        np.testing.assert_array_equal(many.state.archive.occupied[i], one.state.archive.occupied)
