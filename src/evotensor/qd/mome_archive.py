@@ -424,22 +424,33 @@ class MOMEArchive(Archive):
         return state, kept
 
     def _crowding(self, objective: jax.Array, group: jax.Array, active: jax.Array) -> jax.Array:
-        """NSGA-II's crowding distance of every active item within its group (cell): ``[n]``."""
+        """NSGA-II's crowding distance of every active item within its group (cell): ``[n]``.
+
+        The active items of a cell are mutually non-dominated and distinct, so with two objectives
+        the order by objective 0 is the reverse order by objective 1: one sort serves both (the
+        same neighbours, ends and spans, so the same bits as a sort per objective)."""
         n = objective.shape[0]
         index = jnp.arange(n, dtype=jnp.int32)
         total = jnp.zeros(n, jnp.float32)
-        for m in range(self.num_objectives):
+        sorts = 1 if self.num_objectives == 2 else self.num_objectives
+        for m in range(sorts):
             value = jnp.where(active, objective[:, m], 0.0)
             order = lax.sort((group, value, index), num_keys=2, is_stable=True)[-1]
-            g, v = group[order], value[order]
+            g = group[order]
             first = jnp.concatenate([jnp.ones(1, bool), g[1:] != g[:-1]])
             last = jnp.concatenate([g[1:] != g[:-1], jnp.ones(1, bool)])
             start = lax.cummax(jnp.where(first, index, 0))
             end = jnp.flip(lax.cummin(jnp.flip(jnp.where(last, index, n - 1))))
-            span = v[end] * 0.5 - v[start] * 0.5  # halves: no float32 overflow
-            nxt, prv = v[jnp.minimum(index + 1, n - 1)], v[jnp.maximum(index - 1, 0)]
-            gap = jnp.where(span > 0, (nxt * 0.5 - prv * 0.5) / jnp.where(span > 0, span, 1.0), 0.0)
-            total = total + jnp.zeros(n, jnp.float32).at[order].set(jnp.where(first | last, jnp.inf, gap))
+            below, above = jnp.maximum(index - 1, 0), jnp.minimum(index + 1, n - 1)
+            ends = [(m, start, end, below, above)]
+            if self.num_objectives == 2:  # objective 1 ascends the other way
+                ends.append((1, end, start, above, below))
+            for k, low, high, prv, nxt in ends:
+                v = jnp.where(active, objective[:, k], 0.0)[order]
+                span = v[high] * 0.5 - v[low] * 0.5  # halves: no float32 overflow
+                gap = (v[nxt] * 0.5 - v[prv] * 0.5) / jnp.where(span > 0, span, 1.0)
+                gap = jnp.where(span > 0, gap, 0.0)
+                total = total + jnp.zeros(n, jnp.float32).at[order].set(jnp.where(first | last, jnp.inf, gap))
         return jnp.where(active, total, -jnp.inf)
 
     # -- queries -------------------------------------------------------------------------------
