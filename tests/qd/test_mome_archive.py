@@ -397,3 +397,12 @@ def test_bandit_scheduler_and_run_many_over_a_mome_archive():
         one = evotensor.run(me, TwoSpheres(), generations=6, key=keys[i])
         np.testing.assert_array_equal(many.state.archive.objective[i], one.state.archive.objective)
         np.testing.assert_array_equal(many.state.archive.occupied[i], one.state.archive.occupied)
+
+
+def test_a_mesh_is_refused_with_the_reason():
+    from evotensor.qd import ShardedArchive
+
+    cells = GridArchive(solution_dim=2, dims=(2,), ranges=[(0, 1)])
+    archive = MOMEArchive(cells, num_objectives=2, front_size=2, reference_point=[0, 0])
+    with pytest.raises(ArgumentError, match="MOMEArchive cannot be split over devices: its Pareto fronts"):
+        ShardedArchive(archive, jax.make_mesh((1,), ("pop",)))

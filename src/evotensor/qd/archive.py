@@ -236,8 +236,10 @@ class Archive:
 
     num_cells: int
     measure_dim: int
-    # whether a ShardedArchive may split the rows over devices (not where adding needs every row)
+    # whether a ShardedArchive may split the rows over devices (not where adding needs every row),
+    # and why not
     shardable = True
+    unshardable_because = ""
 
     def __init__(
         self,
@@ -620,6 +622,7 @@ class UnstructuredArchive(Archive):
     (= ``num_cells``) and define ``_check_state`` and ``_nearest``."""
 
     shardable = False
+    unshardable_because = "adding to it needs every stored measure, not one device's cells"
 
     def index_of(self, measures: jax.Array) -> jax.Array:
         raise ArgumentError(

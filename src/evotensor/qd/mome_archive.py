@@ -108,6 +108,7 @@ class MOMEArchive(Archive):
     """
 
     shardable = False
+    unshardable_because = "its Pareto fronts are not laid out over a device mesh yet"
 
     def __init__(
         self,

@@ -154,8 +154,8 @@ class ShardedArchive:
             raise ArgumentError(f"archive must be an evotensor.qd Archive, got {type(archive).__name__}")
         if not archive.shardable:
             raise ArgumentError(
-                f"a {type(archive).__name__} cannot be split over devices: adding to it needs every "
-                "stored measure, not one device's cells; run it without a mesh"
+                f"a {type(archive).__name__} cannot be split over devices: "
+                f"{archive.unshardable_because}; run it without a mesh"
             )
         self.mesh = check_mesh(mesh, axis)
         self.axis = axis
