@@ -33,6 +33,7 @@ from evotensor.qd import (
     IsoLineEmitter,
     MAPElites,
     MEESEmitter,
+    MOMEArchive,
 )
 from evotensor.qd.emitters import MEESEmitterState
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
@@ -214,6 +215,35 @@ def scenario_genotypes() -> dict:
         return MAPElites(archive, [GenotypeEmitter(variation, initial, batch_size=8)])
 
     return _both(make, GenotypeBowl(), 10, seed=4)
+
+
+class TwoBowls:
+    """Two objectives (maximized): ``-|x - 0.2|^2`` and ``-|x - 0.7|^2`` (exact row sums), descriptor
+    the first two coordinates clipped to the unit square."""
+
+    maximize = True
+
+    def evaluate(self, key, x):
+        f = jnp.stack([-exact_sum((x - 0.2) ** 2, axis=1), -exact_sum((x - 0.7) ** 2, axis=1)], axis=1)
+        return Evaluation(fitness=f, descriptor=jnp.clip(x[:, :2], 0, 1))
+
+
+def scenario_mome() -> dict:
+    """MOME (a Pareto front of up to 5 per cell of a 50-centroid CVT archive: 52 rows on 4 devices)
+    with Iso+LineDD and a CMA-ES emitter ranked by hypervolume gain, crowding truncation: every front,
+    slot and the CMA-ES state must equal the one-device run's bit for bit."""
+    centroids = np.random.default_rng(5).uniform(0, 1, (50, 2)).astype(np.float32)
+
+    def make():
+        cells = CVTArchive(solution_dim=4, centroids=centroids, ranges=[(0, 1), (0, 1)], chunk_size=8)
+        archive = MOMEArchive(cells, num_objectives=2, front_size=5, reference_point=[-4.0, -4.0])
+        emitters = [
+            IsoLineEmitter(np.full(4, 0.5), iso_sigma=0.1, line_sigma=0.2, batch_size=16),
+            CMAESEmitter(np.full(4, 0.5), 0.2, ranker="2imp", batch_size=8),
+        ]
+        return MAPElites(archive, emitters)
+
+    return _both(make, TwoBowls(), 12, seed=5)
 
 
 # distinctive sizes: "[1001,7]" in the HLO text can only be the whole archive's solutions

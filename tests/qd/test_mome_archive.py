@@ -354,8 +354,9 @@ def test_two_objective_fast_paths_equal_the_general_ones():
         fast = beaten_fast(jnp.asarray(objective), cell, valid)
         slow = beaten_slow(jnp.asarray(objective), cell, valid)
         np.testing.assert_array_equal(fast, slow & valid)  # an invalid candidate never enters anyway
-        rows = archive._touched_rows(cell, valid)
-        gain = gain_fast(state, rows, jnp.asarray(objective), valid)
+        rows = archive.touched_rows(cell, valid, archive.num_cells)
+        fronts = state.objective[rows[1]], state.occupied[rows[1]] & (rows[0] < archive.num_cells)[:, None]
+        gain = gain_fast(*fronts, rows[2], jnp.asarray(objective), valid)
         members = state.occupied[cell] & valid[:, None]
         want = gain_slow(state.objective[cell], members, jnp.asarray(objective), valid)
         np.testing.assert_allclose(gain, want, atol=1e-5)
@@ -399,10 +400,47 @@ def test_bandit_scheduler_and_run_many_over_a_mome_archive():
         np.testing.assert_array_equal(many.state.archive.occupied[i], one.state.archive.occupied)
 
 
-def test_a_mesh_is_refused_with_the_reason():
+def test_sharded_archive_on_one_device_equals_the_plain_archive():
+    """ShardedArchive(mome, mesh) is a ShardedMOMEArchive: the same fronts, slots, statuses,
+    samples and queries as the plain archive (4 devices: tests/qd/test_sharded_archive.py)."""
     from evotensor.qd import ShardedArchive
+    from evotensor.qd.sharded_mome import ShardedMOMEArchive
 
-    cells = GridArchive(solution_dim=2, dims=(2,), ranges=[(0, 1)])
-    archive = MOMEArchive(cells, num_objectives=2, front_size=2, reference_point=[0, 0])
-    with pytest.raises(ArgumentError, match="MOMEArchive cannot be split over devices: its Pareto fronts"):
-        ShardedArchive(archive, jax.make_mesh((1,), ("pop",)))
+    rng = np.random.default_rng(3)
+    cells = CVTArchive(solution_dim=3, centroids=rng.uniform(0, 1, (7, 2)), ranges=[(0, 1), (0, 1)])
+    plain = MOMEArchive(cells, num_objectives=2, front_size=3, reference_point=[-1.0, -1.0])
+    sharded = ShardedArchive(plain, jax.make_mesh((1,), ("pop",)))
+    assert isinstance(sharded, ShardedMOMEArchive) and sharded.num_objectives == 2
+    assert ShardedArchive(sharded, sharded.mesh).archive is plain
+    a, b = plain.init(), sharded.init()
+    add_a, add_b = jax.jit(plain.add), jax.jit(sharded.add)
+    for _ in range(4):
+        first = rng.integers(0, 5, 24)
+        objective = np.stack([first, 4 - first + rng.integers(0, 2, 24)], axis=1).astype(np.float32)
+        objective[rng.random(24) < 0.1, 0] = np.nan
+        x = rng.normal(size=(24, 3)).astype(np.float32)
+        m = rng.uniform(0, 1, (24, 2)).astype(np.float32)
+        a, info_a = add_a(a, x, objective, m)
+        b, info_b = add_b(b, x, objective, m)
+        for got, want in zip(jax.tree_util.tree_leaves((b, info_b)), jax.tree_util.tree_leaves((a, info_a))):
+            np.testing.assert_array_equal(got, want)
+    key = jax.random.key(4)
+
+    def parents(archive, state):
+        slots = archive.sample_elites(key, state, 16)
+        return slots, archive.elite_solutions(state, slots)
+
+    for got, want in zip(
+        jax.jit(parents, static_argnums=0)(sharded, b), jax.jit(parents, static_argnums=0)(plain, a)
+    ):
+        np.testing.assert_array_equal(got, want)
+    probe = np.array([[0.2, 0.3], [np.nan, 0.1]], np.float32)
+    for got, want in zip(
+        jax.tree_util.tree_leaves(jax.jit(sharded.retrieve)(b, probe)),
+        jax.tree_util.tree_leaves(jax.jit(plain.retrieve)(a, probe)),
+    ):
+        np.testing.assert_array_equal(got, want)
+    want = jax.jit(plain.stats)(a)
+    for name, value in jax.jit(sharded.stats)(b).items():
+        np.testing.assert_allclose(value, want[name], rtol=1e-6, err_msg=name)
+    assert sharded.data(b)["index"].tolist() == plain.data(a)["index"].tolist()

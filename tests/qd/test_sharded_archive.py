@@ -230,6 +230,7 @@ SCENARIOS = [
     "tests.qd.mesh_scenarios:scenario_insertion_hlo",
     "tests.qd.mesh_scenarios:scenario_checkpoint_across_device_counts",
     "tests.qd.mesh_scenarios:scenario_genotypes",
+    "tests.qd.mesh_scenarios:scenario_mome",
 ]
 # the runs of these two equal the one-device runs bit for bit under XLA:CPU's default emitters only
 # (the mark fusion_emitters, tests/conftest.py), so they run in a subprocess of their own
@@ -282,6 +283,22 @@ def test_map_elites_over_genotypes_on_4_devices_equals_one_device(four_devices):
     k = np.asarray(single["archive"][".solutions['k']"])
     occupied = np.asarray(single["archive"][".occupied"])
     assert occupied.sum() > 20 and k[occupied].min() < 5
+
+
+def test_mome_on_4_devices_equals_one_device(four_devices):
+    result = four_devices["tests.qd.mesh_scenarios:scenario_mome"]
+    mesh, single = result["mesh"], result["single"]
+    assert mesh["archive"] == single["archive"] and mesh["cma"] == single["cma"]
+    for metric in ("num_elites", "coverage", "added", "new_cells", "best_fitness"):
+        assert mesh["history"][metric] == single["history"][metric], metric
+    # sums over cells, and hypervolumes computed per device: equal to float32 rounding
+    for metric in ("moqd_score", "norm_moqd_score", "max_hypervolume", "global_hypervolume"):
+        np.testing.assert_allclose(
+            mesh["history"][metric], single["history"][metric], rtol=1e-5, err_msg=metric
+        )
+    assert result["layout"]["search"] == {"rows": 52, "rows_per_device": [13] * 4, "spec": "P('pop',)"}
+    occupied = np.asarray(single["archive"][".occupied"])
+    assert occupied.shape == (50, 5) and occupied.sum() > 40 and (occupied.sum(axis=1) > 1).any()
 
 
 @pytest.mark.fusion_emitters

@@ -9,7 +9,8 @@
   capacity (survivors by mean distance to their fitter neighbours; pyribs 0.12's rules).
 * :mod:`.mome_archive` — :class:`MOMEArchive`: multi-objective MAP-Elites (MOME), a Pareto front
   of at most ``front_size`` solutions per grid or CVT cell, batch insertion in one step, hypervolume
-  improvement as each candidate's value, MOQD score and global hypervolume in ``stats``.
+  improvement as each candidate's value, MOQD score and global hypervolume in ``stats``; split over
+  a mesh by :mod:`.sharded_mome`.
 * :mod:`.centroids` — grid centres, on-device k-means for CVT, chunked nearest-centroid search.
 * :mod:`.emitters` — Gaussian and Iso+LineDD variation; the CMA-ES emitter of CMA-ME and CMA-MAE
   (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts); the ME-ES emitter (Colas et

@@ -32,6 +32,10 @@ Batch semantics (deterministic, one batch at once rather than QDax's candidate-b
 
 Hypervolumes are measured from ``reference_point`` (below which a point adds nothing); the MOQD
 score (Pierrot et al.) is the sum over cells of their fronts' hypervolumes.
+
+On a device mesh (``evotensor.run(..., mesh=)``, or ``ShardedArchive(archive, mesh)``) the fronts
+are split along the cells: :class:`~evotensor.qd.sharded_mome.ShardedMOMEArchive`, the same fronts
+bit for bit.
 """
 
 from __future__ import annotations
@@ -107,8 +111,6 @@ class MOMEArchive(Archive):
         num_cells, measure_dim, solution_dim, genotype: ``cells``'.
     """
 
-    shardable = False
-    unshardable_because = "its Pareto fronts are not laid out over a device mesh yet"
 
     def __init__(
         self,
@@ -153,6 +155,14 @@ class MOMEArchive(Archive):
         self.truncation = truncation
         self._check_memory(f"{self.num_cells} cells x front_size={self.front_size}")
 
+    @staticmethod
+    def sharded_type() -> type:
+        """The class a :class:`~evotensor.qd.sharded_archive.ShardedArchive` of this archive is
+        (its fronts split along the cells over a mesh)."""
+        from evotensor.qd.sharded_mome import ShardedMOMEArchive
+
+        return ShardedMOMEArchive
+
     def state_bytes(self) -> int:
         solution = 4 * self.solution_dim if self.genotype is None else self._genotype_bytes()
         slots = self.num_cells * self.front_size
@@ -165,7 +175,11 @@ class MOMEArchive(Archive):
     # -- storage -------------------------------------------------------------------------------
     def init(self) -> MOMEState:
         """An empty archive."""
-        c, p = self.num_cells, self.front_size
+        return self._empty(self.num_cells)
+
+    def _empty(self, c: int) -> MOMEState:
+        """``c`` empty cells (``num_cells``, or more for a sharded archive's padded layout)."""
+        p = self.front_size
 
         def empty(shape: tuple[int, ...], dtype: Any) -> jax.Array:
             return jnp.zeros((c, p, *shape), dtype)
@@ -214,6 +228,25 @@ class MOMEArchive(Archive):
             overflows, and ``B`` hypervolumes of ``P + 1`` points for ``value``.
         """
         state = self._check_state(state)
+        solutions, objective, measures = self.check_batch(solutions, objective, measures, fields)
+        if objective.shape[0] == 0:
+            empty = jnp.zeros(0, jnp.int32)
+            return state, AddInfo(status=empty, value=jnp.zeros(0, jnp.float32), index=empty)
+        valid, objective = self.valid_candidates(solutions, objective, measures)
+        cell = jnp.where(valid, self.index_of(measures), 0).astype(jnp.int32)
+        front = state.objective[cell]  # [B, P, M]
+        members = state.occupied[cell] & valid[:, None]  # [B, P]
+        rows = self.touched_rows(cell, valid, self.num_cells)
+        row_fronts = (state.objective[rows[1]], state.occupied[rows[1]] & (rows[0] < self.num_cells)[:, None])
+        enters, hits, info = self.assess(objective, cell, valid, front, members, rows, row_fronts)
+        stays = self.staying(state.occupied, hits, cell, valid)
+        state, kept = self.rewrite(state, rows, solutions, objective, measures, cell, enters, stays)
+        return state, self.add_info(info, kept)
+
+    # -- the steps of add, over the whole archive or one device's block of cells ----------------
+    def check_batch(self, solutions: Any, objective: Any, measures: Any, fields: Any) -> tuple:
+        """``(solutions, objective [B, M] float32, measures [B, D] float32)`` checked, or an
+        :class:`ArgumentError` naming what is wrong."""
         if fields:
             raise ArgumentError("a MOMEArchive stores no extra fields: fields must be None")
         solutions, batch = self._check_solutions(solutions)
@@ -228,36 +261,50 @@ class MOMEArchive(Archive):
             raise ArgumentError(
                 f"measures must have shape [{batch}, {self.measure_dim}], got {list(measures.shape)}"
             )
-        if batch == 0:
-            empty = jnp.zeros(0, jnp.int32)
-            return state, AddInfo(status=empty, value=jnp.zeros(0, jnp.float32), index=empty)
+        return solutions, objective, measures
+
+    @staticmethod
+    def valid_candidates(solutions: Any, objective: jax.Array, measures: jax.Array) -> tuple:
+        """``(valid [B], objective)``: which candidates are finite everywhere, and the objectives
+        with the invalid rows zeroed (so no NaN reaches a comparison)."""
         finite = jnp.where(jnp.all(jnp.isfinite(objective), axis=1), 0.0, jnp.nan)
         valid = candidate_is_valid(solutions, finite, measures)
-        cell = jnp.where(valid, self.index_of(measures), 0).astype(jnp.int32)
-        objective = jnp.where(valid[:, None], objective, 0.0)
+        return valid, jnp.where(valid[:, None], objective, 0.0)
 
-        front = state.objective[cell]  # [B, P, M]
-        members = state.occupied[cell] & valid[:, None]  # [B, P]
+    def assess(self, objective, cell, valid, front, members, rows, row_fronts) -> tuple:
+        """Each candidate against its cell's front before the batch and the other candidates:
+        ``(enters [B], hits [B, P], (had [B], value [B], index [B]))``: whether it survives its
+        cell's new front before truncation, which members of its cell it dominates, and what
+        :class:`AddInfo` needs. ``front [B, P, M]`` and ``members [B, P]`` are each candidate's
+        cell's front; ``rows`` (:meth:`touched_rows` over all cells) and ``row_fronts`` (the rows'
+        fronts ``[U, P, M]`` and occupancy ``[U, P]``) serve the two-objective hypervolume gain."""
         x = objective[:, None, :]
         beaten = jnp.any(members & (_dominates(front, x) | jnp.all(front == x, axis=-1)), axis=1)
         among = self._beaten_in_batch_2d if self.num_objectives == 2 else self._beaten_by_candidates
-        beaten = beaten | among(objective, cell, valid)
-        enters = valid & ~beaten  # survives its cell's new front before truncation
-        # members a candidate dominates leave their front
+        enters = valid & ~(beaten | among(objective, cell, valid))
         hits = members & _dominates(x, front)
-        segment = jnp.where(valid, cell, self.num_cells)
-        gone = jax.ops.segment_max(hits.astype(jnp.int32), segment, num_segments=self.num_cells + 1)
-        stays = state.occupied & (gone[: self.num_cells] == 0)  # [C, P]
-
-        rows = self._touched_rows(cell, valid)
         if self.num_objectives == 2:
-            value = self._improvement_2d(state, rows, objective, valid)
+            value = self._improvement_2d(*row_fronts, rows[2], objective, valid)
         else:
             value = self._improvement(front, members, objective, valid)
         had = jnp.any(members, axis=1)  # the cell had a front before the batch
-        state, kept = self._rewrite(state, rows, solutions, objective, measures, cell, enters, stays)
+        return enters, hits, (had, value, jnp.where(valid, cell, -1))
+
+    @staticmethod
+    def staying(occupied: jax.Array, hits: jax.Array, row: jax.Array, mine: jax.Array) -> jax.Array:
+        """``[R, P]``: the members of the rows ``occupied [R, P]`` that no candidate dominates
+        (``hits [B, P]`` of the candidates ``mine`` in row ``row``)."""
+        rows = occupied.shape[0]
+        segment = jnp.where(mine, row, rows)
+        gone = jax.ops.segment_max((hits & mine[:, None]).astype(jnp.int32), segment, num_segments=rows + 1)
+        return occupied & (gone[:rows] == 0)
+
+    @staticmethod
+    def add_info(info: tuple, kept: jax.Array) -> AddInfo:
+        """:class:`AddInfo` from :meth:`assess`'s ``info`` and whether each candidate was kept."""
+        had, value, index = info
         status = jnp.where(kept, jnp.where(had, IMPROVED, NEW), NOT_ADDED).astype(jnp.int32)
-        return state, AddInfo(status=status, value=value, index=jnp.where(valid, cell, -1))
+        return AddInfo(status=status, value=value, index=index)
 
     def _beaten_by_candidates(self, objective: jax.Array, cell: jax.Array, valid: jax.Array) -> jax.Array:
         """``[B]`` bool: dominated by a valid candidate of the same cell, or equal to an earlier one
@@ -316,16 +363,14 @@ class MOMEArchive(Archive):
         after = jax.vmap(hypervolume, in_axes=(0, 0, None))(loss, with_it, reference)
         return jnp.where(valid, jnp.maximum(after - before, 0.0), -jnp.inf)
 
-    def _improvement_2d(self, state, rows, objective, valid) -> jax.Array:
+    def _improvement_2d(self, front, occupied, candidate_row, objective, valid) -> jax.Array:
         """:meth:`_improvement` for two objectives without a sort per candidate: each touched
-        cell's front sorted once by objective 0 (descending; a front's objective 1 then ascends),
-        and the front clipped to the candidate's box, ``g_j = max(min(x, f_j), r)``, stays so
-        sorted, so its hypervolume is the staircase ``sum_j (g0_j - g0_{j+1}) (g1_j - r1)``. The
-        candidate adds its box's area less that."""
-        row_cell, at, candidate_row = rows
+        cell's front (``front [U, P, 2]``, ``occupied [U, P]``, the rows of :meth:`touched_rows`)
+        sorted once by objective 0 (descending; a front's objective 1 then ascends), and the front
+        clipped to the candidate's box, ``g_j = max(min(x, f_j), r)``, stays so sorted, so its
+        hypervolume is the staircase ``sum_j (g0_j - g0_{j+1}) (g1_j - r1)``. The candidate adds
+        its box's area less that."""
         r = self.reference_point
-        occupied = state.occupied[at] & (row_cell < self.num_cells)[:, None]  # [U, P]
-        front = state.objective[at]  # [U, P, 2]
         # empty slots last, as the reference point (they enclose nothing)
         key = jnp.where(occupied, -front[..., 0], jnp.inf)
         order = jnp.argsort(key, axis=1, stable=True)
@@ -338,12 +383,13 @@ class MOMEArchive(Archive):
         own = (x[:, 0] - r[0]) * (x[:, 1] - r[1])
         return jnp.where(valid, jnp.maximum(own - covered, 0.0), -jnp.inf)
 
-    def _touched_rows(self, cell: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """One row per cell the batch touches (at most ``U = min(B, C)``), in the order of the
-        cells' first valid candidates: ``(row_cell [U]`` (``C`` for an unused row), ``at [U]``
-        (the row's cell, any cell for an unused row), ``candidate_row [B]`` (each valid
+    @staticmethod
+    def touched_rows(cell: jax.Array, valid: jax.Array, c: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """One row per cell of ``0..c-1`` the batch touches (at most ``U = min(B, c)``), in the
+        order of the cells' first valid candidates: ``(row_cell [U]`` (``c`` for an unused row),
+        ``at [U]`` (the row's cell, any cell for an unused row), ``candidate_row [B]`` (each valid
         candidate's row))."""
-        batch, c = cell.shape[0], self.num_cells
+        batch = cell.shape[0]
         u = min(batch, c)
         position = jnp.arange(batch, dtype=jnp.int32)
         segment = jnp.where(valid, cell, c)
@@ -356,16 +402,17 @@ class MOMEArchive(Archive):
         candidate_row = row_of_carrier[jnp.clip(first[segment], 0, max(batch - 1, 0))]
         return row_cell, jnp.minimum(row_cell, c - 1), jnp.clip(candidate_row, 0, max(u - 1, 0))
 
-    def _rewrite(self, state, rows, solutions, objective, measures, cell, enters, stays):
-        """Update the fronts of the cells the batch touched: ``(state, kept [B])``.
+    def rewrite(self, state, rows, solutions, objective, measures, cell, enters, stays):
+        """Update the fronts of the cells the batch touched: ``(state, kept [B])``. ``state`` holds
+        the whole archive or one device's block of cells, ``cell`` and ``rows`` count in it.
 
         Each touched cell's staying members and entering candidates are its new front, truncated
         (only where a front overflows) by the rule of ``truncation``; members keep their slots,
         the kept candidates take the cell's free slots, lowest first, in batch order. Only the
         kept candidates' rows are written: work ``O(B dims + U P M)``, plus two sorts of the
         ``B + U P`` points when a front overflows."""
-        batch, p, c = objective.shape[0], self.front_size, self.num_cells
-        row_cell, at, candidate_row = rows  # rows without a cell point at C: their writes drop
+        batch, p, c = objective.shape[0], self.front_size, state.occupied.shape[0]
+        row_cell, at, candidate_row = rows  # rows without a cell point at c: their writes drop
         u = row_cell.shape[0]
         position = jnp.arange(batch, dtype=jnp.int32)
 

@@ -110,6 +110,10 @@ def plot_qd_history(
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
+    _save(plt, fig, path)
+
+
+def _save(plt: Any, fig: Any, path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -137,6 +141,4 @@ def plot_pareto_fronts(archive: Any, state: Any, path: str | Path, title: str = 
     ax.grid(alpha=0.3)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)

@@ -36,6 +36,10 @@ batch-sized arrays cross devices — checked on the compiled programs by the tes
   float32 sums taken in another order than on one device, equal to within float32 rounding (a few
   units in the last place; 2e-7 relative in the tests).
 
+A :class:`~evotensor.qd.MOMEArchive` keeps Pareto fronts, not one elite per cell:
+``ShardedArchive(mome_archive, mesh)`` is a :class:`~evotensor.qd.sharded_mome.ShardedMOMEArchive`
+(its ``sharded_type``), which splits the fronts the same way.
+
 Emitters read the archive only through these methods (see :mod:`evotensor.qd.emitters.base`), so
 every emitter works on a sharded archive. :class:`~evotensor.qd.map_elites.ShardedMAPElites` runs
 the emitters whole on every device (their batch math is ``[batch, dims]``-sized; a CMA-ES sample's
@@ -87,7 +91,7 @@ _SIGNED = {1: jnp.int8, 2: jnp.int16, 4: jnp.int32, 8: jnp.int64}
 _NO_INDEX = np.iinfo(np.int32).max
 
 
-def _from_owner(value: jax.Array, mine: jax.Array, axis: str) -> jax.Array:
+def from_owner(value: jax.Array, mine: jax.Array, axis: str) -> jax.Array:
     """Inside ``shard_map``: ``value`` of the one device where ``mine`` holds, on every device.
 
     ``value [B, ...]``, ``mine [B]`` bool, true on exactly one device per row (or none: zeros). The
@@ -146,6 +150,14 @@ class ShardedArchive:
         state = archive.init()                     # [10000, 8] solutions, 2500 rows per device on 4
         state, info = archive.add(state, x, f, m)  # info: [B] replicated on every device
     """
+
+    def __new__(cls, archive: Any = None, *args: Any, **kwargs: Any) -> ShardedArchive:
+        # an archive with its own sharded layout (MOME's fronts) names its class
+        inner = archive.archive if isinstance(archive, ShardedArchive) else archive
+        sharded_type = getattr(inner, "sharded_type", None)
+        if cls is ShardedArchive and sharded_type is not None:
+            cls = sharded_type()
+        return super().__new__(cls)
 
     def __init__(self, archive: Archive, mesh: Mesh, axis: str = POPULATION_AXIS):
         if isinstance(archive, ShardedArchive):
@@ -375,8 +387,8 @@ class ShardedArchive:
             index = jnp.where(valid, self._cell_index(measures, centroids[0] if centroids else None), 0)
             mine, row = self._owned(index)
             mine = mine & valid
-            occupied = _from_owner(state.occupied[row], mine, self.axis)
-            elite_threshold = _from_owner(state.threshold[row], mine, self.axis)
+            occupied = from_owner(state.occupied[row], mine, self.axis)
+            elite_threshold = from_owner(state.threshold[row], mine, self.axis)
             threshold, can, info = archive._assess(objective, valid, index, occupied, elite_threshold)
             state = archive._place(state, can & mine, row, objective, threshold, solutions, measures, fields)
             return state, info
@@ -406,7 +418,7 @@ class ShardedArchive:
             valid = jnp.all(jnp.isfinite(measures), axis=1)
             index = jnp.where(valid, self._cell_index(measures, centroids[0] if centroids else None), 0)
             mine, row = self._owned(index)
-            take = lambda a: _from_owner(a[row], mine, self.axis)  # noqa: E731
+            take = lambda a: from_owner(a[row], mine, self.axis)  # noqa: E731
             data = {
                 "solutions": jax.tree_util.tree_map(take, state.solutions),
                 "objective": take(state.objective),
@@ -470,7 +482,7 @@ class ShardedArchive:
 
         def body(solutions, cells):
             mine, row = self._owned(cells)
-            return jax.tree_util.tree_map(lambda a: _from_owner(a[row], mine, self.axis), solutions)
+            return jax.tree_util.tree_map(lambda a: from_owner(a[row], mine, self.axis), solutions)
 
         return self._map(body, (P(self.axis), P()), P())(state.solutions, jnp.asarray(cells, jnp.int32))
 
