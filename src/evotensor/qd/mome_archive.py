@@ -223,9 +223,12 @@ class MOMEArchive(Archive):
 
         Returns:
             ``(new_state, AddInfo)`` with ``status``, ``value``, ``index`` ``[B]``. Work:
-            ``O(B^2 M)`` for the candidates of one cell against each other (in blocks), ``O(B P M)``
-            against the fronts, one sort of ``B (P + 1)`` points per objective when a front
-            overflows, and ``B`` hypervolumes of ``P + 1`` points for ``value``.
+            ``O(B P M)`` against the fronts; the candidates of one cell against each other in one
+            sort with two objectives (``O(B^2 M)`` in blocks with more); when a front overflows,
+            sorts of the ``B + U P`` points of the ``U <= min(B, C)`` touched cells (one for the
+            crowding distance of two objectives, ``M`` with more); the hypervolume gains from one
+            sort per touched cell with two objectives (``B`` hypervolumes of ``P + 1`` points with
+            more); ``O(B dims)`` written.
         """
         state = self._check_state(state)
         solutions, objective, measures = self.check_batch(solutions, objective, measures, fields)
