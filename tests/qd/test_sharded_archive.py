@@ -230,11 +230,14 @@ SCENARIOS = [
     "tests.qd.mesh_scenarios:scenario_insertion_hlo",
     "tests.qd.mesh_scenarios:scenario_checkpoint_across_device_counts",
     "tests.qd.mesh_scenarios:scenario_genotypes",
+]
+# the runs of these equal the one-device runs bit for bit under XLA:CPU's default emitters only
+# (the mark fusion_emitters, tests/conftest.py), so they run in a subprocess of their own
+FUSION_SCENARIOS = [
+    "tests.qd.mesh_scenarios:scenario_mees",
+    "tests.qd.mesh_scenarios:scenario_emitter_group",
     "tests.qd.mesh_scenarios:scenario_mome",
 ]
-# the runs of these two equal the one-device runs bit for bit under XLA:CPU's default emitters only
-# (the mark fusion_emitters, tests/conftest.py), so they run in a subprocess of their own
-FUSION_SCENARIOS = ["tests.qd.mesh_scenarios:scenario_mees", "tests.qd.mesh_scenarios:scenario_emitter_group"]
 
 
 @pytest.fixture(scope="module")
@@ -285,8 +288,9 @@ def test_map_elites_over_genotypes_on_4_devices_equals_one_device(four_devices):
     assert occupied.sum() > 20 and k[occupied].min() < 5
 
 
-def test_mome_on_4_devices_equals_one_device(four_devices):
-    result = four_devices["tests.qd.mesh_scenarios:scenario_mome"]
+@pytest.mark.fusion_emitters
+def test_mome_on_4_devices_equals_one_device(four_devices_fusion):
+    result = four_devices_fusion["tests.qd.mesh_scenarios:scenario_mome"]
     mesh, single = result["mesh"], result["single"]
     assert mesh["archive"] == single["archive"] and mesh["cma"] == single["cma"]
     for metric in ("num_elites", "coverage", "added", "new_cells", "best_fitness"):

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from evotensor.core.checks import check_int
+from evotensor.core.numerics import exact_sum
 
 __all__ = ["crowding_distance", "feasible_loss", "hypervolume", "nondominated_rank"]
 
@@ -171,8 +172,8 @@ def _sliced_volume(points: jax.Array, member: jax.Array, reference: jax.Array) -
         # the first k points' one-objective volume is reference - their running minimum
         first = jnp.where(member[order], points[order, 0], reference[0])
         width = reference[0] - jax.lax.cummin(first)
-        return jnp.sum(width * height)
+        return exact_sum(width * height)
     ahead = idx[None, :] <= idx[:, None]  # slab k holds the sorted points 0..k
     inner = points[order, :-1]
     widths = jax.vmap(lambda rows: _sliced_volume(inner, rows & member[order], reference[:-1]))(ahead)
-    return jnp.sum(widths * height)
+    return exact_sum(widths * height)

@@ -51,6 +51,7 @@ from jax import lax
 
 from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_int
+from evotensor.core.numerics import exact_sum, rounded
 from evotensor.core.pareto import hypervolume
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.archive import (
@@ -382,8 +383,10 @@ class MOMEArchive(Archive):
         x = jnp.maximum(objective, r)
         g = jnp.maximum(jnp.minimum(front, x[:, None, :]), r)
         next_g0 = jnp.concatenate([g[:, 1:, 0], jnp.broadcast_to(r[0], g[:, :1, 0].shape)], axis=1)
-        covered = jnp.sum((g[..., 0] - next_g0) * (g[..., 1] - r[1]), axis=1)
-        own = (x[:, 0] - r[0]) * (x[:, 1] - r[1])
+        # a fixed summation tree and no fused multiply-adds: every program (one device, a mesh,
+        # vmapped) gives the same bits, which CMA emitters ranking by this value rely on
+        covered = exact_sum((g[..., 0] - next_g0) * (g[..., 1] - r[1]), axis=1)
+        own = rounded((x[:, 0] - r[0]) * (x[:, 1] - r[1]))
         return jnp.where(valid, jnp.maximum(own - covered, 0.0), -jnp.inf)
 
     @staticmethod
