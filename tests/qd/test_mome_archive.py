@@ -401,17 +401,24 @@ def test_bandit_scheduler_and_run_many_over_a_mome_archive():
 
 
 def test_sharded_archive_on_one_device_equals_the_plain_archive():
-    """ShardedArchive(mome, mesh) is a ShardedMOMEArchive: the same fronts, slots, statuses,
-    samples and queries as the plain archive (4 devices: tests/qd/test_sharded_archive.py)."""
+    """ShardedMOMEArchive: the same fronts, slots, statuses, samples and queries as the plain
+    archive (4 devices: tests/qd/test_sharded_archive.py); a plain ShardedArchive refuses MOME,
+    naming the class to use, and MAPElites.on_mesh picks that class."""
     from evotensor.qd import ShardedArchive
     from evotensor.qd.sharded_mome import ShardedMOMEArchive
 
     rng = np.random.default_rng(3)
     cells = CVTArchive(solution_dim=3, centroids=rng.uniform(0, 1, (7, 2)), ranges=[(0, 1), (0, 1)])
     plain = MOMEArchive(cells, num_objectives=2, front_size=3, reference_point=[-1.0, -1.0])
-    sharded = ShardedArchive(plain, jax.make_mesh((1,), ("pop",)))
-    assert isinstance(sharded, ShardedMOMEArchive) and sharded.num_objectives == 2
-    assert ShardedArchive(sharded, sharded.mesh).archive is plain
+    mesh = jax.make_mesh((1,), ("pop",))
+    with pytest.raises(ArgumentError, match="ShardedMOMEArchive"):
+        ShardedArchive(plain, mesh)
+    sharded = ShardedMOMEArchive(plain, mesh)
+    assert sharded.num_objectives == 2 and ShardedMOMEArchive(sharded, mesh).archive is plain
+    with pytest.raises(ArgumentError, match="MOMEArchive"):
+        ShardedMOMEArchive(cells, mesh)
+    on_mesh = MAPElites(plain, [IsoLineEmitter(x0=jnp.zeros(3), batch_size=4)]).on_mesh(mesh)
+    assert isinstance(on_mesh.archive, ShardedMOMEArchive)
     a, b = plain.init(), sharded.init()
     add_a, add_b = jax.jit(plain.add), jax.jit(sharded.add)
     for _ in range(4):

@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from evotensor.core.checks import check_int
+from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.numerics import exact_sum
 
 __all__ = ["crowding_distance", "feasible_loss", "hypervolume", "nondominated_rank"]
@@ -145,7 +145,7 @@ def hypervolume(loss: jax.Array, valid: jax.Array, reference: jax.Array) -> jax.
     reference = jnp.asarray(reference, jnp.float32)
     valid = jnp.asarray(valid, bool)
     if loss.ndim != 2 or reference.shape != loss.shape[1:] or valid.shape != loss.shape[:1]:
-        raise ValueError(
+        raise ArgumentError(
             f"hypervolume needs loss [n, M], valid [n] and reference [M], got {loss.shape}, "
             f"{valid.shape} and {reference.shape}"
         )

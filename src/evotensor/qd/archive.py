@@ -622,7 +622,9 @@ class UnstructuredArchive(Archive):
     (= ``num_cells``) and define ``_check_state`` and ``_nearest``."""
 
     shardable = False
-    unshardable_because = "adding to it needs every stored measure, not one device's cells"
+    unshardable_because = (
+        "adding to it needs every stored measure, not one device's cells; run it without a mesh"
+    )
 
     def index_of(self, measures: jax.Array) -> jax.Array:
         raise ArgumentError(

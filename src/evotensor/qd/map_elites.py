@@ -37,7 +37,15 @@ from evotensor.core.mesh import POPULATION_AXIS, replicated
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import SolutionSpace, as_solution_space
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
+from evotensor.qd.mome_archive import MOMEArchive
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
+from evotensor.qd.sharded_mome import ShardedMOMEArchive
+
+
+def _sharded(archive: Archive, mesh: Mesh, axis: str) -> ShardedArchive:
+    """``archive`` split along its cells over ``mesh[axis]``: MOME's fronts by their own class."""
+    layout = ShardedMOMEArchive if isinstance(archive, MOMEArchive) else ShardedArchive
+    return layout(archive, mesh, axis)
 
 
 def insert_mask(emitter: Any, i: int) -> np.ndarray:
@@ -309,9 +317,9 @@ class ShardedMAPElites(MAPElites):
         unsharded = strategy.unsharded if isinstance(strategy, ShardedMAPElites) else strategy
         result = unsharded.result_archive
         super().__init__(
-            ShardedArchive(unsharded.archive, mesh, axis),
+            _sharded(unsharded.archive, mesh, axis),
             unsharded.emitters,
-            result_archive=None if result is None else ShardedArchive(result, mesh, axis),
+            result_archive=None if result is None else _sharded(result, mesh, axis),
             solution=unsharded.solution,
             decoder=unsharded.decoder,
         )

@@ -33,9 +33,9 @@ Batch semantics (deterministic, one batch at once rather than QDax's candidate-b
 Hypervolumes are measured from ``reference_point`` (below which a point adds nothing); the MOQD
 score (Pierrot et al.) is the sum over cells of their fronts' hypervolumes.
 
-On a device mesh (``evotensor.run(..., mesh=)``, or ``ShardedArchive(archive, mesh)``) the fronts
-are split along the cells: :class:`~evotensor.qd.sharded_mome.ShardedMOMEArchive`, the same fronts
-bit for bit.
+On a device mesh (``evotensor.run(..., mesh=)``, or ``ShardedMOMEArchive(archive, mesh)``) the
+fronts are split along the cells: :class:`~evotensor.qd.sharded_mome.ShardedMOMEArchive`, the same
+fronts bit for bit.
 """
 
 from __future__ import annotations
@@ -112,7 +112,6 @@ class MOMEArchive(Archive):
         num_cells, measure_dim, solution_dim, genotype: ``cells``'.
     """
 
-
     def __init__(
         self,
         cells: Archive,
@@ -156,13 +155,12 @@ class MOMEArchive(Archive):
         self.truncation = truncation
         self._check_memory(f"{self.num_cells} cells x front_size={self.front_size}")
 
-    @staticmethod
-    def sharded_type() -> type:
-        """The class a :class:`~evotensor.qd.sharded_archive.ShardedArchive` of this archive is
-        (its fronts split along the cells over a mesh)."""
-        from evotensor.qd.sharded_mome import ShardedMOMEArchive
-
-        return ShardedMOMEArchive
+    # a ShardedArchive splits single elites; ShardedMOMEArchive splits the fronts
+    shardable = False
+    unshardable_because = (
+        "its cells hold Pareto fronts: use evotensor.qd.sharded_mome.ShardedMOMEArchive(archive, mesh) "
+        "(what evotensor.run(..., mesh=) builds for MAPElites)"
+    )
 
     def state_bytes(self) -> int:
         solution = 4 * self.solution_dim if self.genotype is None else self._genotype_bytes()
@@ -559,9 +557,7 @@ class MOMEArchive(Archive):
     def hypervolumes(self, state: MOMEState) -> jax.Array:
         """``[C]``: each cell's front hypervolume from ``reference_point`` (0 where empty)."""
         state = self._check_state(state)
-        return jax.vmap(hypervolume, in_axes=(0, 0, None))(
-            -state.objective, state.occupied, -self.reference_point
-        )
+        return front_hypervolumes(state.objective, state.occupied, self.reference_point)
 
     def data(self, state: MOMEState) -> dict[str, Any]:
         """Every stored solution on the host: ``{"solutions": [n, dims]`` (genotypes ``[n]``),
@@ -607,6 +603,12 @@ class MOMEArchive(Archive):
                 -state.objective.reshape(-1, 2), state.occupied.reshape(-1), -self.reference_point
             )
         return stats
+
+
+def front_hypervolumes(objective: jax.Array, occupied: jax.Array, reference_point: jax.Array) -> jax.Array:
+    """``[C]``: the hypervolume of each cell's front (``objective [C, P, M]`` maximized, members
+    ``occupied [C, P]``) from ``reference_point [M]``; 0 for an empty cell."""
+    return jax.vmap(hypervolume, in_axes=(0, 0, None))(-objective, occupied, -reference_point)
 
 
 def _rank_in_group(group: jax.Array) -> jax.Array:

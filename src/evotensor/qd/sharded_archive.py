@@ -36,9 +36,9 @@ batch-sized arrays cross devices — checked on the compiled programs by the tes
   float32 sums taken in another order than on one device, equal to within float32 rounding (a few
   units in the last place; 2e-7 relative in the tests).
 
-A :class:`~evotensor.qd.MOMEArchive` keeps Pareto fronts, not one elite per cell:
-``ShardedArchive(mome_archive, mesh)`` is a :class:`~evotensor.qd.sharded_mome.ShardedMOMEArchive`
-(its ``sharded_type``), which splits the fronts the same way.
+A :class:`~evotensor.qd.MOMEArchive` keeps Pareto fronts, not one elite per cell: its subclass
+:class:`~evotensor.qd.sharded_mome.ShardedMOMEArchive` splits the fronts the same way (what
+``MAPElites.on_mesh`` builds for it).
 
 Emitters read the archive only through these methods (see :mod:`evotensor.qd.emitters.base`), so
 every emitter works on a sharded archive. :class:`~evotensor.qd.map_elites.ShardedMAPElites` runs
@@ -151,24 +151,12 @@ class ShardedArchive:
         state, info = archive.add(state, x, f, m)  # info: [B] replicated on every device
     """
 
-    def __new__(cls, archive: Any = None, *args: Any, **kwargs: Any) -> ShardedArchive:
-        # an archive with its own sharded layout (MOME's fronts) names its class
-        inner = archive.archive if isinstance(archive, ShardedArchive) else archive
-        sharded_type = getattr(inner, "sharded_type", None)
-        if cls is ShardedArchive and sharded_type is not None:
-            cls = sharded_type()
-        return super().__new__(cls)
-
     def __init__(self, archive: Archive, mesh: Mesh, axis: str = POPULATION_AXIS):
         if isinstance(archive, ShardedArchive):
             archive = archive.archive
         if not isinstance(archive, Archive):
             raise ArgumentError(f"archive must be an evotensor.qd Archive, got {type(archive).__name__}")
-        if not archive.shardable:
-            raise ArgumentError(
-                f"a {type(archive).__name__} cannot be split over devices: "
-                f"{archive.unshardable_because}; run it without a mesh"
-            )
+        self._check_shardable(archive)
         self.mesh = check_mesh(mesh, axis)
         self.axis = axis
         self.archive = archive
@@ -182,6 +170,15 @@ class ShardedArchive:
             pad = np.zeros((self.padded_cells - archive.num_cells, centroids.shape[1]), np.float32)
             self._centroids = np.concatenate([centroids, pad])
             self._centroid_mean = centroids.mean(axis=0, dtype=np.float64).astype(np.float32)
+
+    def _check_shardable(self, archive: Archive) -> None:
+        """Refuse, saying why, an archive whose rows this class cannot split (a subclass that
+        splits such an archive its own way accepts it)."""
+        if not archive.shardable:
+            raise ArgumentError(
+                f"a {type(archive).__name__} cannot be split over devices by a ShardedArchive: "
+                f"{archive.unshardable_because}"
+            )
 
     # -- the plain archive's configuration ------------------------------------------------------
     @property

@@ -1,8 +1,8 @@
 """A MOME archive split along its cells over a device mesh: :class:`ShardedMOMEArchive`.
 
 What :class:`~evotensor.qd.sharded_archive.ShardedArchive` does for a single-objective archive,
-for :class:`~evotensor.qd.MOMEArchive`'s Pareto fronts (``ShardedArchive(mome_archive, mesh)`` and
-``evotensor.run(MAPElites(mome_archive, ...), ..., mesh=mesh)`` build one): each device holds
+for :class:`~evotensor.qd.MOMEArchive`'s Pareto fronts (``ShardedMOMEArchive(mome_archive, mesh)``;
+``evotensor.run(MAPElites(mome_archive, ...), ..., mesh=mesh)`` builds one): each device holds
 ``ceil(C / n)`` cells' fronts (``[C / n, P, ...]``), and only batch-sized arrays cross devices.
 
 * **add**: every device sees the whole batch and computes its cells (a CVT search split over the
@@ -21,7 +21,7 @@ for :class:`~evotensor.qd.MOMEArchive`'s Pareto fronts (``ShardedArchive(mome_ar
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,10 +32,8 @@ from evotensor.core import rng
 from evotensor.core.checks import ArgumentError
 from evotensor.core.pareto import hypervolume
 from evotensor.qd.archive import AddInfo
+from evotensor.qd.mome_archive import MOMEArchive, MOMEState, front_hypervolumes
 from evotensor.qd.sharded_archive import ShardedArchive, from_owner
-
-if TYPE_CHECKING:  # mome_archive names this class (its sharded_type): no import at run time
-    from evotensor.qd.mome_archive import MOMEArchive, MOMEState
 
 
 class ShardedMOMEArchive(ShardedArchive):
@@ -45,9 +43,12 @@ class ShardedMOMEArchive(ShardedArchive):
     def __init__(self, archive: MOMEArchive, mesh: Any, axis: str = "pop"):
         if isinstance(archive, ShardedArchive):
             archive = archive.archive
-        if getattr(archive, "sharded_type", lambda: None)() is not ShardedMOMEArchive:
+        if not isinstance(archive, MOMEArchive):
             raise ArgumentError(f"archive must be a MOMEArchive, got {type(archive).__name__}")
         super().__init__(archive, mesh, axis)
+
+    def _check_shardable(self, archive: MOMEArchive) -> None:
+        """A MOME archive's fronts are what this class splits."""
 
     @property
     def num_objectives(self) -> int:
@@ -168,14 +169,12 @@ class ShardedMOMEArchive(ShardedArchive):
         return self._map(body, (P(self.axis), P()), P())(state.solutions, jnp.asarray(cells, jnp.int32))
 
     def best_cells(self, state: Any, k: int, score: Any = None) -> tuple[jax.Array, jax.Array]:
-        return self.archive.best_cells(state, k, score)  # refuses, as the plain archive does
+        """Refused, as by the plain archive (its cells hold fronts, not one elite)."""
+        return self.archive.best_cells(state, k, score)
 
     def hypervolumes(self, state: MOMEState) -> jax.Array:
         """``[padded cells]``: each cell's front hypervolume (0 where empty), split as the state."""
-        mome = self.archive
-        return jax.vmap(hypervolume, in_axes=(0, 0, None))(
-            -state.objective, state.occupied, -mome.reference_point
-        )
+        return front_hypervolumes(state.objective, state.occupied, self.archive.reference_point)
 
     def stats(self, state: MOMEState) -> dict[str, jax.Array]:
         """:meth:`MOMEArchive.stats <evotensor.qd.MOMEArchive.stats>` (replicated scalars)."""
@@ -184,7 +183,7 @@ class ShardedMOMEArchive(ShardedArchive):
         two = mome.num_objectives == 2
 
         def body(objective, occupied):
-            volumes = jax.vmap(hypervolume, in_axes=(0, 0, None))(-objective, occupied, reference)
+            volumes = front_hypervolumes(objective, occupied, mome.reference_point)
             total = jnp.sum(objective, axis=-1)
             out = {
                 "num_elites": lax.psum(occupied.sum().astype(jnp.int32), self.axis),
