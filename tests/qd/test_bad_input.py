@@ -31,8 +31,10 @@ from evotensor.qd import (
     IsoLineEmitter,
     MAPElites,
     MEESEmitter,
+    PolicyGradientEmitter,
     grid_centroids,
     kmeans_centroids,
+    pga_me_emitters,
 )
 
 INF, NAN = math.inf, math.nan
@@ -72,6 +74,23 @@ def mega(**kw):
 
 def mees(**kw):
     return MEESEmitter(**{"x0": np.zeros(3), "num_samples": 8, **kw})
+
+
+POLICY = ({"w": np.zeros((3, 2), np.float32), "b": np.zeros(2, np.float32)},)
+
+
+def linear_policy(params, obs):
+    return obs @ params[0]["w"] + params[0]["b"]
+
+
+def pg(**kw):
+    return PolicyGradientEmitter(
+        **{"policy": POLICY, "apply": linear_policy, "observation_size": 3, "batch_size": 4, **kw}
+    )
+
+
+def pga(**kw):
+    return pga_me_emitters(**{"policy": POLICY, "apply": linear_policy, "observation_size": 3, **kw})
 
 
 def map_elites(**kw):
@@ -268,6 +287,41 @@ for value in ["adam", 0.01]:
 case("mees", mees, "fitness_shaping", fitness_shaping="centered_ranks")
 case("mees", mees, "mirrored", mirrored="yes")
 case("mees", mees, "bounds", bounds=(1.0, 0.0))
+for value in ["abc", None, np.zeros(3, np.int32)]:
+    case("pg", pg, "policy", policy=value)
+for value in [None, 3]:
+    case("pg", pg, "apply", apply=value)
+case("pg", pg, "apply", apply=lambda p, obs: obs.sum())  # not [n, action_size]
+case("pg", pg, "observation_size", observation_size=5)  # apply fails on it
+for argument in (
+    "observation_size",
+    "batch_size",
+    "num_pg_training_steps",
+    "num_critic_training_steps",
+    "policy_delay",
+    "transitions_batch_size",
+    "replay_buffer_size",
+):
+    for value in BAD_SIZES:
+        case("pg", pg, argument, **{argument: value})
+case("pg", pg, "num_critic_training_steps", num_critic_training_steps=1, policy_delay=2)
+for argument in ("policy_learning_rate", "critic_learning_rate", "greedy_learning_rate", "reward_scaling"):
+    for value in [*BAD_REALS, 0.0, -1.0]:
+        case("pg", pg, argument, **{argument: value})
+for argument in ("noise_clip", "policy_noise"):
+    for value in [*BAD_REALS, -0.1]:
+        case("pg", pg, argument, **{argument: value})
+for value in [*BAD_REALS, -0.1, 1.5]:
+    case("pg", pg, "discount", discount=value)
+for value in [*BAD_REALS, 0.0, 1.5]:
+    case("pg", pg, "soft_tau_update", soft_tau_update=value)
+for value in ["256", (0,), (2.5,), 256, None]:
+    case("pg", pg, "critic_hidden_layer_size", critic_hidden_layer_size=value)
+case("pg", pg, "bounds", bounds=(1.0, 0.0))
+for value in [*BAD_REALS, 1.0, -0.5]:
+    case("pga", pga, "proportion_mutation_ga", proportion_mutation_ga=value)
+for value in [*BAD_SIZES, 1]:
+    case("pga", pga, "env_batch_size", env_batch_size=value)
 # MAP-Elites
 for value in [None, "grid", 3]:
     case("map_elites", map_elites, "archive", archive=value)
@@ -288,8 +342,9 @@ test_bad_argument_is_refused_naming_it = refusal_test(CASES)
 
 def test_the_defaults_of_the_table_build():
     """Every row above changes one argument of an object that builds."""
-    for build in (grid, cvt, gaussian, iso_line, cma, dns, mega, mees, map_elites):
+    for build in (grid, cvt, gaussian, iso_line, cma, dns, mega, mees, map_elites, pg, pga):
         build()
+    assert len(pga(proportion_mutation_ga=0.0)) == 1 and pg(batch_size=1).batch_size == 1
     mees(num_samples=7, mirrored=False, batch_multiple=4, fitness_shaping=lambda f: f, bounds=(0, 1))
     grid(learning_rate=0.5, threshold_min=-10.0)
     cvt(centroids=[[0.25, 0.25], [0.75, 0.75]], chunk_size=1, seed=-3)

@@ -14,10 +14,9 @@ from evotensor.tasks import get_task
 def run_and_resume(task, run_dir, first, total, chunk):
     """``(first run, resumed run)``: ``first`` generations into ``run_dir``, then resumed to ``total``;
     the resumed state is asserted equal, bit for bit, to one uninterrupted run of ``total``."""
-    full = evotensor.run(
-        task.strategy, task.problem, total, jax.random.key(0), chunk_size=chunk, progress=False
-    )
-    options = dict(run_dir=run_dir, chunk_size=chunk, progress=False)
+    options = dict(chunk_size=chunk, progress=False, decoder=task.decoder)
+    full = evotensor.run(task.strategy, task.problem, total, jax.random.key(0), **options)
+    options["run_dir"] = run_dir
     start = evotensor.run(task.strategy, task.problem, first, jax.random.key(0), **options)
     resumed = evotensor.run(task.strategy, task.problem, total, jax.random.key(0), resume=True, **options)
     for a, b in zip(
@@ -163,6 +162,21 @@ def test_qd_brax_task_runs_a_short_hopper_search(tmp_path):
         get_task("qd-brax").build({"env": "cartpole"})
     with pytest.raises(ValueError, match="emitter"):
         get_task("qd-brax").build({"env": "hopper_uni", "emitter": "cma"})
+
+
+def test_qd_brax_task_runs_pga_me_and_resumes_bit_identically(tmp_path):
+    from evotensor.qd import IsoLineEmitter, PolicyGradientEmitter
+
+    cfg = {"env": "hopper_uni", "episode_length": 6, "hidden": "4", "pop": 6, "cells": 8, "emitter": "pga"}
+    cfg |= {"pg_steps": 2, "critic_steps": 4, "buffer": 500, "critic_hidden": "8", "transitions_batch": 16}
+    task = get_task("qd-brax").build(cfg)
+    pg, ga = task.strategy.emitters
+    assert isinstance(pg, PolicyGradientEmitter) and isinstance(ga, IsoLineEmitter)
+    assert (pg.batch_size, ga.batch_size, pg.iterations, pg.learner.buffer.capacity) == (3, 3, 2, 500)
+    assert task.problem.transitions
+    first, resumed = run_and_resume(task, tmp_path, 2, 4, 2)
+    assert int(resumed.state.emitters[0].td3.buffer.size) > int(first.state.emitters[0].td3.buffer.size) > 0
+    assert "coverage" in task.report(resumed, tmp_path)
 
 
 @pytest.mark.slow  # a second brax compile; ME-ES itself is tested on the arm in test_mees.py

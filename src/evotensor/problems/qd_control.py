@@ -86,6 +86,7 @@ import numpy as np
 
 from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.evaluation import Evaluation
+from evotensor.core.replay import Transitions
 from evotensor.problems.control import Apply, population_size_of
 
 FEET_CONTACT = "feet_contact"
@@ -172,6 +173,9 @@ class BraxQDProblem:
         num_episodes: episodes per individual, each with its own reset key; fitness and
             descriptor are their means.
         backend: ``"spring"`` (None, QDax's default), ``"generalized"`` or ``"positional"``.
+        transitions: also return every step's :class:`~evotensor.core.replay.Transitions` in
+            ``evaluation.info["transitions"]`` (for
+            :class:`~evotensor.qd.emitters.policy_gradient.PolicyGradientEmitter`).
 
     Attributes:
         observation_size, output_size: policy input and output sizes.
@@ -191,7 +195,11 @@ class BraxQDProblem:
         episode_length: int = 1000,
         num_episodes: int = 1,
         backend: str | None = None,
+        transitions: bool = False,
     ):
+        if not isinstance(transitions, bool):
+            raise ArgumentError(f"transitions must be True or False, got {transitions!r}")
+        self.transitions = transitions
         if not isinstance(task, str) or task not in TASKS:
             raise ArgumentError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
         self.episode_length = check_int(episode_length, "episode_length")
@@ -259,6 +267,13 @@ class BraxQDProblem:
     # -- rollouts -----------------------------------------------------------------------------
     def episode(self, phenotype: Any, apply: Apply, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """One masked episode: ``(return [], length [], descriptor [d])``."""
+        return self.rollout(phenotype, apply, key)[:3]
+
+    def rollout(self, phenotype: Any, apply: Apply, key: jax.Array) -> tuple:
+        """One masked episode: ``(return [], length [], descriptor [d], transitions)``, the last
+        :class:`~evotensor.core.replay.Transitions` ``[episode_length, ...]`` with ``valid`` the
+        steps up to and including the first ``done`` (``done`` and ``truncation`` as brax's
+        ``EpisodeWrapper`` sets them), or None unless the problem records ``transitions``."""
         env = self.env
         feet_contact = self.spec.descriptor == FEET_CONTACT
 
@@ -266,16 +281,30 @@ class BraxQDProblem:
             state, ret, length, desc, alive = carry
             # the pre-step state's descriptor, as in QDax's transitions
             current = self.state_descriptor(state)
-            state = env.step(state, jnp.tanh(jnp.ravel(apply(phenotype, state.obs))))
+            action = jnp.tanh(jnp.ravel(apply(phenotype, state.obs)))
+            before = state.obs
+            state = env.step(state, action)
+            reward = self.reward(state)
             # where(), not multiplication: a finished episode's state may hold NaN/inf.
-            ret = ret + jnp.where(alive, self.reward(state), 0.0)
+            ret = ret + jnp.where(alive, reward, 0.0)
             length = length + alive.astype(jnp.int32)
             if feet_contact:
                 desc = desc + jnp.where(alive, current, 0.0)
             else:
                 desc = jnp.where(alive, current, desc)  # the last valid step's
+            step = None
+            if self.transitions:
+                step = Transitions(
+                    obs=before,
+                    action=action,
+                    reward=reward,
+                    next_obs=state.obs,
+                    done=jnp.asarray(state.done, jnp.float32),
+                    truncation=jnp.asarray(state.info["truncation"], jnp.float32),
+                    valid=alive,
+                )
             alive = alive & ~(state.done > 0)
-            return (state, ret, length, desc, alive), None
+            return (state, ret, length, desc, alive), step
 
         init = (
             env.reset(key),
@@ -284,25 +313,29 @@ class BraxQDProblem:
             jnp.zeros((self.num_descriptors,), jnp.float32),
             jnp.ones((), bool),
         )
-        (_, ret, length, desc, _), _ = jax.lax.scan(body, init, None, length=self.episode_length)
+        (_, ret, length, desc, _), steps = jax.lax.scan(body, init, None, length=self.episode_length)
         if feet_contact:
             desc = desc / length.astype(jnp.float32)  # length >= 1: the first step always counts
-        return ret, length, desc
+        return ret, length, desc, steps
 
     def evaluate(self, key: jax.Array, phenotypes: Any, apply: Apply) -> Evaluation:
         """``fitness [pop]`` (mean return) and ``descriptor [pop, d]`` (mean over episodes).
 
-        ``info``: ``return_std [pop]`` (across episodes) and ``episode_length [pop]`` (mean steps).
+        ``info``: ``return_std [pop]`` (across episodes) and ``episode_length [pop]`` (mean steps);
+        with ``transitions``, also ``transitions``: :class:`~evotensor.core.replay.Transitions`
+        ``[pop, num_episodes, episode_length, ...]`` (what PGA-ME's critic learns from).
         The reset keys are :class:`BraxProblem`'s: ``split(key, pop * num_episodes)``.
         """
         pop = population_size_of(phenotypes)
         keys = jax.random.split(key, pop * self.num_episodes).reshape((pop, self.num_episodes))
-        per_episode = jax.vmap(lambda p, k: self.episode(p, apply, k), in_axes=(None, 0))
-        returns, lengths, descriptors = jax.vmap(per_episode)(phenotypes, keys)
+        per_episode = jax.vmap(lambda p, k: self.rollout(p, apply, k), in_axes=(None, 0))
+        returns, lengths, descriptors, steps = jax.vmap(per_episode)(phenotypes, keys)
         info = {
             "return_std": jnp.std(returns, axis=1),
             "episode_length": jnp.mean(lengths.astype(jnp.float32), axis=1),
         }
+        if self.transitions:
+            info["transitions"] = steps
         return Evaluation(
             fitness=jnp.mean(returns, axis=1), descriptor=jnp.mean(descriptors, axis=1), info=info
         )
@@ -310,5 +343,6 @@ class BraxQDProblem:
     def __repr__(self) -> str:
         return (
             f"BraxQDProblem({self.task!r}, episode_length={self.episode_length}, "
-            f"num_episodes={self.num_episodes}, backend={self.backend!r})"
+            f"num_episodes={self.num_episodes}, backend={self.backend!r}"
+            + (", transitions=True)" if self.transitions else ")")
         )

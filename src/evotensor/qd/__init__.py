@@ -18,7 +18,9 @@
   gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD, gradients by ``jax.jacrev``);
   :class:`GenotypeEmitter`, any variation function over an archive of genotypes of any structure
   (``GridArchive(genotype=...)``: NEAT genomes, GP trees, parameter pytrees); QDax's
-  :class:`MixingEmitter` (polynomial mutation and gene-swap crossover of elites).
+  :class:`MixingEmitter` (polynomial mutation and gene-swap crossover of elites); PGA-ME's
+  :class:`PolicyGradientEmitter` (a TD3 critic learnt from every transition; elites improved along
+  it, plus its greedy actor) and :func:`pga_me_emitters` (it with Iso+LineDD, QDax's defaults).
 * :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop;
   ``MAPElites.on_mesh`` (what ``evotensor.run(..., mesh=)`` calls) gives :class:`ShardedMAPElites`.
 * :mod:`.bandit` — :class:`BanditMAPElites`: a pool of emitters of which ``num_active`` run each
@@ -54,7 +56,9 @@ from evotensor.qd.emitters import (
     IsoLineEmitter,
     MEESEmitter,
     MixingEmitter,
+    PolicyGradientEmitter,
     PolynomialMutation,
+    pga_me_emitters,
     polynomial_step,
     problem_jacobian,
 )
@@ -90,6 +94,7 @@ __all__ = [
     "MOMEArchive",
     "MOMEState",
     "MixingEmitter",
+    "PolicyGradientEmitter",
     "PolynomialMutation",
     "ProximityAddInfo",
     "ProximityArchive",
@@ -100,6 +105,7 @@ __all__ = [
     "grid_centroids",
     "kmeans_centroids",
     "nearest_centroid",
+    "pga_me_emitters",
     "polynomial_step",
     "problem_jacobian",
 ]

@@ -102,6 +102,12 @@ class BanditMAPElites(MAPElites):
                 "every emitter of emitter_pool must add its whole batch to the archive; an emitter "
                 "with evaluate-only rows (insert_mask, e.g. MEESEmitter) runs in MAPElites"
             )
+        learning = [type(e).__name__ for e in self.emitters if getattr(e, "uses_evaluation", False)]
+        if learning:
+            raise ArgumentError(
+                f"emitter_pool holds {learning[0]}, which learns from every evaluation (uses_evaluation): "
+                "it runs in MAPElites"
+            )
         self.num_active = check_int(num_active, "num_active")
         if len(self.emitters) < self.num_active:
             raise ArgumentError(

@@ -45,7 +45,10 @@
   ``walker2d_uni``: feet-contact descriptors; see :mod:`evotensor.problems.qd_control`). A grid for
   one or two descriptors, a CVT archive (``cvt_cells`` centroids) for more. ``--set emitter=mees``
   runs ME-ES instead (the deep-neuroevolution setting of Colas et al. 2020; ``qd-mees``'s options
-  and population rule). Needs brax; slow on a CPU, meant for a GPU.
+  and population rule). ``--set emitter=pga`` runs PGA-ME (QDax's PGAME defaults: half the batch
+  Iso+LineDD, half improved along a TD3 critic trained on every transition, plus its greedy actor;
+  ``pg_steps``, ``critic_steps``, ``buffer``, ``critic_hidden``, ``transitions_batch`` set them;
+  ``pop`` is the whole batch, default 100). Needs brax; slow on a CPU, meant for a GPU.
 
 The others report coverage, QD score and the best objective, and write ``qd.png`` (coverage and QD
 score per generation) and, for two descriptors, ``archive.png`` (the elites) into the run directory.
@@ -69,6 +72,7 @@ from evotensor.qd.emitters import (
     MEESEmitter,
     MixingEmitter,
     PolynomialMutation,
+    pga_me_emitters,
     problem_jacobian,
 )
 from evotensor.qd.map_elites import MAPElites
@@ -461,6 +465,11 @@ def _build_mome(cfg: dict[str, Any]) -> Task:
         "sigma": 0.02,
         "mode": "explore_exploit",
         "novelty_capacity": 1000,
+        "pg_steps": 100,
+        "critic_steps": 300,
+        "buffer": 1_000_000,
+        "critic_hidden": "256,256",
+        "transitions_batch": 256,
     },
 )
 def _build_brax(cfg: dict[str, Any]) -> Task:
@@ -470,8 +479,12 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.networks import ParamsDecoder, init_mlp, mlp_apply
     from evotensor.problems.qd_control import BraxQDProblem
 
+    pga = cfg["emitter"] == "pga"
     problem = BraxQDProblem(
-        cfg["env"], episode_length=positive_int_option(cfg, "episode_length"), backend=cfg["backend"]
+        cfg["env"],
+        episode_length=positive_int_option(cfg, "episode_length"),
+        backend=cfg["backend"],
+        transitions=pga,  # the critic of PGA-ME learns from every step
     )
     params = init_mlp(
         jax.random.key(cfg["seed"]),
@@ -486,7 +499,22 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
         archive = CVTArchive(
             centroids=positive_int_option(cfg, "cvt_cells"), samples=50_000, seed=cfg["seed"], **common
         )
-    if cfg["emitter"] == "mees":
+    decoder = ParamsDecoder(mlp_apply)
+    if pga:
+        emitters = pga_me_emitters(
+            params,
+            decoder.apply,
+            problem.observation_size,
+            env_batch_size=cfg["pop"] or 100,
+            iso_sigma=float(cfg["iso_sigma"]),
+            line_sigma=float(cfg["line_sigma"]),
+            num_pg_training_steps=positive_int_option(cfg, "pg_steps"),
+            num_critic_training_steps=positive_int_option(cfg, "critic_steps"),
+            replay_buffer_size=positive_int_option(cfg, "buffer"),
+            critic_hidden_layer_size=hidden_sizes_option(cfg, "critic_hidden"),
+            transitions_batch_size=positive_int_option(cfg, "transitions_batch"),
+        )
+    elif cfg["emitter"] == "mees":
         emitter = _mees_emitter(np.asarray(x0), cfg)
     elif cfg["emitter"] == "iso_line":
         emitter = IsoLineEmitter(
@@ -496,13 +524,13 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
             batch_size=cfg["pop"] or 256,
         )
     else:
-        raise ValueError(f"option emitter must be 'iso_line' or 'mees', got {cfg['emitter']!r}")
-    strategy = MAPElites(archive, [emitter], solution=params)
+        raise ValueError(f"option emitter must be 'iso_line', 'mees' or 'pga', got {cfg['emitter']!r}")
+    strategy = MAPElites(archive, emitters if pga else [emitter], solution=params)
     labels = ("descriptor 0", "descriptor 1")
     return Task(
         strategy=strategy,
         problem=problem,
-        decoder=ParamsDecoder(mlp_apply),
+        decoder=decoder,
         generations=cfg["generations"] or 200,
         report=_report(strategy, labels),
     )

@@ -4,7 +4,8 @@ Gaussian and Iso+LineDD variation of elites, the CMA-ES emitter of CMA-ME / CMA-
 ME-ES emitter (an OpenAI-style ES on fitness or novelty, its samples evaluated but not archived), and
 the gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD), and an emitter of
 genotypes of any structure varied by a function the user passes in; QDax's mixing emitter
-(polynomial mutation and gene-swap crossover of elites, operators the user may replace).
+(polynomial mutation and gene-swap crossover of elites, operators the user may replace); PGA-ME's
+policy-gradient emitter (a TD3 critic trained on every transition, elites improved along it).
 """
 
 from evotensor.qd.emitters._aliases import deprecated_aliases
@@ -21,7 +22,13 @@ from evotensor.qd.emitters.group import EmitterGroup
 from evotensor.qd.emitters.iso_line import IsoLineEmitter
 from evotensor.qd.emitters.mees import MEESEmitter, MEESEmitterState
 from evotensor.qd.emitters.mixing import GeneSwapCrossover, MixingEmitter, PolynomialMutation, polynomial_step
+from evotensor.qd.emitters.policy_gradient import (
+    PolicyGradientEmitter,
+    PolicyGradientState,
+    pga_me_emitters,
+)
 from evotensor.qd.emitters.rankers import BUILTIN_RANKERS, Ranker, get_ranker
+from evotensor.qd.emitters.td3 import TD3Learner, TD3State
 
 __all__ = [
     "BUILTIN_RANKERS",
@@ -38,10 +45,15 @@ __all__ = [
     "MEESEmitter",
     "MEESEmitterState",
     "MixingEmitter",
+    "PolicyGradientEmitter",
+    "PolicyGradientState",
     "PolynomialMutation",
     "Ranker",
+    "TD3Learner",
+    "TD3State",
     "VariationEmitter",
     "get_ranker",
+    "pga_me_emitters",
     "polynomial_step",
     "problem_jacobian",
 ]

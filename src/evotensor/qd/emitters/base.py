@@ -11,6 +11,9 @@ fared. All three methods are pure; the archive object (static) and its state are
 improvement value against the archive before it), so ranking emitters need no copy of the archive.
 An emitter may also have an ``insert_mask`` (``[batch_size]`` bool, NumPy): the rows MAP-Elites adds
 to the archive; the others are evaluated and handed to ``tell`` only (ME-ES's gradient samples).
+An emitter with ``uses_evaluation = True`` also gets ``evaluation=``, the whole population's
+:class:`~evotensor.core.evaluation.Evaluation` (every emitter's rows, with the problem's ``info``):
+PGA-ME's policy-gradient emitter learns from all transitions (QDax's ``use_all_data``).
 
 An emitter reads the archive through its methods (``sample_elites``, ``elite_solutions``,
 ``has_elites``, ``retrieve``), never by indexing the state's arrays: so it works unchanged on a

@@ -41,6 +41,11 @@ class EmitterGroup:
         for method in ("init", "ask", "tell"):
             if not callable(getattr(emitter, method, None)):
                 raise ArgumentError(f"emitter ({type(emitter).__name__}) has no {method}() method")
+        if getattr(emitter, "uses_evaluation", False):
+            raise ArgumentError(
+                f"{type(emitter).__name__} learns from every evaluation (uses_evaluation) and cannot be "
+                "vectorised in an EmitterGroup: put it in MAPElites' emitters directly"
+            )
         self.emitter = emitter
         self.n = check_int(n, "n")
         self.batch_size = self.n * int(emitter.batch_size)

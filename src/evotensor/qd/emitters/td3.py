@@ -1,0 +1,219 @@
+"""TD3 (Fujimoto et al. 2018) for policy-gradient QD: twin critics, a greedy actor, target networks.
+
+The learner of PGA-ME's policy-gradient emitter (:mod:`.policy_gradient`). Policies are flat
+parameter vectors ``[D]`` and act with ``tanh(apply(unravel(x), obs))`` in ``[-1, 1]``, as
+:class:`~evotensor.problems.qd_control.BraxQDProblem` runs them. Facts (losses, architecture,
+schedule, defaults) follow QDax 0.5 (``qdax/core/neuroevolution/losses/td3_loss.py``,
+``networks.QModule``, ``emitters/qpg_emitter.py``):
+
+* critic: ``n_critics = 2`` MLPs on ``concat(obs, action)`` with ReLU hidden layers (256, 256),
+  one output each; LeCun-uniform weights, zero biases.
+* critic loss: ``a' = clip(actor_target(s') + clip(N(0, policy_noise), +-noise_clip), -1, 1)``,
+  ``y = reward_scaling r + (1 - done) discount min_i Q_target_i(s', a')``; the loss is
+  ``sum_i mean((Q_i(s, a) - y)^2 (1 - truncation))``.
+* actor loss: ``-mean Q_1(s, actor(s))``.
+* one training iteration: ``policy_delay`` critic steps (Adam; each followed by a soft target-critic
+  update with ``tau``), then one greedy-actor step (Adam) and a soft target-actor update; every
+  step on its own mini-batch of ``batch_size`` transitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from evotensor.core import rng
+from evotensor.core.checks import ArgumentError, check_int, check_memory, check_real
+from evotensor.core.pytree import pytree_dataclass
+from evotensor.core.replay import ReplayBuffer, ReplayBufferState, Transitions
+
+
+def init_critic(
+    key: jax.Array, observation_size: int, action_size: int, hidden: Sequence[int], n_critics: int = 2
+) -> tuple[dict[str, jax.Array], ...]:
+    """Twin-critic parameters: layers ``{"w": [n_critics, in, out], "b": [n_critics, out]}``,
+    LeCun-uniform weights (``U(+-sqrt(3 / in))``) and zero biases."""
+    sizes = (observation_size + action_size, *hidden, 1)
+    layers = []
+    for k, fan_in, fan_out in zip(jax.random.split(key, len(sizes) - 1), sizes[:-1], sizes[1:], strict=True):
+        limit = (3.0 / fan_in) ** 0.5
+        w = jax.random.uniform(k, (n_critics, fan_in, fan_out), jnp.float32, -limit, limit)
+        layers.append({"w": w, "b": jnp.zeros((n_critics, fan_out), jnp.float32)})
+    return tuple(layers)
+
+
+def critic_apply(params: Sequence[dict[str, jax.Array]], obs: jax.Array, action: jax.Array) -> jax.Array:
+    """``Q [n, n_critics]`` of ``obs [n, observation_size]`` and ``action [n, action_size]``."""
+    h = jnp.concatenate([obs, action], axis=-1)[None]  # [1, n, in], broadcast over the critics
+    for i, layer in enumerate(params):
+        h = jnp.einsum("cni,cio->cno", jnp.broadcast_to(h, (layer["w"].shape[0], *h.shape[1:])), layer["w"])
+        h = h + layer["b"][:, None, :]
+        if i < len(params) - 1:
+            h = jax.nn.relu(h)
+    return h[..., 0].T
+
+
+@pytree_dataclass
+class TD3State:
+    """Critic, greedy actor (a flat policy ``[D]``), their targets and Adam states, and the replay
+    buffer of every transition seen."""
+
+    critic: Any
+    critic_opt: Any
+    target_critic: Any
+    actor: jax.Array
+    actor_opt: Any
+    target_actor: jax.Array
+    buffer: ReplayBufferState
+
+
+class TD3Learner:
+    """TD3's critic and greedy actor over flat policies (module docstring for the rules).
+
+    Args:
+        actor: ``actor(x [D], obs [n, observation_size]) -> action [n, action_size]`` in ``[-1, 1]``.
+        observation_size, action_size: the environment's sizes.
+        critic_hidden: critic hidden layer widths (QDax: (256, 256)).
+        critic_learning_rate, actor_learning_rate: Adam rates (3e-4, 3e-4).
+        noise_clip, policy_noise: target policy smoothing (0.5, 0.2).
+        discount: 0.99. reward_scaling: 1.0. soft_tau_update: target update rate (0.005).
+        policy_delay: critic steps per actor step (2). batch_size: transitions per step (256).
+        replay_buffer_size: transitions kept (1,000,000).
+    """
+
+    def __init__(
+        self,
+        actor: Callable[[jax.Array, jax.Array], jax.Array],
+        observation_size: int,
+        action_size: int,
+        *,
+        critic_hidden: Sequence[int] = (256, 256),
+        critic_learning_rate: float = 3e-4,
+        actor_learning_rate: float = 3e-4,
+        noise_clip: float = 0.5,
+        policy_noise: float = 0.2,
+        discount: float = 0.99,
+        reward_scaling: float = 1.0,
+        soft_tau_update: float = 0.005,
+        policy_delay: int = 2,
+        batch_size: int = 256,
+        replay_buffer_size: int = 1_000_000,
+    ):
+        if not callable(actor):
+            raise ArgumentError(f"actor must be callable, got {type(actor).__name__}")
+        self.actor = actor
+        self.observation_size = check_int(observation_size, "observation_size")
+        self.action_size = check_int(action_size, "action_size")
+        if isinstance(critic_hidden, (str, bytes)) or not isinstance(critic_hidden, Sequence):
+            raise ArgumentError(f"critic_hidden_layer_size must be a sequence of ints, got {critic_hidden!r}")
+        self.critic_hidden = tuple(check_int(h, "critic_hidden_layer_size") for h in critic_hidden)
+        self.critic_optimizer = optax.adam(
+            check_real(critic_learning_rate, "critic_learning_rate", 0, low_open=True)
+        )
+        self.actor_optimizer = optax.adam(
+            check_real(actor_learning_rate, "greedy_learning_rate", 0, low_open=True)
+        )
+        self.noise_clip = check_real(noise_clip, "noise_clip", 0)
+        self.policy_noise = check_real(policy_noise, "policy_noise", 0)
+        self.discount = check_real(discount, "discount", 0, 1)
+        self.reward_scaling = check_real(reward_scaling, "reward_scaling", 0, low_open=True)
+        self.tau = check_real(soft_tau_update, "soft_tau_update", 0, 1, low_open=True)
+        self.policy_delay = check_int(policy_delay, "policy_delay")
+        self.batch_size = check_int(batch_size, "transitions_batch_size")
+        capacity = check_int(replay_buffer_size, "replay_buffer_size", maximum=2**30)
+        row_bytes = 4 * (2 * self.observation_size + self.action_size + 4) + 1
+        check_memory(capacity * row_bytes, f"replay_buffer_size={capacity}")
+        self.buffer = ReplayBuffer(capacity)
+
+    # -- losses ---------------------------------------------------------------------------------
+    def actor_loss(self, x: jax.Array, critic: Any, batch: Transitions) -> jax.Array:
+        """``-mean Q_1(s, actor_x(s))`` over the batch: the loss of policy ``x [D]``."""
+        return -jnp.mean(critic_apply(critic, batch.obs, self.actor(x, batch.obs))[:, 0])
+
+    def critic_loss(
+        self, critic: Any, target_critic: Any, target_actor: jax.Array, batch: Transitions, key: jax.Array
+    ) -> jax.Array:
+        """TD3's clipped double-Q loss (module docstring)."""
+        noise = jnp.clip(
+            self.policy_noise * rng.normal(key, batch.action.shape, jnp.float32),
+            -self.noise_clip,
+            self.noise_clip,
+        )
+        next_action = jnp.clip(self.actor(target_actor, batch.next_obs) + noise, -1.0, 1.0)
+        next_value = jnp.min(critic_apply(target_critic, batch.next_obs, next_action), axis=-1)
+        target = jax.lax.stop_gradient(
+            batch.reward * self.reward_scaling + (1.0 - batch.done) * self.discount * next_value
+        )
+        error = (critic_apply(critic, batch.obs, batch.action) - target[:, None]) * (1.0 - batch.truncation)[
+            :, None
+        ]
+        return jnp.sum(jnp.mean(jnp.square(error), axis=0))
+
+    # -- state ----------------------------------------------------------------------------------
+    def init(self, key: jax.Array, actor: jax.Array) -> TD3State:
+        """Fresh critic (its target a copy), greedy actor ``actor [D]`` (and target), empty buffer."""
+        critic = init_critic(key, self.observation_size, self.action_size, self.critic_hidden)
+        actor = jnp.asarray(actor, jnp.float32)
+        return TD3State(
+            critic=critic,
+            critic_opt=self.critic_optimizer.init(critic),
+            target_critic=critic,
+            actor=actor,
+            actor_opt=self.actor_optimizer.init(actor),
+            target_actor=actor,
+            buffer=self.buffer.init(Transitions.zeros(self.observation_size, self.action_size)),
+        )
+
+    def soft_update(self, target: Any, online: Any) -> Any:
+        """``(1 - tau) target + tau online``, leaf by leaf."""
+        return jax.tree_util.tree_map(lambda t, o: (1.0 - self.tau) * t + self.tau * o, target, online)
+
+    def iteration(self, key: jax.Array, state: TD3State) -> TD3State:
+        """``policy_delay`` critic steps then one actor step, each on a fresh mini-batch."""
+        sample_key, *noise_keys = jax.random.split(key, self.policy_delay + 1)
+        batch = self.buffer.sample(sample_key, state.buffer, self.batch_size * (self.policy_delay + 1))
+        batch = jax.tree_util.tree_map(
+            lambda a: a.reshape(self.policy_delay + 1, self.batch_size, *a.shape[1:]), batch
+        )
+
+        def critic_step(carry, inputs):
+            critic, opt, target = carry
+            part, k = inputs
+            grad = jax.grad(self.critic_loss)(critic, target, state.target_actor, part, k)
+            updates, opt = self.critic_optimizer.update(grad, opt, critic)
+            critic = optax.apply_updates(critic, updates)
+            return (critic, opt, self.soft_update(target, critic)), None
+
+        critic_part = jax.tree_util.tree_map(lambda a: a[:-1], batch)
+        (critic, critic_opt, target_critic), _ = jax.lax.scan(
+            critic_step,
+            (state.critic, state.critic_opt, state.target_critic),
+            (critic_part, jnp.stack(noise_keys)),
+        )
+        actor_part = jax.tree_util.tree_map(lambda a: a[-1], batch)
+        grad = jax.grad(self.actor_loss)(state.actor, critic, actor_part)
+        updates, actor_opt = self.actor_optimizer.update(grad, state.actor_opt, state.actor)
+        actor = optax.apply_updates(state.actor, updates)
+        return state.replace(
+            critic=critic,
+            critic_opt=critic_opt,
+            target_critic=target_critic,
+            actor=actor,
+            actor_opt=actor_opt,
+            target_actor=self.soft_update(state.target_actor, actor),
+        )
+
+    def train(self, key: jax.Array, state: TD3State, iterations: int) -> TD3State:
+        """``iterations`` training iterations (none while the buffer is empty)."""
+
+        def run(state):
+            def body(state, k):
+                return self.iteration(k, state), None
+
+            return jax.lax.scan(body, state, jax.random.split(key, iterations))[0]
+
+        return jax.lax.cond(state.buffer.size > 0, run, lambda s: s, state)
