@@ -9,7 +9,8 @@ The versions are those the figures in ``benchmarks/results_*.md`` were measured 
 anchors use the CPU wheel of PyTorch (``--index-url https://download.pytorch.org/whl/cpu``).
 
 Two groups install a project that has no usable release on PyPI from a pinned commit of its source
-(:data:`SOURCES`): ``tensorneat`` (TensorNEAT has never been published there) and ``neat21``
+(:data:`SOURCES`): ``tensorneat`` (TensorNEAT has never been published there), ``qd051`` (QDax
+0.5.1, whose PGA-ME runs on the current brax; PyPI's 0.5.0 imports ``brax.v1``) and ``neat21``
 (neat-python 2.1.0, whose version string is in its repository but not on PyPI, where the newest
 release is 2.0.0: that one is the ``neat`` group). The commit is exported with ``git archive`` from
 a local git directory found under ``$EVOTENSOR_BENCH_SOURCES`` (default: ``.mirror`` beside the
@@ -49,6 +50,8 @@ VENVS: dict[str, list[str]] = {
     "evox": ["--extra-index-url", "https://download.pytorch.org/whl/cpu", "torch", "evox==1.4.0"],
     "gp": ["gplearn==0.4.3", "pyoperon==0.6.2", "deap==1.4.4"],
     "qd": ["ribs==0.12.0", "qdax==0.5.0", "jax==0.10.2", "jaxlib==0.10.2"],
+    # QDax 0.5.1 from source: PyPI's 0.5.0 PGA-ME imports brax.v1, which brax >= 0.11 no longer has
+    "qd051": ["jax==0.10.2", "jaxlib==0.10.2"],
     "tree": ["DI-treetensor==0.5.0", "tianshou"],
 }
 
@@ -77,6 +80,12 @@ SOURCES: dict[str, Source] = {
         "CodeReclaimers/neat-python",
         "0b92b9d0c239c5896544e8c87521d0eba4ced0e2",
         ("pyproject.toml", "README.md", "LICENSE", "neat"),
+    ),
+    # QDax's main of 2025-10-30 (tag v0.5.1, not on PyPI)
+    "qd051": Source(
+        "adaptive-intelligent-robotics/QDax",
+        "46b8feecae26d79414ce7a1ce731e5cfbeb9837d",
+        ("pyproject.toml", "README.md", "LICENSE", "qdax"),
     ),
     # TensorNEAT's main of 2026-05-02 (pyproject version 0.1.0)
     "tensorneat": Source(

@@ -22,7 +22,7 @@ from jax.sharding import PartitionSpec as P
 
 import evotensor
 from evotensor.core import Evaluation
-from evotensor.core.numerics import exact_sum
+from evotensor.core.numerics import exact_sum, exact_vecmat, rounded
 from evotensor.qd import (
     CMAESEmitter,
     CVTArchive,
@@ -34,8 +34,9 @@ from evotensor.qd import (
     MAPElites,
     MEESEmitter,
     MOMEArchive,
+    pga_me_emitters,
 )
-from evotensor.qd.emitters import MEESEmitterState
+from evotensor.qd.emitters import MEESEmitterState, PolicyGradientState
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
 
 # metrics that are sums over cells: equal to float32 rounding only (summation order per device)
@@ -90,6 +91,9 @@ def _summary(me: MAPElites, result) -> dict:
     cma = [s.cma for s in result.state.emitters if hasattr(s, "cma")]
     if cma:
         out["cma"] = [_lists({"mean": c.mean, "sigma": c.sigma, "C": c.C}) for c in cma]
+    pg = [s.td3 for s in result.state.emitters if isinstance(s, PolicyGradientState)]
+    if pg:
+        out["pg"] = [_lists(s) for s in pg]
     mees = [s for s in result.state.emitters if isinstance(s, MEESEmitterState)]
     if mees:
         out["mees"] = [_lists(s.replace(noise_key=jax.random.key_data(s.noise_key))) for s in mees]
@@ -244,6 +248,77 @@ def scenario_mome() -> dict:
         return MAPElites(archive, emitters)
 
     return _both(make, TwoBowls(), 12, seed=5)
+
+
+class PointMass:
+    """A point in the unit square pushed for 6 steps by a linear policy ``tanh(s @ w + b)`` (flat
+    genotypes in ``ravel_pytree`` order of ``{"b", "w"}``): reward ``-|s' - (0.8, 0.2)|^2``, the
+    last step a time-limit truncation, descriptor the final point; every step's transitions in
+    ``info`` (what PGA-ME's critic learns from). The rollout's sums are exact trees and its products
+    rounded (:mod:`evotensor.core.numerics`), as Bowl's."""
+
+    maximize = True
+    steps = 6
+
+    def __init__(self):
+        from jax.flatten_util import ravel_pytree
+
+        self.template = {"b": jnp.zeros(2), "w": jnp.zeros((2, 2))}
+        self.unravel = ravel_pytree(self.template)[1]
+
+    @staticmethod
+    def apply(params, obs):
+        return obs @ params["w"] + params["b"]
+
+    def evaluate(self, key, x):
+        from evotensor.core.replay import Transitions
+
+        starts = jax.random.uniform(key, (x.shape[0], 2))
+
+        def rollout(flat, s):
+            params = self.unravel(flat)
+
+            def step(s, t):
+                # batching-invariant arithmetic (products rounded, sums as fixed trees): the rows
+                # split over devices must round as the whole population's
+                a = jnp.tanh(rounded(exact_vecmat(s, params["w"]) + params["b"]))
+                nxt = jnp.clip(s + rounded(0.2 * a), 0.0, 1.0)
+                r = -exact_sum((nxt - jnp.array([0.8, 0.2])) ** 2)
+                last = (t == self.steps - 1).astype(jnp.float32)
+                return nxt, Transitions(s, a, r, nxt, last, last, jnp.ones((), bool))
+
+            final, steps = jax.lax.scan(step, s, jnp.arange(self.steps))
+            return final, steps
+
+        finals, steps = jax.vmap(rollout)(x, starts)
+        fitness = exact_sum(steps.reward, axis=1)
+        return Evaluation(fitness=fitness, descriptor=finals, info={"transitions": steps})
+
+
+def scenario_pga_me() -> dict:
+    """PGA-ME (Iso+LineDD and the policy-gradient emitter: a TD3 critic trained on every transition,
+    elites improved along it, the greedy actor injected) on a 9 x 9 grid (84 rows on 4 devices), the
+    population's transitions split over the devices: the archive and the replicated TD3 state
+    (critic, actor, targets, replay buffer) must equal the one-device run's bit for bit."""
+    problem = PointMass()
+
+    def make():
+        archive = GridArchive(solution_dim=6, dims=(9, 9), ranges=[(0, 1), (0, 1)], qd_score_offset=-6.0)
+        emitters = pga_me_emitters(
+            problem.template,
+            problem.apply,
+            2,
+            env_batch_size=8,
+            num_pg_training_steps=3,
+            num_critic_training_steps=4,
+            critic_hidden_layer_size=(8,),
+            transitions_batch_size=16,
+            replay_buffer_size=200,  # wraps around within the run
+            initial_solutions=np.random.default_rng(6).normal(0, 1, (8, 6)).astype(np.float32),
+        )
+        return MAPElites(archive, emitters)
+
+    return _both(make, problem, 8, seed=6)
 
 
 # distinctive sizes: "[1001,7]" in the HLO text can only be the whole archive's solutions

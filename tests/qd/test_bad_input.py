@@ -322,6 +322,8 @@ for value in [*BAD_REALS, 1.0, -0.5]:
     case("pga", pga, "proportion_mutation_ga", proportion_mutation_ga=value)
 for value in [*BAD_SIZES, 1]:
     case("pga", pga, "env_batch_size", env_batch_size=value)
+for value in [np.zeros((99, 8)), "abc", np.full((100, 8), NAN)]:
+    case("pga", pga, "initial_solutions", initial_solutions=value)
 # MAP-Elites
 for value in [None, "grid", 3]:
     case("map_elites", map_elites, "archive", archive=value)
@@ -345,6 +347,8 @@ def test_the_defaults_of_the_table_build():
     for build in (grid, cvt, gaussian, iso_line, cma, dns, mega, mees, map_elites, pg, pga):
         build()
     assert len(pga(proportion_mutation_ga=0.0)) == 1 and pg(batch_size=1).batch_size == 1
+    first, second = pga(initial_solutions=np.arange(800.0).reshape(100, 8))
+    assert first.initial_solutions[0, 0] == 0 and second.initial_solutions[0, 0] == 400
     mees(num_samples=7, mirrored=False, batch_multiple=4, fitness_shaping=lambda f: f, bounds=(0, 1))
     grid(learning_rate=0.5, threshold_min=-10.0)
     cvt(centroids=[[0.25, 0.25], [0.75, 0.75]], chunk_size=1, seed=-3)

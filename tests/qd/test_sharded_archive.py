@@ -237,6 +237,7 @@ FUSION_SCENARIOS = [
     "tests.qd.mesh_scenarios:scenario_mees",
     "tests.qd.mesh_scenarios:scenario_emitter_group",
     "tests.qd.mesh_scenarios:scenario_mome",
+    "tests.qd.mesh_scenarios:scenario_pga_me",
 ]
 
 
@@ -327,6 +328,21 @@ def test_an_emitter_group_on_4_devices_equals_one_device(four_devices_fusion):
     # three stacked CMA-ES states (restart_rule=3: restarts inside the vmap draw elites through the
     # sharded archive), and part of the grid filled
     assert len(single["cma"][0]["['mean']"]) == 3 and single["history"]["num_elites"][-1] > 5
+
+
+@pytest.mark.fusion_emitters
+def test_pga_me_on_4_devices_equals_one_device(four_devices_fusion):
+    result = four_devices_fusion["tests.qd.mesh_scenarios:scenario_pga_me"]
+    mesh, single = result["mesh"], result["single"]
+    assert result["devices"] == 4 and result["layout"]["search"]["rows"] == 84
+    assert mesh["archive"] == single["archive"]
+    assert mesh["pg"] == single["pg"]  # critic, greedy actor, targets, Adam states, replay buffer
+    for metric in ("num_elites", "added", "best_fitness"):
+        assert mesh["history"][metric] == single["history"][metric], metric
+    # 8 generations of 8 rollouts of 6 steps: the 200-row buffer wrapped around
+    td3 = single["pg"][0]
+    assert td3[".buffer.size"] == 200 and td3[".buffer.position"] == 8 * 8 * 6 % 200
+    assert single["history"]["num_elites"][-1] > 3
 
 
 def test_compiled_insertion_never_gathers_the_archive(four_devices):

@@ -174,6 +174,8 @@ def test_qd_brax_task_runs_pga_me_and_resumes_bit_identically(tmp_path):
     assert isinstance(pg, PolicyGradientEmitter) and isinstance(ga, IsoLineEmitter)
     assert (pg.batch_size, ga.batch_size, pg.iterations, pg.learner.buffer.capacity) == (3, 3, 2, 500)
     assert task.problem.transitions
+    first_rows = np.concatenate([pg.initial_solutions, ga.initial_solutions])
+    assert len(np.unique(first_rows[:, -1])) == 6  # six independent initial policies (a weight)
     first, resumed = run_and_resume(task, tmp_path, 2, 4, 2)
     assert int(resumed.state.emitters[0].td3.buffer.size) > int(first.state.emitters[0].td3.buffer.size) > 0
     assert "coverage" in task.report(resumed, tmp_path)

@@ -48,7 +48,8 @@
   and population rule). ``--set emitter=pga`` runs PGA-ME (QDax's PGAME defaults: half the batch
   Iso+LineDD, half improved along a TD3 critic trained on every transition, plus its greedy actor;
   ``pg_steps``, ``critic_steps``, ``buffer``, ``critic_hidden``, ``transitions_batch`` set them;
-  ``pop`` is the whole batch, default 100). Needs brax; slow on a CPU, meant for a GPU.
+  ``pop`` is the whole batch, default 100; the first batch independently initialised policies, as
+  QDax's). Needs brax; slow on a CPU, meant for a GPU.
 
 The others report coverage, QD score and the best objective, and write ``qd.png`` (coverage and QD
 score per generation) and, for two descriptors, ``archive.png`` (the elites) into the run directory.
@@ -501,11 +502,21 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
         )
     decoder = ParamsDecoder(mlp_apply)
     if pga:
+        batch = cfg["pop"] or 100
+        sizes = (problem.observation_size, *hidden_sizes_option(cfg), problem.output_size)
+        # QDax's first batch: independently initialised policies
+        initial = np.stack(
+            [
+                np.asarray(ravel_pytree(init_mlp(k, sizes))[0])
+                for k in jax.random.split(jax.random.key(cfg["seed"] + 1), batch)
+            ]
+        )
         emitters = pga_me_emitters(
             params,
             decoder.apply,
             problem.observation_size,
-            env_batch_size=cfg["pop"] or 100,
+            env_batch_size=batch,
+            initial_solutions=initial,
             iso_sigma=float(cfg["iso_sigma"]),
             line_sigma=float(cfg["line_sigma"]),
             num_pg_training_steps=positive_int_option(cfg, "pg_steps"),

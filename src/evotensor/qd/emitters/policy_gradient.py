@@ -245,10 +245,14 @@ def pga_me_emitters(
     iso_sigma: float = 0.005,
     line_sigma: float = 0.05,
     bounds: tuple[Any, Any] | None = None,
+    initial_solutions: Any = None,
     **pg_options: Any,
 ) -> list[Any]:
     """PGA-ME's two emitters (QDax's ``PGAMEEmitter`` and example defaults): Iso+LineDD for
     ``int(proportion_mutation_ga * env_batch_size)`` rows, the policy-gradient emitter for the rest.
+
+    ``initial_solutions``: optional ``[env_batch_size, D]`` first batch (QDax's initial population
+    of independently initialised policies), split between the two emitters in order.
 
     Returns ``[PolicyGradientEmitter, IsoLineEmitter]`` (QDax's order: the PG batch first);
     ``pg_options`` go to :class:`PolicyGradientEmitter`.
@@ -262,12 +266,32 @@ def pga_me_emitters(
             f"proportion_mutation_ga ({proportion_mutation_ga}) leaves no policy-gradient rows of "
             f"env_batch_size {env_batch_size}: use IsoLineEmitter alone"
         )
+    first: list[Any] = [None, None]
+    if initial_solutions is not None:
+        shape = getattr(initial_solutions, "shape", None)
+        if shape is None or len(shape) != 2 or shape[0] != env_batch_size:
+            raise ArgumentError(
+                f"initial_solutions must be [env_batch_size={env_batch_size}, solution_dim], got "
+                f"{'shape ' + str(tuple(shape)) if shape is not None else type(initial_solutions).__name__}"
+            )
+        first = [initial_solutions[: env_batch_size - ga], initial_solutions[env_batch_size - ga :]]
     pg = PolicyGradientEmitter(
-        policy, apply, observation_size, batch_size=env_batch_size - ga, bounds=bounds, **pg_options
+        policy,
+        apply,
+        observation_size,
+        batch_size=env_batch_size - ga,
+        bounds=bounds,
+        initial_solutions=first[0],
+        **pg_options,
     )
     if ga == 0:
         return [pg]
-    return [
-        pg,
-        IsoLineEmitter(pg.x0, iso_sigma=iso_sigma, line_sigma=line_sigma, batch_size=ga, bounds=bounds),
-    ]
+    ga_emitter = IsoLineEmitter(
+        pg.x0,
+        iso_sigma=iso_sigma,
+        line_sigma=line_sigma,
+        batch_size=ga,
+        bounds=bounds,
+        initial_solutions=first[1],
+    )
+    return [pg, ga_emitter]

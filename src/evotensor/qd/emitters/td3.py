@@ -48,13 +48,17 @@ def init_critic(
 
 def critic_apply(params: Sequence[dict[str, jax.Array]], obs: jax.Array, action: jax.Array) -> jax.Array:
     """``Q [n, n_critics]`` of ``obs [n, observation_size]`` and ``action [n, action_size]``."""
-    h = jnp.concatenate([obs, action], axis=-1)[None]  # [1, n, in], broadcast over the critics
-    for i, layer in enumerate(params):
-        h = jnp.einsum("cni,cio->cno", jnp.broadcast_to(h, (layer["w"].shape[0], *h.shape[1:])), layer["w"])
-        h = h + layer["b"][:, None, :]
-        if i < len(params) - 1:
-            h = jax.nn.relu(h)
-    return h[..., 0].T
+    x = jnp.concatenate([obs, action], axis=-1)
+    values = []
+    # one plain matmul chain per critic: faster on a CPU than one batched einsum over the critics
+    for c in range(params[0]["w"].shape[0]):
+        h = x
+        for i, layer in enumerate(params):
+            h = h @ layer["w"][c] + layer["b"][c]
+            if i < len(params) - 1:
+                h = jax.nn.relu(h)
+        values.append(h[:, 0])
+    return jnp.stack(values, axis=1)
 
 
 @pytree_dataclass
@@ -132,7 +136,8 @@ class TD3Learner:
     # -- losses ---------------------------------------------------------------------------------
     def actor_loss(self, x: jax.Array, critic: Any, batch: Transitions) -> jax.Array:
         """``-mean Q_1(s, actor_x(s))`` over the batch: the loss of policy ``x [D]``."""
-        return -jnp.mean(critic_apply(critic, batch.obs, self.actor(x, batch.obs))[:, 0])
+        first = jax.tree_util.tree_map(lambda a: a[:1], critic)  # Q_2 plays no part: not computed
+        return -jnp.mean(critic_apply(first, batch.obs, self.actor(x, batch.obs))[:, 0])
 
     def critic_loss(
         self, critic: Any, target_critic: Any, target_actor: jax.Array, batch: Transitions, key: jax.Array

@@ -1,0 +1,380 @@
+"""PGA-ME: evotensor's ``pga_me_emitters`` under ``MAPElites`` beside QDax's ``PGAMEEmitter``, like
+for like (run by hand).
+
+QDax's ``examples/pgame.ipynb`` set-up, scaled down so that a 2-core CPU finishes in minutes (every
+reduction applied to both engines; ``--full`` restores the example's sizes, meant for a GPU):
+
+* task ``TASK`` (QDax's brax QD task; ``--task``), episodes of ``EPISODE`` steps, a random reset
+  per policy (QDax's ``play_reset_fn = env.reset``);
+* policies: MLP ``POLICY`` hidden ReLU layers, ``tanh`` output, LeCun-uniform weights and zero
+  biases; the first batch is ``BATCH`` independently initialised policies, the same numbers in
+  both engines (drawn here with NumPy and handed to both);
+* the archive: ``CELLS`` centroids, the same array in both (evenly spaced for one descriptor,
+  our k-means for more), QDax's QD-score offset;
+* PGA-ME: half the batch Iso+LineDD (0.005 / 0.05), half policy-gradient variation:
+  ``PG_STEPS`` Adam steps per elite (lr 1e-3) on a TD3 critic ``CRITIC`` trained
+  ``CRITIC_STEPS`` steps per generation (policy delay 2, batch ``TRANSITIONS`` transitions,
+  the other TD3 values QDax's defaults), replay buffer ``BUFFER``;
+* ``GENERATIONS`` batches in all (QDax: ``init`` plus ``GENERATIONS - 1`` ``scan_update``s; ours:
+  one ``evotensor.run``), each engine's per-generation metrics computed as it does.
+
+Reported per seed, the engines alternating: compile s, run s, evaluations/s, QD score (offset),
+coverage, max fitness, each as the engine measures them (one episode per policy; the two engines'
+resets differ, so fitness has the same distribution, not the same numbers). What differs by
+design: QDax's rollouts auto-reset, so its replay buffer also stores the steps of new episodes
+started after a fall; ours stores only the steps of each policy's one episode.
+
+QDax 0.5.1 runs in the ``qd051`` venv of ``bench_venvs.py`` (``make bench-venvs VENVS=qd051``; PyPI's
+0.5.0 PGA-ME imports ``brax.v1``, gone from brax >= 0.11), this script
+calling itself there with ``--impl qdax``.
+
+    .venv/bin/python benchmarks/qd_pgame.py
+    .venv/bin/python benchmarks/qd_pgame.py --seeds 0 --generations 20 --impl evotensor
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+TASK, EPISODE, BATCH = "hopper_uni", 100, 64
+POLICY, CRITIC = (32, 32), (64, 64)
+PG_STEPS, CRITIC_STEPS, TRANSITIONS, BUFFER = 20, 100, 128, 200_000
+CELLS, GENERATIONS, SEEDS = 64, 100, (0, 1, 2)
+FULL = dict(episode=250, batch=100, policy=(256, 256), critic=(256, 256), pg_steps=100, critic_steps=300)
+FULL |= dict(transitions=256, buffer=1_000_000, cells=1024, generations=1000)
+
+
+def config(args: argparse.Namespace) -> dict:
+    base = dict(
+        task=args.task,
+        episode=EPISODE,
+        batch=BATCH,
+        policy=POLICY,
+        critic=CRITIC,
+        pg_steps=PG_STEPS,
+        critic_steps=CRITIC_STEPS,
+        transitions=TRANSITIONS,
+        buffer=BUFFER,
+        cells=CELLS,
+        generations=GENERATIONS,
+    )
+    if args.full:
+        base |= FULL
+    if args.generations:
+        base["generations"] = args.generations
+    return base
+
+
+def initial_layers(cfg: dict, sizes: tuple[int, ...], seed: int) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """``batch`` policies, each a list of ``(W [in, out], b [out])``: LeCun-uniform, zero biases."""
+    rng = np.random.default_rng(1000 + seed)
+    population = []
+    for _ in range(cfg["batch"]):
+        layers = []
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+            limit = np.sqrt(3.0 / fan_in)
+            w = rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32)
+            layers.append((w, np.zeros(fan_out, np.float32)))
+        population.append(layers)
+    return population
+
+
+def centroids(cfg: dict, num_descriptors: int, ranges) -> np.ndarray:
+    import jax
+
+    from evotensor.qd import grid_centroids, kmeans_centroids
+
+    if num_descriptors == 1:
+        return np.asarray(grid_centroids((cfg["cells"],), ranges), np.float32)
+    c, _ = kmeans_centroids(jax.random.key(0), cfg["cells"], ranges, samples=50_000)
+    return np.asarray(c, np.float32)
+
+
+def timed_calls(call, repeats: int = 9) -> dict:
+    """Compile s (the first call) and the median ms of ``repeats`` more calls of ``call``."""
+    import jax
+
+    t = time.perf_counter()
+    jax.block_until_ready(call())
+    compile_s = time.perf_counter() - t
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(call())
+        times.append(1000 * (time.perf_counter() - t))
+    return {"compile_s": compile_s, "ms": float(np.median(times)), "ms_min": float(np.min(times))}
+
+
+# -- evotensor -----------------------------------------------------------------------------------
+def rollout_evotensor(cfg: dict, seed: int, transitions: bool) -> tuple[dict, dict]:
+    """One evaluation of the first batch (``batch`` policies, one episode each), jitted."""
+    import jax
+
+    from evotensor.problems.networks import ParamsDecoder, mlp_apply
+    from evotensor.problems.qd_control import BraxQDProblem
+
+    problem = BraxQDProblem(cfg["task"], episode_length=cfg["episode"], transitions=transitions)
+    sizes = (problem.observation_size, *cfg["policy"], problem.output_size)
+    population = initial_layers(cfg, sizes, seed)
+    trees = [tuple({"w": w, "b": b} for w, b in layers) for layers in population]
+    stacked = jax.tree_util.tree_map(lambda *a: np.stack(a), *trees)
+    apply = ParamsDecoder(mlp_apply, activation="relu").apply
+    evaluate = jax.jit(lambda k, p: problem.evaluate(k, p, apply).fitness)
+    key = jax.random.key(seed)
+    shared = {"cells": [], "initial": [[(w.tolist(), b.tolist()) for w, b in p] for p in population]}
+    return timed_calls(lambda: evaluate(key, stacked)), shared
+
+
+
+def run_evotensor(cfg: dict, seed: int) -> tuple[dict, dict]:
+    import jax
+    from jax.flatten_util import ravel_pytree
+
+    import evotensor
+    from evotensor.problems.networks import ParamsDecoder, mlp_apply
+    from evotensor.problems.qd_control import BraxQDProblem
+    from evotensor.qd import CVTArchive, MAPElites, pga_me_emitters
+
+    problem = BraxQDProblem(cfg["task"], episode_length=cfg["episode"], transitions=True)
+    sizes = (problem.observation_size, *cfg["policy"], problem.output_size)
+    population = initial_layers(cfg, sizes, seed)
+    as_tree = [tuple({"w": w, "b": b} for w, b in layers) for layers in population]
+    initial = np.stack([np.asarray(ravel_pytree(t)[0]) for t in as_tree])
+    decoder = ParamsDecoder(mlp_apply, activation="relu")
+    emitters = pga_me_emitters(
+        as_tree[0],
+        decoder.apply,
+        problem.observation_size,
+        env_batch_size=cfg["batch"],
+        initial_solutions=initial,
+        num_pg_training_steps=cfg["pg_steps"],
+        num_critic_training_steps=cfg["critic_steps"],
+        critic_hidden_layer_size=cfg["critic"],
+        transitions_batch_size=cfg["transitions"],
+        replay_buffer_size=cfg["buffer"],
+    )
+    cells = centroids(cfg, problem.num_descriptors, problem.descriptor_ranges)
+    archive = CVTArchive(
+        solution_dim=initial.shape[1],
+        centroids=cells,
+        ranges=problem.descriptor_ranges,
+        qd_score_offset=problem.qd_score_offset,
+    )
+    strategy = MAPElites(archive, emitters, solution=as_tree[0])
+    result = evotensor.run(
+        strategy,
+        problem,
+        cfg["generations"],
+        jax.random.key(seed),
+        decoder=decoder,
+        progress=False,
+    )
+    stats = archive.stats(result.state.archive)
+    out = {
+        "compile_s": result.compile_seconds,
+        "run_s": result.run_seconds,
+        "qd_score": float(stats["qd_score"]),
+        "coverage": float(stats["coverage"]),
+        "max_fitness": float(stats["obj_max"]),
+    }
+    initial_lists = [[(w.tolist(), b.tolist()) for w, b in p] for p in population]
+    return out, {"cells": cells.tolist(), "initial": initial_lists}
+
+
+# -- QDax (in its venv) --------------------------------------------------------------------------
+def run_qdax(cfg: dict, seed: int, cells: np.ndarray, population: list) -> dict:
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    import qdax.tasks.brax as environments
+    from qdax.core.emitters.mutation_operators import isoline_variation
+    from qdax.core.emitters.pga_me_emitter import PGAMEConfig, PGAMEEmitter
+    from qdax.core.map_elites import MAPElites
+    from qdax.core.neuroevolution.buffers.buffer import QDTransition
+    from qdax.core.neuroevolution.networks.networks import MLP
+    from qdax.tasks.brax.env_creators import scoring_function_brax_envs
+    from qdax.utils.metrics import default_qd_metrics
+
+    env = environments.create(cfg["task"], episode_length=cfg["episode"])
+    policy = MLP(
+        layer_sizes=(*cfg["policy"], env.action_size),
+        kernel_init=jax.nn.initializers.lecun_uniform(),
+        final_activation=jnp.tanh,
+    )
+    batch = cfg["batch"]
+    variables = jax.vmap(policy.init)(
+        jax.random.split(jax.random.key(seed), batch), jnp.zeros((batch, env.observation_size))
+    )
+    # the same initial numbers as ours (Dense_i: kernel [in, out], bias [out])
+    layers = variables["params"]
+    for i in range(len(cfg["policy"]) + 1):
+        name = f"Dense_{i}"
+        kernel = np.stack([np.asarray(p[i][0], np.float32) for p in population])
+        bias = np.stack([np.asarray(p[i][1], np.float32) for p in population])
+        assert layers[name]["kernel"].shape == kernel.shape, (layers[name]["kernel"].shape, kernel.shape)
+        layers[name] = {"kernel": jnp.asarray(kernel), "bias": jnp.asarray(bias)}
+    variables = {"params": layers}
+
+    def play_step_fn(env_state, policy_params, key):
+        actions = policy.apply(policy_params, env_state.obs)
+        state_desc = env_state.info["state_descriptor"]
+        next_state = env.step(env_state, actions)
+        transition = QDTransition(
+            obs=env_state.obs,
+            next_obs=next_state.obs,
+            rewards=next_state.reward,
+            dones=next_state.done,
+            actions=actions,
+            truncations=next_state.info["truncation"],
+            state_desc=state_desc,
+            next_state_desc=next_state.info["state_descriptor"],
+        )
+        return next_state, policy_params, key, transition
+
+    scoring = functools.partial(
+        scoring_function_brax_envs,
+        episode_length=cfg["episode"],
+        play_reset_fn=env.reset,
+        play_step_fn=play_step_fn,
+        descriptor_extractor=environments.descriptor_extractor[cfg["task"]],
+    )
+    offset = environments.reward_offset[cfg["task"]] * cfg["episode"]
+    config = PGAMEConfig(
+        env_batch_size=batch,
+        batch_size=cfg["transitions"],
+        proportion_mutation_ga=0.5,
+        critic_hidden_layer_size=tuple(cfg["critic"]),
+        replay_buffer_size=cfg["buffer"],
+        num_critic_training_steps=cfg["critic_steps"],
+        num_pg_training_steps=cfg["pg_steps"],
+    )
+    emitter = PGAMEEmitter(
+        config=config,
+        policy_network=policy,
+        env=env,
+        variation_fn=functools.partial(isoline_variation, iso_sigma=0.005, line_sigma=0.05),
+    )
+    map_elites = MAPElites(
+        scoring_function=scoring,
+        emitter=emitter,
+        metrics_function=functools.partial(default_qd_metrics, qd_offset=offset),
+    )
+    key = jax.random.key(seed)
+    if cfg.get("rollout_only"):
+        score = jax.jit(scoring)
+        return timed_calls(lambda: score(variables, key)[0])
+
+    def whole(variables, key):
+        key, init_key = jax.random.split(key)
+        repertoire, emitter_state, _ = map_elites.init(variables, jnp.asarray(cells), init_key)
+        (repertoire, emitter_state, key), metrics = jax.lax.scan(
+            map_elites.scan_update, (repertoire, emitter_state, key), (), length=cfg["generations"] - 1
+        )
+        return repertoire, metrics
+
+    t = time.perf_counter()
+    compiled = jax.jit(whole).lower(variables, key).compile()
+    compile_s = time.perf_counter() - t
+    t = time.perf_counter()
+    repertoire, metrics = jax.block_until_ready(compiled(variables, key))
+    run_s = time.perf_counter() - t
+    fitness = np.asarray(repertoire.fitnesses).reshape(-1)
+    filled = fitness > -np.inf
+    return {
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "qd_score": float(np.sum(fitness[filled] + offset)),
+        "coverage": float(filled.mean()),
+        "max_fitness": float(fitness[filled].max()),
+        "qd_score_metric": float(np.asarray(metrics["qd_score"])[-1]),
+    }
+
+
+# -- driver --------------------------------------------------------------------------------------
+def qdax_case(python: str, cfg: dict, seed: int, shared: dict) -> dict:
+    """One QDax run in its venv (this script with ``--impl qdax``), its JSON result."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"cfg": cfg, "seed": seed, **shared}, f)
+    cmd = [python, __file__, "--impl", "qdax", "--case", f.name]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    os.unlink(f.name)
+    if proc.returncode:
+        sys.exit(f"QDax run failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--impl", choices=["both", "evotensor", "qdax"], default="both")
+    p.add_argument("--task", default=TASK)
+    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    p.add_argument("--generations", type=int, default=None)
+    p.add_argument("--full", action="store_true", help="QDax's example sizes (for a GPU)")
+    p.add_argument(
+        "--part", choices=["run", "rollout"], default="run", help="rollout: one evaluation of a batch only"
+    )
+    p.add_argument("--case", default=None, help="internal: a JSON file of one QDax run's arguments")
+    args = p.parse_args()
+    if args.impl == "qdax" and args.case:  # one run, in the qd venv
+        with open(args.case) as f:
+            case = json.load(f)
+        out = run_qdax(case["cfg"], case["seed"], np.asarray(case["cells"], np.float32), case["initial"])
+        print(json.dumps(out))
+        return
+    sys.path.insert(0, os.path.dirname(__file__))
+    from bench_venvs import machine, venv_python
+
+    cfg = config(args)
+    qdax_python = venv_python("qd051")
+    use_qdax = args.impl == "both" and os.path.exists(qdax_python)
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"# PGA-ME, {now}; {machine()}\n# {json.dumps(cfg)}")
+    print("| engine | seed | compile s | run s | evaluations/s | QD score | coverage | max fitness | load |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    evaluations = cfg["generations"] * cfg["batch"]
+    if args.part == "rollout":
+        print(f"\n# one evaluation of {cfg['batch']} policies x {cfg['episode']} steps, jitted")
+        print("| engine | seed | compile s | ms (median of 9) | min ms | load |")
+        print("|---|---|---|---|---|---|")
+        for seed in args.seeds:
+            rows = []
+            for transitions in (True, False):
+                r, shared = rollout_evotensor(cfg, seed, transitions)
+                rows.append((f"evotensor{'' if transitions else ', no transitions'}", r))
+            if use_qdax:
+                timing = qdax_case(qdax_python, cfg | {"rollout_only": True}, seed, shared)
+                rows.append(("QDax 0.5.1 scoring", timing))
+            for name, r in rows:
+                print(
+                    f"| {name} | {seed} | {r['compile_s']:.1f} | {r['ms']:.1f} | {r['ms_min']:.1f} | "
+                    f"{os.getloadavg()[0]:.2f} |",
+                    flush=True,
+                )
+        return
+    for seed in args.seeds:
+        ours, shared = run_evotensor(cfg, seed)
+        rows: list[tuple[str, Any]] = [("evotensor", ours)]
+        if use_qdax:
+            rows.append(("QDax 0.5.1 PGAMEEmitter", qdax_case(qdax_python, cfg, seed, shared)))
+        for name, r in rows:
+            print(
+                f"| {name} | {seed} | {r['compile_s']:.1f} | {r['run_s']:.1f} | "
+                f"{evaluations / r['run_s']:.0f} | {r['qd_score']:.1f} | {r['coverage']:.3f} | "
+                f"{r['max_fitness']:.1f} | {os.getloadavg()[0]:.2f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
