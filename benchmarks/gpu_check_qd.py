@@ -48,6 +48,13 @@ cell per tree length and depth), at ``batch`` children per generation (``"gpu"``
 ``"cpu"``: 64): compile, ``ms_per_gen`` (median), ``evals_per_s``, the elites and the best objective
 after ``generations``.
 
+Case ``pga-me <task>`` (section ``qd-pgame``): PGA-ME, the ``qd-brax`` task with ``emitter=pga``
+(QDax's PGAME example: walker2d_uni, episodes of 250 steps, 256-256 policies and critic, 100 PG
+steps per elite, 300 critic steps per generation) at ``batch`` policies per generation (``"gpu"``:
+100 and 1000; ``"cpu"``: 6 on a tiny hopper): compile, ``ms_per_gen`` (median), ``evals_per_s``,
+the elites and the QD score after ``generations``; a ``skipped`` row without brax.
+``benchmarks/qd_pgame.py`` sets it beside QDax on a CPU.
+
 Case ``mome rastrigin`` (section ``qd-mome``): the ``qd-mome`` task (QDax's MOME example: a Pareto
 front of up to 50 per CVT cell, 64 cells, the 100-d two-objective Rastrigin) at ``batch`` children
 per generation (``"gpu"``: 100, 1024, 8192; ``"cpu"``: 32 on a 10-d task with 16 cells and fronts
@@ -99,6 +106,25 @@ MOME = {
     "gpu": dict(batches=(100, 1024, 8192), generations=30, task={}),
     "cpu": dict(batches=(32,), generations=6, task={"dims": 10, "cells": 16, "front_size": 8}),
 }
+# qd-pgame: the qd-brax task's PGA-ME (QDax's PGAME example sizes on walker2d_uni); the CPU mode a
+# tiny hopper
+PGAME = {
+    "gpu": dict(batches=(100, 1000), generations=10, task={"env": "walker2d_uni", "hidden": "256,256"}),
+    "cpu": dict(
+        batches=(6,),
+        generations=3,
+        task={
+            "env": "hopper_uni",
+            "episode_length": 5,
+            "hidden": "4",
+            "critic_hidden": "8",
+            "pg_steps": 2,
+            "critic_steps": 4,
+            "buffer": 500,
+            "transitions_batch": 16,
+        },
+    ),
+}
 NOVELTY = {
     "gpu": dict(batches=(1024, 8192), capacity=100_000, adds=30),
     "cpu": dict(batches=(256,), capacity=2_000, adds=6),
@@ -111,10 +137,12 @@ def _arm_archive(problem: Arm) -> GridArchive:
     )
 
 
-def _timed_generations(strategy: MAPElites, problem: Any, generations: int, seed: int) -> tuple:
+def _timed_generations(
+    strategy: MAPElites, problem: Any, generations: int, seed: int, decoder: Any = None
+) -> tuple:
     """``(compile_s, ms_per_gen, times, final carry)`` of ``generations`` generations of
     ``Loop.step`` (one generation of ``evotensor.run``), jitted with the state donated."""
-    loop = Loop(strategy, problem)
+    loop = Loop(strategy, problem, decoder=decoder)
     params = loop.strategy.default_params()
     carry, loop_key = loop.init(jax.random.key(seed), params)
     carry = jax.block_until_ready(carry)
@@ -239,6 +267,35 @@ def measure_mome(batch: int, generations: int, task_options: dict, seed: int = 0
     }
 
 
+def measure_pgame(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
+    """One ``qd-pgame`` row: ``generations`` generations of PGA-ME (the ``qd-brax`` task with
+    ``emitter=pga``: half the batch improved along a TD3 critic, half Iso+LineDD) with ``batch``
+    policies per generation; a row saying so when brax is not installed."""
+    row = {"family": "qd", "section": "qd-pgame", "case": f"pga-me {task_options['env']}", "batch": batch}
+    try:
+        import brax  # noqa: F401 - optional dependency
+    except ImportError:
+        return {**row, "skipped": "brax is not installed"}
+    from evotensor.tasks import get_task
+
+    task = get_task("qd-brax").build({**task_options, "emitter": "pga", "pop": batch})
+    strategy = task.strategy
+    compile_s, ms_per_gen, times, carry = _timed_generations(
+        strategy, task.problem, generations, seed, decoder=task.decoder
+    )
+    stats = strategy.archive.stats(carry.strategy_state.archive)
+    return {
+        **row,
+        "generations": generations,
+        "compile_s": round(compile_s, 3),
+        "ms_per_gen": round(ms_per_gen, 4),
+        "evals_per_s": round(batch / (ms_per_gen / 1e3)),
+        "elites": int(stats["num_elites"]),
+        "qd_score": float(stats["qd_score"]),
+        "backend": jax.default_backend(),
+    }
+
+
 def _timed_adds(archive: Any, batch: int, adds: int, seed: int) -> tuple[float, float, Any]:
     """``(compile_s, median ms per add, final state)`` of ``adds`` insertions of ``batch`` candidates
     (solution_dim 10, objectives N(0, 1), measures uniform in [0, 1]^2) into ``archive``, starting
@@ -343,6 +400,9 @@ def run(mode: str) -> list[dict]:
     mome = MOME[mode]
     for batch in mome["batches"]:
         rows.append(measure_mome(batch, mome["generations"], mome["task"]))
+    pgame = PGAME[mode]
+    for batch in pgame["batches"]:
+        rows.append(measure_pgame(batch, pgame["generations"], pgame["task"]))
     genotypes = GENOTYPES[mode]
     for case in GENOTYPE_TASKS:
         for batch in genotypes["batches"]:

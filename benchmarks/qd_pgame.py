@@ -340,8 +340,6 @@ def main() -> None:
     use_qdax = args.impl == "both" and os.path.exists(qdax_python)
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     print(f"# PGA-ME, {now}; {machine()}\n# {json.dumps(cfg)}")
-    print("| engine | seed | compile s | run s | evaluations/s | QD score | coverage | max fitness | load |")
-    print("|---|---|---|---|---|---|---|---|---|")
     evaluations = cfg["generations"] * cfg["batch"]
     if args.part == "rollout":
         print(f"\n# one evaluation of {cfg['batch']} policies x {cfg['episode']} steps, jitted")
@@ -362,6 +360,8 @@ def main() -> None:
                     flush=True,
                 )
         return
+    print("| engine | seed | compile s | run s | evaluations/s | QD score | coverage | max fitness | load |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for seed in args.seeds:
         ours, shared = run_evotensor(cfg, seed)
         rows: list[tuple[str, Any]] = [("evotensor", ours)]

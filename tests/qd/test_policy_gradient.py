@@ -319,3 +319,14 @@ def test_pga_me_on_hopper_stores_every_valid_transition_and_injects_the_actor():
     td3 = state.emitters[0].td3
     assert not np.allclose(np.asarray(td3.actor), np.asarray(x0))  # the greedy actor was trained
     assert int(state.archive.occupied.sum()) >= 1
+
+
+def test_a_fresh_state_can_be_donated():
+    """No two leaves of the initial state share a buffer (nor with the emitter's x0): the run loop
+    and the GPU check donate the state to each generation."""
+    em = emitter()
+    me = MAPElites(GridArchive(solution_dim=em.solution_dim, dims=(4,), ranges=[(0, 1)]), [em])
+    for init in (me.init, jax.jit(me.init)):
+        state = init(jax.random.key(0))
+        jax.block_until_ready(jax.jit(lambda s: s, donate_argnums=0)(state))
+        assert np.all(np.isfinite(np.asarray(em.x0)))  # x0 was not donated with the state

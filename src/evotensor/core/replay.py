@@ -97,8 +97,8 @@ class ReplayBuffer:
         data = jax.tree_util.tree_map(
             lambda a: jnp.zeros((self.capacity, *jnp.shape(a)), jnp.asarray(a).dtype), row
         )
-        zero = jnp.zeros((), jnp.int32)
-        return ReplayBufferState(data=data, position=zero, size=zero)
+        # two arrays, not one twice: a state with shared buffers cannot be donated
+        return ReplayBufferState(data=data, position=jnp.zeros((), jnp.int32), size=jnp.zeros((), jnp.int32))
 
     def insert(self, state: ReplayBufferState, rows: Any) -> ReplayBufferState:
         """Append the valid, finite rows of ``rows`` (leaves ``[..., *row shape]``, any leading shape

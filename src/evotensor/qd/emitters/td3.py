@@ -162,14 +162,16 @@ class TD3Learner:
     def init(self, key: jax.Array, actor: jax.Array) -> TD3State:
         """Fresh critic (its target a copy), greedy actor ``actor [D]`` (and target), empty buffer."""
         critic = init_critic(key, self.observation_size, self.action_size, self.critic_hidden)
-        actor = jnp.asarray(actor, jnp.float32)
+        # copies: a state whose leaves share buffers (with each other or with the emitter's x0)
+        # cannot be donated
+        actor = jnp.array(actor, jnp.float32, copy=True)
         return TD3State(
             critic=critic,
             critic_opt=self.critic_optimizer.init(critic),
-            target_critic=critic,
+            target_critic=jax.tree_util.tree_map(lambda a: jnp.array(a, copy=True), critic),
             actor=actor,
             actor_opt=self.actor_optimizer.init(actor),
-            target_actor=actor,
+            target_actor=jnp.array(actor, copy=True),
             buffer=self.buffer.init(Transitions.zeros(self.observation_size, self.action_size)),
         )
 
