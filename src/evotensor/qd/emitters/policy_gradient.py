@@ -19,7 +19,8 @@ that happened are stored (``valid``): steps after an episode's end are never lea
 
 Before the buffer holds a transition the elites are returned unchanged (and, while the archive is
 empty, ``x0`` or ``initial_solutions``); the greedy actor starts at ``x0`` (QDax: the first
-individual of its initial population).
+individual of its initial population). The first generation's ``tell`` already trains TD3 (QDax's
+``init`` only fills the buffer; its training starts with the first update).
 
 PGA-ME with QDax's defaults (an environment batch of 100, half of it Iso+LineDD)::
 
