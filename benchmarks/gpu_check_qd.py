@@ -137,6 +137,22 @@ def _arm_archive(problem: Arm) -> GridArchive:
     )
 
 
+def _generation_row(
+    section: str, case: str, batch: int, generations: int, compile_s: float, ms_per_gen: float
+) -> dict:
+    """The fields every per-generation row shares (section, case, sizes, compile, speed)."""
+    return {
+        "family": "qd",
+        "section": section,
+        "case": case,
+        "batch": batch,
+        "generations": generations,
+        "compile_s": round(compile_s, 3),
+        "ms_per_gen": round(ms_per_gen, 4),
+        "evals_per_s": round(batch / (ms_per_gen / 1e3)),
+    }
+
+
 def _timed_generations(
     strategy: MAPElites, problem: Any, generations: int, seed: int, decoder: Any = None
 ) -> tuple:
@@ -230,14 +246,7 @@ def measure_genotypes(case: str, batch: int, generations: int, seed: int = 0) ->
     compile_s, ms_per_gen, times, carry = _timed_generations(task.strategy, task.problem, generations, seed)
     stats = task.strategy.archive.stats(carry.strategy_state.archive)
     return {
-        "family": "qd",
-        "section": "qd-genotypes",
-        "case": case,
-        "batch": batch,
-        "generations": generations,
-        "compile_s": round(compile_s, 3),
-        "ms_per_gen": round(ms_per_gen, 4),
-        "evals_per_s": round(batch / (ms_per_gen / 1e3)),
+        **_generation_row("qd-genotypes", case, batch, generations, compile_s, ms_per_gen),
         "elites": int(stats["num_elites"]),
         "obj_max": round(float(stats["obj_max"]), 4),
         "backend": jax.default_backend(),
@@ -253,14 +262,7 @@ def measure_mome(batch: int, generations: int, task_options: dict, seed: int = 0
     compile_s, ms_per_gen, times, carry = _timed_generations(task.strategy, task.problem, generations, seed)
     stats = task.strategy.archive.stats(carry.strategy_state.archive)
     return {
-        "family": "qd",
-        "section": "qd-mome",
-        "case": "mome rastrigin",
-        "batch": batch,
-        "generations": generations,
-        "compile_s": round(compile_s, 3),
-        "ms_per_gen": round(ms_per_gen, 4),
-        "evals_per_s": round(batch / (ms_per_gen / 1e3)),
+        **_generation_row("qd-mome", "mome rastrigin", batch, generations, compile_s, ms_per_gen),
         "solutions": int(stats["num_elites"]),
         "moqd_score": float(stats["moqd_score"]),
         "backend": jax.default_backend(),
@@ -271,10 +273,11 @@ def measure_pgame(batch: int, generations: int, task_options: dict, seed: int = 
     """One ``qd-pgame`` row: ``generations`` generations of PGA-ME (the ``qd-brax`` task with
     ``emitter=pga``: half the batch improved along a TD3 critic, half Iso+LineDD) with ``batch``
     policies per generation; a row saying so when brax is not installed."""
-    row = {"family": "qd", "section": "qd-pgame", "case": f"pga-me {task_options['env']}", "batch": batch}
+    case = f"pga-me {task_options['env']}"
     try:
         import brax  # noqa: F401 - optional dependency
     except ImportError:
+        row = {"family": "qd", "section": "qd-pgame", "case": case, "batch": batch}
         return {**row, "skipped": "brax is not installed"}
     from evotensor.tasks import get_task
 
@@ -285,11 +288,7 @@ def measure_pgame(batch: int, generations: int, task_options: dict, seed: int = 
     )
     stats = strategy.archive.stats(carry.strategy_state.archive)
     return {
-        **row,
-        "generations": generations,
-        "compile_s": round(compile_s, 3),
-        "ms_per_gen": round(ms_per_gen, 4),
-        "evals_per_s": round(batch / (ms_per_gen / 1e3)),
+        **_generation_row("qd-pgame", case, batch, generations, compile_s, ms_per_gen),
         "elites": int(stats["num_elites"]),
         "qd_score": float(stats["qd_score"]),
         "backend": jax.default_backend(),

@@ -330,3 +330,24 @@ def test_a_fresh_state_can_be_donated():
         state = init(jax.random.key(0))
         jax.block_until_ready(jax.jit(lambda s: s, donate_argnums=0)(state))
         assert np.all(np.isfinite(np.asarray(em.x0)))  # x0 was not donated with the state
+
+
+def test_a_diverging_critic_never_makes_the_state_non_finite():
+    """Rewards of 1e30 (finite in float32) overflow the squared TD error: those training steps are
+    skipped and the policy-gradient variation returns such parents unchanged."""
+    em = emitter()
+    learner = em.learner
+    state = em.learner.init(jax.random.key(0), em.x0)
+    steps = random_transitions(jax.random.key(1), 64)
+    steps = steps.replace(reward=jnp.full(64, 1e30, jnp.float32))
+    state = state.replace(buffer=learner.buffer.insert(state.buffer, steps))
+    assert int(state.buffer.size) == 64  # finite rows are stored
+    trained = jax.jit(learner.train, static_argnums=2)(jax.random.key(2), state, 5)
+    for leaf in jax.tree_util.tree_leaves(trained):
+        if jnp.issubdtype(leaf.dtype, jnp.floating):
+            assert np.all(np.isfinite(np.asarray(leaf)))
+    from evotensor.qd.emitters.policy_gradient import PolicyGradientState
+
+    parents = em.x0[None] + jax.random.normal(jax.random.key(3), (3, em.solution_dim))
+    out = em.improve(jax.random.key(4), PolicyGradientState(td3=trained), parents)
+    assert np.all(np.isfinite(np.asarray(out)))

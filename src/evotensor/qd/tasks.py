@@ -526,17 +526,19 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
             transitions_batch_size=positive_int_option(cfg, "transitions_batch"),
         )
     elif cfg["emitter"] == "mees":
-        emitter = _mees_emitter(np.asarray(x0), cfg)
+        emitters = [_mees_emitter(np.asarray(x0), cfg)]
     elif cfg["emitter"] == "iso_line":
-        emitter = IsoLineEmitter(
-            x0=np.asarray(x0),
-            iso_sigma=float(cfg["iso_sigma"]),
-            line_sigma=float(cfg["line_sigma"]),
-            batch_size=cfg["pop"] or 256,
-        )
+        emitters = [
+            IsoLineEmitter(
+                x0=np.asarray(x0),
+                iso_sigma=float(cfg["iso_sigma"]),
+                line_sigma=float(cfg["line_sigma"]),
+                batch_size=cfg["pop"] or 256,
+            )
+        ]
     else:
         raise ValueError(f"option emitter must be 'iso_line', 'mees' or 'pga', got {cfg['emitter']!r}")
-    strategy = MAPElites(archive, emitters if pga else [emitter], solution=params)
+    strategy = MAPElites(archive, emitters, solution=params)
     labels = ("descriptor 0", "descriptor 1")
     return Task(
         strategy=strategy,

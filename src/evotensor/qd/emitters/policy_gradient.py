@@ -178,7 +178,8 @@ class PolicyGradientEmitter(VariationEmitter):
 
     def improve(self, key: jax.Array, state: PolicyGradientState, parents: jax.Array) -> jax.Array:
         """``parents [n, D]`` after ``num_pg_training_steps`` Adam steps on the actor loss against
-        the current critic (one shared mini-batch per step); unchanged while the buffer is empty."""
+        the current critic (one shared mini-batch per step); unchanged while the buffer is empty,
+        and each one whose steps ended non-finite unchanged."""
         td3 = state.td3
         learner = self.learner
         grad = jax.vmap(jax.grad(learner.actor_loss), in_axes=(0, None, None))
@@ -192,7 +193,9 @@ class PolicyGradientEmitter(VariationEmitter):
         def run(x):
             opt = jax.vmap(self.policy_optimizer.init)(x)
             keys = jax.random.split(key, self.num_pg_training_steps)
-            return jax.lax.scan(step, (x, opt), keys)[0][0]
+            out = jax.lax.scan(step, (x, opt), keys)[0][0]
+            # a policy whose steps diverged (non-finite) is returned unchanged
+            return jnp.where(jnp.all(jnp.isfinite(out), axis=1, keepdims=True), out, x)
 
         return jax.lax.cond(td3.buffer.size > 0, run, lambda x: x, parents)
 

@@ -15,6 +15,9 @@ schedule, defaults) follow QDax 0.5 (``qdax/core/neuroevolution/losses/td3_loss.
 * one training iteration: ``policy_delay`` critic steps (Adam; each followed by a soft target-critic
   update with ``tau``), then one greedy-actor step (Adam) and a soft target-actor update; every
   step on its own mini-batch of ``batch_size`` transitions.
+
+An iteration that would leave any parameter or optimizer moment non-finite (a loss that overflowed)
+is skipped as a whole, so a diverging critic never puts NaN into the state.
 """
 
 from __future__ import annotations
@@ -59,6 +62,12 @@ def critic_apply(params: Sequence[dict[str, jax.Array]], obs: jax.Array, action:
                 h = jax.nn.relu(h)
         values.append(h[:, 0])
     return jnp.stack(values, axis=1)
+
+
+def all_finite(tree: Any) -> jax.Array:
+    """``[]`` bool: every floating-point leaf of ``tree`` is finite."""
+    leaves = [a for a in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(jnp.result_type(a), jnp.floating)]
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in leaves])) if leaves else jnp.asarray(True)
 
 
 @pytree_dataclass
@@ -153,9 +162,8 @@ class TD3Learner:
         target = jax.lax.stop_gradient(
             batch.reward * self.reward_scaling + (1.0 - batch.done) * self.discount * next_value
         )
-        error = (critic_apply(critic, batch.obs, batch.action) - target[:, None]) * (1.0 - batch.truncation)[
-            :, None
-        ]
+        kept = (1.0 - batch.truncation)[:, None]  # a time-limit step has no known next value
+        error = (critic_apply(critic, batch.obs, batch.action) - target[:, None]) * kept
         return jnp.sum(jnp.mean(jnp.square(error), axis=0))
 
     # -- state ----------------------------------------------------------------------------------
@@ -205,7 +213,7 @@ class TD3Learner:
         grad = jax.grad(self.actor_loss)(state.actor, critic, actor_part)
         updates, actor_opt = self.actor_optimizer.update(grad, state.actor_opt, state.actor)
         actor = optax.apply_updates(state.actor, updates)
-        return state.replace(
+        new = state.replace(
             critic=critic,
             critic_opt=critic_opt,
             target_critic=target_critic,
@@ -213,6 +221,8 @@ class TD3Learner:
             actor_opt=actor_opt,
             target_actor=self.soft_update(state.target_actor, actor),
         )
+        # a diverging step (a loss that overflowed) is skipped: the state never turns non-finite
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(all_finite(new), a, b), new, state)
 
     def train(self, key: jax.Array, state: TD3State, iterations: int) -> TD3State:
         """``iterations`` training iterations (none while the buffer is empty)."""
