@@ -34,9 +34,10 @@ from evotensor.qd import (
     MAPElites,
     MEESEmitter,
     MOMEArchive,
+    dcrl_me_emitters,
     pga_me_emitters,
 )
-from evotensor.qd.emitters import MEESEmitterState, PolicyGradientState
+from evotensor.qd.emitters import DCRLState, MEESEmitterState, PolicyGradientState
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
 
 # metrics that are sums over cells: equal to float32 rounding only (summation order per device)
@@ -91,7 +92,7 @@ def _summary(me: MAPElites, result) -> dict:
     cma = [s.cma for s in result.state.emitters if hasattr(s, "cma")]
     if cma:
         out["cma"] = [_lists({"mean": c.mean, "sigma": c.sigma, "C": c.C}) for c in cma]
-    pg = [s.td3 for s in result.state.emitters if isinstance(s, PolicyGradientState)]
+    pg = [s.td3 for s in result.state.emitters if isinstance(s, (PolicyGradientState, DCRLState))]
     if pg:
         out["pg"] = [_lists(s) for s in pg]
     mees = [s for s in result.state.emitters if isinstance(s, MEESEmitterState)]
@@ -319,6 +320,35 @@ def scenario_pga_me() -> dict:
         return MAPElites(archive, emitters)
 
     return _both(make, problem, 8, seed=6)
+
+
+def scenario_dcrl_me() -> dict:
+    """DCRL-ME (Iso+LineDD and the descriptor-conditioned emitter: parents' descriptors and the
+    injected actors' targets read through the sharded archive's ``elite_measures``) on a 9 x 9 grid
+    (84 rows on 4 devices), the DCRL rows after the Iso+LineDD ones: the archive and the replicated
+    TD3 state (conditioned critic and actor, targets, replay buffer with ``desc``/``desc_prime``)
+    must equal the one-device run's bit for bit."""
+    problem = PointMass()
+
+    def make():
+        archive = GridArchive(solution_dim=6, dims=(9, 9), ranges=[(0, 1), (0, 1)], qd_score_offset=-6.0)
+        dc, ga = dcrl_me_emitters(
+            (problem.template,),  # one linear layer: the problem's flat layout (b, then w)
+            [(0.0, 1.0), (0.0, 1.0)],
+            activation="identity",
+            ga_batch_size=4,
+            dcrl_batch_size=2,
+            ai_batch_size=2,
+            num_pg_training_steps=3,
+            num_critic_training_steps=4,
+            critic_hidden_layer_size=(8,),
+            transitions_batch_size=16,
+            replay_buffer_size=300,
+            initial_solutions=np.random.default_rng(7).normal(0, 1, (8, 6)).astype(np.float32),
+        )
+        return MAPElites(archive, [ga, dc])
+
+    return _both(make, problem, 8, seed=7)
 
 
 # distinctive sizes: "[1001,7]" in the HLO text can only be the whole archive's solutions

@@ -24,6 +24,7 @@ from evotensor.qd import (
     NOT_ADDED,
     CMAESEmitter,
     CVTArchive,
+    DCRLEmitter,
     DNSArchive,
     GaussianEmitter,
     GradientArborescenceEmitter,
@@ -32,6 +33,7 @@ from evotensor.qd import (
     MAPElites,
     MEESEmitter,
     PolicyGradientEmitter,
+    dcrl_me_emitters,
     grid_centroids,
     kmeans_centroids,
     pga_me_emitters,
@@ -91,6 +93,14 @@ def pg(**kw):
 
 def pga(**kw):
     return pga_me_emitters(**{"policy": POLICY, "apply": linear_policy, "observation_size": 3, **kw})
+
+
+def dcrl(**kw):
+    return DCRLEmitter(**{"policy": POLICY, "descriptor_ranges": RANGES, **kw})
+
+
+def dcrl_me(**kw):
+    return dcrl_me_emitters(**{"policy": POLICY, "descriptor_ranges": RANGES, **kw})
 
 
 def map_elites(**kw):
@@ -324,6 +334,30 @@ for value in [*BAD_SIZES, 1]:
     case("pga", pga, "env_batch_size", env_batch_size=value)
 for value in [np.zeros((99, 8)), "abc", np.full((100, 8), NAN)]:
     case("pga", pga, "initial_solutions", initial_solutions=value)
+for value in ["abc", None, POLICY[0], ({"w": np.zeros((3, 2))},), ({"w": np.zeros(3), "b": np.zeros(3)},)]:
+    case("dcrl", dcrl, "policy", policy=value)
+for value in BAD_RANGES:
+    if len(value) != 1:  # one pair is a valid one-descriptor range (checked against the archive at init)
+        case("dcrl", dcrl, "descriptor_ranges", descriptor_ranges=value)
+for value in ["swishy", None, 3]:
+    case("dcrl", dcrl, "activation", activation=value)
+for argument in ("dcrl_batch_size", "ai_batch_size"):
+    for value in [-1, 2.0, True, "4"]:
+        case("dcrl", dcrl, argument, **{argument: value})
+case("dcrl", dcrl, "dcrl_batch_size", dcrl_batch_size=0, ai_batch_size=0)
+DCRL_SIZES = ("num_pg_training_steps", "num_critic_training_steps", "policy_delay", "transitions_batch_size")
+for argument in DCRL_SIZES:
+    for value in BAD_SIZES:
+        case("dcrl", dcrl, argument, **{argument: value})
+for argument in ("lengthscale", "policy_learning_rate", "critic_learning_rate"):
+    for value in [*BAD_REALS, 0.0, -1.0]:
+        case("dcrl", dcrl, argument, **{argument: value})
+for value in [1.5, "0", None]:
+    case("dcrl", dcrl, "seed", seed=value)
+for value in [-1, 2.0, "8"]:
+    case("dcrl_me", dcrl_me, "ga_batch_size", ga_batch_size=value)
+for value in [np.zeros((99, 8)), "abc"]:
+    case("dcrl_me", dcrl_me, "initial_solutions", initial_solutions=value)
 # MAP-Elites
 for value in [None, "grid", 3]:
     case("map_elites", map_elites, "archive", archive=value)
@@ -344,8 +378,9 @@ test_bad_argument_is_refused_naming_it = refusal_test(CASES)
 
 def test_the_defaults_of_the_table_build():
     """Every row above changes one argument of an object that builds."""
-    for build in (grid, cvt, gaussian, iso_line, cma, dns, mega, mees, map_elites, pg, pga):
+    for build in (grid, cvt, gaussian, iso_line, cma, dns, mega, mees, map_elites, pg, pga, dcrl, dcrl_me):
         build()
+    assert len(dcrl_me(ga_batch_size=0)) == 1 and dcrl(dcrl_batch_size=0).batch_size == 64
     assert len(pga(proportion_mutation_ga=0.0)) == 1 and pg(batch_size=1).batch_size == 1
     first, second = pga(initial_solutions=np.arange(800.0).reshape(100, 8))
     assert first.initial_solutions[0, 0] == 0 and second.initial_solutions[0, 0] == 400

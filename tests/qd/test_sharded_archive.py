@@ -238,6 +238,7 @@ FUSION_SCENARIOS = [
     "tests.qd.mesh_scenarios:scenario_emitter_group",
     "tests.qd.mesh_scenarios:scenario_mome",
     "tests.qd.mesh_scenarios:scenario_pga_me",
+    "tests.qd.mesh_scenarios:scenario_dcrl_me",
 ]
 
 
@@ -343,6 +344,22 @@ def test_pga_me_on_4_devices_equals_one_device(four_devices_fusion):
     td3 = single["pg"][0]
     assert td3[".buffer.size"] == 200 and td3[".buffer.position"] == 8 * 8 * 6 % 200
     assert single["history"]["num_elites"][-1] > 3
+
+
+@pytest.mark.fusion_emitters
+def test_dcrl_me_on_4_devices_equals_one_device(four_devices_fusion):
+    result = four_devices_fusion["tests.qd.mesh_scenarios:scenario_dcrl_me"]
+    mesh, single = result["mesh"], result["single"]
+    assert result["devices"] == 4 and result["layout"]["search"]["rows"] == 84
+    assert mesh["archive"] == single["archive"]
+    assert mesh["pg"] == single["pg"]  # conditioned critic and actor, targets, Adam, replay buffer
+    for metric in ("num_elites", "added", "best_fitness"):
+        assert mesh["history"][metric] == single["history"][metric], metric
+    td3 = single["pg"][0]
+    assert td3[".buffer.size"] == 300  # 8 generations x 8 rollouts x 6 steps wrapped around
+    # transitions aimed elsewhere than where they went: the DCRL rows of generations 2..8
+    desc, prime = np.asarray(td3[".buffer.data.desc"]), np.asarray(td3[".buffer.data.desc_prime"])
+    assert np.any(np.abs(desc - prime).sum(axis=1) > 1e-3)
 
 
 def test_compiled_insertion_never_gathers_the_archive(four_devices):

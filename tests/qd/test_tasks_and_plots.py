@@ -181,6 +181,28 @@ def test_qd_brax_task_runs_pga_me_and_resumes_bit_identically(tmp_path):
     assert "coverage" in task.report(resumed, tmp_path)
 
 
+def test_qd_brax_task_runs_dcrl_me_and_resumes_bit_identically(tmp_path):
+    from evotensor.qd import DCRLEmitter, IsoLineEmitter
+
+    cfg = {"env": "hopper_uni", "episode_length": 6, "hidden": "4", "pop": 8, "cells": 8, "emitter": "dcrl"}
+    cfg |= {"pg_steps": 2, "critic_steps": 4, "buffer": 500, "critic_hidden": "8", "transitions_batch": 16}
+    task = get_task("qd-brax").build(cfg)
+    dc, ga = task.strategy.emitters
+    assert isinstance(dc, DCRLEmitter) and isinstance(ga, IsoLineEmitter)
+    assert (dc.dcrl_batch_size, dc.ai_batch_size, ga.batch_size, dc.iterations) == (2, 2, 4, 2)
+    assert dc.learner.lengthscale == 0.1 and task.problem.transitions
+    first, resumed = run_and_resume(task, tmp_path, 2, 4, 2)
+    assert int(resumed.state.emitters[0].td3.buffer.size) > int(first.state.emitters[0].td3.buffer.size) > 0
+    assert bool(resumed.state.emitters[0].aimed)
+    # QDax's DCRL-ME defaults where the options are left out
+    task = get_task("qd-brax").build({"env": "hopper_uni", "emitter": "dcrl", "buffer": 1000})
+    dc = task.strategy.emitters[0]
+    assert (dc.num_pg_training_steps, dc.iterations, dc.learner.batch_size) == (150, 1500, 100)
+    assert dc.batch_size == 128 and task.strategy.population_size == 256
+    with pytest.raises(ValueError, match="lengthscale"):
+        get_task("qd-brax").build({"env": "hopper_uni", "emitter": "dcrl", "lengthscale": -1.0})
+
+
 @pytest.mark.slow  # a second brax compile; ME-ES itself is tested on the arm in test_mees.py
 def test_qd_brax_task_runs_me_es_on_the_policy_parameters():
     task = get_task("qd-brax").build(

@@ -20,7 +20,9 @@
   (``GridArchive(genotype=...)``: NEAT genomes, GP trees, parameter pytrees); QDax's
   :class:`MixingEmitter` (polynomial mutation and gene-swap crossover of elites); PGA-ME's
   :class:`PolicyGradientEmitter` (a TD3 critic learnt from every transition; elites improved along
-  it, plus its greedy actor) and :func:`pga_me_emitters` (it with Iso+LineDD, QDax's defaults).
+  it, plus its greedy actor) and :func:`pga_me_emitters` (it with Iso+LineDD, QDax's defaults);
+  DCRL-ME's :class:`DCRLEmitter` (critic and actor conditioned on a target descriptor: elites
+  improved towards their own cell, the actor injected for sampled cells) and :func:`dcrl_me_emitters`.
 * :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop;
   ``MAPElites.on_mesh`` (what ``evotensor.run(..., mesh=)`` calls) gives :class:`ShardedMAPElites`.
 * :mod:`.bandit` — :class:`BanditMAPElites`: a pool of emitters of which ``num_active`` run each
@@ -47,6 +49,7 @@ from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_cen
 from evotensor.qd.dns_archive import DNSAddInfo, DNSArchive
 from evotensor.qd.emitters import (
     CMAESEmitter,
+    DCRLEmitter,
     Emitter,
     EmitterGroup,
     GaussianEmitter,
@@ -58,6 +61,7 @@ from evotensor.qd.emitters import (
     MixingEmitter,
     PolicyGradientEmitter,
     PolynomialMutation,
+    dcrl_me_emitters,
     pga_me_emitters,
     polynomial_step,
     problem_jacobian,
@@ -78,6 +82,7 @@ __all__ = [
     "BanditState",
     "CMAESEmitter",
     "CVTArchive",
+    "DCRLEmitter",
     "DNSAddInfo",
     "DNSArchive",
     "Emitter",
@@ -102,6 +107,7 @@ __all__ = [
     "ShardedArchive",
     "ShardedMAPElites",
     "UnstructuredArchive",
+    "dcrl_me_emitters",
     "grid_centroids",
     "kmeans_centroids",
     "nearest_centroid",

@@ -542,6 +542,11 @@ class Archive:
         what emitters vary; a sharded archive fetches each row from the device that holds it)."""
         return take_rows(state.solutions, cells)
 
+    def elite_measures(self, state: ArchiveState, cells: jax.Array) -> jax.Array:
+        """The measures of the elites in ``cells``: ``[n] int32 -> [n, measure_dim]`` (what a
+        descriptor-conditioned emitter aims its offspring at)."""
+        return state.measures[cells]
+
     def data(self, state: ArchiveState) -> dict[str, Any]:
         """Every elite, on the host (pyribs' ``archive.data()``): ``{"solutions": [n, solution_dim]``
         (genotypes ``[n]``), ``"objective": [n]``, ``"measures": [n, D]``, ``"threshold": [n]``,

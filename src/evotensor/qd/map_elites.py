@@ -230,8 +230,9 @@ class MAPElites:
                 lambda a, part=part: a[part], info
             )  # every field the archive reports
             mine = jax.tree_util.tree_map(lambda a, part=part: a[part], x)
-            # a learning emitter (PGA-ME's critic) sees every row's evaluation, as QDax's use_all_data
-            whole = {"evaluation": evaluation} if getattr(emitter, "uses_evaluation", False) else {}
+            # a learning emitter (PGA-ME's, DCRL-ME's critic) sees every row, as QDax's use_all_data
+            learns = getattr(emitter, "uses_evaluation", False)
+            whole = {"evaluation": evaluation, "offset": start} if learns else {}
             emitter_states.append(
                 emitter.tell(
                     k, s, self.archive, archive_state, mine, objective[part], measures[part], sliced, **whole

@@ -548,6 +548,10 @@ class MOMEArchive(Archive):
         flat = jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), state.solutions)
         return take_rows(flat, cells)
 
+    def elite_measures(self, state: MOMEState, cells: jax.Array) -> jax.Array:
+        """The measures of the slots ``cells [n]`` (from :meth:`sample_elites`): ``[n, D]``."""
+        return state.measures.reshape(-1, state.measures.shape[-1])[cells]
+
     def best_cells(self, state: Any, k: int, score: Any = None) -> tuple[jax.Array, jax.Array]:
         raise ArgumentError(
             "a MOMEArchive's cells hold Pareto fronts, not one elite: best_cells (ME-ES) needs a "

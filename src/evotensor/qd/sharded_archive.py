@@ -483,6 +483,15 @@ class ShardedArchive:
 
         return self._map(body, (P(self.axis), P()), P())(state.solutions, jnp.asarray(cells, jnp.int32))
 
+    def elite_measures(self, state: ArchiveState, cells: jax.Array) -> jax.Array:
+        """The measures of the elites in ``cells``: ``[n] -> [n, measure_dim]``, each from its owner."""
+
+        def body(measures, cells):
+            mine, row = self._owned(cells)
+            return from_owner(measures[row], mine, self.axis)
+
+        return self._map(body, (P(self.axis), P()), P())(state.measures, jnp.asarray(cells, jnp.int32))
+
     def stats(self, state: ArchiveState) -> dict[str, jax.Array]:
         """:meth:`Archive.stats <evotensor.qd.archive.Archive.stats>` (replicated scalars): sums and a
         maximum per device, reduced over the devices (see the module docstring on rounding)."""

@@ -168,6 +168,16 @@ class ShardedMOMEArchive(ShardedArchive):
 
         return self._map(body, (P(self.axis), P()), P())(state.solutions, jnp.asarray(cells, jnp.int32))
 
+    def elite_measures(self, state: MOMEState, cells: jax.Array) -> jax.Array:
+        """The measures of the slots ``cells [n]``, each from its owner: ``[n, D]``."""
+        p = self.front_size
+
+        def body(measures, slots):
+            mine, row = self._owned(slots // p)
+            return from_owner(measures[row, slots % p], mine, self.axis)
+
+        return self._map(body, (P(self.axis), P()), P())(state.measures, jnp.asarray(cells, jnp.int32))
+
     def best_cells(self, state: Any, k: int, score: Any = None) -> tuple[jax.Array, jax.Array]:
         """Refused, as by the plain archive (its cells hold fronts, not one elite)."""
         return self.archive.best_cells(state, k, score)

@@ -49,7 +49,11 @@
   Iso+LineDD, half improved along a TD3 critic trained on every transition, plus its greedy actor;
   ``pg_steps``, ``critic_steps``, ``buffer``, ``critic_hidden``, ``transitions_batch`` set them;
   ``pop`` is the whole batch, default 100; the first batch independently initialised policies, as
-  QDax's). Needs brax; slow on a CPU, meant for a GPU.
+  QDax's). ``--set emitter=dcrl`` runs DCRL-ME (QDax's DCRL-ME defaults: a batch of 256, half
+  Iso+LineDD, a quarter improved along a descriptor-conditioned critic towards their own cell, a
+  quarter the conditioned actor injected for sampled cells; ``lengthscale`` and the options above,
+  with DCRL-ME's defaults 150 PG steps, 3000 critic steps, 100 transitions). Needs brax; slow on a
+  CPU, meant for a GPU.
 
 The others report coverage, QD score and the best objective, and write ``qd.png`` (coverage and QD
 score per generation) and, for two descriptors, ``archive.png`` (the elites) into the run directory.
@@ -73,6 +77,7 @@ from evotensor.qd.emitters import (
     MEESEmitter,
     MixingEmitter,
     PolynomialMutation,
+    dcrl_me_emitters,
     pga_me_emitters,
     problem_jacobian,
 )
@@ -80,7 +85,13 @@ from evotensor.qd.map_elites import MAPElites
 from evotensor.qd.mome_archive import MOMEArchive
 from evotensor.qd.plots import archive_heatmap, plot_pareto_fronts, plot_qd_history
 from evotensor.qd.proximity_archive import ProximityArchive
-from evotensor.tasks import Task, hidden_sizes_option, positive_int_option, register_task
+from evotensor.tasks import (
+    Task,
+    hidden_sizes_option,
+    positive_float_option,
+    positive_int_option,
+    register_task,
+)
 
 
 def _grid(value: Any) -> tuple[int, ...]:
@@ -466,11 +477,12 @@ def _build_mome(cfg: dict[str, Any]) -> Task:
         "sigma": 0.02,
         "mode": "explore_exploit",
         "novelty_capacity": 1000,
-        "pg_steps": 100,
-        "critic_steps": 300,
+        "pg_steps": None,  # PGA-ME 100, DCRL-ME 150 (QDax's)
+        "critic_steps": None,  # PGA-ME 300, DCRL-ME 3000
         "buffer": 1_000_000,
         "critic_hidden": "256,256",
-        "transitions_batch": 256,
+        "transitions_batch": None,  # PGA-ME 256, DCRL-ME 100
+        "lengthscale": 0.1,
     },
 )
 def _build_brax(cfg: dict[str, Any]) -> Task:
@@ -480,12 +492,12 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.networks import ParamsDecoder, init_mlp, mlp_apply
     from evotensor.problems.qd_control import BraxQDProblem
 
-    pga = cfg["emitter"] == "pga"
+    rl = cfg["emitter"] in ("pga", "dcrl")
     problem = BraxQDProblem(
         cfg["env"],
         episode_length=positive_int_option(cfg, "episode_length"),
         backend=cfg["backend"],
-        transitions=pga,  # the critic of PGA-ME learns from every step
+        transitions=rl,  # the critics of PGA-ME and DCRL-ME learn from every step
     )
     params = init_mlp(
         jax.random.key(cfg["seed"]),
@@ -501,8 +513,9 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
             centroids=positive_int_option(cfg, "cvt_cells"), samples=50_000, seed=cfg["seed"], **common
         )
     decoder = ParamsDecoder(mlp_apply)
-    if pga:
-        batch = cfg["pop"] or 100
+    if rl:
+        dcrl = cfg["emitter"] == "dcrl"
+        batch = cfg["pop"] or (256 if dcrl else 100)
         sizes = (problem.observation_size, *hidden_sizes_option(cfg), problem.output_size)
         # QDax's first batch: independently initialised policies
         initial = np.stack(
@@ -511,20 +524,40 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
                 for k in jax.random.split(jax.random.key(cfg["seed"] + 1), batch)
             ]
         )
-        emitters = pga_me_emitters(
-            params,
-            decoder.apply,
-            problem.observation_size,
-            env_batch_size=batch,
+
+        def rl_option(name: str, pga_default: int, dcrl_default: int) -> int:
+            value = cfg[name] if cfg[name] is not None else (dcrl_default if dcrl else pga_default)
+            return positive_int_option({name: value}, name)
+
+        common = dict(
             initial_solutions=initial,
             iso_sigma=float(cfg["iso_sigma"]),
             line_sigma=float(cfg["line_sigma"]),
-            num_pg_training_steps=positive_int_option(cfg, "pg_steps"),
-            num_critic_training_steps=positive_int_option(cfg, "critic_steps"),
+            num_pg_training_steps=rl_option("pg_steps", 100, 150),
+            num_critic_training_steps=rl_option("critic_steps", 300, 3000),
             replay_buffer_size=positive_int_option(cfg, "buffer"),
             critic_hidden_layer_size=hidden_sizes_option(cfg, "critic_hidden"),
-            transitions_batch_size=positive_int_option(cfg, "transitions_batch"),
+            transitions_batch_size=rl_option("transitions_batch", 256, 100),
         )
+        if dcrl:  # QDax's split: half Iso+LineDD, a quarter PG-varied, a quarter injected actors
+            if batch < 3:
+                raise ValueError(f"option pop must be >= 3 for DCRL-ME, got {batch}")
+            ga, pg = batch // 2, max(batch // 4, 1)
+            emitters = dcrl_me_emitters(
+                params,
+                problem.descriptor_ranges,
+                activation="tanh",  # the decoder's mlp_apply
+                ga_batch_size=ga,
+                dcrl_batch_size=pg,
+                ai_batch_size=batch - ga - pg,
+                lengthscale=positive_float_option(cfg, "lengthscale"),
+                seed=cfg["seed"],
+                **common,
+            )
+        else:
+            emitters = pga_me_emitters(
+                params, decoder.apply, problem.observation_size, env_batch_size=batch, **common
+            )
     elif cfg["emitter"] == "mees":
         emitters = [_mees_emitter(np.asarray(x0), cfg)]
     elif cfg["emitter"] == "iso_line":
@@ -537,7 +570,9 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
             )
         ]
     else:
-        raise ValueError(f"option emitter must be 'iso_line', 'mees' or 'pga', got {cfg['emitter']!r}")
+        raise ValueError(
+            f"option emitter must be 'iso_line', 'mees', 'pga' or 'dcrl', got {cfg['emitter']!r}"
+        )
     strategy = MAPElites(archive, emitters, solution=params)
     labels = ("descriptor 0", "descriptor 1")
     return Task(

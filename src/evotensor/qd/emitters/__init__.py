@@ -5,12 +5,14 @@ ME-ES emitter (an OpenAI-style ES on fitness or novelty, its samples evaluated b
 the gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD), and an emitter of
 genotypes of any structure varied by a function the user passes in; QDax's mixing emitter
 (polynomial mutation and gene-swap crossover of elites, operators the user may replace); PGA-ME's
-policy-gradient emitter (a TD3 critic trained on every transition, elites improved along it).
+policy-gradient emitter (a TD3 critic trained on every transition, elites improved along it) and
+DCRL-ME's descriptor-conditioned emitter (critic and actor conditioned on a target descriptor).
 """
 
 from evotensor.qd.emitters._aliases import deprecated_aliases
 from evotensor.qd.emitters.base import Emitter, VariationEmitter
 from evotensor.qd.emitters.cma_es import CMAESEmitter, CMAESEmitterState
+from evotensor.qd.emitters.dcrl import DCRLEmitter, DCRLState, DCTransitions, dcrl_me_emitters
 from evotensor.qd.emitters.gaussian import GaussianEmitter
 from evotensor.qd.emitters.genotype import GenotypeEmitter
 from evotensor.qd.emitters.gradient_arborescence import (
@@ -34,6 +36,9 @@ __all__ = [
     "BUILTIN_RANKERS",
     "CMAESEmitter",
     "CMAESEmitterState",
+    "DCRLEmitter",
+    "DCRLState",
+    "DCTransitions",
     "Emitter",
     "EmitterGroup",
     "GaussianEmitter",
@@ -52,6 +57,7 @@ __all__ = [
     "TD3Learner",
     "TD3State",
     "VariationEmitter",
+    "dcrl_me_emitters",
     "get_ranker",
     "pga_me_emitters",
     "polynomial_step",

@@ -12,8 +12,9 @@ improvement value against the archive before it), so ranking emitters need no co
 An emitter may also have an ``insert_mask`` (``[batch_size]`` bool, NumPy): the rows MAP-Elites adds
 to the archive; the others are evaluated and handed to ``tell`` only (ME-ES's gradient samples).
 An emitter with ``uses_evaluation = True`` also gets ``evaluation=``, the whole population's
-:class:`~evotensor.core.evaluation.Evaluation` (every emitter's rows, with the problem's ``info``):
-PGA-ME's policy-gradient emitter learns from all transitions (QDax's ``use_all_data``).
+:class:`~evotensor.core.evaluation.Evaluation` (every emitter's rows, with the problem's ``info``),
+and ``offset=``, the population row where its own batch starts: PGA-ME's and DCRL-ME's emitters
+learn from all transitions (QDax's ``use_all_data``).
 
 An emitter reads the archive through its methods (``sample_elites``, ``elite_solutions``,
 ``has_elites``, ``retrieve``), never by indexing the state's arrays: so it works unchanged on a

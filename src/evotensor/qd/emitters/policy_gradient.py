@@ -219,6 +219,7 @@ class PolicyGradientEmitter(VariationEmitter):
         measures: jax.Array,
         info: AddInfo,
         evaluation: Any = None,
+        offset: int = 0,
     ) -> PolicyGradientState:
         """Store the population's transitions (``evaluation.info["transitions"]``), then train TD3."""
         transitions = transitions_of(evaluation)

@@ -78,9 +78,9 @@ class TD3State:
     critic: Any
     critic_opt: Any
     target_critic: Any
-    actor: jax.Array
+    actor: Any
     actor_opt: Any
-    target_actor: jax.Array
+    target_actor: Any
     buffer: ReplayBufferState
 
 
@@ -96,6 +96,8 @@ class TD3Learner:
         discount: 0.99. reward_scaling: 1.0. soft_tau_update: target update rate (0.005).
         policy_delay: critic steps per actor step (2). batch_size: transitions per step (256).
         replay_buffer_size: transitions kept (1,000,000).
+        condition_size: extra critic inputs per transition (0; DCRL-ME: the descriptor size),
+            given by a subclass's :meth:`q_values`.
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class TD3Learner:
         policy_delay: int = 2,
         batch_size: int = 256,
         replay_buffer_size: int = 1_000_000,
+        condition_size: int = 0,
     ):
         if not callable(actor):
             raise ArgumentError(f"actor must be callable, got {type(actor).__name__}")
@@ -137,16 +140,34 @@ class TD3Learner:
         self.tau = check_real(soft_tau_update, "soft_tau_update", 0, 1, low_open=True)
         self.policy_delay = check_int(policy_delay, "policy_delay")
         self.batch_size = check_int(batch_size, "transitions_batch_size")
+        self.condition_size = check_int(condition_size, "condition_size", minimum=0)
         capacity = check_int(replay_buffer_size, "replay_buffer_size", maximum=2**30)
-        row_bytes = 4 * (2 * self.observation_size + self.action_size + 4) + 1
+        row_bytes = 4 * (2 * self.observation_size + self.action_size + 2 * self.condition_size + 4) + 1
         check_memory(capacity * row_bytes, f"replay_buffer_size={capacity}")
         self.buffer = ReplayBuffer(capacity)
 
+    # -- what a conditioned learner (DCRL-ME's) overrides ----------------------------------------
+    def act(self, actor: Any, obs: jax.Array, batch: Transitions) -> jax.Array:
+        """The greedy (or target) actor's action ``[n, action_size]`` on ``obs`` of ``batch``."""
+        return self.actor(actor, obs)
+
+    def q_values(self, critic: Any, obs: jax.Array, action: jax.Array, batch: Transitions) -> jax.Array:
+        """``Q [n, n_critics]`` of ``obs`` and ``action`` (rows of ``batch``)."""
+        return critic_apply(critic, obs, action)
+
+    def weigh(self, batch: Transitions) -> Transitions:
+        """The sampled mini-batch as the losses see it (unchanged here)."""
+        return batch
+
+    def empty_row(self) -> Transitions:
+        """One row of zeros: the replay buffer's template."""
+        return Transitions.zeros(self.observation_size, self.action_size)
+
     # -- losses ---------------------------------------------------------------------------------
-    def actor_loss(self, x: jax.Array, critic: Any, batch: Transitions) -> jax.Array:
-        """``-mean Q_1(s, actor_x(s))`` over the batch: the loss of policy ``x [D]``."""
+    def actor_loss(self, x: Any, critic: Any, batch: Transitions) -> jax.Array:
+        """``-mean Q_1(s, actor_x(s))`` over the batch: the loss of the greedy actor ``x``."""
         first = jax.tree_util.tree_map(lambda a: a[:1], critic)  # Q_2 plays no part: not computed
-        return -jnp.mean(critic_apply(first, batch.obs, self.actor(x, batch.obs))[:, 0])
+        return -jnp.mean(self.q_values(first, batch.obs, self.act(x, batch.obs, batch), batch)[:, 0])
 
     def critic_loss(
         self, critic: Any, target_critic: Any, target_actor: jax.Array, batch: Transitions, key: jax.Array
@@ -157,30 +178,35 @@ class TD3Learner:
             -self.noise_clip,
             self.noise_clip,
         )
-        next_action = jnp.clip(self.actor(target_actor, batch.next_obs) + noise, -1.0, 1.0)
-        next_value = jnp.min(critic_apply(target_critic, batch.next_obs, next_action), axis=-1)
+        next_action = jnp.clip(self.act(target_actor, batch.next_obs, batch) + noise, -1.0, 1.0)
+        next_value = jnp.min(self.q_values(target_critic, batch.next_obs, next_action, batch), axis=-1)
         target = jax.lax.stop_gradient(
             batch.reward * self.reward_scaling + (1.0 - batch.done) * self.discount * next_value
         )
         kept = (1.0 - batch.truncation)[:, None]  # a time-limit step has no known next value
-        error = (critic_apply(critic, batch.obs, batch.action) - target[:, None]) * kept
+        error = (self.q_values(critic, batch.obs, batch.action, batch) - target[:, None]) * kept
         return jnp.sum(jnp.mean(jnp.square(error), axis=0))
 
     # -- state ----------------------------------------------------------------------------------
-    def init(self, key: jax.Array, actor: jax.Array) -> TD3State:
-        """Fresh critic (its target a copy), greedy actor ``actor [D]`` (and target), empty buffer."""
-        critic = init_critic(key, self.observation_size, self.action_size, self.critic_hidden)
+    def init(self, key: jax.Array, actor: Any) -> TD3State:
+        """Fresh critic (its target a copy), greedy actor ``actor`` (and target), empty buffer."""
+        inputs = self.observation_size + self.condition_size
+        critic = init_critic(key, inputs, self.action_size, self.critic_hidden)
+
         # copies: a state whose leaves share buffers (with each other or with the emitter's x0)
         # cannot be donated
-        actor = jnp.array(actor, jnp.float32, copy=True)
+        def copy(tree):
+            return jax.tree_util.tree_map(lambda a: jnp.array(a, jnp.float32, copy=True), tree)
+
+        actor = copy(actor)
         return TD3State(
             critic=critic,
             critic_opt=self.critic_optimizer.init(critic),
-            target_critic=jax.tree_util.tree_map(lambda a: jnp.array(a, copy=True), critic),
+            target_critic=copy(critic),
             actor=actor,
             actor_opt=self.actor_optimizer.init(actor),
-            target_actor=jnp.array(actor, copy=True),
-            buffer=self.buffer.init(Transitions.zeros(self.observation_size, self.action_size)),
+            target_actor=copy(actor),
+            buffer=self.buffer.init(self.empty_row()),
         )
 
     def soft_update(self, target: Any, online: Any) -> Any:
@@ -192,7 +218,7 @@ class TD3Learner:
         sample_key, *noise_keys = jax.random.split(key, self.policy_delay + 1)
         batch = self.buffer.sample(sample_key, state.buffer, self.batch_size * (self.policy_delay + 1))
         batch = jax.tree_util.tree_map(
-            lambda a: a.reshape(self.policy_delay + 1, self.batch_size, *a.shape[1:]), batch
+            lambda a: a.reshape(self.policy_delay + 1, self.batch_size, *a.shape[1:]), self.weigh(batch)
         )
 
         def critic_step(carry, inputs):
