@@ -1,5 +1,6 @@
-"""PGA-ME: evotensor's ``pga_me_emitters`` under ``MAPElites`` beside QDax's ``PGAMEEmitter``, like
-for like (run by hand).
+"""QD-RL with a critic: evotensor's ``pga_me_emitters`` (``--algorithm pga``, default) or
+``dcrl_me_emitters`` (``--algorithm dcrl``) under ``MAPElites`` beside QDax's ``PGAMEEmitter`` or
+``DCRLMEEmitter``, like for like (run by hand).
 
 QDax's ``examples/pgame.ipynb`` set-up, scaled down so that a 2-core CPU finishes in minutes (every
 reduction applied to both engines; ``--full`` restores the example's sizes, meant for a GPU):
@@ -15,12 +16,19 @@ reduction applied to both engines; ``--full`` restores the example's sizes, mean
   ``PG_STEPS`` Adam steps per elite (lr 1e-3) on a TD3 critic ``CRITIC`` trained
   ``CRITIC_STEPS`` steps per generation (policy delay 2, batch ``TRANSITIONS`` transitions,
   the other TD3 values QDax's defaults), replay buffer ``BUFFER``;
+* DCRL-ME (``--algorithm dcrl``): QDax's example split of the batch (half Iso+LineDD, a quarter PG
+  towards the parent's own descriptor, a quarter injected actors), lengthscale 0.1, the same PG and
+  critic steps and transition batch as above; QDax's example offsets the environment's rewards by
+  the task's ``reward_offset`` and clips them at 0 (its fitness then includes the offset); ours
+  gives the same offset and clip to the critic only (``reward_offset=``);
 * ``GENERATIONS`` batches in all (QDax: ``init`` plus ``GENERATIONS - 1`` ``scan_update``s; ours:
   one ``evotensor.run``), each engine's per-generation metrics computed as it does.
 
 Reported per seed, the engines alternating: compile s, run s, evaluations/s, QD score (offset),
 coverage, max fitness, each as the engine measures them (one episode per policy; the two engines'
-resets differ, so fitness has the same distribution, not the same numbers). What differs by
+resets differ, so fitness has the same distribution, not the same numbers); then both final
+archives re-scored by the same code (``rescore``: every elite run once more by our
+``BraxQDProblem`` with fixed reset keys, inserted into an empty archive of the same centroids). What differs by
 design: QDax's rollouts auto-reset, so its replay buffer also stores the steps of new episodes
 started after a fall; ours stores only the steps of each policy's one episode.
 
@@ -56,6 +64,7 @@ FULL |= dict(transitions=256, buffer=1_000_000, cells=1024, generations=1000)
 
 def config(args: argparse.Namespace) -> dict:
     base = dict(
+        algorithm=args.algorithm,
         task=args.task,
         episode=EPISODE,
         batch=BATCH,
@@ -135,7 +144,6 @@ def rollout_evotensor(cfg: dict, seed: int, transitions: bool) -> tuple[dict, di
     return timed_calls(lambda: evaluate(key, stacked)), shared
 
 
-
 def run_evotensor(cfg: dict, seed: int) -> tuple[dict, dict]:
     import jax
     from jax.flatten_util import ravel_pytree
@@ -143,7 +151,7 @@ def run_evotensor(cfg: dict, seed: int) -> tuple[dict, dict]:
     import evotensor
     from evotensor.problems.networks import ParamsDecoder, mlp_apply
     from evotensor.problems.qd_control import BraxQDProblem
-    from evotensor.qd import CVTArchive, MAPElites, pga_me_emitters
+    from evotensor.qd import CVTArchive, MAPElites, dcrl_me_emitters, pga_me_emitters
 
     problem = BraxQDProblem(cfg["task"], episode_length=cfg["episode"], transitions=True)
     sizes = (problem.observation_size, *cfg["policy"], problem.output_size)
@@ -151,11 +159,7 @@ def run_evotensor(cfg: dict, seed: int) -> tuple[dict, dict]:
     as_tree = [tuple({"w": w, "b": b} for w, b in layers) for layers in population]
     initial = np.stack([np.asarray(ravel_pytree(t)[0]) for t in as_tree])
     decoder = ParamsDecoder(mlp_apply, activation="relu")
-    emitters = pga_me_emitters(
-        as_tree[0],
-        decoder.apply,
-        problem.observation_size,
-        env_batch_size=cfg["batch"],
+    common = dict(
         initial_solutions=initial,
         num_pg_training_steps=cfg["pg_steps"],
         num_critic_training_steps=cfg["critic_steps"],
@@ -163,6 +167,24 @@ def run_evotensor(cfg: dict, seed: int) -> tuple[dict, dict]:
         transitions_batch_size=cfg["transitions"],
         replay_buffer_size=cfg["buffer"],
     )
+    if cfg["algorithm"] == "dcrl":
+        ga, dc, ai = dcrl_split(cfg["batch"])
+        emitters = dcrl_me_emitters(
+            as_tree[0],
+            problem.descriptor_ranges,
+            activation="relu",
+            ga_batch_size=ga,
+            dcrl_batch_size=dc,
+            ai_batch_size=ai,
+            lengthscale=0.1,
+            reward_offset=problem.reward_offset,  # QDax's example: OffsetRewardWrapper + clip at 0
+            **common,
+        )
+        # QDax's DCRL-ME order is [DCRL, GA] in its batch; ours the same
+    else:
+        emitters = pga_me_emitters(
+            as_tree[0], decoder.apply, problem.observation_size, env_batch_size=cfg["batch"], **common
+        )
     cells = centroids(cfg, problem.num_descriptors, problem.descriptor_ranges)
     archive = CVTArchive(
         solution_dim=initial.shape[1],
@@ -187,8 +209,58 @@ def run_evotensor(cfg: dict, seed: int) -> tuple[dict, dict]:
         "coverage": float(stats["coverage"]),
         "max_fitness": float(stats["obj_max"]),
     }
+    state = result.state.archive
+    out |= rescore(cfg, cells, np.asarray(state.solutions)[np.asarray(state.occupied)])
     initial_lists = [[(w.tolist(), b.tolist()) for w, b in p] for p in population]
     return out, {"cells": cells.tolist(), "initial": initial_lists}
+
+
+def dcrl_split(batch: int) -> tuple[int, int, int]:
+    """QDax's DCRL-ME example split of a batch: half Iso+LineDD, a quarter PG, a quarter injected."""
+    ga, dc = batch // 2, batch // 4
+    return ga, dc, batch - ga - dc
+
+
+def rescore(cfg: dict, cells: np.ndarray, solutions: np.ndarray) -> dict:
+    """Both engines' final elites scored by the same code: one episode each (the same reset key for
+    every policy, our ``BraxQDProblem``), inserted into an empty archive of the same centroids;
+    QD score (QDax's offset), coverage and best return of that archive."""
+    import jax
+    from jax.flatten_util import ravel_pytree
+
+    from evotensor.problems.networks import ParamsDecoder, mlp_apply
+    from evotensor.problems.qd_control import BraxQDProblem
+    from evotensor.qd import CVTArchive
+
+    problem = BraxQDProblem(cfg["task"], episode_length=cfg["episode"])
+    apply = ParamsDecoder(mlp_apply, activation="relu").apply
+    sizes = (problem.observation_size, *cfg["policy"], problem.output_size)
+    template = tuple(
+        {"w": np.zeros((a, b), np.float32), "b": np.zeros(b, np.float32)}
+        for a, b in zip(sizes[:-1], sizes[1:])
+    )
+    unravel = ravel_pytree(template)[1]
+    evaluate = jax.jit(lambda p: problem.evaluate(jax.random.key(12345), jax.vmap(unravel)(p), apply))
+    archive = CVTArchive(
+        solution_dim=solutions.shape[1],
+        centroids=cells,
+        ranges=problem.descriptor_ranges,
+        qd_score_offset=problem.qd_score_offset,
+    )
+    state = archive.init()
+    for start in range(0, len(solutions), 256):
+        part = np.zeros((256, solutions.shape[1]), np.float32)
+        chunk = solutions[start : start + 256]
+        part[: len(chunk)] = chunk
+        ev = evaluate(part)
+        fitness = np.where(np.arange(256) < len(chunk), np.asarray(ev.fitness), np.nan).astype(np.float32)
+        state, _ = archive.add(state, part, fitness, np.asarray(ev.descriptor))
+    stats = archive.stats(state)
+    return {
+        "re_qd_score": float(stats["qd_score"]),
+        "re_coverage": float(stats["coverage"]),
+        "re_max_fitness": float(stats["obj_max"]),
+    }
 
 
 # -- QDax (in its venv) --------------------------------------------------------------------------
@@ -206,7 +278,13 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray, population: list) -> dict:
     from qdax.tasks.brax.env_creators import scoring_function_brax_envs
     from qdax.utils.metrics import default_qd_metrics
 
+    dcrl = cfg["algorithm"] == "dcrl"
     env = environments.create(cfg["task"], episode_length=cfg["episode"])
+    if dcrl:  # QDax's DCRL-ME example: rewards offset and clipped at 0
+        from qdax.tasks.brax.wrappers.reward_wrappers import ClipRewardWrapper, OffsetRewardWrapper
+
+        env = OffsetRewardWrapper(env, offset=environments.reward_offset[cfg["task"]])
+        env = ClipRewardWrapper(env, clip_min=0.0)
     policy = MLP(
         layer_sizes=(*cfg["policy"], env.action_size),
         kernel_init=jax.nn.initializers.lecun_uniform(),
@@ -230,7 +308,7 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray, population: list) -> dict:
         actions = policy.apply(policy_params, env_state.obs)
         state_desc = env_state.info["state_descriptor"]
         next_state = env.step(env_state, actions)
-        transition = QDTransition(
+        fields = dict(
             obs=env_state.obs,
             next_obs=next_state.obs,
             rewards=next_state.reward,
@@ -240,7 +318,12 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray, population: list) -> dict:
             state_desc=state_desc,
             next_state_desc=next_state.info["state_descriptor"],
         )
-        return next_state, policy_params, key, transition
+        if dcrl:
+            from qdax.core.neuroevolution.buffers.buffer import DCRLTransition
+
+            unknown = jnp.full((env.descriptor_length,), jnp.nan)  # filled by the emitter, as the example
+            return next_state, policy_params, key, DCRLTransition(**fields, desc=unknown, desc_prime=unknown)
+        return next_state, policy_params, key, QDTransition(**fields)
 
     scoring = functools.partial(
         scoring_function_brax_envs,
@@ -250,21 +333,42 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray, population: list) -> dict:
         descriptor_extractor=environments.descriptor_extractor[cfg["task"]],
     )
     offset = environments.reward_offset[cfg["task"]] * cfg["episode"]
-    config = PGAMEConfig(
-        env_batch_size=batch,
-        batch_size=cfg["transitions"],
-        proportion_mutation_ga=0.5,
-        critic_hidden_layer_size=tuple(cfg["critic"]),
-        replay_buffer_size=cfg["buffer"],
-        num_critic_training_steps=cfg["critic_steps"],
-        num_pg_training_steps=cfg["pg_steps"],
-    )
-    emitter = PGAMEEmitter(
-        config=config,
-        policy_network=policy,
-        env=env,
-        variation_fn=functools.partial(isoline_variation, iso_sigma=0.005, line_sigma=0.05),
-    )
+    variation = functools.partial(isoline_variation, iso_sigma=0.005, line_sigma=0.05)
+    if dcrl:
+        from qdax.core.emitters.dcrl_me_emitter import DCRLMEConfig, DCRLMEEmitter
+        from qdax.core.neuroevolution.networks.networks import MLPDC
+
+        ga, dc, ai = dcrl_split(batch)
+        config = DCRLMEConfig(
+            ga_batch_size=ga,
+            dcrl_batch_size=dc,
+            ai_batch_size=ai,
+            lengthscale=0.1,
+            critic_hidden_layer_size=tuple(cfg["critic"]),
+            num_critic_training_steps=cfg["critic_steps"],
+            num_pg_training_steps=cfg["pg_steps"],
+            batch_size=cfg["transitions"],
+            replay_buffer_size=cfg["buffer"],
+        )
+        actor = MLPDC(
+            layer_sizes=(*cfg["policy"], env.action_size),
+            kernel_init=jax.nn.initializers.lecun_uniform(),
+            final_activation=jnp.tanh,
+        )
+        emitter = DCRLMEEmitter(
+            config=config, policy_network=policy, actor_network=actor, env=env, variation_fn=variation
+        )
+    else:
+        config = PGAMEConfig(
+            env_batch_size=batch,
+            batch_size=cfg["transitions"],
+            proportion_mutation_ga=0.5,
+            critic_hidden_layer_size=tuple(cfg["critic"]),
+            replay_buffer_size=cfg["buffer"],
+            num_critic_training_steps=cfg["critic_steps"],
+            num_pg_training_steps=cfg["pg_steps"],
+        )
+        emitter = PGAMEEmitter(config=config, policy_network=policy, env=env, variation_fn=variation)
     map_elites = MAPElites(
         scoring_function=scoring,
         emitter=emitter,
@@ -291,7 +395,23 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray, population: list) -> dict:
     run_s = time.perf_counter() - t
     fitness = np.asarray(repertoire.fitnesses).reshape(-1)
     filled = fitness > -np.inf
+    # the elites as our flat MLP vectors (per layer: bias, then the kernel row-major)
+    params = repertoire.genotypes["params"]
+    flat = np.concatenate(
+        [
+            np.concatenate(
+                [
+                    np.asarray(params[f"Dense_{i}"]["bias"]),
+                    np.asarray(params[f"Dense_{i}"]["kernel"]).reshape(len(fitness), -1),
+                ],
+                axis=1,
+            )
+            for i in range(len(cfg["policy"]) + 1)
+        ],
+        axis=1,
+    )
     return {
+        "elites": flat[filled].tolist(),
         "compile_s": compile_s,
         "run_s": run_s,
         "qd_score": float(np.sum(fitness[filled] + offset)),
@@ -318,6 +438,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--impl", choices=["both", "evotensor", "qdax"], default="both")
     p.add_argument("--task", default=TASK)
+    p.add_argument("--algorithm", choices=["pga", "dcrl"], default="pga", help="PGA-ME or DCRL-ME")
     p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     p.add_argument("--generations", type=int, default=None)
     p.add_argument("--full", action="store_true", help="QDax's example sizes (for a GPU)")
@@ -360,18 +481,27 @@ def main() -> None:
                     flush=True,
                 )
         return
-    print("| engine | seed | compile s | run s | evaluations/s | QD score | coverage | max fitness | load |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| engine | seed | compile s | run s | evaluations/s | QD score | coverage | max fitness | "
+        "re-scored QD score | coverage | max fitness | load |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for seed in args.seeds:
         ours, shared = run_evotensor(cfg, seed)
         rows: list[tuple[str, Any]] = [("evotensor", ours)]
         if use_qdax:
-            rows.append(("QDax 0.5.1 PGAMEEmitter", qdax_case(qdax_python, cfg, seed, shared)))
+            theirs = qdax_case(qdax_python, cfg, seed, shared)
+            theirs |= rescore(
+                cfg, np.asarray(shared["cells"], np.float32), np.asarray(theirs.pop("elites"), np.float32)
+            )
+            name = "DCRLMEEmitter" if cfg["algorithm"] == "dcrl" else "PGAMEEmitter"
+            rows.append((f"QDax 0.5.1 {name}", theirs))
         for name, r in rows:
             print(
                 f"| {name} | {seed} | {r['compile_s']:.1f} | {r['run_s']:.1f} | "
                 f"{evaluations / r['run_s']:.0f} | {r['qd_score']:.1f} | {r['coverage']:.3f} | "
-                f"{r['max_fitness']:.1f} | {os.getloadavg()[0]:.2f} |",
+                f"{r['max_fitness']:.1f} | {r['re_qd_score']:.1f} | {r['re_coverage']:.3f} | "
+                f"{r['re_max_fitness']:.1f} | {os.getloadavg()[0]:.2f} |",
                 flush=True,
             )
 

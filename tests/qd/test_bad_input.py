@@ -354,6 +354,8 @@ for argument in ("lengthscale", "policy_learning_rate", "critic_learning_rate"):
         case("dcrl", dcrl, argument, **{argument: value})
 for value in [1.5, "0", None]:
     case("dcrl", dcrl, "seed", seed=value)
+for value in BAD_REALS:
+    case("dcrl", dcrl, "reward_offset", reward_offset=value)
 for value in [-1, 2.0, "8"]:
     case("dcrl_me", dcrl_me, "ga_batch_size", ga_batch_size=value)
 for value in [np.zeros((99, 8)), "abc"]:

@@ -86,7 +86,8 @@ def ref_critic_loss(em, critic, target_critic, target_actor, batch, key):
     next_action = jnp.clip(ref_mlp(target_actor, jnp.concatenate([batch.next_obs, cond], 1)) + noise, -1, 1)
     next_v = jnp.min(ref_q(target_critic, batch.next_obs, jnp.concatenate([next_action, cond], 1)), axis=1)
     weight = jnp.exp(-jnp.linalg.norm(batch.desc - batch.desc_prime, axis=1) / 0.1)
-    y = jax.lax.stop_gradient(batch.reward * weight + (1.0 - batch.done) * 0.99 * next_v)
+    reward = jnp.maximum(batch.reward + 0.5, 0.0)  # reward_offset 0.5, clipped at 0
+    y = jax.lax.stop_gradient(reward * weight + (1.0 - batch.done) * 0.99 * next_v)
     q = ref_q(critic, batch.obs, jnp.concatenate([batch.action, cond], 1))
     return sum(jnp.mean(((q[:, c] - y) * (1.0 - batch.truncation)) ** 2) for c in range(2))
 
@@ -97,9 +98,9 @@ def ref_actor_loss(actor, critic, batch):
 
 
 def test_conditioned_td3_iteration_equals_the_reference():
-    """Rewards scaled by exp(-|d - d'| / 0.1); critic on [s, a, d'], the target actor and the actor
-    on [s, d']; policy_delay = 2 critic steps then one actor step."""
-    em = emitter()
+    """Rewards offset by 0.5, clipped at 0 and scaled by exp(-|d - d'| / 0.1); critic on [s, a, d'],
+    the target actor and the actor on [s, d']; policy_delay = 2 critic steps then one actor step."""
+    em = emitter(reward_offset=0.5)
     learner = em.learner
     td3 = filled(em).td3
     td3 = td3.replace(
@@ -210,6 +211,7 @@ def test_dcrl_me_emitters_and_bad_arguments():
     assert (dc.dcrl_batch_size, dc.ai_batch_size, ga.batch_size) == (64, 64, 128) and dc.iterations == 1500
     assert (ga.iso_sigma, ga.line_sigma) == (0.005, 0.05) and dc.learner.batch_size == 100
     assert dc.learner.lengthscale == 0.1 and dc.num_pg_training_steps == 150
+    assert dc.learner.reward_offset == 0.0
     with pytest.raises(ArgumentError, match="policy"):
         DCRLEmitter({"w": np.zeros((3, 2))}, RANGES)
     with pytest.raises(ArgumentError, match="descriptor_ranges"):

@@ -551,6 +551,7 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
                 dcrl_batch_size=pg,
                 ai_batch_size=batch - ga - pg,
                 lengthscale=positive_float_option(cfg, "lengthscale"),
+                reward_offset=problem.reward_offset,  # QDax's per-task offset: rewards >= 0
                 seed=cfg["seed"],
                 **common,
             )

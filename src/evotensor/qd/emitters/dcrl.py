@@ -16,7 +16,8 @@ descriptor ``d'``, and uses them two ways each generation (QDax 0.5,
   parent's for PG rows, the target for injected rows, its own for every other row); then
   ``num_critic_training_steps / policy_delay`` TD3 iterations
   (:class:`~evotensor.qd.emitters.td3.TD3Learner`) in which each sampled reward is scaled by the
-  similarity ``exp(-|d - d'| / lengthscale)`` and the critic, the target actor and the actor take
+  similarity ``exp(-|d - d'| / lengthscale)`` (after ``max(r + reward_offset, 0)``: QDax's example
+  offsets and clips the environment's reward) and the critic, the target actor and the actor take
   ``d'`` as an extra input (critic input ``[s, a, d']``, actor input ``[s, d']``).
 
 Descriptors are normalised to ``[-1, 1]`` with ``descriptor_ranges`` before they enter a network.
@@ -78,6 +79,7 @@ class ConditionedTD3(TD3Learner):
 
     def __init__(self, actor: Any, observation_size: int, action_size: int, descriptor_size: int, **kw: Any):
         self.lengthscale = check_real(kw.pop("lengthscale"), "lengthscale", 0, low_open=True)
+        self.reward_offset = check_real(kw.pop("reward_offset"), "reward_offset")
         super().__init__(actor, observation_size, action_size, condition_size=descriptor_size, **kw)
 
     def act(self, actor: Any, obs: jax.Array, batch: Any) -> jax.Array:
@@ -88,7 +90,9 @@ class ConditionedTD3(TD3Learner):
 
     def weigh(self, batch: Any) -> Any:
         distance = jnp.sqrt(jnp.sum(jnp.square(batch.desc - batch.desc_prime), axis=-1))
-        return batch.replace(reward=batch.reward * jnp.exp(-distance / self.lengthscale))
+        # scaling by a similarity in [0, 1] only favours the target for rewards >= 0
+        reward = jnp.maximum(batch.reward + self.reward_offset, 0.0)
+        return batch.replace(reward=reward * jnp.exp(-distance / self.lengthscale))
 
     def empty_row(self) -> DCTransitions:
         return DCTransitions.empty(self.observation_size, self.action_size, self.condition_size)
@@ -135,6 +139,10 @@ class DCRLEmitter(VariationEmitter):
         activation: the MLP's hidden activation (``mlp_apply``'s; QDax's networks use ReLU).
         dcrl_batch_size: PG-varied elites per ask (64). ai_batch_size: injected actors (64).
         lengthscale: of the reward's descriptor similarity (0.1, on normalised descriptors).
+        reward_offset: added to every reward the critic learns from, which is then clipped at 0
+            (QDax's example wraps the environment in its ``OffsetRewardWrapper`` with the task's
+            ``reward_offset`` and a ``ClipRewardWrapper`` at 0: the similarity scaling needs
+            rewards >= 0). Here only the critic sees it; the archive keeps the task's return.
         num_critic_training_steps: 3000; num_pg_training_steps: 150; policy_learning_rate: 1e-3.
         transitions_batch_size: 100. replay_buffer_size, critic_hidden_layer_size,
             critic_learning_rate, actor_learning_rate, noise_clip, policy_noise, discount,
@@ -158,6 +166,7 @@ class DCRLEmitter(VariationEmitter):
         dcrl_batch_size: int = 64,
         ai_batch_size: int = 64,
         lengthscale: float = 0.1,
+        reward_offset: float = 0.0,
         num_critic_training_steps: int = 3000,
         num_pg_training_steps: int = 150,
         policy_learning_rate: float = 1e-3,
@@ -219,6 +228,7 @@ class DCRLEmitter(VariationEmitter):
             action_size,
             self.descriptor_size,
             lengthscale=lengthscale,
+            reward_offset=reward_offset,
             critic_hidden=critic_hidden_layer_size,
             critic_learning_rate=critic_learning_rate,
             actor_learning_rate=actor_learning_rate,
