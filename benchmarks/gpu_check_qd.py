@@ -48,11 +48,12 @@ cell per tree length and depth), at ``batch`` children per generation (``"gpu"``
 ``"cpu"``: 64): compile, ``ms_per_gen`` (median), ``evals_per_s``, the elites and the best objective
 after ``generations``.
 
-Case ``pga-me <task>`` (section ``qd-pgame``): PGA-ME, the ``qd-brax`` task with ``emitter=pga``
-(QDax's PGAME example: walker2d_uni, episodes of 250 steps, 256-256 policies and critic, 100 PG
-steps per elite, 300 critic steps per generation) at ``batch`` policies per generation (``"gpu"``:
-100 and 1000; ``"cpu"``: 6 on a tiny hopper): compile, ``ms_per_gen`` (median), ``evals_per_s``,
-the elites and the QD score after ``generations``; a ``skipped`` row without brax.
+Cases ``pga-me <task>`` and ``dcrl-me <task>`` (section ``qd-pgame``): PGA-ME and DCRL-ME, the
+``qd-brax`` task with ``emitter=pga`` / ``dcrl`` (QDax's example sizes: walker2d_uni, episodes of
+250 steps, 256-256 policies and critic; PGA-ME 100 PG steps per elite and 300 critic steps per
+generation, DCRL-ME 150 and 3000) at ``batch`` policies per generation (``"gpu"``: PGA-ME 100 and
+1000, DCRL-ME 256; ``"cpu"``: 6 and 8 on a tiny hopper): compile, ``ms_per_gen`` (median),
+``evals_per_s``, the elites and the QD score after ``generations``; a ``skipped`` row without brax.
 ``benchmarks/qd_pgame.py`` sets it beside QDax on a CPU.
 
 Case ``mome rastrigin`` (section ``qd-mome``): the ``qd-mome`` task (QDax's MOME example: a Pareto
@@ -109,9 +110,15 @@ MOME = {
 # qd-pgame: the qd-brax task's PGA-ME (QDax's PGAME example sizes on walker2d_uni); the CPU mode a
 # tiny hopper
 PGAME = {
-    "gpu": dict(batches=(100, 1000), generations=10, task={"env": "walker2d_uni", "hidden": "256,256"}),
+    "gpu": dict(
+        batches=(100, 1000),
+        generations=10,
+        task={"env": "walker2d_uni", "hidden": "256,256"},
+        dcrl_batches=(256,),  # DCRL-ME at QDax's example batch (128 + 64 + 64)
+    ),
     "cpu": dict(
         batches=(6,),
+        dcrl_batches=(8,),
         generations=3,
         task={
             "env": "hopper_uni",
@@ -269,11 +276,14 @@ def measure_mome(batch: int, generations: int, task_options: dict, seed: int = 0
     }
 
 
-def measure_pgame(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
+def measure_pgame(
+    batch: int, generations: int, task_options: dict, seed: int = 0, algorithm: str = "pga"
+) -> dict:
     """One ``qd-pgame`` row: ``generations`` generations of PGA-ME (the ``qd-brax`` task with
-    ``emitter=pga``: half the batch improved along a TD3 critic, half Iso+LineDD) with ``batch``
-    policies per generation; a row saying so when brax is not installed."""
-    case = f"pga-me {task_options['env']}"
+    ``emitter=pga``: half the batch improved along a TD3 critic, half Iso+LineDD) or DCRL-ME
+    (``algorithm="dcrl"``) with ``batch`` policies per generation; a row saying so when brax is not
+    installed."""
+    case = f"{algorithm}-me {task_options['env']}"
     try:
         import brax  # noqa: F401 - optional dependency
     except ImportError:
@@ -281,7 +291,7 @@ def measure_pgame(batch: int, generations: int, task_options: dict, seed: int = 
         return {**row, "skipped": "brax is not installed"}
     from evotensor.tasks import get_task
 
-    task = get_task("qd-brax").build({**task_options, "emitter": "pga", "pop": batch})
+    task = get_task("qd-brax").build({**task_options, "emitter": algorithm, "pop": batch})
     strategy = task.strategy
     compile_s, ms_per_gen, times, carry = _timed_generations(
         strategy, task.problem, generations, seed, decoder=task.decoder
@@ -402,6 +412,8 @@ def run(mode: str) -> list[dict]:
     pgame = PGAME[mode]
     for batch in pgame["batches"]:
         rows.append(measure_pgame(batch, pgame["generations"], pgame["task"]))
+    for batch in pgame["dcrl_batches"]:
+        rows.append(measure_pgame(batch, pgame["generations"], pgame["task"], algorithm="dcrl"))
     genotypes = GENOTYPES[mode]
     for case in GENOTYPE_TASKS:
         for batch in genotypes["batches"]:

@@ -20,7 +20,9 @@ reduction applied to both engines; ``--full`` restores the example's sizes, mean
   towards the parent's own descriptor, a quarter injected actors), lengthscale 0.1, the same PG and
   critic steps and transition batch as above; QDax's example offsets the environment's rewards by
   the task's ``reward_offset`` and clips them at 0 (its fitness then includes the offset); ours
-  gives the same offset and clip to the critic only (``reward_offset=``);
+  gives the same offset and clip to the critic only (``reward_offset=``), or with
+  ``--offset-fitness`` to the problem (``BraxQDProblem(offset_rewards=True)``), so that both
+  engines select on the same fitness;
 * ``GENERATIONS`` batches in all (QDax: ``init`` plus ``GENERATIONS - 1`` ``scan_update``s; ours:
   one ``evotensor.run``), each engine's per-generation metrics computed as it does.
 
@@ -28,8 +30,8 @@ Reported per seed, the engines alternating: compile s, run s, evaluations/s, QD 
 coverage, max fitness, each as the engine measures them (one episode per policy; the two engines'
 resets differ, so fitness has the same distribution, not the same numbers); then both final
 archives re-scored by the same code (``rescore``: every elite run once more by our
-``BraxQDProblem`` with fixed reset keys, inserted into an empty archive of the same centroids). What differs by
-design: QDax's rollouts auto-reset, so its replay buffer also stores the steps of new episodes
+``BraxQDProblem`` with fixed reset keys, inserted into an empty archive of the same centroids).
+What differs by design: QDax's rollouts auto-reset, so its replay buffer also stores the steps of new episodes
 started after a fall; ours stores only the steps of each policy's one episode.
 
 QDax 0.5.1 runs in the ``qd051`` venv of ``bench_venvs.py`` (``make bench-venvs VENVS=qd051``; PyPI's
@@ -60,11 +62,15 @@ PG_STEPS, CRITIC_STEPS, TRANSITIONS, BUFFER = 20, 100, 128, 200_000
 CELLS, GENERATIONS, SEEDS = 64, 100, (0, 1, 2)
 FULL = dict(episode=250, batch=100, policy=(256, 256), critic=(256, 256), pg_steps=100, critic_steps=300)
 FULL |= dict(transitions=256, buffer=1_000_000, cells=1024, generations=1000)
+# QDax's DCRL-ME example (examples/dcrlme.ipynb): its batch, networks and training sizes
+FULL_DCRL = dict(FULL, batch=256, policy=(128, 128), pg_steps=150, critic_steps=3000, transitions=100)
+FULL_DCRL |= dict(generations=200)
 
 
 def config(args: argparse.Namespace) -> dict:
     base = dict(
         algorithm=args.algorithm,
+        offset_fitness=args.offset_fitness,
         task=args.task,
         episode=EPISODE,
         batch=BATCH,
@@ -78,7 +84,7 @@ def config(args: argparse.Namespace) -> dict:
         generations=GENERATIONS,
     )
     if args.full:
-        base |= FULL
+        base |= FULL_DCRL if args.algorithm == "dcrl" else FULL
     if args.generations:
         base["generations"] = args.generations
     return base
@@ -153,7 +159,10 @@ def run_evotensor(cfg: dict, seed: int) -> tuple[dict, dict]:
     from evotensor.problems.qd_control import BraxQDProblem
     from evotensor.qd import CVTArchive, MAPElites, dcrl_me_emitters, pga_me_emitters
 
-    problem = BraxQDProblem(cfg["task"], episode_length=cfg["episode"], transitions=True)
+    offset = cfg["algorithm"] == "dcrl" and cfg["offset_fitness"]
+    problem = BraxQDProblem(
+        cfg["task"], episode_length=cfg["episode"], transitions=True, offset_rewards=offset
+    )
     sizes = (problem.observation_size, *cfg["policy"], problem.output_size)
     population = initial_layers(cfg, sizes, seed)
     as_tree = [tuple({"w": w, "b": b} for w, b in layers) for layers in population]
@@ -177,7 +186,9 @@ def run_evotensor(cfg: dict, seed: int) -> tuple[dict, dict]:
             dcrl_batch_size=dc,
             ai_batch_size=ai,
             lengthscale=0.1,
-            reward_offset=problem.reward_offset,  # QDax's example: OffsetRewardWrapper + clip at 0
+            # QDax's example offsets and clips the environment's rewards: the critic's alone here,
+            # or (--offset-fitness) the problem's, so that the fitness is QDax's too
+            reward_offset=0.0 if offset else problem.reward_offset,
             **common,
         )
         # QDax's DCRL-ME order is [DCRL, GA] in its batch; ours the same
@@ -439,6 +450,11 @@ def main() -> None:
     p.add_argument("--impl", choices=["both", "evotensor", "qdax"], default="both")
     p.add_argument("--task", default=TASK)
     p.add_argument("--algorithm", choices=["pga", "dcrl"], default="pga", help="PGA-ME or DCRL-ME")
+    p.add_argument(
+        "--offset-fitness",
+        action="store_true",
+        help="DCRL-ME: our fitness also sums max(r + reward_offset, 0), as QDax's example environment",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     p.add_argument("--generations", type=int, default=None)
     p.add_argument("--full", action="store_true", help="QDax's example sizes (for a GPU)")

@@ -66,8 +66,9 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     assert all(r["evals_per_s"] > 0 and r["elites"] > 0 for r in genotypes)
     mome = by_section["qd-mome"]  # a Pareto front per cell
     assert mome and all(r["evals_per_s"] > 0 and r["solutions"] > 0 and r["moqd_score"] > 0 for r in mome)
-    pgame = by_section["qd-pgame"]  # PGA-ME on a tiny hopper (brax is a test dependency)
-    assert pgame and all("skipped" not in r and r["evals_per_s"] > 0 and r["elites"] > 0 for r in pgame)
+    pgame = by_section["qd-pgame"]  # PGA-ME and DCRL-ME on a tiny hopper (brax is a test dependency)
+    assert {r["case"] for r in pgame} == {"pga-me hopper_uni", "dcrl-me hopper_uni"}
+    assert all("skipped" not in r and r["evals_per_s"] > 0 and r["elites"] > 0 for r in pgame)
     mees = by_section["qd-mees"]  # one offspring per generation may enter the archive
     assert mees and all(r["evals_per_s"] > 0 and 0 < r["elites"] <= r["generations"] for r in mees)
 

@@ -162,6 +162,7 @@ case("brax_qd", brax_qd, "task.*ant_omni", task=None)
 case("brax_qd", brax_qd, "backend", backend="warp9")
 for value in ["yes", 1, None]:
     case("brax_qd", brax_qd, "transitions", transitions=value)
+    case("brax_qd", brax_qd, "offset_rewards", offset_rewards=value)
 for argument in ("episode_length", "num_episodes"):
     for value in [0, 1.5, True]:
         case("brax_qd", brax_qd, argument, **{argument: value})

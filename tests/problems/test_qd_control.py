@@ -223,6 +223,25 @@ def test_hopper_descriptors_in_range_and_policy_dependent(hopper):
     assert lengths[0] == problem.episode_length  # standing still does not fall over in 12 steps
 
 
+def test_offset_rewards_are_qdax_offset_and_clip(hopper):
+    """QDax's DCRL-ME environment: every step's reward ``max(r + reward_offset, 0)``; the fitness
+    sums those (the host loop's rewards transformed the same way, step by step)."""
+    problem, pop, key, _, _ = hopper
+    shifted = BraxQDProblem("hopper_uni", episode_length=12, num_episodes=2, offset_rewards=True)
+    assert "offset_rewards=True" in repr(shifted)
+    rewards = jnp.array([-2.0, -0.5, 0.3], jnp.float32)
+    state = type("State", (), {"reward": rewards, "metrics": {}})()  # what reward() reads
+    np.testing.assert_allclose(shifted.reward(state), [0.0, 0.4, 1.2], rtol=1e-6)
+    np.testing.assert_array_equal(problem.reward(state), rewards)
+    ev = evaluator(shifted)(key, pop)
+    plain = evaluator(problem)(key, pop)
+    np.testing.assert_array_equal(np.asarray(ev.descriptor), np.asarray(plain.descriptor))
+    assert np.all(np.asarray(ev.fitness) >= 0)
+    # hopper's rewards are above -0.9 while it stands: the offset adds 0.9 per step alive
+    lengths = np.asarray(plain.info["episode_length"])
+    np.testing.assert_allclose(np.asarray(ev.fitness), np.asarray(plain.fitness) + 0.9 * lengths, rtol=1e-4)
+
+
 def test_hopper_same_key_same_result(hopper):
     _, pop, key, evaluate, ev = hopper
     again = evaluate(key, pop)

@@ -191,7 +191,8 @@ def test_qd_brax_task_runs_dcrl_me_and_resumes_bit_identically(tmp_path):
     assert isinstance(dc, DCRLEmitter) and isinstance(ga, IsoLineEmitter)
     assert (dc.dcrl_batch_size, dc.ai_batch_size, ga.batch_size, dc.iterations) == (2, 2, 4, 2)
     assert dc.learner.lengthscale == 0.1 and task.problem.transitions
-    assert dc.learner.reward_offset == task.problem.reward_offset == 0.9  # QDax's hopper offset
+    # QDax's example environment: rewards offset by the task's 0.9 and clipped at 0, fitness too
+    assert task.problem.offset_rewards and dc.learner.reward_offset == 0.0
     first, resumed = run_and_resume(task, tmp_path, 2, 4, 2)
     assert int(resumed.state.emitters[0].td3.buffer.size) > int(first.state.emitters[0].td3.buffer.size) > 0
     assert bool(resumed.state.emitters[0].aimed)

@@ -173,6 +173,9 @@ class BraxQDProblem:
         num_episodes: episodes per individual, each with its own reset key; fitness and
             descriptor are their means.
         backend: ``"spring"`` (None, QDax's default), ``"generalized"`` or ``"positional"``.
+        offset_rewards: every step's reward becomes ``max(reward + reward_offset, 0)`` (QDax's
+            DCRL-ME example wraps its environment in ``OffsetRewardWrapper`` and
+            ``ClipRewardWrapper(clip_min=0)``): fitness and transitions both see it.
         transitions: also return every step's :class:`~evotensor.core.replay.Transitions` in
             ``evaluation.info["transitions"]`` (for
             :class:`~evotensor.qd.emitters.policy_gradient.PolicyGradientEmitter`).
@@ -196,10 +199,14 @@ class BraxQDProblem:
         num_episodes: int = 1,
         backend: str | None = None,
         transitions: bool = False,
+        offset_rewards: bool = False,
     ):
         if not isinstance(transitions, bool):
             raise ArgumentError(f"transitions must be True or False, got {transitions!r}")
+        if not isinstance(offset_rewards, bool):
+            raise ArgumentError(f"offset_rewards must be True or False, got {offset_rewards!r}")
         self.transitions = transitions
+        self.offset_rewards = offset_rewards
         if not isinstance(task, str) or task not in TASKS:
             raise ArgumentError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
         self.episode_length = check_int(episode_length, "episode_length")
@@ -258,10 +265,13 @@ class BraxQDProblem:
         return jnp.clip(xy, -_OMNI_LIMIT, _OMNI_LIMIT).astype(jnp.float32)
 
     def reward(self, state: Any) -> jax.Array:
-        """The task's reward of the state a step produced (omni: minus the forward term)."""
+        """The task's reward of the state a step produced (omni: minus the forward term); with
+        ``offset_rewards``, ``max(reward + reward_offset, 0)``."""
         reward = jnp.asarray(state.reward, jnp.float32)
         if self.spec.forward_reward is not None:
             reward = reward - state.metrics[self.spec.forward_reward]
+        if self.offset_rewards:
+            reward = jnp.maximum(reward + self.reward_offset, 0.0)
         return reward
 
     # -- rollouts -----------------------------------------------------------------------------
@@ -344,5 +354,6 @@ class BraxQDProblem:
         return (
             f"BraxQDProblem({self.task!r}, episode_length={self.episode_length}, "
             f"num_episodes={self.num_episodes}, backend={self.backend!r}"
-            + (", transitions=True)" if self.transitions else ")")
+            + (", transitions=True" if self.transitions else "")
+            + (", offset_rewards=True)" if self.offset_rewards else ")")
         )

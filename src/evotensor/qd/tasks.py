@@ -52,8 +52,9 @@
   QDax's). ``--set emitter=dcrl`` runs DCRL-ME (QDax's DCRL-ME defaults: a batch of 256, half
   Iso+LineDD, a quarter improved along a descriptor-conditioned critic towards their own cell, a
   quarter the conditioned actor injected for sampled cells; ``lengthscale`` and the options above,
-  with DCRL-ME's defaults 150 PG steps, 3000 critic steps, 100 transitions). Needs brax; slow on a
-  CPU, meant for a GPU.
+  with DCRL-ME's defaults 150 PG steps, 3000 critic steps, 100 transitions; as in QDax's example
+  every reward is ``max(r + reward_offset, 0)``, fitness included). Needs brax; slow on a CPU,
+  meant for a GPU.
 
 The others report coverage, QD score and the best objective, and write ``qd.png`` (coverage and QD
 score per generation) and, for two descriptors, ``archive.png`` (the elites) into the run directory.
@@ -498,6 +499,8 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
         episode_length=positive_int_option(cfg, "episode_length"),
         backend=cfg["backend"],
         transitions=rl,  # the critics of PGA-ME and DCRL-ME learn from every step
+        # DCRL-ME's similarity-scaled rewards must be >= 0: QDax's example offsets and clips them
+        offset_rewards=cfg["emitter"] == "dcrl",
     )
     params = init_mlp(
         jax.random.key(cfg["seed"]),
@@ -551,7 +554,6 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
                 dcrl_batch_size=pg,
                 ai_batch_size=batch - ga - pg,
                 lengthscale=positive_float_option(cfg, "lengthscale"),
-                reward_offset=problem.reward_offset,  # QDax's per-task offset: rewards >= 0
                 seed=cfg["seed"],
                 **common,
             )

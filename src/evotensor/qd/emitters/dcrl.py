@@ -30,9 +30,13 @@ DCRL-ME with QDax's example sizes (an Iso+LineDD batch of 128 beside 64 + 64)::
 
     me = MAPElites(archive, dcrl_me_emitters(params, problem.descriptor_ranges))
 
-The problem must return transitions (``BraxQDProblem(task, transitions=True)``). Differences from
-QDax: only the steps that happened are stored (no auto-reset steps), and the first generation's
-``tell`` already trains.
+The problem must return transitions (``BraxQDProblem(task, transitions=True)``). The similarity
+scaling only favours the target for rewards >= 0: QDax's example offsets and clips the
+environment's rewards (``BraxQDProblem(..., offset_rewards=True)``, fitness included, what the
+``qd-brax`` task does); ``reward_offset=`` does it for the critic alone, leaving the fitness the
+task's return (on hopper_uni the first selects better: ``benchmarks/results_qd.md`` section 13).
+Differences from QDax: only the steps that happened are stored (no auto-reset steps), and the
+first generation's ``tell`` already trains.
 """
 
 from __future__ import annotations
