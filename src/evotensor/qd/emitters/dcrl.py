@@ -58,7 +58,7 @@ from evotensor.qd.archive import AddInfo, Archive, ArchiveState
 from evotensor.qd.emitters.base import VariationEmitter
 from evotensor.qd.emitters.iso_line import IsoLineEmitter
 from evotensor.qd.emitters.policy_gradient import transitions_of
-from evotensor.qd.emitters.td3 import TD3Learner, TD3State, critic_apply
+from evotensor.qd.emitters.td3 import TD3Learner, TD3State, adam_policy_steps, critic_apply, lecun_uniform_mlp
 
 
 @pytree_dataclass
@@ -268,15 +268,7 @@ class DCRLEmitter(VariationEmitter):
     def init_actor(self, key: jax.Array) -> tuple[dict[str, jax.Array], ...]:
         """The conditioned actor: the policy's layers with ``d`` more inputs, LeCun-uniform weights
         (``U(+-sqrt(3 / in))``), zero biases."""
-        sizes = (self.observation_size + self.descriptor_size, *self.layer_sizes)
-        layers = []
-        for k, fan_in, fan_out in zip(
-            jax.random.split(key, len(sizes) - 1), sizes[:-1], sizes[1:], strict=True
-        ):
-            limit = (3.0 / fan_in) ** 0.5
-            w = jax.random.uniform(k, (fan_in, fan_out), jnp.float32, -limit, limit)
-            layers.append({"b": jnp.zeros((fan_out,), jnp.float32), "w": w})
-        return tuple(layers)
+        return lecun_uniform_mlp(key, (self.observation_size + self.descriptor_size, *self.layer_sizes))
 
     def injected_policy(self, actor: Any, target: jax.Array) -> jax.Array:
         """The flat policy ``[D]`` the conditioned actor computes for the normalised descriptor
@@ -322,16 +314,15 @@ class DCRLEmitter(VariationEmitter):
 
         grad = jax.vmap(jax.grad(loss), in_axes=(0, 0, None))
 
-        def step(carry, k):
-            x, opt = carry
-            batch = learner.buffer.sample(k, td3.buffer, learner.batch_size)
-            updates, opt = jax.vmap(self.policy_optimizer.update)(grad(x, targets, batch), opt, x)
-            return (optax.apply_updates(x, updates), opt), None
-
         def run(x):
-            opt = jax.vmap(self.policy_optimizer.init)(x)
-            out = jax.lax.scan(step, (x, opt), jax.random.split(key, self.num_pg_training_steps))[0][0]
-            return jnp.where(jnp.all(jnp.isfinite(out), axis=1, keepdims=True), out, x)
+            return adam_policy_steps(
+                self.policy_optimizer,
+                lambda x, batch: grad(x, targets, batch),
+                lambda k: learner.buffer.sample(k, td3.buffer, learner.batch_size),
+                key,
+                self.num_pg_training_steps,
+                x,
+            )
 
         return jax.lax.cond(td3.buffer.size > 0, run, lambda x: x, parents)
 

@@ -43,7 +43,7 @@ from evotensor.core.replay import Transitions
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
 from evotensor.qd.emitters.base import VariationEmitter
 from evotensor.qd.emitters.iso_line import IsoLineEmitter
-from evotensor.qd.emitters.td3 import TD3Learner, TD3State
+from evotensor.qd.emitters.td3 import TD3Learner, TD3State, adam_policy_steps
 
 
 @pytree_dataclass
@@ -184,18 +184,15 @@ class PolicyGradientEmitter(VariationEmitter):
         learner = self.learner
         grad = jax.vmap(jax.grad(learner.actor_loss), in_axes=(0, None, None))
 
-        def step(carry, k):
-            x, opt = carry
-            batch = learner.buffer.sample(k, td3.buffer, learner.batch_size)
-            updates, opt = jax.vmap(self.policy_optimizer.update)(grad(x, td3.critic, batch), opt, x)
-            return (optax.apply_updates(x, updates), opt), None
-
         def run(x):
-            opt = jax.vmap(self.policy_optimizer.init)(x)
-            keys = jax.random.split(key, self.num_pg_training_steps)
-            out = jax.lax.scan(step, (x, opt), keys)[0][0]
-            # a policy whose steps diverged (non-finite) is returned unchanged
-            return jnp.where(jnp.all(jnp.isfinite(out), axis=1, keepdims=True), out, x)
+            return adam_policy_steps(
+                self.policy_optimizer,
+                lambda x, batch: grad(x, td3.critic, batch),
+                lambda k: learner.buffer.sample(k, td3.buffer, learner.batch_size),
+                key,
+                self.num_pg_training_steps,
+                x,
+            )
 
         return jax.lax.cond(td3.buffer.size > 0, run, lambda x: x, parents)
 

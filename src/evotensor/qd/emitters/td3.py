@@ -35,18 +35,44 @@ from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.replay import ReplayBuffer, ReplayBufferState, Transitions
 
 
+def lecun_uniform_mlp(key: jax.Array, sizes: Sequence[int], copies: tuple[int, ...] = ()) -> tuple:
+    """MLP layers ``{"w": [*copies, in, out], "b": [*copies, out]}`` for widths ``sizes``:
+    LeCun-uniform weights (``U(+-sqrt(3 / in))``, QDax's networks) and zero biases."""
+    layers = []
+    for k, fan_in, fan_out in zip(jax.random.split(key, len(sizes) - 1), sizes[:-1], sizes[1:], strict=True):
+        limit = (3.0 / fan_in) ** 0.5
+        w = jax.random.uniform(k, (*copies, fan_in, fan_out), jnp.float32, -limit, limit)
+        layers.append({"w": w, "b": jnp.zeros((*copies, fan_out), jnp.float32)})
+    return tuple(layers)
+
+
 def init_critic(
     key: jax.Array, observation_size: int, action_size: int, hidden: Sequence[int], n_critics: int = 2
 ) -> tuple[dict[str, jax.Array], ...]:
     """Twin-critic parameters: layers ``{"w": [n_critics, in, out], "b": [n_critics, out]}``,
-    LeCun-uniform weights (``U(+-sqrt(3 / in))``) and zero biases."""
-    sizes = (observation_size + action_size, *hidden, 1)
-    layers = []
-    for k, fan_in, fan_out in zip(jax.random.split(key, len(sizes) - 1), sizes[:-1], sizes[1:], strict=True):
-        limit = (3.0 / fan_in) ** 0.5
-        w = jax.random.uniform(k, (n_critics, fan_in, fan_out), jnp.float32, -limit, limit)
-        layers.append({"w": w, "b": jnp.zeros((n_critics, fan_out), jnp.float32)})
-    return tuple(layers)
+    LeCun-uniform weights and zero biases."""
+    return lecun_uniform_mlp(key, (observation_size + action_size, *hidden, 1), (n_critics,))
+
+
+def adam_policy_steps(
+    optimizer: optax.GradientTransformation,
+    grad: Callable[[jax.Array, Any], jax.Array],
+    sample: Callable[[jax.Array], Any],
+    key: jax.Array,
+    steps: int,
+    x: jax.Array,
+) -> jax.Array:
+    """``x [n, D]`` after ``steps`` optimizer steps (a fresh state per row), step ``i`` on the
+    mini-batch ``sample(key_i)`` shared by all rows, ``grad(x, batch) -> [n, D]``; a row whose steps
+    ended non-finite is returned unchanged (PGA-ME's and DCRL-ME's variation of elites)."""
+
+    def step(carry, k):
+        x, opt = carry
+        updates, opt = jax.vmap(optimizer.update)(grad(x, sample(k)), opt, x)
+        return (optax.apply_updates(x, updates), opt), None
+
+    out = jax.lax.scan(step, (x, jax.vmap(optimizer.init)(x)), jax.random.split(key, steps))[0][0]
+    return jnp.where(jnp.all(jnp.isfinite(out), axis=1, keepdims=True), out, x)
 
 
 def critic_apply(params: Sequence[dict[str, jax.Array]], obs: jax.Array, action: jax.Array) -> jax.Array:
