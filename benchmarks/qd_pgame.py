@@ -476,7 +476,8 @@ def main() -> None:
     qdax_python = venv_python("qd051")
     use_qdax = args.impl == "both" and os.path.exists(qdax_python)
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"# PGA-ME, {now}; {machine()}\n# {json.dumps(cfg)}")
+    title = "DCRL-ME" if cfg["algorithm"] == "dcrl" else "PGA-ME"
+    print(f"# {title}, {now}; {machine()}\n# {json.dumps(cfg)}")
     evaluations = cfg["generations"] * cfg["batch"]
     if args.part == "rollout":
         print(f"\n# one evaluation of {cfg['batch']} policies x {cfg['episode']} steps, jitted")

@@ -14,7 +14,9 @@ def ref_q(critic, obs, action):
         for i, layer in enumerate(critic):
             h = h @ layer["w"][c] + layer["b"][c]
             if i < len(critic) - 1:
-                h = jnp.maximum(h, 0.0)
+                # ReLU with derivative 0 at 0, as jax.nn.relu (a unit whose input is exactly 0, a
+                # zero bias behind an all-dead layer, has no gradient); jnp.maximum would give 0.5
+                h = jnp.where(h > 0.0, h, 0.0)
         out.append(h[:, 0])
     return jnp.stack(out, axis=1)
 

@@ -352,8 +352,6 @@ for argument in DCRL_SIZES:
 for argument in ("lengthscale", "policy_learning_rate", "critic_learning_rate"):
     for value in [*BAD_REALS, 0.0, -1.0]:
         case("dcrl", dcrl, argument, **{argument: value})
-for value in [1.5, "0", None]:
-    case("dcrl", dcrl, "seed", seed=value)
 for value in BAD_REALS:
     case("dcrl", dcrl, "reward_offset", reward_offset=value)
 for value in [-1, 2.0, "8"]:

@@ -554,7 +554,6 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
                 dcrl_batch_size=pg,
                 ai_batch_size=batch - ga - pg,
                 lengthscale=positive_float_option(cfg, "lengthscale"),
-                seed=cfg["seed"],
                 **common,
             )
         else:

@@ -152,7 +152,6 @@ class DCRLEmitter(VariationEmitter):
             critic_learning_rate, actor_learning_rate, noise_clip, policy_noise, discount,
             reward_scaling, soft_tau_update, policy_delay: TD3's (QDax's defaults).
         bounds, initial_solutions: as :class:`~evotensor.qd.emitters.base.VariationEmitter`.
-        seed: the conditioned actor's initial weights.
 
     Attributes:
         uses_evaluation: True (MAP-Elites passes the whole population's evaluation and this
@@ -187,7 +186,6 @@ class DCRLEmitter(VariationEmitter):
         policy_delay: int = 2,
         bounds: tuple[Any, Any] | None = None,
         initial_solutions: Any = None,
-        seed: int = 0,
     ):
         observation_size, action_size = check_mlp(policy)
         self.dcrl_batch_size = check_int(dcrl_batch_size, "dcrl_batch_size", minimum=0)
@@ -224,7 +222,6 @@ class DCRLEmitter(VariationEmitter):
         self.policy_optimizer = optax.adam(
             check_real(policy_learning_rate, "policy_learning_rate", 0, low_open=True)
         )
-        self.seed = check_int(seed, "seed", minimum=None)
         self.layer_sizes = tuple(int(np.shape(layer["w"])[1]) for layer in policy)
         self.learner = ConditionedTD3(
             self.conditioned_action,
@@ -280,7 +277,7 @@ class DCRLEmitter(VariationEmitter):
 
     # -- emitter --------------------------------------------------------------------------------
     def init(self, key: jax.Array, archive: Archive) -> DCRLState:
-        """A fresh critic and conditioned actor, an empty replay buffer."""
+        """A fresh critic and conditioned actor (both drawn from ``key``), an empty replay buffer."""
         self.check_archive(archive)
         if not callable(getattr(archive, "elite_measures", None)):
             raise ArgumentError(
@@ -291,9 +288,9 @@ class DCRLEmitter(VariationEmitter):
                 f"descriptor_ranges has {self.descriptor_size} descriptors but the archive has "
                 f"{archive.measure_dim} measures"
             )
-        actor = self.init_actor(jax.random.fold_in(jax.random.key(self.seed), 1))
+        critic_key, actor_key = jax.random.split(key)
         return DCRLState(
-            td3=self.learner.init(key, actor),
+            td3=self.learner.init(critic_key, self.init_actor(actor_key)),
             intended=jnp.zeros((self.batch_size, self.descriptor_size), jnp.float32),
             aimed=jnp.zeros((), bool),
         )
