@@ -1,5 +1,5 @@
-"""QDax's mixing emitter (evotensor.qd.emitters.mixing): polynomial mutation, gene-swap crossover and
-the batch that mixes them."""
+"""QDax's mixing emitter (evotensor.qd.emitters.mixing): polynomial mutation, gene-swap crossover, SBX,
+Iso+LineDD as a crossover, and the batch that mixes them."""
 
 import math
 
@@ -22,6 +22,7 @@ from evotensor.qd import (
     PolynomialMutation,
     polynomial_step,
 )
+from evotensor.qd.emitters import IsoLineCrossover, SBXCrossover, iso_line_step, sbx_step
 
 KEY = jax.random.key(0)
 
@@ -273,6 +274,89 @@ def test_mixing_emitter_fills_a_qd_rastrigin_grid():
 
 
 # ---------------------------------------------------------------------------------------------
+# SBX against a per-gene loop of Deb's bounded formula (as pymap_elites writes it), in float64
+
+
+def reference_spread(u, beta, eta):
+    alpha = 2.0 - beta ** -(eta + 1)
+    if u <= 1.0 / alpha:
+        return (u * alpha) ** (1.0 / (eta + 1))
+    return (1.0 / (2.0 - u * alpha)) ** (1.0 / (eta + 1))
+
+
+def reference_sbx(u, side, x, y, eta, low, high):
+    z = np.array(x, np.float64)
+    for i in range(len(x)):
+        if abs(x[i] - y[i]) <= 1e-15:
+            continue
+        a, b = min(x[i], y[i]), max(x[i], y[i])
+        c1 = 0.5 * (a + b - reference_spread(u[i], 1.0 + 2.0 * (a - low) / (b - a), eta) * (b - a))
+        c2 = 0.5 * (a + b + reference_spread(u[i], 1.0 + 2.0 * (high - b) / (b - a), eta) * (b - a))
+        z[i] = min(max(c2 if side[i] <= 0.5 else c1, low), high)
+    return z
+
+
+@pytest.mark.parametrize("eta", [0.5, 2.0, 10.0, 30.0])
+def test_sbx_step_equals_the_per_gene_formula(eta):
+    rng = np.random.default_rng(int(eta * 10))
+    n, d, low, high = 64, 7, -1.0, 2.0
+    x = rng.uniform(low, high, (n, d))
+    y = np.where(rng.uniform(size=(n, d)) < 0.2, x, rng.uniform(low, high, (n, d)))  # some equal genes
+    y[0] = x[0] + 1e-3  # close parents
+    u, side = rng.uniform(size=(n, d)), rng.uniform(size=(n, d))
+    got = np.asarray(sbx_step(u, side, x, y, eta, low, high))
+    want = np.stack([reference_sbx(*rows, eta, low, high) for rows in zip(u, side, x, y, strict=True)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(got[x == y], x[x == y].astype(np.float32))  # equal genes are copied
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    eta=st.floats(0.1, 50.0),
+    box=st.tuples(st.floats(-5, 0), st.floats(0.01, 5)),
+)
+def test_sbx_children_stay_in_the_box_and_between_reachable_values(seed, eta, box):
+    low, high = box[0], box[0] + box[1]
+    rng = np.random.default_rng(seed)
+    x1 = rng.uniform(low - 1, high + 1, (16, 5)).astype(np.float32)  # parents outside move inside first
+    x2 = rng.uniform(low, high, (16, 5)).astype(np.float32)
+    child = np.asarray(cross(SBXCrossover(low=low, high=high, eta=eta), jax.random.key(seed), x1, x2))
+    assert (
+        np.all(np.isfinite(child)) and np.all(child >= np.float32(low)) and np.all(child <= np.float32(high))
+    )
+
+
+def test_sbx_spread_shrinks_with_eta_and_centres_on_the_parents():
+    x1 = np.full((20_000, 1), 0.4, np.float32)
+    x2 = np.full((20_000, 1), 0.6, np.float32)
+
+    def spread(eta):
+        child = np.asarray(cross(SBXCrossover(low=0.0, high=1.0, eta=eta), KEY, x1, x2))
+        return np.mean(child), np.std(child)
+
+    (mean_wide, wide), (mean_narrow, narrow) = spread(1.0), spread(20.0)
+    assert abs(mean_wide - 0.5) < 0.01 and abs(mean_narrow - 0.5) < 0.01
+    # children near one parent or the other: the larger eta, the nearer (std -> 0.1)
+    assert wide > narrow > 0.095 and narrow < 0.105
+
+
+def test_iso_line_crossover_is_the_emitters_step():
+    rng = np.random.default_rng(3)
+    x1, x2 = rng.uniform(0, 1, (6, 4)), rng.uniform(0, 1, (6, 4))
+    child = cross(IsoLineCrossover(0.05, 0.3), KEY, x1, x2)
+    iso_key, line_key = jax.random.split(KEY)
+    want = iso_line_step(
+        iso_key, line_key, jnp.asarray(x1, jnp.float32), jnp.asarray(x2, jnp.float32), 0.05, 0.3
+    )
+    np.testing.assert_allclose(child, want, rtol=1e-6, atol=1e-7)  # jit may fuse into an FMA
+    # one line step per row: with (almost) no iso noise, child - x1 lies along x2 - x1
+    line = np.asarray(cross(IsoLineCrossover(1e-9, 0.3), KEY, x1, x2)) - x1.astype(np.float32)
+    ratio = line / (x2 - x1).astype(np.float32)
+    np.testing.assert_allclose(ratio, np.repeat(ratio[:, :1], 4, axis=1), rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
 # bad arguments
 
 
@@ -320,6 +404,20 @@ case("polynomial call", call_polynomial, "x", x=np.zeros(3))
 case("polynomial call", call_polynomial, "low", low=[0.0, 0.0], high=[1.0, 1.0])
 case("crossover call", call_crossover, "x1", x1=np.zeros(3))
 case("crossover call", call_crossover, "x2", x2=np.zeros((2, 4)))
+for value in [math.nan, "0", None, [0.0, math.nan]]:
+    case("sbx", SBXCrossover, "low", low=value, high=1.0)
+case("sbx", SBXCrossover, "high", low=1.0, high=0.0)
+for value in [0.0, -1.0, math.inf, "10"]:
+    case("sbx", SBXCrossover, "eta", low=0.0, high=1.0, eta=value)
+case("sbx call", lambda **kw: SBXCrossover(low=0.0, high=1.0)(KEY, np.zeros((2, 3)), np.zeros((2, 4))), "x2")
+case(
+    "sbx call",
+    lambda **kw: SBXCrossover(low=[0.0, 0.0], high=[1.0, 1.0])(KEY, np.zeros((2, 3)), np.zeros((2, 3))),
+    "low",
+)
+for value in [-0.1, math.nan, "0.1"]:
+    case("iso-line crossover", IsoLineCrossover, "iso_sigma", iso_sigma=value)
+    case("iso-line crossover", IsoLineCrossover, "line_sigma", line_sigma=value)
 case("mixing", mixing, "mutation", mutation=None)
 case("mixing", mixing, "mutation", mutation="gauss")
 case("mixing", mixing, "crossover", crossover_fraction=0.5)

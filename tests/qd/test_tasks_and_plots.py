@@ -99,6 +99,31 @@ def test_qd_cma_mega_task_fills_the_grid_from_the_gradients(tmp_path):
     assert maega.strategy.population_size == 72
 
 
+def test_qd_multitask_arm_task_runs_reports_and_resumes_bit_identically(tmp_path):
+    cfg = {
+        "joints": 5,
+        "tasks": 200,
+        "cvt_samples": 4000,
+        "pop": 40,
+        "tournament_sizes": "1,20",
+        "variation": "iso_dd",
+    }
+    task = get_task("qd-multitask-arm").build(cfg)
+    assert task.strategy.archive.num_cells == 200 and task.strategy.tournament_sizes == (1, 20)
+    first, resumed = run_and_resume(task, tmp_path, 10, 20, 5)
+    assert first.history["coverage"][-1] > 0.1
+    assert int(resumed.state.pulls.sum()) == int(np.sum(resumed.history["tournament_size"] > 0)) > 10
+    text = task.report(resumed, tmp_path)
+    assert "of 200 cells" in text and "tournament size: generations (mean reward): 1: " in text
+    assert (tmp_path / "archive.png").stat().st_size > 0
+    assert get_task("qd-multitask-arm").build(
+        {"tasks": 30, "cvt_samples": 900}
+    ).strategy.tournament_sizes == (1, 10, 50, 100, 500)
+    for option, value in (("variation", "gauss"), ("tournament_sizes", "1,x")):
+        with pytest.raises(ValueError, match=f"option {option}"):
+            get_task("qd-multitask-arm").build({"tasks": 30, "cvt_samples": 900, option: value})
+
+
 def test_qd_cma_mae_task_reports_the_result_archive():
     task = get_task("qd-cma-mae").build({"dims": 6, "cells": 10, "emitters": 2, "pop": 8})
     assert task.strategy.population_size == 16 and task.strategy.archive.learning_rate == 0.01

@@ -30,6 +30,7 @@ _SUBMODULES = (
     "classic",
     "classification",
     "control",
+    "multi_task",
     "networks",
     "qd",
     "qd_control",

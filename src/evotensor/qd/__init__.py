@@ -25,6 +25,9 @@
   improved towards their own cell, the actor injected for sampled cells) and :func:`dcrl_me_emitters`.
 * :mod:`.map_elites` — :class:`MAPElites`, an ``init / ask / tell`` strategy for the run loop;
   ``MAPElites.on_mesh`` (what ``evotensor.run(..., mesh=)`` calls) gives :class:`ShardedMAPElites`.
+* :mod:`.multi_task` — :class:`MultiTaskMAPElites` (Mouret & Maguire 2020): one elite per task of a
+  fitness ``f(x, task)``, children aimed at a task near their parent's by a tournament whose size a
+  UCB1 bandit tunes (pymap_elites' ``multitask.py``, tensorized).
 * :mod:`.bandit` — :class:`BanditMAPElites`: a pool of emitters of which ``num_active`` run each
   generation, chosen by UCB1 on their success (Cully 2021; pyribs' ``BanditScheduler``).
 * :mod:`.sharded_archive` — :class:`ShardedArchive`: an archive split along its cells over a device
@@ -68,6 +71,7 @@ from evotensor.qd.emitters import (
 )
 from evotensor.qd.map_elites import MAPElites, MAPElitesState, ShardedMAPElites
 from evotensor.qd.mome_archive import MOMEArchive, MOMEState
+from evotensor.qd.multi_task import MultiTaskMAPElites, MultiTaskState
 from evotensor.qd.proximity_archive import ProximityAddInfo, ProximityArchive, ProximityState
 from evotensor.qd.sharded_archive import ShardedArchive
 
@@ -99,6 +103,8 @@ __all__ = [
     "MOMEArchive",
     "MOMEState",
     "MixingEmitter",
+    "MultiTaskMAPElites",
+    "MultiTaskState",
     "PolicyGradientEmitter",
     "PolynomialMutation",
     "ProximityAddInfo",

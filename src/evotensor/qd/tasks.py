@@ -1,5 +1,5 @@
 """QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-dns``, ``qd-mees``, ``qd-cma-mae``, ``qd-cma-mega``,
-``qd-mome`` and ``qd-brax``.
+``qd-mome``, ``qd-multitask-arm`` and ``qd-brax``.
 
 * ``qd-arm`` — MAP-Elites with Iso+LineDD (pyribs' defaults, iso 0.01 / line 0.2, clipped to the
   genotype box) on the planar arm (QDax's definition, 100 joints), a 64 x 64 grid over the
@@ -40,6 +40,15 @@
   point of the 100-d task reaches). Reports the MOQD score, the global hypervolume and the fronts;
   writes ``qd.png``, ``archive.png`` (hypervolume per cell) and ``fronts.png``.
 
+* ``qd-multitask-arm`` — multi-task MAP-Elites (Mouret & Maguire 2020) with the setup of
+  pymap_elites' ``examples/multitask_arm.py``: a 10-joint arm must reach ``(0.5, 0.5)``; 5000 tasks
+  (angular range, length) from a CVT of ``[0, 1]^2`` (``cvt_samples`` = 100,000 k-means samples;
+  pymap_elites' 30,000 leave a cell empty with our k-means), batch 100 of SBX children (eta 10)
+  aimed by a bandit-sized tournament (1, 10, 50, 100, 500), 10,000 generations
+  (pymap_elites' 10^6 evaluations). ``--set variation=iso_dd`` uses Iso+LineDD instead;
+  ``tournament_sizes=1`` is the "no distance" variant (a random task). Reports the archive and how
+  often each tournament size was chosen; writes ``qd.png`` and ``archive.png`` (best fitness per task).
+
 * ``qd-brax`` — QD-RL: MAP-Elites with Iso+LineDD (QDax's brax example values, iso 0.005 /
   line 0.05) over the parameters of a ``64-64`` tanh MLP policy on a QDax brax task (default
   ``walker2d_uni``: feet-contact descriptors; see :mod:`evotensor.problems.qd_control`). A grid for
@@ -68,22 +77,26 @@ from typing import Any
 import numpy as np
 
 from evotensor.qd.archive import CVTArchive, GridArchive
+from evotensor.qd.centroids import kmeans_centroids
 from evotensor.qd.dns_archive import DNSArchive
 from evotensor.qd.emitters import (
     CMAESEmitter,
     EmitterGroup,
     GeneSwapCrossover,
     GradientArborescenceEmitter,
+    IsoLineCrossover,
     IsoLineEmitter,
     MEESEmitter,
     MixingEmitter,
     PolynomialMutation,
+    SBXCrossover,
     dcrl_me_emitters,
     pga_me_emitters,
     problem_jacobian,
 )
 from evotensor.qd.map_elites import MAPElites
 from evotensor.qd.mome_archive import MOMEArchive
+from evotensor.qd.multi_task import MultiTaskMAPElites
 from evotensor.qd.plots import archive_heatmap, plot_pareto_fronts, plot_qd_history
 from evotensor.qd.proximity_archive import ProximityArchive
 from evotensor.tasks import (
@@ -460,6 +473,76 @@ def _build_mome(cfg: dict[str, Any]) -> Task:
         return "\n".join(lines)
 
     return Task(strategy=strategy, problem=problem, generations=cfg["generations"] or 1000, report=report)
+
+
+def _tournament_sizes(value: Any) -> tuple[int, ...]:
+    """``"1,10,50"`` or ``10`` or ``[1, 10]`` -> tournament sizes (checked by the strategy)."""
+    if isinstance(value, str):
+        try:
+            return tuple(int(v) for v in value.split(",") if v.strip())
+        except ValueError as err:
+            raise ValueError(
+                f"option tournament_sizes must be ints such as '1,10,50', got {value!r}"
+            ) from err
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+@register_task(
+    "qd-multitask-arm",
+    "Multi-task MAP-Elites on the 10-joint arm: 5000 tasks (angular range, length), reach (0.5, 0.5)",
+    defaults={
+        "joints": 10,
+        "tasks": 5000,
+        "cvt_samples": 100_000,
+        "tournament_sizes": "1,10,50,100,500",
+        "bandit_reward": "rate",
+        "variation": "sbx",
+        "eta": 10.0,
+        "iso_sigma": 0.01,
+        "line_sigma": 0.2,
+    },
+)
+def _build_multitask_arm(cfg: dict[str, Any]) -> Task:
+    import jax
+
+    from evotensor.problems.multi_task import MultiTaskArm
+
+    problem = MultiTaskArm(num_joints=positive_int_option(cfg, "joints"))
+    tasks, _ = kmeans_centroids(
+        jax.random.key(cfg["seed"]),
+        positive_int_option(cfg, "tasks"),
+        problem.task_ranges,
+        samples=positive_int_option(cfg, "cvt_samples"),
+    )
+    low, high = problem.bounds
+    if cfg["variation"] == "sbx":
+        variation = SBXCrossover(low=low, high=high, eta=float(cfg["eta"]))
+    elif cfg["variation"] == "iso_dd":
+        variation = IsoLineCrossover(float(cfg["iso_sigma"]), float(cfg["line_sigma"]))
+    else:
+        raise ValueError(f"option variation must be 'sbx' or 'iso_dd', got {cfg['variation']!r}")
+    strategy = MultiTaskMAPElites(
+        tasks,
+        solution_dim=problem.num_dims,
+        batch_size=cfg["pop"] or 100,
+        variation=variation,
+        bounds=problem.bounds,
+        tournament_sizes=_tournament_sizes(cfg["tournament_sizes"]),
+        bandit_reward=cfg["bandit_reward"],
+        qd_score_offset=-2.0,  # the distance to (0.5, 0.5) is below 2 for every task
+    )
+    archive_report = _report(strategy, ("angular range a", "length L"))
+
+    def report(result: Any, run_dir: Path | None) -> str:
+        pulls = np.asarray(result.state.pulls)
+        rates = np.asarray(result.state.reward) / np.maximum(pulls, 1)
+        bandit = ", ".join(
+            f"{size}: {int(n)} ({rate:.3f})"
+            for size, n, rate in zip(strategy.tournament_sizes, pulls, rates, strict=True)
+        )
+        return f"{archive_report(result, run_dir)}\ntournament size: generations (mean reward): {bandit}"
+
+    return Task(strategy=strategy, problem=problem, generations=cfg["generations"] or 10_000, report=report)
 
 
 @register_task(

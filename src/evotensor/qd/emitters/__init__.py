@@ -4,7 +4,8 @@ Gaussian and Iso+LineDD variation of elites, the CMA-ES emitter of CMA-ME / CMA-
 ME-ES emitter (an OpenAI-style ES on fitness or novelty, its samples evaluated but not archived), and
 the gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD), and an emitter of
 genotypes of any structure varied by a function the user passes in; QDax's mixing emitter
-(polynomial mutation and gene-swap crossover of elites, operators the user may replace); PGA-ME's
+(polynomial mutation and gene-swap crossover of elites, operators the user may replace; SBX and
+Iso+LineDD as two-parent operators too); PGA-ME's
 policy-gradient emitter (a TD3 critic trained on every transition, elites improved along it) and
 DCRL-ME's descriptor-conditioned emitter (critic and actor conditioned on a target descriptor).
 """
@@ -21,9 +22,16 @@ from evotensor.qd.emitters.gradient_arborescence import (
     problem_jacobian,
 )
 from evotensor.qd.emitters.group import EmitterGroup
-from evotensor.qd.emitters.iso_line import IsoLineEmitter
+from evotensor.qd.emitters.iso_line import IsoLineCrossover, IsoLineEmitter, iso_line_step
 from evotensor.qd.emitters.mees import MEESEmitter, MEESEmitterState
-from evotensor.qd.emitters.mixing import GeneSwapCrossover, MixingEmitter, PolynomialMutation, polynomial_step
+from evotensor.qd.emitters.mixing import (
+    GeneSwapCrossover,
+    MixingEmitter,
+    PolynomialMutation,
+    SBXCrossover,
+    polynomial_step,
+    sbx_step,
+)
 from evotensor.qd.emitters.policy_gradient import (
     PolicyGradientEmitter,
     PolicyGradientState,
@@ -46,6 +54,7 @@ __all__ = [
     "GenotypeEmitter",
     "GradientArborescenceEmitter",
     "GradientArborescenceState",
+    "IsoLineCrossover",
     "IsoLineEmitter",
     "MEESEmitter",
     "MEESEmitterState",
@@ -54,14 +63,17 @@ __all__ = [
     "PolicyGradientState",
     "PolynomialMutation",
     "Ranker",
+    "SBXCrossover",
     "TD3Learner",
     "TD3State",
     "VariationEmitter",
     "dcrl_me_emitters",
     "get_ranker",
+    "iso_line_step",
     "pga_me_emitters",
     "polynomial_step",
     "problem_jacobian",
+    "sbx_step",
 ]
 
 # EvolutionStrategyEmitter(State): the CMA-ES emitter's old names, deprecated

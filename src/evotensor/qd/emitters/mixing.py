@@ -1,6 +1,6 @@
 """Mutation and crossover of elites, mixed in one batch (QDax's ``MixingEmitter``).
 
-Two operators ready to compose, in the form ``op(key, x [n, d]) -> [n, d]`` (a mutation) or
+Three operators ready to compose, in the form ``op(key, x [n, d]) -> [n, d]`` (a mutation) or
 ``op(key, x1 [n, d], x2 [n, d]) -> [n, d]`` (a crossover); any callable of that form works::
 
     emitter = MixingEmitter(
@@ -12,7 +12,8 @@ Two operators ready to compose, in the form ``op(key, x [n, d]) -> [n, d]`` (a m
     )
 
 Definitions after QDax ``qdax/core/emitters/mutation_operators.py`` (``polynomial_mutation``,
-``polynomial_crossover``) and ``standard_emitters.py`` (``MixingEmitter``); re-implemented, not copied.
+``polynomial_crossover``) and ``standard_emitters.py`` (``MixingEmitter``), and Deb's bounded SBX as
+pymap_elites' ``map_elites/common.py`` applies it (``sbx``); re-implemented, not copied.
 """
 
 from __future__ import annotations
@@ -81,6 +82,29 @@ def _bound(value: Any, name: str) -> float | tuple[float, ...]:
     return tuple(float(v) for v in check_vector(value, name))
 
 
+def _check_box(low: Any, high: Any) -> tuple[Any, Any]:
+    """``(low, high)`` checked: finite scalars or equal-length vectors, ``low < high`` everywhere."""
+    low, high = _bound(low, "low"), _bound(high, "high")
+    try:
+        ends = np.broadcast_arrays(np.float32(low), np.float32(high))
+    except ValueError as err:
+        raise ArgumentError(f"high must have low's length, got {len(low)} and {len(high)}") from err
+    with np.errstate(over="ignore"):
+        width = ends[1] - ends[0]
+    if np.any(ends[0] >= ends[1]) or not np.all(np.isfinite(width)):
+        raise ArgumentError(f"high must be > low everywhere (and high - low finite), got {low} and {high}")
+    return low, high
+
+
+def _box(op: Any, d: int) -> tuple[jax.Array, jax.Array]:
+    """An operator's ``low, high`` as float32 arrays, checked against ``d`` coordinates."""
+    for name in ("low", "high"):
+        value = getattr(op, name)
+        if isinstance(value, tuple) and len(value) != d:
+            raise ArgumentError(f"{name} has {len(value)} elements but the solutions have {d}")
+    return jnp.asarray(op.low, jnp.float32), jnp.asarray(op.high, jnp.float32)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PolynomialMutation:
     """QDax's ``polynomial_mutation``: ``op(key, x [n, d]) -> [n, d]``.
@@ -103,34 +127,17 @@ class PolynomialMutation:
     proportion: float = 0.6
 
     def __post_init__(self):
-        low, high = _bound(self.low, "low"), _bound(self.high, "high")
-        try:
-            ends = np.broadcast_arrays(np.float32(low), np.float32(high))
-        except ValueError as err:
-            raise ArgumentError(f"high must have low's length, got {len(low)} and {len(high)}") from err
-        with np.errstate(over="ignore"):
-            width = ends[1] - ends[0]
-        if np.any(ends[0] >= ends[1]) or not np.all(np.isfinite(width)):
-            raise ArgumentError(
-                f"high must be > low everywhere (and high - low finite), got {low} and {high}"
-            )
+        low, high = _check_box(self.low, self.high)
         object.__setattr__(self, "low", low)
         object.__setattr__(self, "high", high)
         object.__setattr__(self, "eta", check_real(self.eta, "eta", 0.0, low_open=True))
         object.__setattr__(self, "proportion", check_fraction(self.proportion, "proportion", allow_zero=True))
 
-    def _box(self, d: int) -> tuple[jax.Array, jax.Array]:
-        for name in ("low", "high"):
-            value = getattr(self, name)
-            if isinstance(value, tuple) and len(value) != d:
-                raise ArgumentError(f"{name} has {len(value)} elements but the solutions have {d}")
-        return jnp.asarray(self.low, jnp.float32), jnp.asarray(self.high, jnp.float32)
-
     def __call__(self, key: jax.Array, x: Any) -> jax.Array:
         """``x [n, d] -> [n, d]``, of ``x``'s floating dtype."""
         x = _as_batch(x, "x")
         n, d = x.shape
-        low, high = self._box(d)
+        low, high = _box(self, d)
         pick_key, step_key = jax.random.split(key)
         # the k smallest of d uniforms per row: a uniform choice of k distinct coordinates
         # (argsort is stable, so ties still give exactly k)
@@ -167,6 +174,85 @@ class GeneSwapCrossover:
         picks = rng.randint(key, (n, int(self.proportion * d)), 0, d)
         taken = jnp.zeros((n, d), bool).at[jnp.arange(n)[:, None], picks].set(True)
         return jnp.where(taken, x2, x1)
+
+
+SBX_MIN_GAP = 1e-15  # genes closer than this are copied from the first parent (pymap_elites)
+
+
+def sbx_step(u: Any, side: Any, x1: Any, x2: Any, eta: Any, low: Any, high: Any) -> jax.Array:
+    """Deb's bounded simulated binary crossover (SBX), one child per pair of parents, with uniforms
+    ``u`` (the spread) and ``side`` (which of the two children a gene is taken from).
+
+    Per gene, with ``a = min(x1, x2)``, ``b = max(x1, x2)``, ``g = b - a`` and ``p = 1 / (eta + 1)``::
+
+        beta_q(beta) = (u alpha)^p               if u <= 1 / alpha,   alpha = 2 - beta^-(eta + 1)
+                       (1 / (2 - u alpha))^p     otherwise
+        c1 = (a + b - beta_q(1 + 2 (a - low) / g) g) / 2
+        c2 = (a + b + beta_q(1 + 2 (high - b) / g) g) / 2
+        child = clip(c2 if side <= 0.5 else c1, low, high)     where g > 1e-15, else x1
+
+    which is pymap_elites' ``sbx`` (every gene crossed, one ``u`` for both children). Parents outside
+    the box are first moved to its nearest bound.
+
+    Args:
+        u, side: uniforms in ``[0, 1)``, ``[n, d]``.
+        x1, x2: parents ``[n, d]``.
+        eta: distribution index ``> 0`` (larger: children nearer the parents).
+        low, high: the box, scalars or ``[d]``, ``low < high``.
+
+    Returns:
+        ``[n, d]`` children, inside ``[low, high]``.
+    """
+    x1 = jnp.clip(jnp.asarray(x1), low, high)
+    x2 = jnp.clip(jnp.asarray(x2), low, high)
+    a, b = jnp.minimum(x1, x2), jnp.maximum(x1, x2)
+    gap = b - a
+    crossed = gap > SBX_MIN_GAP
+    gap = jnp.where(crossed, gap, 1.0)
+    power = 1.0 / (eta + 1.0)
+
+    def spread(beta: jax.Array) -> jax.Array:
+        alpha = 2.0 - jnp.power(beta, -(eta + 1.0))
+        inside = u <= 1.0 / alpha
+        return jnp.where(inside, jnp.power(u * alpha, power), jnp.power(1.0 / (2.0 - u * alpha), power))
+
+    c1 = 0.5 * (a + b - spread(1.0 + 2.0 * (a - low) / gap) * gap)
+    c2 = 0.5 * (a + b + spread(1.0 + 2.0 * (high - b) / gap) * gap)
+    child = jnp.clip(jnp.where(side <= 0.5, c2, c1), low, high)
+    return jnp.where(crossed, child, x1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SBXCrossover:
+    """Simulated binary crossover (Deb & Agrawal 1995, bounded form of Deb 2001): ``op(key, x1 [n, d],
+    x2 [n, d]) -> [n, d]``, one child per row (:func:`sbx_step`): multi-task MAP-Elites' variation
+    in pymap_elites (``eta`` 10, the box ``[0, 1]``).
+
+    Args:
+        low, high: the box, scalars or ``[d]`` arrays, finite, ``low < high``.
+        eta: distribution index ``> 0``, default 10.0 (pymap_elites).
+    """
+
+    low: float | tuple[float, ...]
+    high: float | tuple[float, ...]
+    eta: float = 10.0
+
+    def __post_init__(self):
+        low, high = _check_box(self.low, self.high)
+        object.__setattr__(self, "low", low)
+        object.__setattr__(self, "high", high)
+        object.__setattr__(self, "eta", check_real(self.eta, "eta", 0.0, low_open=True))
+
+    def __call__(self, key: jax.Array, x1: Any, x2: Any) -> jax.Array:
+        """``x1 [n, d], x2 [n, d] -> [n, d]``, of ``x1``'s floating dtype."""
+        x1, x2 = _as_batch(x1, "x1"), _as_batch(x2, "x2")
+        if x1.shape != x2.shape:
+            raise ArgumentError(f"x2 must have x1's shape {tuple(x1.shape)}, got {tuple(x2.shape)}")
+        low, high = _box(self, x1.shape[1])
+        u_key, side_key = jax.random.split(key)
+        u = rng.uniform(u_key, x1.shape, x1.dtype)
+        side = rng.uniform(side_key, x1.shape, x1.dtype)
+        return sbx_step(u, side, x1, x2.astype(x1.dtype), self.eta, low, high).astype(x1.dtype)
 
 
 def _operator(value: Any, name: str) -> Callable[..., jax.Array] | None:
