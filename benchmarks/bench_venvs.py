@@ -87,6 +87,13 @@ SOURCES: dict[str, Source] = {
         "46b8feecae26d79414ce7a1ce731e5cfbeb9837d",
         ("pyproject.toml", "README.md", "LICENSE", "qdax"),
     ),
+    # pymap_elites' master of 2020-12-14 (never released; its setup.py installs no package): not a
+    # venv group, benchmarks/qd_multitask.py exports it into a temporary folder and imports it
+    "pymap": Source(
+        "resibots/pymap_elites",
+        "d9cb18774ea154a03aa52a99679be53fcf94a24f",
+        ("README.md", "COPYING", "map_elites", "examples"),
+    ),
     # TensorNEAT's main of 2026-05-02 (pyproject version 0.1.0)
     "tensorneat": Source(
         "EMI-Group/tensorneat",

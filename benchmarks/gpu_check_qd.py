@@ -1,6 +1,6 @@
 """QD section of the one-command GPU check (``benchmarks/gpu_check.py``): MAP-Elites throughput over
 batch sizes, the novelty archives' insertion (proximity, DNS), ME-ES generations, and MAP-Elites over
-NEAT genomes and GP trees, and multi-objective MAP-Elites (MOME).
+NEAT genomes and GP trees, multi-objective MAP-Elites (MOME) and multi-task MAP-Elites.
 
 Case ``map-elites arm 100x100``: the ``qd-arm`` task's search (``evotensor.qd.tasks``: Iso+LineDD
 with iso_sigma 0.01, line_sigma 0.2 from the arm stretched straight, genotypes clipped to [0, 1]) on
@@ -62,6 +62,12 @@ per generation (``"gpu"``: 100, 1024, 8192; ``"cpu"``: 32 on a 10-d task with 16
 of 8): compile, ``ms_per_gen`` (median), ``evals_per_s``, the solutions stored and the MOQD score
 after ``generations``. ``benchmarks/qd_mome.py`` sets it beside QDax on a CPU (QDax inserts a batch
 one candidate after another).
+
+Case ``multi-task arm`` (section ``qd-multitask``): the ``qd-multitask-arm`` task (multi-task
+MAP-Elites with pymap_elites' example setup: 5000 tasks of the 10-joint arm, SBX, the bandit-sized
+tournament) at ``batch`` children per generation (``"gpu"``: 100, 1024, 16384; ``"cpu"``: 32 on 100
+tasks): compile, ``ms_per_gen`` (median), ``evals_per_s``, the tasks filled and the mean fitness
+over them after ``generations``. ``benchmarks/qd_multitask.py`` sets it beside pymap_elites on a CPU.
 
 In ``"gpu"`` mode the sweep stops at the first batch size whose evaluations/s are below
 ``PLATEAU_GAIN`` x the best so far (the throughput has plateaued), or once ``BUDGET_S`` seconds of
@@ -131,6 +137,11 @@ PGAME = {
             "transitions_batch": 16,
         },
     ),
+}
+# qd-multitask: the qd-multitask-arm task (pymap_elites' example) at these batches
+MULTITASK = {
+    "gpu": dict(batches=(100, 1024, 16384), generations=30, task={}),
+    "cpu": dict(batches=(32,), generations=6, task={"tasks": 100, "cvt_samples": 2000}),
 }
 NOVELTY = {
     "gpu": dict(batches=(1024, 8192), capacity=100_000, adds=30),
@@ -305,6 +316,23 @@ def measure_pgame(
     }
 
 
+def measure_multitask(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
+    """One ``qd-multitask`` row: ``generations`` generations of the ``qd-multitask-arm`` task with
+    ``batch`` children per generation."""
+    from evotensor.tasks import get_task
+
+    task = get_task("qd-multitask-arm").build({**task_options, "pop": batch})
+    compile_s, ms_per_gen, times, carry = _timed_generations(task.strategy, task.problem, generations, seed)
+    stats = task.strategy.archive.stats(carry.strategy_state.archive)
+    return {
+        **_generation_row("qd-multitask", "multi-task arm", batch, generations, compile_s, ms_per_gen),
+        "tasks": task.strategy.num_tasks,
+        "filled": int(stats["num_elites"]),
+        "mean_fitness": round(float(stats["obj_mean"]), 4),
+        "backend": jax.default_backend(),
+    }
+
+
 def _timed_adds(archive: Any, batch: int, adds: int, seed: int) -> tuple[float, float, Any]:
     """``(compile_s, median ms per add, final state)`` of ``adds`` insertions of ``batch`` candidates
     (solution_dim 10, objectives N(0, 1), measures uniform in [0, 1]^2) into ``archive``, starting
@@ -409,6 +437,9 @@ def run(mode: str) -> list[dict]:
     mome = MOME[mode]
     for batch in mome["batches"]:
         rows.append(measure_mome(batch, mome["generations"], mome["task"]))
+    multitask = MULTITASK[mode]
+    for batch in multitask["batches"]:
+        rows.append(measure_multitask(batch, multitask["generations"], multitask["task"]))
     pgame = PGAME[mode]
     for batch in pgame["batches"]:
         rows.append(measure_pgame(batch, pgame["generations"], pgame["task"]))

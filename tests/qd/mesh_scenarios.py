@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 import evotensor
 from evotensor.core import Evaluation
 from evotensor.core.numerics import exact_sum, exact_vecmat, rounded
+from evotensor.problems.multi_task import MultiTaskFunction
 from evotensor.qd import (
     CMAESEmitter,
     CVTArchive,
@@ -34,6 +35,7 @@ from evotensor.qd import (
     MAPElites,
     MEESEmitter,
     MOMEArchive,
+    MultiTaskMAPElites,
     dcrl_me_emitters,
     pga_me_emitters,
 )
@@ -353,6 +355,34 @@ def scenario_dcrl_me() -> dict:
 
 # distinctive sizes: "[1001,7]" in the HLO text can only be the whole archive's solutions
 HLO_CELLS, HLO_DIMS, HLO_BATCH = 1001, 7, 64
+
+
+def scenario_multi_task() -> dict:
+    """Multi-task MAP-Elites (replicated state: 49 task cells, the bandit) with its batch of 16
+    evaluated 4 rows per device, NaN fitness for part of the space: the archive, the bandit's record
+    and the history must equal the one-device run's bit for bit."""
+    side = (np.arange(7) + 0.5) / 7
+    tasks = np.stack(np.meshgrid(side, side, indexing="ij"), -1).reshape(-1, 2).astype(np.float32)
+
+    def fitness(x, p):
+        value = -exact_sum((x[:, :2] - p) ** 2, axis=1) - exact_sum(x[:, 2:] ** 2, axis=1)
+        return jnp.where(x[:, 0] > 0.9, jnp.nan, value)
+
+    def run(mesh):
+        me = MultiTaskMAPElites(tasks, solution_dim=4, batch_size=16, tournament_sizes=(1, 4, 16))
+        options = dict(chunk_size=6, progress=False, mesh=mesh)
+        return evotensor.run(me, MultiTaskFunction(fitness), 12, jax.random.key(7), **options)
+
+    out = {}
+    for name, mesh in (("mesh", _mesh()), ("single", None)):
+        result = run(mesh)
+        out[name] = {
+            "state": _lists(result.state),
+            "history": {k: v.tolist() for k, v in result.history.items()},
+            "best_fitness": result.best_fitness,
+        }
+    out["devices"] = jax.device_count()
+    return out
 
 
 def scenario_insertion_hlo() -> dict:

@@ -230,6 +230,7 @@ SCENARIOS = [
     "tests.qd.mesh_scenarios:scenario_insertion_hlo",
     "tests.qd.mesh_scenarios:scenario_checkpoint_across_device_counts",
     "tests.qd.mesh_scenarios:scenario_genotypes",
+    "tests.qd.mesh_scenarios:scenario_multi_task",
 ]
 # the runs of these equal the one-device runs bit for bit under XLA:CPU's default emitters only
 # (the mark fusion_emitters, tests/conftest.py), so they run in a subprocess of their own
@@ -288,6 +289,17 @@ def test_map_elites_over_genotypes_on_4_devices_equals_one_device(four_devices):
     k = np.asarray(single["archive"][".solutions['k']"])
     occupied = np.asarray(single["archive"][".occupied"])
     assert occupied.sum() > 20 and k[occupied].min() < 5
+
+
+def test_multi_task_map_elites_on_4_devices_equals_one_device(four_devices):
+    result = four_devices["tests.qd.mesh_scenarios:scenario_multi_task"]
+    mesh, single = result["mesh"], result["single"]
+    assert result["devices"] == 4
+    assert mesh["state"] == single["state"] and mesh["history"] == single["history"]
+    assert mesh["best_fitness"] == single["best_fitness"]
+    # not trivial: tasks filled, NaN rows dropped, the bandit pulled its arms
+    assert single["history"]["num_elites"][-1] > 20 and sum(single["history"]["nonfinite"]) > 0
+    assert sum(single["state"][".pulls"]) > 5
 
 
 @pytest.mark.fusion_emitters
