@@ -1,6 +1,6 @@
 """QD section of the one-command GPU check (``benchmarks/gpu_check.py``): MAP-Elites throughput over
 batch sizes, the novelty archives' insertion (proximity, DNS), ME-ES generations, and MAP-Elites over
-NEAT genomes and GP trees, multi-objective MAP-Elites (MOME) and multi-task MAP-Elites.
+NEAT genomes and GP trees, multi-objective MAP-Elites (MOME), OMG-MEGA and multi-task MAP-Elites.
 
 Case ``map-elites arm 100x100``: the ``qd-arm`` task's search (``evotensor.qd.tasks``: Iso+LineDD
 with iso_sigma 0.01, line_sigma 0.2 from the arm stretched straight, genotypes clipped to [0, 1]) on
@@ -62,6 +62,12 @@ per generation (``"gpu"``: 100, 1024, 8192; ``"cpu"``: 32 on a 10-d task with 16
 of 8): compile, ``ms_per_gen`` (median), ``evals_per_s``, the solutions stored and the MOQD score
 after ``generations``. ``benchmarks/qd_mome.py`` sets it beside QDax on a CPU (QDax inserts a batch
 one candidate after another).
+
+Case ``omg-mega rastrigin-proj`` (section ``qd-omg-mega``): the ``qd-omg-mega`` task (QDax's OMG-MEGA
+example: the 1000-d Rastrigin-proj, a 100 x 100 grid, gradients by ``jax.jacrev`` at every parent)
+at ``batch`` children per generation (``"gpu"``: 36, 1024, 8192; ``"cpu"``: 8 on a 20-d task with
+a 20 x 20 grid): compile, ``ms_per_gen`` (median), ``evals_per_s``, coverage and the best fitness
+after ``generations``. ``benchmarks/qd_omg_mega.py`` sets it beside QDax on a CPU.
 
 Case ``multi-task arm`` (section ``qd-multitask``): the ``qd-multitask-arm`` task (multi-task
 MAP-Elites with pymap_elites' example setup: 5000 tasks of the 10-joint arm, SBX, the bandit-sized
@@ -137,6 +143,11 @@ PGAME = {
             "transitions_batch": 16,
         },
     ),
+}
+# qd-omg-mega: the qd-omg-mega task (QDax's OMG-MEGA example, 1000-d) at these batches
+OMG_MEGA = {
+    "gpu": dict(batches=(36, 1024, 8192), generations=30, task={}),
+    "cpu": dict(batches=(8,), generations=6, task={"dims": 20, "cells": 20}),
 }
 # qd-multitask: the qd-multitask-arm task (pymap_elites' example) at these batches
 MULTITASK = {
@@ -316,20 +327,46 @@ def measure_pgame(
     }
 
 
+def _task_generations(
+    section: str, case: str, task_name: str, batch: int, generations: int, options: dict, seed: int
+) -> tuple[dict, Any, dict]:
+    """``(row, strategy, archive stats)`` after ``generations`` generations of the registered task
+    ``task_name`` (built with ``options`` and ``batch`` children per generation)."""
+    from evotensor.tasks import get_task
+
+    task = get_task(task_name).build({**options, "pop": batch})
+    compile_s, ms_per_gen, times, carry = _timed_generations(task.strategy, task.problem, generations, seed)
+    stats = task.strategy.archive.stats(carry.strategy_state.archive)
+    row = _generation_row(section, case, batch, generations, compile_s, ms_per_gen)
+    return {**row, "backend": jax.default_backend()}, task.strategy, stats
+
+
 def measure_multitask(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
     """One ``qd-multitask`` row: ``generations`` generations of the ``qd-multitask-arm`` task with
     ``batch`` children per generation."""
-    from evotensor.tasks import get_task
-
-    task = get_task("qd-multitask-arm").build({**task_options, "pop": batch})
-    compile_s, ms_per_gen, times, carry = _timed_generations(task.strategy, task.problem, generations, seed)
-    stats = task.strategy.archive.stats(carry.strategy_state.archive)
+    row, strategy, stats = _task_generations(
+        "qd-multitask", "multi-task arm", "qd-multitask-arm", batch, generations, task_options, seed
+    )
     return {
-        **_generation_row("qd-multitask", "multi-task arm", batch, generations, compile_s, ms_per_gen),
-        "tasks": task.strategy.num_tasks,
+        **row,
+        "tasks": strategy.num_tasks,
         "filled": int(stats["num_elites"]),
         "mean_fitness": round(float(stats["obj_mean"]), 4),
-        "backend": jax.default_backend(),
+    }
+
+
+def measure_omg_mega(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
+    """One ``qd-omg-mega`` row: ``generations`` generations of the ``qd-omg-mega`` task (OMG-MEGA on
+    Rastrigin-proj, gradients by ``jax.jacrev`` at every parent) with ``batch`` children per
+    generation."""
+    case = f"omg-mega rastrigin-proj {task_options.get('dims', 1000)}-d"
+    row, _, stats = _task_generations(
+        "qd-omg-mega", case, "qd-omg-mega", batch, generations, task_options, seed
+    )
+    return {
+        **row,
+        "coverage": round(float(stats["coverage"]), 4),
+        "obj_max": round(float(stats["obj_max"]), 2),
     }
 
 
@@ -437,6 +474,9 @@ def run(mode: str) -> list[dict]:
     mome = MOME[mode]
     for batch in mome["batches"]:
         rows.append(measure_mome(batch, mome["generations"], mome["task"]))
+    omg = OMG_MEGA[mode]
+    for batch in omg["batches"]:
+        rows.append(measure_omg_mega(batch, omg["generations"], omg["task"]))
     multitask = MULTITASK[mode]
     for batch in multitask["batches"]:
         rows.append(measure_multitask(batch, multitask["generations"], multitask["task"]))

@@ -69,6 +69,8 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     pgame = by_section["qd-pgame"]  # PGA-ME and DCRL-ME on a tiny hopper (brax is a test dependency)
     assert {r["case"] for r in pgame} == {"pga-me hopper_uni", "dcrl-me hopper_uni"}
     assert all("skipped" not in r and r["evals_per_s"] > 0 and r["elites"] > 0 for r in pgame)
+    omg = by_section["qd-omg-mega"]  # gradients at every parent
+    assert omg and all(r["evals_per_s"] > 0 and 0 < r["coverage"] <= 1 for r in omg)
     multitask = by_section["qd-multitask"]  # one cell per task
     assert multitask and all(r["evals_per_s"] > 0 and 0 < r["filled"] <= r["tasks"] for r in multitask)
     assert all(-2 < r["mean_fitness"] < 0 for r in multitask)
@@ -89,4 +91,4 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     assert "## neat-generation" in table and "## neat-forward" in table and "## qd-novelty" in table
     assert "## neat-grad" in table
     assert "## qd-mees" in table and "## qd-dns" in table and "## qd-genotypes" in table
-    assert "## qd-mome" in table and "## qd-multitask" in table
+    assert "## qd-mome" in table and "## qd-multitask" in table and "## qd-omg-mega" in table

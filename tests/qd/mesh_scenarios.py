@@ -24,12 +24,14 @@ import evotensor
 from evotensor.core import Evaluation
 from evotensor.core.numerics import exact_sum, exact_vecmat, rounded
 from evotensor.problems.multi_task import MultiTaskFunction
+from evotensor.problems.qd import LinearProjection
 from evotensor.qd import (
     CMAESEmitter,
     CVTArchive,
     EmitterGroup,
     GaussianEmitter,
     GenotypeEmitter,
+    GradientOperatorEmitter,
     GridArchive,
     IsoLineEmitter,
     MAPElites,
@@ -38,6 +40,7 @@ from evotensor.qd import (
     MultiTaskMAPElites,
     dcrl_me_emitters,
     pga_me_emitters,
+    problem_jacobian,
 )
 from evotensor.qd.emitters import DCRLState, MEESEmitterState, PolicyGradientState
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
@@ -355,6 +358,27 @@ def scenario_dcrl_me() -> dict:
 
 # distinctive sizes: "[1001,7]" in the HLO text can only be the whole archive's solutions
 HLO_CELLS, HLO_DIMS, HLO_BATCH = 1001, 7, 64
+
+
+def scenario_omg_mega() -> dict:
+    """OMG-MEGA (gradients by ``jax.jacrev`` at parents drawn through the sharded archive, Iso+LineDD
+    intermediate solutions) on a 9 x 9 grid (84 rows on 4 devices): the archive must equal the
+    one-device run's bit for bit."""
+    problem = LinearProjection(6, "sphere")
+
+    def make():
+        archive = GridArchive(solution_dim=6, dims=(9, 9), ranges=problem.descriptor_ranges)
+        emitter = GradientOperatorEmitter(
+            np.zeros(6),
+            sigma_g=1.0,
+            jacobian=problem_jacobian(problem),
+            sigma=0.1,
+            line_sigma=0.2,
+            batch_size=8,
+        )
+        return MAPElites(archive, [emitter])
+
+    return _both(make, problem, 10, seed=8)
 
 
 def scenario_multi_task() -> dict:

@@ -240,6 +240,7 @@ FUSION_SCENARIOS = [
     "tests.qd.mesh_scenarios:scenario_mome",
     "tests.qd.mesh_scenarios:scenario_pga_me",
     "tests.qd.mesh_scenarios:scenario_dcrl_me",
+    "tests.qd.mesh_scenarios:scenario_omg_mega",
 ]
 
 
@@ -300,6 +301,17 @@ def test_multi_task_map_elites_on_4_devices_equals_one_device(four_devices):
     # not trivial: tasks filled, NaN rows dropped, the bandit pulled its arms
     assert single["history"]["num_elites"][-1] > 20 and sum(single["history"]["nonfinite"]) > 0
     assert sum(single["state"][".pulls"]) > 5
+
+
+@pytest.mark.fusion_emitters
+def test_omg_mega_on_4_devices_equals_one_device(four_devices_fusion):
+    result = four_devices_fusion["tests.qd.mesh_scenarios:scenario_omg_mega"]
+    mesh, single = result["mesh"], result["single"]
+    assert result["devices"] == 4 and result["layout"]["search"]["rows"] == 84
+    assert mesh["archive"] == single["archive"]
+    for metric in ("num_elites", "added", "best_fitness"):
+        assert mesh["history"][metric] == single["history"][metric], metric
+    assert single["history"]["num_elites"][-1] > 10
 
 
 @pytest.mark.fusion_emitters

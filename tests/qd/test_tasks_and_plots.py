@@ -124,6 +124,15 @@ def test_qd_multitask_arm_task_runs_reports_and_resumes_bit_identically(tmp_path
             get_task("qd-multitask-arm").build({"tasks": 30, "cvt_samples": 900, option: value})
 
 
+def test_qd_omg_mega_task_runs_and_resumes_bit_identically(tmp_path):
+    task = get_task("qd-omg-mega").build({"dims": 20, "cells": 20, "pop": 8})
+    emitter = task.strategy.emitters[0]
+    assert emitter.sigma_g == pytest.approx(10**0.5) and emitter.batch_size == 8 and emitter.measure_dim == 2
+    first, resumed = run_and_resume(task, tmp_path, 10, 20, 5)
+    assert resumed.history["coverage"][-1] > first.history["coverage"][0] > 0
+    assert "of 400 cells" in task.report(resumed, tmp_path)
+
+
 def test_qd_cma_mae_task_reports_the_result_archive():
     task = get_task("qd-cma-mae").build({"dims": 6, "cells": 10, "emitters": 2, "pop": 8})
     assert task.strategy.population_size == 16 and task.strategy.archive.learning_rate == 0.01

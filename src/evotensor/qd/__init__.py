@@ -15,7 +15,8 @@
 * :mod:`.emitters` — Gaussian and Iso+LineDD variation; the CMA-ES emitter of CMA-ME and CMA-MAE
   (rankers imp/2imp/obj/2obj/rd/2rd, filter/mu selection, restarts); the ME-ES emitter (Colas et
   al. 2020: an ES on fitness or novelty from archive elites, its samples evaluated, not archived); the
-  gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD, gradients by ``jax.jacrev``);
+  gradient arborescence emitter of CMA-MEGA / CMA-MAEGA and OMG-MEGA's :class:`GradientOperatorEmitter`
+  (differentiable QD, gradients by ``jax.jacrev``);
   :class:`GenotypeEmitter`, any variation function over an archive of genotypes of any structure
   (``GridArchive(genotype=...)``: NEAT genomes, GP trees, parameter pytrees); QDax's
   :class:`MixingEmitter` (polynomial mutation and gene-swap crossover of elites); PGA-ME's
@@ -59,6 +60,7 @@ from evotensor.qd.emitters import (
     GeneSwapCrossover,
     GenotypeEmitter,
     GradientArborescenceEmitter,
+    GradientOperatorEmitter,
     IsoLineEmitter,
     MEESEmitter,
     MixingEmitter,
@@ -95,6 +97,7 @@ __all__ = [
     "GeneSwapCrossover",
     "GenotypeEmitter",
     "GradientArborescenceEmitter",
+    "GradientOperatorEmitter",
     "GridArchive",
     "IsoLineEmitter",
     "MAPElites",

@@ -1,5 +1,5 @@
 """QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-dns``, ``qd-mees``, ``qd-cma-mae``, ``qd-cma-mega``,
-``qd-mome``, ``qd-multitask-arm`` and ``qd-brax``.
+``qd-omg-mega``, ``qd-mome``, ``qd-multitask-arm`` and ``qd-brax``.
 
 * ``qd-arm`` — MAP-Elites with Iso+LineDD (pyribs' defaults, iso 0.01 / line 0.2, clipped to the
   genotype box) on the planar arm (QDax's definition, 100 joints), a 64 x 64 grid over the
@@ -29,6 +29,12 @@
   emitters=15`` is pyribs' ``cma_maega``: CMA-MAEGA (a search archive with that threshold learning
   rate and ``threshold_min`` 0, a plain result archive, the emitters with the ``imp`` ranker and
   ``basic`` restarts).
+
+* ``qd-omg-mega`` — OMG-MEGA (Fontaine & Nikolaidis 2021) with the setup of QDax's
+  ``examples/omgmega.ipynb``: the 1000-d Rastrigin-proj (``RastriginProj``), a 100 x 100 grid over
+  its two folded means, one gradient operator emitter (``sigma_g`` sqrt(10): QDax's ``sigma_g=10`` is
+  a variance), batch 36, no clipping, 20,000 generations; the first batch 36 N(0, 1) solutions
+  (QDax's example initialises with 100). QD score offset: the task's worst fitness.
 
 * ``qd-mome`` — multi-objective MAP-Elites (MOME, Pierrot et al. 2022) with the setup of QDax's
   MOME example: the two-objective Rastrigin (100-d, optima at 0 and 2.2, box [-2, 4]), 64 CVT
@@ -84,6 +90,7 @@ from evotensor.qd.emitters import (
     EmitterGroup,
     GeneSwapCrossover,
     GradientArborescenceEmitter,
+    GradientOperatorEmitter,
     IsoLineCrossover,
     IsoLineEmitter,
     MEESEmitter,
@@ -387,6 +394,41 @@ def _build_cma_mega(cfg: dict[str, Any]) -> Task:
         problem=problem,
         generations=cfg["generations"] or 1000,
         report=_report(strategy, ("measure 0", "measure 1")),
+    )
+
+
+@register_task(
+    "qd-omg-mega",
+    "OMG-MEGA (gradient operator) on QDax's 1000-d Rastrigin-proj, 100 x 100 grid",
+    defaults={"dims": 1000, "cells": 100, "sigma_g": 10**0.5, "sigma": 0.0, "line_sigma": 0.0},
+)
+def _build_omg_mega(cfg: dict[str, Any]) -> Task:
+    from evotensor.problems.qd import RastriginProj
+
+    problem = RastriginProj(num_dims=positive_int_option(cfg, "dims"))
+    batch = cfg["pop"] or 36
+    first = np.random.default_rng(cfg["seed"]).normal(size=(batch, problem.num_dims))
+    emitter = GradientOperatorEmitter(
+        np.zeros(problem.num_dims),
+        sigma_g=float(cfg["sigma_g"]),
+        jacobian=problem_jacobian(problem),
+        sigma=float(cfg["sigma"]),
+        line_sigma=float(cfg["line_sigma"]),
+        batch_size=batch,
+        initial_solutions=first,
+    )
+    archive = GridArchive(
+        solution_dim=problem.num_dims,
+        dims=_grid(cfg["cells"]),
+        ranges=problem.descriptor_ranges,
+        qd_score_offset=problem.fitness_range[0],
+    )
+    strategy = MAPElites(archive, [emitter])
+    return Task(
+        strategy=strategy,
+        problem=problem,
+        generations=cfg["generations"] or 20_000,
+        report=_report(strategy, ("mean of the first half", "mean of the second half")),
     )
 
 

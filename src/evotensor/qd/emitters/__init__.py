@@ -2,7 +2,8 @@
 
 Gaussian and Iso+LineDD variation of elites, the CMA-ES emitter of CMA-ME / CMA-MAE, and the
 ME-ES emitter (an OpenAI-style ES on fitness or novelty, its samples evaluated but not archived), and
-the gradient arborescence emitter of CMA-MEGA / CMA-MAEGA (differentiable QD), and an emitter of
+the gradient arborescence emitter of CMA-MEGA / CMA-MAEGA and OMG-MEGA's gradient operator emitter
+(differentiable QD), and an emitter of
 genotypes of any structure varied by a function the user passes in; QDax's mixing emitter
 (polynomial mutation and gene-swap crossover of elites, operators the user may replace; SBX and
 Iso+LineDD as two-parent operators too); PGA-ME's
@@ -21,6 +22,7 @@ from evotensor.qd.emitters.gradient_arborescence import (
     GradientArborescenceState,
     problem_jacobian,
 )
+from evotensor.qd.emitters.gradient_operator import GradientOperatorEmitter, omg_branch
 from evotensor.qd.emitters.group import EmitterGroup
 from evotensor.qd.emitters.iso_line import IsoLineCrossover, IsoLineEmitter, iso_line_step
 from evotensor.qd.emitters.mees import MEESEmitter, MEESEmitterState
@@ -54,6 +56,7 @@ __all__ = [
     "GenotypeEmitter",
     "GradientArborescenceEmitter",
     "GradientArborescenceState",
+    "GradientOperatorEmitter",
     "IsoLineCrossover",
     "IsoLineEmitter",
     "MEESEmitter",
@@ -70,6 +73,7 @@ __all__ = [
     "dcrl_me_emitters",
     "get_ranker",
     "iso_line_step",
+    "omg_branch",
     "pga_me_emitters",
     "polynomial_step",
     "problem_jacobian",
