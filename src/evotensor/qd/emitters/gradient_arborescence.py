@@ -96,6 +96,26 @@ def problem_jacobian(problem: Any, key: jax.Array | None = None) -> Callable[[ja
     return jax.jacrev(values)
 
 
+def jacobian_measure_dim(jacobian: Any, solution_dim: int) -> int:
+    """``D``, the measures of a Jacobian function ``x [n] -> [1 + D, n]``, read from its shape traced
+    abstractly on an ``[n]`` vector (nothing is computed); an :class:`ArgumentError` naming
+    ``jacobian`` if it is not callable, fails to trace, or has another shape."""
+    if not callable(jacobian):
+        raise ArgumentError(f"jacobian must be a function x [n] -> [1 + D, n], got {jacobian!r}")
+    try:
+        shape = jax.eval_shape(jacobian, jax.ShapeDtypeStruct((solution_dim,), jnp.float32)).shape
+    except Exception as err:  # a function that fails on an [n] vector: say so, with its error
+        raise ArgumentError(
+            f"jacobian must map x [{solution_dim}] to [1 + D, {solution_dim}]: {err}"
+        ) from err
+    if len(shape) != 2 or shape[0] < 2 or shape[1] != solution_dim:
+        raise ArgumentError(
+            f"jacobian(x) must have shape [1 + D, n] = [1 + D, {solution_dim}] with D >= 1 "
+            f"measures, got {list(shape)}"
+        )
+    return shape[0] - 1
+
+
 class GradientArborescenceEmitter:
     """CMA-MEGA's emitter (module docstring for every rule).
 
@@ -137,22 +157,8 @@ class GradientArborescenceEmitter:
         x0 = check_vector(x0, "x0")
         self.x0 = jnp.asarray(x0)
         self.solution_dim = x0.size
-        if not callable(jacobian):
-            raise ArgumentError(f"jacobian must be a function x [n] -> [1 + D, n], got {jacobian!r}")
+        self.measure_dim = jacobian_measure_dim(jacobian, self.solution_dim)
         self.jacobian = jacobian
-        # D from the Jacobian's shape at x0, traced abstractly (nothing is computed)
-        try:
-            shape = jax.eval_shape(jacobian, jax.ShapeDtypeStruct((self.solution_dim,), jnp.float32)).shape
-        except Exception as err:  # a function that fails on an [n] vector: say so, with its error
-            raise ArgumentError(
-                f"jacobian must map x [{self.solution_dim}] to [1 + D, {self.solution_dim}]: {err}"
-            ) from err
-        if len(shape) != 2 or shape[0] < 2 or shape[1] != self.solution_dim:
-            raise ArgumentError(
-                f"jacobian(x) must have shape [1 + D, n] = [1 + D, {self.solution_dim}] with D >= 1 "
-                f"measures, got {list(shape)}"
-            )
-        self.measure_dim = shape[0] - 1
         self.lr = check_real(lr, "lr", low=0.0, low_open=True)
         if optimizer is None:
             optimizer = optax.adam(self.lr)

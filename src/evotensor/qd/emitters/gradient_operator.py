@@ -37,6 +37,7 @@ from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_real, check_spread
 from evotensor.qd.archive import Archive, ArchiveState
 from evotensor.qd.emitters.base import VariationEmitter
+from evotensor.qd.emitters.gradient_arborescence import jacobian_measure_dim
 from evotensor.qd.emitters.iso_line import iso_line_step
 
 
@@ -108,19 +109,8 @@ class GradientOperatorEmitter(VariationEmitter):
                 raise ArgumentError(f"{name} must be a bool, got {flag!r}")
         self.measure_gradients = bool(measure_gradients)
         self.normalize_grad = bool(normalize_grad)
-        if not callable(jacobian):
-            raise ArgumentError(f"jacobian must be a function x [dims] -> [1 + D, dims], got {jacobian!r}")
-        try:
-            shape = jax.eval_shape(jacobian, jax.ShapeDtypeStruct((self.solution_dim,), jnp.float32)).shape
-        except Exception as err:  # any failure to trace is the argument's fault
-            raise ArgumentError(f"jacobian could not be traced on x0 [{self.solution_dim}]: {err}") from err
-        if len(shape) != 2 or shape[0] < 2 or shape[1] != self.solution_dim:
-            raise ArgumentError(
-                f"jacobian must return [1 + D, {self.solution_dim}] (objective and D >= 1 measure "
-                f"gradients), got {list(shape)}"
-            )
+        self.measure_dim = jacobian_measure_dim(jacobian, self.solution_dim)
         self.jacobian = jacobian
-        self.measure_dim = shape[0] - 1
 
     def init(self, key: jax.Array, archive: Archive) -> tuple[()]:
         """Stateless: checks the archive (its solutions and its ``D`` measures)."""
