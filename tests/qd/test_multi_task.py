@@ -229,6 +229,7 @@ CASES += [
     ("strategy", build, "tournament_sizes", {"tournament_sizes": (1, 1)}),
     ("strategy", build, "tournament_sizes", {"tournament_sizes": ()}),
     ("strategy", build, "tournament_sizes", {"tournament_sizes": (1, 0)}),
+    ("strategy", build, "tournament_sizes", {"tournament_sizes": (1, 10**9)}),
     ("strategy", build, "random_init", {"random_init": 1.5}),
     ("strategy", build, "bandit_reward", {"bandit_reward": "mean"}),
     ("strategy", build, "qd_score_offset", {"qd_score_offset": math.nan}),

@@ -51,7 +51,7 @@ import numpy as np
 from jax import lax
 
 from evotensor.core import rng
-from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_int
+from evotensor.core.checks import ArgumentError, check_choice, check_fraction, check_int, check_memory
 from evotensor.core.evaluation import Evaluation
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import SolutionSpace, as_solution_space
@@ -243,6 +243,11 @@ class MultiTaskMAPElites:
                 f"tournament_sizes must be distinct ints >= 1 (at least one), got {tournament_sizes!r}"
             )
         self.tournament_sizes = sizes
+        # each child draws max(sizes) tasks: their indices and descriptor gaps live at once
+        check_memory(
+            self.batch_size * max(sizes) * (4 + 8 * descriptors.shape[1]),
+            f"tournament_sizes (largest {max(sizes)}) x batch_size={self.batch_size}",
+        )
         self.random_init = check_fraction(random_init, "random_init", allow_zero=True)
         self.bandit_reward = check_choice(bandit_reward, "bandit_reward", BANDIT_REWARDS)
         span_low, span_high = descriptors.min(axis=0), descriptors.max(axis=0)
