@@ -29,6 +29,8 @@
 * :mod:`.multi_task` — :class:`MultiTaskMAPElites` (Mouret & Maguire 2020): one elite per task of a
   fitness ``f(x, task)``, children aimed at a task near their parent's by a tournament whose size a
   UCB1 bandit tunes (pymap_elites' ``multitask.py``, tensorized).
+* :mod:`.metrics` — :func:`cqd_score`, the Continuous QD score (Kent et al. 2022) of any
+  single-objective archive against target points (pyribs' ``cqd_score``, the paper's normalisation).
 * :mod:`.bandit` — :class:`BanditMAPElites`: a pool of emitters of which ``num_active`` run each
   generation, chosen by UCB1 on their success (Cully 2021; pyribs' ``BanditScheduler``).
 * :mod:`.sharded_archive` — :class:`ShardedArchive`: an archive split along its cells over a device
@@ -72,6 +74,7 @@ from evotensor.qd.emitters import (
     problem_jacobian,
 )
 from evotensor.qd.map_elites import MAPElites, MAPElitesState, ShardedMAPElites
+from evotensor.qd.metrics import CQDScore, cqd_score
 from evotensor.qd.mome_archive import MOMEArchive, MOMEState
 from evotensor.qd.multi_task import MultiTaskMAPElites, MultiTaskState
 from evotensor.qd.proximity_archive import ProximityAddInfo, ProximityArchive, ProximityState
@@ -87,6 +90,7 @@ __all__ = [
     "BanditMAPElites",
     "BanditState",
     "CMAESEmitter",
+    "CQDScore",
     "CVTArchive",
     "DCRLEmitter",
     "DNSAddInfo",
@@ -116,6 +120,7 @@ __all__ = [
     "ShardedArchive",
     "ShardedMAPElites",
     "UnstructuredArchive",
+    "cqd_score",
     "dcrl_me_emitters",
     "grid_centroids",
     "kmeans_centroids",
