@@ -110,8 +110,10 @@ def cqd_score(
     if not dist_ord >= 1:  # NaN fails too
         raise ArgumentError(f"dist_ord must be a number >= 1 or inf, got {dist_ord!r}")
     cells = state.objective.shape[0]
+    # one iteration's [C, n, D] gaps and [C, n] distances live at once
     check_memory(
-        4 * cells * targets.shape[1] * 3, f"target_points of {targets.shape[1]} targets x {cells} cells"
+        4 * cells * targets.shape[1] * (measure_dim + 2),
+        f"target_points of {targets.shape[1]} targets x {cells} cells",
     )
 
     occupied = state.occupied
