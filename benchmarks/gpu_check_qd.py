@@ -266,36 +266,38 @@ def measure_mees(samples: int, generations: int, seed: int = 0) -> dict:
     }
 
 
+def _task_generations(
+    section: str, case: str, task_name: str, batch: int, generations: int, options: dict, seed: int
+) -> tuple[dict, Any, dict]:
+    """``(row, strategy, archive stats)`` after ``generations`` generations of the registered task
+    ``task_name`` (built with ``options`` and ``batch`` children per generation)."""
+    from evotensor.tasks import get_task
+
+    task = get_task(task_name).build({**options, "pop": batch})
+    compile_s, ms_per_gen, times, carry = _timed_generations(
+        task.strategy, task.problem, generations, seed, decoder=task.decoder
+    )
+    stats = task.strategy.archive.stats(carry.strategy_state.archive)
+    row = _generation_row(section, case, batch, generations, compile_s, ms_per_gen)
+    return {**row, "backend": jax.default_backend()}, task.strategy, stats
+
+
 def measure_genotypes(case: str, batch: int, generations: int, seed: int = 0) -> dict:
     """One ``qd-genotypes`` row: ``generations`` generations of the MAP-Elites task of ``case``
     (:data:`GENOTYPE_TASKS`) with ``batch`` children per generation."""
-    from evotensor.tasks import get_task
-
-    task = get_task(GENOTYPE_TASKS[case]).build({"pop": batch})
-    compile_s, ms_per_gen, times, carry = _timed_generations(task.strategy, task.problem, generations, seed)
-    stats = task.strategy.archive.stats(carry.strategy_state.archive)
-    return {
-        **_generation_row("qd-genotypes", case, batch, generations, compile_s, ms_per_gen),
-        "elites": int(stats["num_elites"]),
-        "obj_max": round(float(stats["obj_max"]), 4),
-        "backend": jax.default_backend(),
-    }
+    row, _, stats = _task_generations(
+        "qd-genotypes", case, GENOTYPE_TASKS[case], batch, generations, {}, seed
+    )
+    return {**row, "elites": int(stats["num_elites"]), "obj_max": round(float(stats["obj_max"]), 4)}
 
 
 def measure_mome(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
     """One ``qd-mome`` row: ``generations`` generations of the ``qd-mome`` task (a Pareto front per
     CVT cell) with ``batch`` children per generation."""
-    from evotensor.tasks import get_task
-
-    task = get_task("qd-mome").build({**task_options, "pop": batch})
-    compile_s, ms_per_gen, times, carry = _timed_generations(task.strategy, task.problem, generations, seed)
-    stats = task.strategy.archive.stats(carry.strategy_state.archive)
-    return {
-        **_generation_row("qd-mome", "mome rastrigin", batch, generations, compile_s, ms_per_gen),
-        "solutions": int(stats["num_elites"]),
-        "moqd_score": float(stats["moqd_score"]),
-        "backend": jax.default_backend(),
-    }
+    row, _, stats = _task_generations(
+        "qd-mome", "mome rastrigin", "qd-mome", batch, generations, task_options, seed
+    )
+    return {**row, "solutions": int(stats["num_elites"]), "moqd_score": float(stats["moqd_score"])}
 
 
 def measure_pgame(
@@ -311,34 +313,9 @@ def measure_pgame(
     except ImportError:
         row = {"family": "qd", "section": "qd-pgame", "case": case, "batch": batch}
         return {**row, "skipped": "brax is not installed"}
-    from evotensor.tasks import get_task
-
-    task = get_task("qd-brax").build({**task_options, "emitter": algorithm, "pop": batch})
-    strategy = task.strategy
-    compile_s, ms_per_gen, times, carry = _timed_generations(
-        strategy, task.problem, generations, seed, decoder=task.decoder
-    )
-    stats = strategy.archive.stats(carry.strategy_state.archive)
-    return {
-        **_generation_row("qd-pgame", case, batch, generations, compile_s, ms_per_gen),
-        "elites": int(stats["num_elites"]),
-        "qd_score": float(stats["qd_score"]),
-        "backend": jax.default_backend(),
-    }
-
-
-def _task_generations(
-    section: str, case: str, task_name: str, batch: int, generations: int, options: dict, seed: int
-) -> tuple[dict, Any, dict]:
-    """``(row, strategy, archive stats)`` after ``generations`` generations of the registered task
-    ``task_name`` (built with ``options`` and ``batch`` children per generation)."""
-    from evotensor.tasks import get_task
-
-    task = get_task(task_name).build({**options, "pop": batch})
-    compile_s, ms_per_gen, times, carry = _timed_generations(task.strategy, task.problem, generations, seed)
-    stats = task.strategy.archive.stats(carry.strategy_state.archive)
-    row = _generation_row(section, case, batch, generations, compile_s, ms_per_gen)
-    return {**row, "backend": jax.default_backend()}, task.strategy, stats
+    options = {**task_options, "emitter": algorithm}
+    row, _, stats = _task_generations("qd-pgame", case, "qd-brax", batch, generations, options, seed)
+    return {**row, "elites": int(stats["num_elites"]), "qd_score": float(stats["qd_score"])}
 
 
 def measure_multitask(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:

@@ -29,6 +29,7 @@ from jax import lax
 
 from evotensor.core.checks import ArgumentError, check_int, check_memory, check_real
 from evotensor.core.pytree import pytree_dataclass
+from evotensor.qd.emitters.base import check_vector
 
 
 @pytree_dataclass
@@ -49,14 +50,7 @@ class CQDScore:
 def _penalties(penalties: Any) -> jax.Array:
     if isinstance(penalties, (int, np.integer)) and not isinstance(penalties, bool):
         return jnp.linspace(0.0, 1.0, check_int(penalties, "penalties"), dtype=jnp.float32)
-    try:
-        values = np.asarray(penalties, np.float32)
-    except (TypeError, ValueError) as err:
-        raise ArgumentError(
-            f"penalties must be a count or a 1-d array of numbers, got {penalties!r}"
-        ) from err
-    if values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values)):
-        raise ArgumentError(f"penalties must be a count or a finite, non-empty 1-d array, got {penalties!r}")
+    values = check_vector(penalties, "penalties")
     return jnp.asarray(values)
 
 

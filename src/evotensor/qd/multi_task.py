@@ -57,6 +57,7 @@ from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import SolutionSpace, as_solution_space
 from evotensor.problems.multi_task import TaskBatch
 from evotensor.qd.archive import ArchiveState, CVTArchive
+from evotensor.qd.emitters.base import check_bounds
 from evotensor.qd.emitters.mixing import SBXCrossover
 
 BANDIT_REWARDS = ("rate", "count")
@@ -148,18 +149,6 @@ def _check_distinct(descriptors: np.ndarray, name: str) -> None:
         )
 
 
-def _check_bounds(bounds: Any, dims: int) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        low, high = (np.broadcast_to(np.asarray(b, np.float32), (dims,)) for b in bounds)
-    except (TypeError, ValueError) as err:
-        raise ArgumentError(
-            f"bounds must be (low, high), scalars or [{dims}] arrays, got {bounds!r}"
-        ) from err
-    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low < high)):
-        raise ArgumentError(f"bounds must be finite with low < high everywhere, got {bounds!r}")
-    return low, high
-
-
 class MultiTaskMAPElites:
     """Multi-task MAP-Elites (the module docstring has the rules).
 
@@ -228,7 +217,9 @@ class MultiTaskMAPElites:
         self.task_descriptors = jnp.asarray(descriptors)
         self.num_tasks = params.shape[0]
         self.batch_size = self.population_size = check_int(batch_size, "batch_size")
-        self.low, self.high = _check_bounds(bounds, dims)
+        self.low, self.high = check_bounds(bounds, (dims,))
+        if np.any(self.low >= self.high):
+            raise ArgumentError(f"bounds must satisfy low < high everywhere, got {bounds!r}")
         if variation is None:
             variation = SBXCrossover(low=tuple(self.low.tolist()), high=tuple(self.high.tolist()), eta=10.0)
         if not callable(variation):

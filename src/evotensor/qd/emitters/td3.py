@@ -265,28 +265,20 @@ class TD3Learner:
         grad = jax.grad(self.actor_loss)(state.actor, critic, actor_part)
         updates, actor_opt = self.actor_optimizer.update(grad, state.actor_opt, state.actor)
         actor = optax.apply_updates(state.actor, updates)
-        learned = (
-            critic,
-            critic_opt,
-            target_critic,
-            actor,
-            actor_opt,
-            self.soft_update(state.target_actor, actor),
-        )
-        before = (
-            state.critic,
-            state.critic_opt,
-            state.target_critic,
-            state.actor,
-            state.actor_opt,
-            state.target_actor,
+        new = state.replace(
+            critic=critic,
+            critic_opt=critic_opt,
+            target_critic=target_critic,
+            actor=actor,
+            actor_opt=actor_opt,
+            target_actor=self.soft_update(state.target_actor, actor),
         )
         # a diverging step (a loss that overflowed) is skipped: the state never turns non-finite.
-        # Only the networks are checked: the replay buffer is unchanged here and finite by construction.
-        ok = all_finite(learned)
-        kept = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), learned, before)
-        names = ("critic", "critic_opt", "target_critic", "actor", "actor_opt", "target_actor")
-        return state.replace(**dict(zip(names, kept, strict=True)))
+        # Only the networks are checked and selected: the buffer is unchanged here, finite by construction.
+        new_nets, old_nets = new.replace(buffer=None), state.replace(buffer=None)
+        ok = all_finite(new_nets)
+        kept = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new_nets, old_nets)
+        return kept.replace(buffer=state.buffer)
 
     def train(self, key: jax.Array, state: TD3State, iterations: int) -> TD3State:
         """``iterations`` training iterations (none while the buffer is empty)."""
