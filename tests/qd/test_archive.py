@@ -273,6 +273,29 @@ def test_cvt_archive_uses_nearest_centroid():
     np.testing.assert_array_equal(built.centroids, again.centroids)
 
 
+def test_known_cells_replace_the_search_and_out_of_range_cells_never_enter():
+    archive = CVTArchive(solution_dim=1, centroids=np.eye(3, 2, dtype=np.float32), ranges=[(0, 1)] * 2)
+    rng = np.random.default_rng(0)
+    measures = rng.uniform(0, 1, (40, 2)).astype(np.float32)
+    objective = rng.normal(size=40).astype(np.float32)
+    solutions = np.arange(40, dtype=np.float32)[:, None]
+    searched, info = archive.add(archive.init(), solutions, objective, measures)
+    given_cells, given_info = jax.jit(archive.add)(
+        archive.init(), solutions, objective, measures, cells=archive.index_of(measures)
+    )
+    for a, b in zip(jax.tree.leaves((searched, info)), jax.tree.leaves((given_cells, given_info))):
+        np.testing.assert_array_equal(a, b)
+    cells = np.array([2, 2, -1, 3], np.int32)  # the given cell wins over the measures' nearest
+    state, info = archive.add(archive.init(), solutions[:4], np.ones(4), np.zeros((4, 2)), cells=cells)
+    np.testing.assert_array_equal(np.asarray(state.occupied), [False, False, True])
+    assert float(state.solutions[2, 0]) == 0.0  # equal objectives: the first candidate
+    np.testing.assert_array_equal(np.asarray(info.status), [NEW, NEW, NOT_ADDED, NOT_ADDED])
+    np.testing.assert_array_equal(np.asarray(info.index), [2, 2, -1, -1])
+    for bad in (np.zeros(3, np.int32), np.zeros(4, np.float32)):
+        with pytest.raises(ValueError, match="cells must be integers"):
+            archive.add(archive.init(), solutions[:4], np.ones(4), np.zeros((4, 2)), cells=bad)
+
+
 def test_stats_follow_pyribs_definitions():
     archive = GridArchive(solution_dim=1, dims=(4,), ranges=[(0, 1)], qd_score_offset=-10.0)
     empty = archive.stats(archive.init())

@@ -389,6 +389,7 @@ class Archive:
         objective: jax.Array,
         measures: jax.Array,
         fields: Mapping[str, jax.Array] | None = None,
+        cells: jax.Array | None = None,
     ) -> tuple[ArchiveState, AddInfo]:
         """Insert a batch with the semantics of the module docstring.
 
@@ -398,6 +399,9 @@ class Archive:
             objective: ``[B]`` (maximized).
             measures: ``[B, measure_dim]``.
             fields: ``{name: [B, *shape]}`` for every declared extra field.
+            cells: optional ``[B]`` int cell of each candidate, when the caller already knows it
+                (multi-task MAP-Elites: the task index); it replaces :meth:`index_of`'s search, and
+                a cell outside ``[0, num_cells)`` makes its candidate invalid (never added).
 
         Returns:
             ``(new_state, AddInfo)``. O(B log B + C) work; the elite arrays are updated by one
@@ -411,7 +415,17 @@ class Archive:
             )
         solutions, objective, measures, fields = self._check_batch(solutions, objective, measures, fields)
         valid = candidate_is_valid(solutions, objective, measures)
-        index = jnp.where(valid, self.index_of(measures), 0).astype(jnp.int32)
+        if cells is None:
+            cells = self.index_of(measures)
+        else:
+            cells = jnp.asarray(cells)
+            if cells.shape != objective.shape or not jnp.issubdtype(cells.dtype, jnp.integer):
+                raise ArgumentError(
+                    f"cells must be integers of shape {list(objective.shape)}, got {cells.dtype} "
+                    f"{list(cells.shape)}"
+                )
+            valid = valid & (cells >= 0) & (cells < self.num_cells)
+        index = jnp.where(valid, cells, 0).astype(jnp.int32)
         threshold, can, info = self._assess(
             objective, valid, index, state.occupied[index], state.threshold[index]
         )

@@ -332,7 +332,9 @@ class MultiTaskMAPElites:
                 f"evaluation.fitness and genotypes.task must be [{self.batch_size}], got "
                 f"{list(objective.shape)} and {list(task.shape)}"
             )
-        archive_state, info = self.archive.add(state.archive, x, objective, self.task_descriptors[task])
+        archive_state, info = self.archive.add(
+            state.archive, x, objective, self.task_descriptors[task], cells=task
+        )
         added = jnp.sum(info.status > 0).astype(jnp.int32)
         reward = added.astype(jnp.float32)
         if self.bandit_reward == "rate":
