@@ -60,3 +60,17 @@ def takes_genotypes(problem: Any) -> bool:
     """True for function problems that receive the genotypes even where the strategy has a decoder
     (they declare ``kind = "genotype"``)."""
     return getattr(problem, "kind", "function") == "genotype"
+
+
+def evaluate_genotypes(problem: Any, key: jax.Array, genotypes: Any, decoder: Any = None) -> Evaluation:
+    """Score ``genotypes`` (leading population axis) as the run loop does, in the problem's natural
+    orientation: a policy problem gets the decoded phenotypes and ``decoder.apply``; a function
+    problem the decoded phenotypes where there is a decoder (unless it takes genotypes), else the
+    genotypes."""
+    if is_policy_problem(problem):
+        if decoder is None:
+            raise ValueError("a policy problem needs a decoder (with decode() and apply())")
+        return problem.evaluate(key, decoder.decode(genotypes), decoder.apply)
+    if decoder is not None and not takes_genotypes(problem):
+        return problem.evaluate(key, decoder.decode(genotypes))
+    return problem.evaluate(key, genotypes)

@@ -69,7 +69,7 @@ from evotensor.core.mesh import (
     spans_processes,
     state_shardings,
 )
-from evotensor.core.problem import is_policy_problem, takes_genotypes
+from evotensor.core.problem import evaluate_genotypes, is_policy_problem, takes_genotypes
 from evotensor.core.pytree import pytree_dataclass
 
 
@@ -359,11 +359,7 @@ class Loop:
 
     def evaluate(self, key: jax.Array, genotypes: Any) -> Evaluation:
         """Score genotypes in the problem's natural orientation."""
-        if is_policy_problem(self.problem):
-            return self.problem.evaluate(key, self.decoder.decode(genotypes), self.decoder.apply)
-        if self.decoder is not None and not takes_genotypes(self.problem):
-            return self.problem.evaluate(key, self.decoder.decode(genotypes))
-        return self.problem.evaluate(key, genotypes)
+        return evaluate_genotypes(self.problem, key, genotypes, self.decoder)
 
     def init(self, key: jax.Array, params: Any) -> tuple[RunState, jax.Array]:
         """``(RunState, loop_key)`` for a run started from ``key``."""

@@ -31,6 +31,13 @@
   UCB1 bandit tunes (pymap_elites' ``multitask.py``, tensorized).
 * :mod:`.metrics` — :func:`cqd_score`, the Continuous QD score (Kent et al. 2022) of any
   single-objective archive against target points (pyribs' ``cqd_score``, the paper's normalisation).
+* :mod:`.low_spread_archive` — :class:`LowSpreadArchive`: MAP-Elites Low-Spread (Mace et al.
+  2023) for noisy problems: each solution evaluated ``num_samples`` times, its cell the mode of its
+  samples' cells, its fitness their mean; an elite is replaced only by a fitter solution whose
+  descriptors spread no more (QDax's ``MELS``). :class:`MAPElites` asks each solution that many times.
+* :mod:`.reevaluation` — :func:`corrected_archive`: every elite re-evaluated ``num_reevals``
+  times and the medians added to an empty archive (QDax's ``reevaluation_function``), the honest
+  QD score on a noisy problem, with each elite's fitness and descriptor std.
 * :mod:`.bandit` — :class:`BanditMAPElites`: a pool of emitters of which ``num_active`` run each
   generation, chosen by UCB1 on their success (Cully 2021; pyribs' ``BanditScheduler``).
 * :mod:`.sharded_archive` — :class:`ShardedArchive`: an archive split along its cells over a device
@@ -73,11 +80,13 @@ from evotensor.qd.emitters import (
     polynomial_step,
     problem_jacobian,
 )
+from evotensor.qd.low_spread_archive import LowSpreadAddInfo, LowSpreadArchive
 from evotensor.qd.map_elites import MAPElites, MAPElitesState, ShardedMAPElites
 from evotensor.qd.metrics import CQDScore, cqd_score
 from evotensor.qd.mome_archive import MOMEArchive, MOMEState
 from evotensor.qd.multi_task import MultiTaskMAPElites, MultiTaskState
 from evotensor.qd.proximity_archive import ProximityAddInfo, ProximityArchive, ProximityState
+from evotensor.qd.reevaluation import CorrectedArchive, corrected_archive
 from evotensor.qd.sharded_archive import ShardedArchive
 
 __all__ = [
@@ -92,6 +101,7 @@ __all__ = [
     "CMAESEmitter",
     "CQDScore",
     "CVTArchive",
+    "CorrectedArchive",
     "DCRLEmitter",
     "DNSAddInfo",
     "DNSArchive",
@@ -104,6 +114,8 @@ __all__ = [
     "GradientOperatorEmitter",
     "GridArchive",
     "IsoLineEmitter",
+    "LowSpreadAddInfo",
+    "LowSpreadArchive",
     "MAPElites",
     "MAPElitesState",
     "MEESEmitter",
@@ -120,6 +132,7 @@ __all__ = [
     "ShardedArchive",
     "ShardedMAPElites",
     "UnstructuredArchive",
+    "corrected_archive",
     "cqd_score",
     "dcrl_me_emitters",
     "grid_centroids",

@@ -79,7 +79,7 @@ class BanditMAPElites(MAPElites):
         result_archive, solution, decoder: as for :class:`~evotensor.qd.MAPElites`.
 
     Attributes:
-        population_size: ``num_active * batch_size``.
+        population_size: ``num_active * batch_size`` (times the archive's ``num_samples``).
     """
 
     def __init__(
@@ -126,7 +126,7 @@ class BanditMAPElites(MAPElites):
         self.batch_size = self.batch_sizes[0]
         self.reselect = check_choice(reselect, "reselect", RESELECT)
         self.zeta = check_real(zeta, "zeta", low=0.0)
-        self.population_size = self.num_active * self.batch_size
+        self.population_size = self.num_active * self.batch_size * self.num_samples
 
     def __repr__(self) -> str:
         return (
@@ -187,9 +187,9 @@ class BanditMAPElites(MAPElites):
         place_of = jnp.cumsum(active, dtype=jnp.int32) - 1  # [P]: each active emitter's place
         b = self.batch_size
         if self.archive.genotype is None:
-            x = jnp.zeros((self.population_size, self.archive.solution_dim), jnp.float32)
+            x = jnp.zeros((self.num_active * b, self.archive.solution_dim), jnp.float32)
         else:
-            zeros = lambda a: jnp.zeros((self.population_size, *a.shape), a.dtype)  # noqa: E731
+            zeros = lambda a: jnp.zeros((self.num_active * b, *a.shape), a.dtype)  # noqa: E731
             x = jax.tree_util.tree_map(zeros, self.archive.genotype)
         states = []
         # one conditional per emitter of the pool (its code compiled once), taken where it is active

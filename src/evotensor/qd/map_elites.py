@@ -158,8 +158,18 @@ class MAPElites:
             and getattr(result_archive, "num_objectives", None) != self.num_objectives
         ):
             raise ArgumentError("result_archive must have the archive's num_objectives")
+        # ME-LS (a LowSpreadArchive): every solution is asked num_samples times in a row
+        self.num_samples = int(getattr(archive, "num_samples", 1))
+        if result_archive is not None and int(getattr(result_archive, "num_samples", 1)) != self.num_samples:
+            raise ArgumentError("result_archive must have the archive's num_samples")
+        learning = [type(e).__name__ for e in emitters if getattr(e, "uses_evaluation", False)]
+        if self.num_samples > 1 and learning:
+            raise ArgumentError(
+                f"emitters hold {learning[0]}, which learns from every evaluation (uses_evaluation): "
+                "it cannot run with a sampled archive (num_samples > 1)"
+            )
         self.batch_sizes = tuple(int(e.batch_size) for e in emitters)
-        self.population_size = sum(self.batch_sizes)
+        self.population_size = sum(self.batch_sizes) * self.num_samples
         masks = [insert_mask(e, i) for i, e in enumerate(emitters)]
         # None: every candidate goes to the archive (the program has no mask at all)
         self.insert_mask = None if all(m.all() for m in masks) else np.concatenate(masks)
@@ -191,12 +201,17 @@ class MAPElites:
 
     def _genotypes(self, x: Any) -> Any:
         """The population the emitters proposed (``[pop, solution_dim]`` or genotypes) as the
-        strategy's genotypes."""
+        strategy's genotypes, every row repeated ``num_samples`` times in a row."""
+        if self.num_samples > 1:
+            x = jax.tree_util.tree_map(lambda a: jnp.repeat(a, self.num_samples, axis=0), x)
         return x if self.space is None else self.space.unravel_population(x)
 
     def _solutions(self, genotypes: Any) -> Any:
-        """The inverse of :meth:`_genotypes`: what the archive stores."""
-        return genotypes if self.space is None else self.space.ravel_population(genotypes)
+        """The inverse of :meth:`_genotypes`: what the archive stores (one row per solution)."""
+        x = genotypes if self.space is None else self.space.ravel_population(genotypes)
+        if self.num_samples > 1:
+            x = jax.tree_util.tree_map(lambda a: a[:: self.num_samples], x)
+        return x
 
     def _fields(self, archive: Archive, evaluation: Evaluation) -> dict[str, jax.Array] | None:
         if not archive.extra_fields:
@@ -262,6 +277,9 @@ class MAPElites:
                 f"evaluation.fitness must be {list(fitness)} and evaluation.descriptor {list(expected)} "
                 f"(population, archive measures), got {list(objective.shape)} and {list(measures.shape)}"
             )
+        if self.num_samples > 1:  # [pop * S] -> [pop, S]: each solution's samples, in order
+            objective = objective.reshape(-1, self.num_samples)
+            measures = measures.reshape(-1, self.num_samples, measures.shape[-1])
         # rows an emitter only evaluates (ES samples) enter no archive: a NaN objective is never added
         mask = (
             self.insert_mask if self.insert_mask is None or objective.ndim == 1 else self.insert_mask[:, None]
@@ -275,6 +293,12 @@ class MAPElites:
             result, _ = self.result_archive.add(
                 result, x, offered, measures, self._fields(self.result_archive, evaluation)
             )
+        if self.num_samples > 1:  # emitters learn from each solution's aggregate (unmasked)
+            if mask is None:
+                objective, measures = info.objective, info.measures
+            else:
+                whole = self.archive.aggregate(objective, measures)
+                objective, measures = whole["objective"], whole["measures"]
         return x, objective, measures, archive_state, result, info
 
     def _metrics(self, archive_state: ArchiveState, result: Any, info: AddInfo) -> dict[str, jax.Array]:
