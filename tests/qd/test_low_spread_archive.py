@@ -308,6 +308,32 @@ def test_corrected_elites_are_the_reduced_reevaluations(reducer):
     )
 
 
+def test_an_archive_and_its_state_correct_as_their_strategy_does():
+    problem = NoisyArm(num_joints=4)
+    template = {"a": jnp.zeros(2), "b": jnp.zeros(2)}
+    me = MAPElites(
+        GridArchive(solution_dim=4, dims=(4, 4), ranges=[(0, 1), (0, 1)]),
+        [GaussianEmitter(x0=jnp.full(4, 0.5), sigma=0.3, batch_size=16)],
+        solution=template,
+    )
+
+    @dataclasses.dataclass(frozen=True)
+    class DictArm:  # the arm on the template's pytrees
+        maximize = True
+
+        def evaluate(self, key, genotypes):
+            return problem.evaluate(key, jnp.concatenate([genotypes["a"], genotypes["b"]], axis=1))
+
+    result = evotensor.run(me, DictArm(), generations=5, key=KEY)
+    by_strategy = corrected_archive(me, result.state, DictArm(), KEY, num_reevals=3)
+    by_archive = corrected_archive(
+        me.archive, result.state.archive, DictArm(), KEY, num_reevals=3, solution=template
+    )
+    for a, b in zip(jax.tree.leaves(by_strategy[1:]), jax.tree.leaves(by_archive[1:]), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert int(by_archive.state.occupied.sum()) > 0
+
+
 def test_a_low_spread_run_corrects_into_its_plain_cells():
     me = mels(num_samples=2, batch=8)
     problem = NoisyArm(num_joints=6)
@@ -340,7 +366,7 @@ def add(**kw):
 def correct(**kw):
     me = mels(num_samples=2, batch=4)
     args = {
-        "strategy": me,
+        "source": me,
         "state": me.init(KEY),
         "problem": NoisyArm(num_joints=6),
         "key": KEY,
@@ -397,7 +423,15 @@ CASES = [
     ("corrected", correct, "num_reevals", {"num_reevals": 0}),
     ("corrected", correct, "fitness_reducer", {"fitness_reducer": "mode"}),
     ("corrected", correct, "measures_reducer", {"measures_reducer": 3}),
-    ("corrected", correct, "strategy", {"strategy": "me"}),
+    ("corrected", correct, "source", {"source": "me"}),
+    ("corrected", correct, "strategy", {"solution": np.zeros(6)}),
+    ("corrected", lambda **kw: correct(source=CELLS, **kw), "state", {}),
+    (
+        "corrected",
+        lambda **kw: correct(source=CELLS, state=CELLS.init(), **kw),
+        "solution",
+        {"solution": np.zeros(3)},
+    ),
     ("corrected", correct, "problem", {"problem": object()}),
     ("corrected", correct, "target", {"target": low()}),
     (

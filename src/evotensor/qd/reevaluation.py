@@ -9,6 +9,7 @@ the same cells: its QD score is the one to compare algorithms on a noisy problem
 
     result = evotensor.run(me, NoisyArm(), generations=1000, key=key)
     corrected = corrected_archive(me, result.state, NoisyArm(), jax.random.key(1), num_reevals=32)
+    # or any archive and its state: corrected_archive(archive, archive_state, problem, key, ...)
     corrected.archive.stats(corrected.state)["qd_score"]
 """
 
@@ -23,6 +24,7 @@ from jax import lax
 
 from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.problem import evaluate_genotypes
+from evotensor.core.strategy import as_solution_space
 from evotensor.qd.archive import Archive, ArchiveState, UnstructuredArchive
 from evotensor.qd.low_spread_archive import LowSpreadArchive
 
@@ -85,31 +87,40 @@ def _target(archive: Archive, target: Archive | None) -> Archive:
 
 
 def corrected_archive(
-    strategy: Any,
+    source: Any,
     state: Any,
     problem: Any,
     key: jax.Array,
     *,
     num_reevals: int,
     target: Archive | None = None,
+    solution: Any = None,
+    decoder: Any = None,
     fitness_reducer: Any = "median",
     measures_reducer: Any = "median",
 ) -> CorrectedArchive:
-    """Re-evaluate every elite of a MAP-Elites run and add the reduced results to an empty archive.
+    """Re-evaluate every elite of an archive and add the reduced results to an empty archive.
 
     Args:
-        strategy: the :class:`~evotensor.qd.MAPElites` (or :class:`~evotensor.qd.BanditMAPElites`)
-            that produced ``state``: its reported archive, solution template and decoder are used.
-        state: its state (``result.state`` of a run).
+        source: the :class:`~evotensor.qd.MAPElites` (or :class:`~evotensor.qd.BanditMAPElites`)
+            that produced ``state`` (its reported archive, solution template and decoder are used),
+            or an :class:`~evotensor.qd.archive.Archive` (then ``state`` is its
+            :class:`~evotensor.qd.archive.ArchiveState`, and ``solution`` / ``decoder`` say how its
+            flat solutions reach the problem).
+        state: the strategy's state (``result.state`` of a run), or the archive's.
         problem: the problem to re-evaluate on (``evaluate(key, genotypes)``; a policy problem
-            through the strategy's decoder), with its ``maximize`` orientation.
+            through the decoder), with its ``maximize`` orientation.
         key: the re-evaluations' key; re-evaluation ``r`` scores every cell's solution with
-            ``jax.random.fold_in(key, r)`` (so the noise of one call is shared by the cells, as a
-            batch evaluation in the run loop).
+            ``jax.random.fold_in(key, r)`` (the rows of one call draw their own noise, as a batch
+            evaluation in the run loop).
         num_reevals: ``R >= 1`` evaluations per elite.
         target: the plain archive to fill (default: the archive's cells for a
-            :class:`~evotensor.qd.LowSpreadArchive`, else the reported archive itself; an archive
-            with CMA-MAE thresholds needs one).
+            :class:`~evotensor.qd.LowSpreadArchive`, else the archive itself; an archive with
+            CMA-MAE thresholds needs one).
+        solution: with an archive ``source``: the solution template pytree its flat solutions
+            unravel to (a strategy brings its own).
+        decoder: the genotype -> phenotype decoder (a policy problem needs one; default: the
+            strategy's, as the run loop's ``decoder=`` default).
         fitness_reducer, measures_reducer: ``"median"`` (default), ``"mean"`` or a callable
             ``samples [R, C, ...] -> [C, ...]``.
 
@@ -120,14 +131,28 @@ def corrected_archive(
     num_reevals = check_int(num_reevals, "num_reevals")
     reduce_fitness = _reducer(fitness_reducer, "fitness_reducer")
     reduce_measures = _reducer(measures_reducer, "measures_reducer")
-    if not callable(getattr(strategy, "reported_archive", None)):
-        raise ArgumentError(f"strategy must be a MAPElites, got {type(strategy).__name__}")
+    if isinstance(source, Archive):
+        archive, archive_state = source, state
+        if not isinstance(state, ArchiveState) or state.objective.shape[0] != archive.num_cells:
+            raise ArgumentError(f"state must be the archive's ArchiveState of {archive.num_cells} cells")
+        if solution is not None and archive.genotype is not None:
+            raise ArgumentError("solution is a template of flat solutions; this archive stores genotypes")
+        space = None if solution is None else as_solution_space(solution=solution)
+        if space is not None and space.num_dims != archive.solution_dim:
+            raise ArgumentError(
+                f"solution has {space.num_dims} elements but the archive stores {archive.solution_dim}"
+            )
+    elif callable(getattr(source, "reported_archive", None)):
+        if solution is not None:
+            raise ArgumentError("solution comes from the strategy (give it with an archive)")
+        archive, archive_state = source.reported_archive(state)
+        space = getattr(source, "space", None)
+        decoder = decoder if decoder is not None else getattr(source, "decoder", None)
+    else:
+        raise ArgumentError(f"source must be a MAPElites or an Archive, got {type(source).__name__}")
     if not callable(getattr(problem, "evaluate", None)):
         raise ArgumentError(f"problem must have an evaluate() method, got {type(problem).__name__}")
-    archive, archive_state = strategy.reported_archive(state)
     target = _target(archive, target)
-    space = getattr(strategy, "space", None)
-    decoder = getattr(strategy, "decoder", None)
     sign = 1.0 if bool(getattr(problem, "maximize", False)) else -1.0
 
     @jax.jit

@@ -1,5 +1,5 @@
 """QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-dns``, ``qd-mees``, ``qd-cma-mae``, ``qd-cma-mega``,
-``qd-omg-mega``, ``qd-mome``, ``qd-multitask-arm`` and ``qd-brax``.
+``qd-omg-mega``, ``qd-mome``, ``qd-multitask-arm``, ``qd-noisy-arm`` and ``qd-brax``.
 
 * ``qd-arm`` — MAP-Elites with Iso+LineDD (pyribs' defaults, iso 0.01 / line 0.2, clipped to the
   genotype box) on the planar arm (QDax's definition, 100 joints), a 64 x 64 grid over the
@@ -55,6 +55,13 @@
   ``tournament_sizes=1`` is the "no distance" variant (a random task). Reports the archive and how
   often each tournament size was chosen; writes ``qd.png`` and ``archive.png`` (best fitness per task).
 
+* ``qd-noisy-arm`` — MAP-Elites Low-Spread (ME-LS, Mace et al. 2023; QDax's ``MELS``) on QDax's
+  noisy arm (8 joints, genotype noise 0.05 as QDax's arm test, fitness and descriptor noise 0.01):
+  every solution evaluated ``samples`` = 5 times, Iso+LineDD batches of 64 solutions (320
+  evaluations), a 32 x 32 grid. ``--set samples=1`` is plain MAP-Elites. Reports the archive and
+  the *corrected* archive (every elite re-evaluated ``reevals`` = 16 times, the medians inserted
+  into an empty grid, :func:`~evotensor.qd.corrected_archive`), the honest QD score on a noisy task.
+
 * ``qd-brax`` — QD-RL: MAP-Elites with Iso+LineDD (QDax's brax example values, iso 0.005 /
   line 0.05) over the parameters of a ``64-64`` tanh MLP policy on a QDax brax task (default
   ``walker2d_uni``: feet-contact descriptors; see :mod:`evotensor.problems.qd_control`). A grid for
@@ -68,8 +75,10 @@
   Iso+LineDD, a quarter improved along a descriptor-conditioned critic towards their own cell, a
   quarter the conditioned actor injected for sampled cells; ``lengthscale`` and the options above,
   with DCRL-ME's defaults 150 PG steps, 3000 critic steps, 100 transitions; as in QDax's example
-  every reward is ``max(r + reward_offset, 0)``, fitness included). Needs brax; slow on a CPU,
-  meant for a GPU.
+  every reward is ``max(r + reward_offset, 0)``, fitness included). ``--set samples=5`` runs
+  ME-LS (the brax setup of QDax's ``mels`` example; every policy evaluated 5 times from its own
+  resets) and reports the corrected archive (``reevals``, default 16 with ``samples > 1``).
+  Needs brax; slow on a CPU, meant for a GPU.
 
 The others report coverage, QD score and the best objective, and write ``qd.png`` (coverage and QD
 score per generation) and, for two descriptors, ``archive.png`` (the elites) into the run directory.
@@ -101,11 +110,13 @@ from evotensor.qd.emitters import (
     pga_me_emitters,
     problem_jacobian,
 )
+from evotensor.qd.low_spread_archive import LowSpreadArchive
 from evotensor.qd.map_elites import MAPElites
 from evotensor.qd.mome_archive import MOMEArchive
 from evotensor.qd.multi_task import MultiTaskMAPElites
 from evotensor.qd.plots import archive_heatmap, plot_pareto_fronts, plot_qd_history
 from evotensor.qd.proximity_archive import ProximityArchive
+from evotensor.qd.reevaluation import corrected_archive
 from evotensor.tasks import (
     Task,
     hidden_sizes_option,
@@ -156,7 +167,12 @@ def _mees_emitter(x0: Any, cfg: dict[str, Any], bounds: Any = None) -> MEESEmitt
     )
 
 
-def _report(strategy: MAPElites, labels: tuple[str, str]):
+def _report(
+    strategy: MAPElites, labels: tuple[str, str], problem: Any = None, reevals: int = 0, decoder: Any = None
+):
+    """The archive's figures and plots; with ``reevals``, also its corrected archive's (every elite
+    re-evaluated on ``problem``, through ``decoder`` for a policy problem)."""
+
     def report(result: Any, run_dir: Path | None) -> str:
         archive, state = strategy.reported_archive(result.state)
         stats = {k: float(v) for k, v in archive.stats(state).items()}
@@ -166,6 +182,20 @@ def _report(strategy: MAPElites, labels: tuple[str, str]):
             f"(offset {archive.qd_score_offset:g}), best objective {stats['obj_max']:.4g}, "
             f"mean {stats['obj_mean']:.4g}",
         ]
+        if reevals:
+            import jax
+
+            key = jax.random.key(2**20)
+            fixed = corrected_archive(
+                strategy, result.state, problem, key, num_reevals=reevals, decoder=decoder
+            )
+            good = {k: float(v) for k, v in fixed.archive.stats(fixed.state).items()}
+            lines.append(
+                f"corrected by {reevals} re-evaluations (medians): {int(good['num_elites'])} elites, "
+                f"QD score {good['qd_score']:.4g}, best objective {good['obj_max']:.4g}; descriptor std "
+                f"{float(np.nanmean(np.asarray(fixed.measures_std))):.4g}, fitness std "
+                f"{float(np.nanmean(np.asarray(fixed.fitness_std))):.4g} (mean over the elites)"
+            )
         if run_dir is not None:
             curves = Path(run_dir) / "qd.png"
             plot_qd_history(result.history, curves)
@@ -587,6 +617,62 @@ def _build_multitask_arm(cfg: dict[str, Any]) -> Task:
     return Task(strategy=strategy, problem=problem, generations=cfg["generations"] or 10_000, report=report)
 
 
+def _samples_and_reevals(cfg: dict[str, Any]) -> tuple[int, int]:
+    """Options ``samples`` (evaluations per solution; > 1: ME-LS) and ``reevals`` (None: 16 with
+    ME-LS, else 0)."""
+    samples = positive_int_option(cfg, "samples")
+    reevals = cfg["reevals"]
+    if reevals is None:
+        reevals = 16 if samples > 1 else 0
+    if isinstance(reevals, bool) or not isinstance(reevals, int) or reevals < 0:
+        raise ValueError(f"option reevals must be an int >= 0, got {reevals!r}")
+    return samples, reevals
+
+
+@register_task(
+    "qd-noisy-arm",
+    "ME-LS (MAP-Elites Low-Spread) on QDax's noisy 8-joint arm, with its corrected archive",
+    defaults={
+        "joints": 8,
+        "cells": 32,
+        "samples": 5,
+        "reevals": None,
+        "params_noise": 0.05,
+        "fitness_noise": 0.01,
+        "descriptor_noise": 0.01,
+        "iso_sigma": 0.01,
+        "line_sigma": 0.1,
+    },
+)
+def _build_noisy_arm(cfg: dict[str, Any]) -> Task:
+    from evotensor.problems.qd import NoisyArm
+
+    problem = NoisyArm(
+        num_joints=positive_int_option(cfg, "joints"),
+        params_noise=float(cfg["params_noise"]),
+        fitness_noise=float(cfg["fitness_noise"]),
+        descriptor_noise=float(cfg["descriptor_noise"]),
+    )
+    samples, reevals = _samples_and_reevals(cfg)
+    archive = _arm_grid(problem, cfg)
+    if samples > 1:
+        archive = LowSpreadArchive(archive, num_samples=samples)
+    emitter = IsoLineEmitter(
+        x0=np.full(problem.num_dims, 0.5),
+        iso_sigma=float(cfg["iso_sigma"]),
+        line_sigma=float(cfg["line_sigma"]),
+        batch_size=cfg["pop"] or 64,
+        bounds=problem.bounds,
+    )
+    strategy = MAPElites(archive, [emitter])
+    return Task(
+        strategy=strategy,
+        problem=problem,
+        generations=cfg["generations"] or 500,
+        report=_report(strategy, ("end-effector x", "end-effector y"), problem, reevals),
+    )
+
+
 @register_task(
     "qd-brax",
     "QD-RL: MAP-Elites (Iso+LineDD) evolving MLP policies on a QDax brax task (default walker2d_uni)",
@@ -609,6 +695,8 @@ def _build_multitask_arm(cfg: dict[str, Any]) -> Task:
         "critic_hidden": "256,256",
         "transitions_batch": None,  # PGA-ME 256, DCRL-ME 100
         "lengthscale": 0.1,
+        "samples": 1,  # > 1: ME-LS (QDax's mels example: 5)
+        "reevals": None,
     },
 )
 def _build_brax(cfg: dict[str, Any]) -> Task:
@@ -640,6 +728,9 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
         archive = CVTArchive(
             centroids=positive_int_option(cfg, "cvt_cells"), samples=50_000, seed=cfg["seed"], **common
         )
+    samples, reevals = _samples_and_reevals(cfg)
+    if samples > 1:
+        archive = LowSpreadArchive(archive, num_samples=samples)
     decoder = ParamsDecoder(mlp_apply)
     if rl:
         dcrl = cfg["emitter"] == "dcrl"
@@ -707,5 +798,5 @@ def _build_brax(cfg: dict[str, Any]) -> Task:
         problem=problem,
         decoder=decoder,
         generations=cfg["generations"] or 200,
-        report=_report(strategy, labels),
+        report=_report(strategy, labels, problem, reevals, decoder),
     )
