@@ -69,6 +69,12 @@ at ``batch`` children per generation (``"gpu"``: 36, 1024, 8192; ``"cpu"``: 8 on
 a 20 x 20 grid): compile, ``ms_per_gen`` (median), ``evals_per_s``, coverage and the best fitness
 after ``generations``. ``benchmarks/qd_omg_mega.py`` sets it beside QDax on a CPU.
 
+Case ``me-ls noisy arm`` (section ``qd-mels``): the ``qd-noisy-arm`` task (ME-LS on QDax's noisy
+8-joint arm, each solution evaluated 5 times) at ``batch`` solutions per generation (``"gpu"``: 64,
+1024, 8192; ``"cpu"``: 16 on a 4-joint arm with an 8 x 8 grid): compile, ``ms_per_gen`` (median),
+``evals_per_s`` (every evaluation), the elites and their mean spread after ``generations``.
+``benchmarks/qd_mels.py`` sets ME-LS beside QDax's on a brax task on a CPU.
+
 Case ``multi-task arm`` (section ``qd-multitask``): the ``qd-multitask-arm`` task (multi-task
 MAP-Elites with pymap_elites' example setup: 5000 tasks of the 10-joint arm, SBX, the bandit-sized
 tournament) at ``batch`` children per generation (``"gpu"``: 100, 1024, 16384; ``"cpu"``: 32 on 100
@@ -153,6 +159,11 @@ OMG_MEGA = {
 MULTITASK = {
     "gpu": dict(batches=(100, 1024, 16384), generations=30, task={}),
     "cpu": dict(batches=(32,), generations=6, task={"tasks": 100, "cvt_samples": 2000}),
+}
+# qd-mels: the qd-noisy-arm task (ME-LS, 5 evaluations per solution) at these batches of solutions
+MELS = {
+    "gpu": dict(batches=(64, 1024, 8192), generations=30, task={"reevals": 0}),
+    "cpu": dict(batches=(16,), generations=6, task={"joints": 4, "cells": 8, "reevals": 0}),
 }
 NOVELTY = {
     "gpu": dict(batches=(1024, 8192), capacity=100_000, adds=30),
@@ -347,6 +358,23 @@ def measure_omg_mega(batch: int, generations: int, task_options: dict, seed: int
     }
 
 
+def measure_mels(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
+    """One ``qd-mels`` row: ``generations`` generations of the ``qd-noisy-arm`` task (ME-LS) with
+    ``batch`` solutions per generation, each evaluated ``samples`` times (``evals_per_s`` counts
+    every evaluation)."""
+    row, strategy, stats = _task_generations(
+        "qd-mels", "me-ls noisy arm", "qd-noisy-arm", batch, generations, task_options, seed
+    )
+    samples = strategy.archive.num_samples
+    return {
+        **row,
+        "samples": samples,
+        "evals_per_s": row["evals_per_s"] * samples,
+        "elites": int(stats["num_elites"]),
+        "spread_mean": round(float(stats["spread_mean"]), 4),
+    }
+
+
 def _timed_adds(archive: Any, batch: int, adds: int, seed: int) -> tuple[float, float, Any]:
     """``(compile_s, median ms per add, final state)`` of ``adds`` insertions of ``batch`` candidates
     (solution_dim 10, objectives N(0, 1), measures uniform in [0, 1]^2) into ``archive``, starting
@@ -457,6 +485,9 @@ def run(mode: str) -> list[dict]:
     multitask = MULTITASK[mode]
     for batch in multitask["batches"]:
         rows.append(measure_multitask(batch, multitask["generations"], multitask["task"]))
+    mels = MELS[mode]
+    for batch in mels["batches"]:
+        rows.append(measure_mels(batch, mels["generations"], mels["task"]))
     pgame = PGAME[mode]
     for batch in pgame["batches"]:
         rows.append(measure_pgame(batch, pgame["generations"], pgame["task"]))

@@ -133,6 +133,24 @@ def test_qd_omg_mega_task_runs_and_resumes_bit_identically(tmp_path):
     assert "of 400 cells" in task.report(resumed, tmp_path)
 
 
+def test_qd_noisy_arm_task_runs_me_ls_reports_its_corrected_archive_and_resumes(tmp_path):
+    from evotensor.qd import LowSpreadArchive
+
+    task = get_task("qd-noisy-arm").build({"joints": 4, "cells": 8, "pop": 16, "samples": 3, "reevals": 4})
+    assert isinstance(task.strategy.archive, LowSpreadArchive) and task.strategy.population_size == 48
+    first, resumed = run_and_resume(task, tmp_path, 6, 12, 3)
+    assert first.history["coverage"][-1] > 0 and np.all(np.isfinite(first.history["spread_mean"]))
+    text = task.report(resumed, tmp_path)
+    assert "of 64 cells" in text and "corrected by 4 re-evaluations (medians): " in text
+    assert (tmp_path / "archive.png").stat().st_size > 0
+    plain = get_task("qd-noisy-arm").build({"samples": 1})
+    assert isinstance(plain.strategy.archive, GridArchive) and "corrected" not in plain.report(
+        evotensor.run(plain.strategy, plain.problem, 2, jax.random.key(0), progress=False), None
+    )
+    with pytest.raises(ValueError, match="option reevals"):
+        get_task("qd-noisy-arm").build({"reevals": -1})
+
+
 def test_qd_cma_mae_task_reports_the_result_archive():
     task = get_task("qd-cma-mae").build({"dims": 6, "cells": 10, "emitters": 2, "pop": 8})
     assert task.strategy.population_size == 16 and task.strategy.archive.learning_rate == 0.01
@@ -192,6 +210,21 @@ def test_qd_brax_task_runs_a_short_hopper_search(tmp_path):
     assert (low, high) == (0.0, 1.0) and np.all((measures >= low) & (measures <= high))
     assert np.isfinite(result.best_fitness)
     assert "coverage" in task.report(result, tmp_path) and (tmp_path / "qd.png").exists()
+    low = get_task("qd-brax").build(
+        {
+            "env": "hopper_uni",
+            "episode_length": 5,
+            "hidden": "4",
+            "pop": 4,
+            "cells": 8,
+            "samples": 2,
+            "reevals": 2,
+        }
+    )
+    result = evotensor.run(
+        low.strategy, low.problem, 2, jax.random.key(0), decoder=low.decoder, progress=False
+    )
+    assert low.strategy.population_size == 8 and "corrected by 2 re-evaluations" in low.report(result, None)
     with pytest.raises(ValueError, match="task"):
         get_task("qd-brax").build({"env": "cartpole"})
     with pytest.raises(ValueError, match="emitter"):

@@ -204,6 +204,8 @@ class MAPElites:
         strategy's genotypes, every row repeated ``num_samples`` times in a row."""
         if self.num_samples > 1:
             x = jax.tree_util.tree_map(lambda a: jnp.repeat(a, self.num_samples, axis=0), x)
+            # materialized: fused into the evaluation, the repeat would be redone at every use
+            x = jax.lax.optimization_barrier(x)
         return x if self.space is None else self.space.unravel_population(x)
 
     def _solutions(self, genotypes: Any) -> Any:
