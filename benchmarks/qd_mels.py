@@ -46,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_venvs  # noqa: E402
-from qd_pgame import initial_layers  # noqa: E402
+from qd_pgame import initial_layers, qdax_flat_policies  # noqa: E402
 
 TASK, EPISODE, BATCH, SAMPLES = "walker2d_uni", 100, 64, 5
 POLICY, CELLS, GENERATIONS, REEVALS = (64, 64), 256, 60, 8
@@ -212,27 +212,14 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray) -> tuple[dict, np.ndarray,
     run_s = time.perf_counter() - t
     fitness = np.asarray(repertoire.fitnesses).reshape(-1)
     filled = fitness > -np.inf
-    params = repertoire.genotypes["params"]
-    flat = np.concatenate(  # our layout: per layer the bias, then the kernel row-major
-        [
-            np.concatenate(
-                [
-                    np.asarray(params[f"Dense_{i}"]["bias"]),
-                    np.asarray(params[f"Dense_{i}"]["kernel"]).reshape(len(fitness), -1),
-                ],
-                axis=1,
-            )
-            for i in range(len(cfg["policy"]) + 1)
-        ],
-        axis=1,
-    )
+    flat = qdax_flat_policies(repertoire.genotypes["params"], len(cfg["policy"]) + 1)
     out = {
         "compile_s": compile_s,
         "run_s": run_s,
         "qd_score": float(np.sum(fitness[filled] + offset)),
         "coverage": float(filled.mean()),
     }
-    return out, flat.astype(np.float32), filled
+    return out, flat, filled
 
 
 # -- the same correction for every engine ----------------------------------------------------------

@@ -115,6 +115,26 @@ def centroids(cfg: dict, num_descriptors: int, ranges) -> np.ndarray:
     return np.asarray(c, np.float32)
 
 
+def qdax_flat_policies(params: dict, num_layers: int) -> np.ndarray:
+    """A QDax repertoire's MLP genotypes (``Dense_i``: ``kernel [C, in, out]``, ``bias [C, out]``)
+    as our flat vectors ``[C, D]``: per layer the bias, then the kernel row-major (the order of
+    ``ravel_pytree`` over our ``({"b", "w"}, ...)`` policies)."""
+    cells = np.asarray(params["Dense_0"]["bias"]).shape[0]
+    return np.concatenate(
+        [
+            np.concatenate(
+                [
+                    np.asarray(params[f"Dense_{i}"]["bias"]),
+                    np.asarray(params[f"Dense_{i}"]["kernel"]).reshape(cells, -1),
+                ],
+                axis=1,
+            )
+            for i in range(num_layers)
+        ],
+        axis=1,
+    ).astype(np.float32)
+
+
 def timed_calls(call, repeats: int = 9) -> dict:
     """Compile s (the first call) and the median ms of ``repeats`` more calls of ``call``."""
     import jax
@@ -406,21 +426,7 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray, population: list) -> dict:
     run_s = time.perf_counter() - t
     fitness = np.asarray(repertoire.fitnesses).reshape(-1)
     filled = fitness > -np.inf
-    # the elites as our flat MLP vectors (per layer: bias, then the kernel row-major)
-    params = repertoire.genotypes["params"]
-    flat = np.concatenate(
-        [
-            np.concatenate(
-                [
-                    np.asarray(params[f"Dense_{i}"]["bias"]),
-                    np.asarray(params[f"Dense_{i}"]["kernel"]).reshape(len(fitness), -1),
-                ],
-                axis=1,
-            )
-            for i in range(len(cfg["policy"]) + 1)
-        ],
-        axis=1,
-    )
+    flat = qdax_flat_policies(repertoire.genotypes["params"], len(cfg["policy"]) + 1)
     return {
         "elites": flat[filled].tolist(),
         "compile_s": compile_s,

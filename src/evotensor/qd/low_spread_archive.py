@@ -75,10 +75,12 @@ def sample_spread(measures: jax.Array) -> jax.Array:
     num = measures.shape[1]
     if num < 2:
         return jnp.zeros(measures.shape[:1], jnp.float32)
-    upper = jnp.triu(jnp.ones((num, num), bool), k=1)
-    difference = measures[:, :, None, :] - measures[:, None, :, :]
-    distance = jnp.sqrt(jnp.sum(jnp.square(difference), axis=-1))
-    return jnp.sum(jnp.where(upper, distance, 0.0), axis=(1, 2)) / (num * (num - 1) / 2)
+    # the pairs (i, i + k) one offset k at a time: O(B S D) memory, not O(B S^2 D)
+    total = jnp.zeros(measures.shape[:1], jnp.float32)
+    for k in range(1, num):
+        difference = measures[:, k:] - measures[:, :-k]
+        total = total + jnp.sum(jnp.sqrt(jnp.sum(jnp.square(difference), axis=-1)), axis=1)
+    return total / (num * (num - 1) / 2)
 
 
 def modal_cell(cells: jax.Array) -> jax.Array:

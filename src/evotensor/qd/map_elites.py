@@ -91,7 +91,11 @@ class MAPElites:
             strategy's ``decoder``) that the run loop applies before a policy problem scores them.
 
     Attributes:
-        population_size: sum of the emitters' batch sizes.
+        population_size: sum of the emitters' batch sizes, times ``num_samples``.
+        num_samples: the archive's evaluations per solution (a
+            :class:`~evotensor.qd.LowSpreadArchive`'s; 1 otherwise): the population asked holds
+            each solution that many times in a row, and every emitter learns from each solution's
+            aggregate (mean objective, measures of its modal cell).
         num_objectives: the archive's (``M`` of a :class:`~evotensor.qd.MOMEArchive`; None: one).
         accepts_nonfinite: True (the run loop passes NaN/inf fitness through; the archive drops it).
     """

@@ -149,6 +149,18 @@ def _arm_grid(problem: Any, cfg: dict[str, Any]) -> GridArchive:
     )
 
 
+def _arm_iso_line(problem: Any, cfg: dict[str, Any], batch: int) -> IsoLineEmitter:
+    """Iso+LineDD from the arm stretched straight (options ``iso_sigma``, ``line_sigma``, ``pop``,
+    default ``batch``), clipped to the arm's box."""
+    return IsoLineEmitter(
+        x0=np.full(problem.num_dims, 0.5),
+        iso_sigma=float(cfg["iso_sigma"]),
+        line_sigma=float(cfg["line_sigma"]),
+        batch_size=cfg["pop"] or batch,
+        bounds=problem.bounds,
+    )
+
+
 def _mees_emitter(x0: Any, cfg: dict[str, Any], bounds: Any = None) -> MEESEmitter:
     """The ME-ES emitter of ``qd-mees`` and ``qd-brax --set emitter=mees``: a population of exactly
     ``pop`` (default 1001): the offspring, ``pop - 1`` mirrored samples rounded down to an even
@@ -219,15 +231,7 @@ def _build_arm(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.qd import Arm
 
     problem = Arm(num_joints=positive_int_option(cfg, "joints"))
-    archive = _arm_grid(problem, cfg)
-    emitter = IsoLineEmitter(
-        x0=np.full(problem.num_dims, 0.5),  # the arm stretched straight
-        iso_sigma=float(cfg["iso_sigma"]),
-        line_sigma=float(cfg["line_sigma"]),
-        batch_size=cfg["pop"] or 1024,
-        bounds=problem.bounds,
-    )
-    strategy = MAPElites(archive, [emitter])
+    strategy = MAPElites(_arm_grid(problem, cfg), [_arm_iso_line(problem, cfg, 1024)])
     return Task(
         strategy=strategy,
         problem=problem,
@@ -657,14 +661,7 @@ def _build_noisy_arm(cfg: dict[str, Any]) -> Task:
     archive = _arm_grid(problem, cfg)
     if samples > 1:
         archive = LowSpreadArchive(archive, num_samples=samples)
-    emitter = IsoLineEmitter(
-        x0=np.full(problem.num_dims, 0.5),
-        iso_sigma=float(cfg["iso_sigma"]),
-        line_sigma=float(cfg["line_sigma"]),
-        batch_size=cfg["pop"] or 64,
-        bounds=problem.bounds,
-    )
-    strategy = MAPElites(archive, [emitter])
+    strategy = MAPElites(archive, [_arm_iso_line(problem, cfg, 64)])
     return Task(
         strategy=strategy,
         problem=problem,
