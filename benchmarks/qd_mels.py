@@ -46,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_venvs  # noqa: E402
-from qd_pgame import initial_layers, qdax_flat_policies  # noqa: E402
+from qd_pgame import initial_layers, qdax_flat_policies, qdax_initial_variables  # noqa: E402
 
 TASK, EPISODE, BATCH, SAMPLES = "walker2d_uni", 100, 64, 5
 POLICY, CELLS, GENERATIONS, REEVALS = (64, 64), 256, 60, 8
@@ -143,21 +143,9 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray) -> tuple[dict, np.ndarray,
         final_activation=jnp.tanh,
     )
     batch = cfg["batch"]
-    variables = jax.vmap(policy.init)(
-        jax.random.split(jax.random.key(seed), batch), jnp.zeros((batch, env.observation_size))
-    )
     sizes = (env.observation_size, *cfg["policy"], env.action_size)
     population = initial_layers(cfg, sizes, seed)  # the same numbers as ours
-    layers = variables["params"]
-    for i in range(len(cfg["policy"]) + 1):
-        name = f"Dense_{i}"
-        kernel = np.stack([p[i][0] for p in population])
-        assert layers[name]["kernel"].shape == kernel.shape, (layers[name]["kernel"].shape, kernel.shape)
-        layers[name] = {
-            "kernel": jnp.asarray(kernel),
-            "bias": jnp.asarray(np.stack([p[i][1] for p in population])),
-        }
-    variables = {"params": layers}
+    variables = qdax_initial_variables(policy, env.observation_size, seed, population)
 
     def play_step_fn(env_state, policy_params, key):
         actions = policy.apply(policy_params, env_state.obs)

@@ -115,6 +115,26 @@ def centroids(cfg: dict, num_descriptors: int, ranges) -> np.ndarray:
     return np.asarray(c, np.float32)
 
 
+def qdax_initial_variables(policy: Any, observation_size: int, seed: int, population: list) -> dict:
+    """A QDax ``MLP``'s variables for ``population`` (lists of ``(W [in, out], b [out])`` per
+    layer, :func:`initial_layers`' numbers, so that QDax starts from our first batch)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch = len(population)
+    variables = jax.vmap(policy.init)(
+        jax.random.split(jax.random.key(seed), batch), jnp.zeros((batch, observation_size))
+    )
+    layers = variables["params"]
+    for i in range(len(population[0])):
+        name = f"Dense_{i}"
+        kernel = np.stack([np.asarray(p[i][0], np.float32) for p in population])
+        bias = np.stack([np.asarray(p[i][1], np.float32) for p in population])
+        assert layers[name]["kernel"].shape == kernel.shape, (layers[name]["kernel"].shape, kernel.shape)
+        layers[name] = {"kernel": jnp.asarray(kernel), "bias": jnp.asarray(bias)}
+    return {"params": layers}
+
+
 def qdax_flat_policies(params: dict, num_layers: int) -> np.ndarray:
     """A QDax repertoire's MLP genotypes (``Dense_i``: ``kernel [C, in, out]``, ``bias [C, out]``)
     as our flat vectors ``[C, D]``: per layer the bias, then the kernel row-major (the order of
@@ -322,18 +342,7 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray, population: list) -> dict:
         final_activation=jnp.tanh,
     )
     batch = cfg["batch"]
-    variables = jax.vmap(policy.init)(
-        jax.random.split(jax.random.key(seed), batch), jnp.zeros((batch, env.observation_size))
-    )
-    # the same initial numbers as ours (Dense_i: kernel [in, out], bias [out])
-    layers = variables["params"]
-    for i in range(len(cfg["policy"]) + 1):
-        name = f"Dense_{i}"
-        kernel = np.stack([np.asarray(p[i][0], np.float32) for p in population])
-        bias = np.stack([np.asarray(p[i][1], np.float32) for p in population])
-        assert layers[name]["kernel"].shape == kernel.shape, (layers[name]["kernel"].shape, kernel.shape)
-        layers[name] = {"kernel": jnp.asarray(kernel), "bias": jnp.asarray(bias)}
-    variables = {"params": layers}
+    variables = qdax_initial_variables(policy, env.observation_size, seed, population)
 
     def play_step_fn(env_state, policy_params, key):
         actions = policy.apply(policy_params, env_state.obs)
