@@ -46,7 +46,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_venvs  # noqa: E402
-from qd_pgame import initial_layers, qdax_flat_policies, qdax_initial_variables  # noqa: E402
+from qd_pgame import (  # noqa: E402
+    initial_layers,
+    qdax_brax_scoring,
+    qdax_flat_policies,
+    qdax_initial_variables,
+)
 
 TASK, EPISODE, BATCH, SAMPLES = "walker2d_uni", 100, 64, 5
 POLICY, CELLS, GENERATIONS, REEVALS = (64, 64), 256, 60, 8
@@ -131,9 +136,7 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray) -> tuple[dict, np.ndarray,
     from qdax.core.emitters.mutation_operators import isoline_variation
     from qdax.core.emitters.standard_emitters import MixingEmitter
     from qdax.core.mels import MELS
-    from qdax.core.neuroevolution.buffers.buffer import QDTransition
     from qdax.core.neuroevolution.networks.networks import MLP
-    from qdax.tasks.brax.env_creators import scoring_function_brax_envs
     from qdax.utils.metrics import default_qd_metrics
 
     env = environments.create(cfg["task"], episode_length=cfg["episode"])
@@ -147,28 +150,7 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray) -> tuple[dict, np.ndarray,
     population = initial_layers(cfg, sizes, seed)  # the same numbers as ours
     variables = qdax_initial_variables(policy, env.observation_size, seed, population)
 
-    def play_step_fn(env_state, policy_params, key):
-        actions = policy.apply(policy_params, env_state.obs)
-        next_state = env.step(env_state, actions)
-        transition = QDTransition(
-            obs=env_state.obs,
-            next_obs=next_state.obs,
-            rewards=next_state.reward,
-            dones=next_state.done,
-            actions=actions,
-            truncations=next_state.info["truncation"],
-            state_desc=env_state.info["state_descriptor"],
-            next_state_desc=next_state.info["state_descriptor"],
-        )
-        return next_state, policy_params, key, transition
-
-    scoring = functools.partial(
-        scoring_function_brax_envs,
-        episode_length=cfg["episode"],
-        play_reset_fn=env.reset,
-        play_step_fn=play_step_fn,
-        descriptor_extractor=environments.descriptor_extractor[cfg["task"]],
-    )
+    scoring = qdax_brax_scoring(env, policy, cfg)
     offset = environments.reward_offset[cfg["task"]] * cfg["episode"]
     emitter = MixingEmitter(
         mutation_fn=None,

@@ -135,6 +135,41 @@ def qdax_initial_variables(policy: Any, observation_size: int, seed: int, popula
     return {"params": layers}
 
 
+def qdax_brax_scoring(env: Any, policy: Any, cfg: dict, transition: Any = None) -> Any:
+    """QDax's brax scoring function as its examples write it (``play_step_fn`` with ``policy``,
+    random resets, the task's descriptor extractor); ``transition(fields)`` makes each step's
+    record (default ``QDTransition``)."""
+    import functools
+
+    import qdax.tasks.brax as environments
+    from qdax.core.neuroevolution.buffers.buffer import QDTransition
+    from qdax.tasks.brax.env_creators import scoring_function_brax_envs
+
+    def play_step_fn(env_state, policy_params, key):
+        actions = policy.apply(policy_params, env_state.obs)
+        next_state = env.step(env_state, actions)
+        fields = dict(
+            obs=env_state.obs,
+            next_obs=next_state.obs,
+            rewards=next_state.reward,
+            dones=next_state.done,
+            actions=actions,
+            truncations=next_state.info["truncation"],
+            state_desc=env_state.info["state_descriptor"],
+            next_state_desc=next_state.info["state_descriptor"],
+        )
+        record = QDTransition(**fields) if transition is None else transition(fields)
+        return next_state, policy_params, key, record
+
+    return functools.partial(
+        scoring_function_brax_envs,
+        episode_length=cfg["episode"],
+        play_reset_fn=env.reset,
+        play_step_fn=play_step_fn,
+        descriptor_extractor=environments.descriptor_extractor[cfg["task"]],
+    )
+
+
 def qdax_flat_policies(params: dict, num_layers: int) -> np.ndarray:
     """A QDax repertoire's MLP genotypes (``Dense_i``: ``kernel [C, in, out]``, ``bias [C, out]``)
     as our flat vectors ``[C, D]``: per layer the bias, then the kernel row-major (the order of
@@ -324,9 +359,7 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray, population: list) -> dict:
     from qdax.core.emitters.mutation_operators import isoline_variation
     from qdax.core.emitters.pga_me_emitter import PGAMEConfig, PGAMEEmitter
     from qdax.core.map_elites import MAPElites
-    from qdax.core.neuroevolution.buffers.buffer import QDTransition
     from qdax.core.neuroevolution.networks.networks import MLP
-    from qdax.tasks.brax.env_creators import scoring_function_brax_envs
     from qdax.utils.metrics import default_qd_metrics
 
     dcrl = cfg["algorithm"] == "dcrl"
@@ -344,34 +377,13 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray, population: list) -> dict:
     batch = cfg["batch"]
     variables = qdax_initial_variables(policy, env.observation_size, seed, population)
 
-    def play_step_fn(env_state, policy_params, key):
-        actions = policy.apply(policy_params, env_state.obs)
-        state_desc = env_state.info["state_descriptor"]
-        next_state = env.step(env_state, actions)
-        fields = dict(
-            obs=env_state.obs,
-            next_obs=next_state.obs,
-            rewards=next_state.reward,
-            dones=next_state.done,
-            actions=actions,
-            truncations=next_state.info["truncation"],
-            state_desc=state_desc,
-            next_state_desc=next_state.info["state_descriptor"],
-        )
-        if dcrl:
-            from qdax.core.neuroevolution.buffers.buffer import DCRLTransition
+    def dcrl_transition(fields):
+        from qdax.core.neuroevolution.buffers.buffer import DCRLTransition
 
-            unknown = jnp.full((env.descriptor_length,), jnp.nan)  # filled by the emitter, as the example
-            return next_state, policy_params, key, DCRLTransition(**fields, desc=unknown, desc_prime=unknown)
-        return next_state, policy_params, key, QDTransition(**fields)
+        unknown = jnp.full((env.descriptor_length,), jnp.nan)  # filled by the emitter, as the example
+        return DCRLTransition(**fields, desc=unknown, desc_prime=unknown)
 
-    scoring = functools.partial(
-        scoring_function_brax_envs,
-        episode_length=cfg["episode"],
-        play_reset_fn=env.reset,
-        play_step_fn=play_step_fn,
-        descriptor_extractor=environments.descriptor_extractor[cfg["task"]],
-    )
+    scoring = qdax_brax_scoring(env, policy, cfg, dcrl_transition if dcrl else None)
     offset = environments.reward_offset[cfg["task"]] * cfg["episode"]
     variation = functools.partial(isoline_variation, iso_sigma=0.005, line_sigma=0.05)
     if dcrl:
