@@ -97,8 +97,12 @@ def test_unstructured_archives_are_scored_too():
     assert int(state.occupied.sum()) > 10 and float(got.mean) == pytest.approx(30 * 0.5)
 
 
-def grid_call(**kw):
-    archive, state = filled_grid(50)
+def grid_call(archive=None, **kw):
+    """``cqd_score`` of a filled grid with ``kw`` changed; ``archive`` replaces the grid (and its
+    state: the archive is checked first)."""
+    state = None
+    if archive is None:
+        archive, state = filled_grid(50)
     options = {
         "target_points": np.zeros((1, 4, 2)),
         "penalties": 3,
@@ -124,37 +128,18 @@ CASES = [
     ("cqd", grid_call, "dist_ord", {"dist_ord": "fro"}),
     (
         "cqd",
-        lambda **kw: cqd_score(
-            MOMEArchive(
+        grid_call,
+        "single-objective",
+        {
+            "archive": MOMEArchive(
                 GridArchive(solution_dim=2, dims=(2, 2), ranges=[(0, 1), (0, 1)]),
                 num_objectives=2,
                 front_size=2,
                 reference_point=[0.0, 0.0],
-            ),
-            None,
-            target_points=np.zeros((1, 1, 2)),
-            penalties=2,
-            obj_min=0.0,
-            obj_max=1.0,
-            dist_max=1.0,
-        ),
-        "single-objective",
-        {},
+            )
+        },
     ),
-    (
-        "cqd",
-        lambda **kw: cqd_score(
-            object(),
-            None,
-            target_points=np.zeros((1, 1, 2)),
-            penalties=2,
-            obj_min=0.0,
-            obj_max=1.0,
-            dist_max=1.0,
-        ),
-        "archive",
-        {},
-    ),
+    ("cqd", grid_call, "archive", {"archive": object()}),
 ]
 
 test_bad_argument_is_refused_naming_it = refusal_test(CASES)

@@ -98,11 +98,10 @@ def cqd_score(
     if not high > low:
         raise ArgumentError(f"obj_max must be > obj_min, got {obj_max!r} and {obj_min!r}")
     dist_max = check_real(dist_max, "dist_max", 0.0, low_open=True)
-    if not (isinstance(dist_ord, (int, float, np.integer, np.floating)) and not isinstance(dist_ord, bool)):
+    number = isinstance(dist_ord, (int, float, np.integer, np.floating)) and not isinstance(dist_ord, bool)
+    if not (number and float(dist_ord) >= 1):  # NaN fails too
         raise ArgumentError(f"dist_ord must be a number >= 1 or inf, got {dist_ord!r}")
     dist_ord = float(dist_ord)
-    if not dist_ord >= 1:  # NaN fails too
-        raise ArgumentError(f"dist_ord must be a number >= 1 or inf, got {dist_ord!r}")
     cells = state.objective.shape[0]
     # one iteration's [C, n, D] gaps and [C, n] distances live at once
     check_memory(
