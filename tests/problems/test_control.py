@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evotensor.problems.control import GymnaxProblem, _split_step_output, _stable_order
+from evotensor.problems.control import GymnaxProblem, _split_step_output, _stable_order, vmap_episodes
 from evotensor.problems.networks import ParamsDecoder, init_mlp, mlp_apply
 
 DECODER = ParamsDecoder(mlp_apply)
@@ -96,9 +96,9 @@ def test_bad_arguments():
         GymnaxProblem("CartPole-v1", max_steps=-3)
 
 
-@pytest.fixture(scope="module")
-def cartpole():
-    problem = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=120)
+@pytest.fixture(scope="module", params=[1, 2], ids=["1-episode", "2-episodes"])
+def cartpole(request):
+    problem = GymnaxProblem("CartPole-v1", num_episodes=request.param, max_steps=120)
     pop = population(problem, 5, scale=0.7)
     key = jax.random.key(42)
     ev = jax.jit(lambda k, ph: problem.evaluate(k, ph, DECODER.apply))(key, pop)
@@ -111,6 +111,27 @@ def test_cartpole_matches_host_loop(cartpole):
     np.testing.assert_allclose(np.asarray(ev.fitness), returns.mean(axis=1), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(ev.info["episode_length"]), lengths.mean(axis=1), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(ev.info["return_std"]), returns.std(axis=1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("episodes", [1, 3])
+def test_vmap_episodes_runs_every_individual_and_episode(episodes):
+    """Outputs ``[pop, E, ...]``: entry ``[i, e]`` is ``episode(phenotype i, key [i, e])``, for a
+    pytree of outputs (the single-vmap path at E = 1 included)."""
+    phenotypes = {"w": jnp.arange(4 * 3, dtype=jnp.float32).reshape(4, 3), "b": jnp.arange(4.0)}
+    keys = jax.random.split(jax.random.key(3), 4 * episodes).reshape(4, episodes)
+
+    def episode(p, k):
+        noise = jax.random.normal(k, (3,))
+        return {"value": p["w"] @ noise + p["b"], "pair": (noise, p["b"])}
+
+    got = jax.jit(lambda p, k: vmap_episodes(episode, p, k))(phenotypes, keys)
+    assert got["value"].shape == (4, episodes) and got["pair"][0].shape == (4, episodes, 3)
+    for i in range(4):
+        for e in range(episodes):
+            want = episode(jax.tree.map(lambda a, i=i: a[i], phenotypes), keys[i, e])
+            np.testing.assert_allclose(got["value"][i, e], want["value"], rtol=1e-6)
+            np.testing.assert_array_equal(got["pair"][0][i, e], want["pair"][0])
+            np.testing.assert_array_equal(got["pair"][1][i, e], want["pair"][1])
 
 
 def test_cartpole_done_mask(cartpole):
@@ -209,7 +230,9 @@ def test_chunked_rollout_is_the_scan_bit_for_bit(cartpole):
     spreads exactly: every individual's episodes take the same steps with the same keys (5
     individuals in chunks of 2: one padding slot)."""
     problem, pop, key, a = cartpole
-    early = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=problem.max_steps, chunk=2)
+    early = GymnaxProblem(
+        "CartPole-v1", num_episodes=problem.num_episodes, max_steps=problem.max_steps, chunk=2
+    )
     b = jax.jit(lambda k, ph: early.evaluate(k, ph, DECODER.apply))(key, pop)
     for got, want in ((b.fitness, a.fitness), *((b.info[k], a.info[k]) for k in a.info)):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
@@ -362,7 +385,9 @@ def test_chunked_rollout_takes_the_planned_batch_path(cartpole):
     from evotensor.problems.control import is_batched
 
     problem, pop, key, a = cartpole
-    early = GymnaxProblem("CartPole-v1", num_episodes=2, max_steps=problem.max_steps, chunk=2)
+    early = GymnaxProblem(
+        "CartPole-v1", num_episodes=problem.num_episodes, max_steps=problem.max_steps, chunk=2
+    )
     assert is_batched(_Planned(1)) and not is_batched(DECODER.apply)
     b = jax.jit(lambda k, ph: early.evaluate(k, ph, _Planned(1)))(key, pop)
     for got, want in ((b.fitness, a.fitness), *((b.info[k], a.info[k]) for k in a.info)):

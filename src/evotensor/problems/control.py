@@ -107,6 +107,20 @@ def population_size_of(phenotypes: Any) -> int:
     return sizes.pop()
 
 
+def vmap_episodes(episode: Callable[[Any, jax.Array], Any], phenotypes: Any, keys: jax.Array) -> Any:
+    """``episode(phenotype, key) -> outputs`` for every individual and episode: ``phenotypes [pop,
+    ...]``, ``keys [pop, E]`` -> outputs ``[pop, E, ...]``.
+
+    ``vmap(population) ∘ vmap(episodes)``; with one episode per individual a single vmap whose
+    outputs gain the episode axis after the fact (XLA:CPU ran brax rollouts with contacts slower
+    under the nested vmap's size-1 axis: ``benchmarks/results_qd.md``, section 18).
+    """
+    if keys.shape[1] == 1:
+        outputs = jax.vmap(episode)(phenotypes, keys[:, 0])
+        return jax.tree_util.tree_map(lambda x: x[:, None], outputs)
+    return jax.vmap(jax.vmap(episode, in_axes=(None, 0)))(phenotypes, keys)
+
+
 def _masked_return(step: Callable, init_carry: Any, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Scan ``step(carry, key) -> (carry, reward, done)`` over ``keys`` with a done-mask.
 
@@ -135,8 +149,7 @@ def _batched_evaluate(key: jax.Array, phenotypes: Any, episode: Episode, num_epi
     """vmap(population) ∘ vmap(episodes) of ``episode(phenotype, key) -> (return, length)``."""
     pop = population_size_of(phenotypes)
     keys = jax.random.split(key, pop * num_episodes).reshape((pop, num_episodes))
-    per_episode = jax.vmap(episode, in_axes=(None, 0))
-    returns, lengths = jax.vmap(per_episode)(phenotypes, keys)  # [pop, episodes]
+    returns, lengths = vmap_episodes(episode, phenotypes, keys)  # [pop, episodes]
     info = {
         "return_std": jnp.std(returns, axis=1),
         "episode_length": jnp.mean(lengths.astype(jnp.float32), axis=1),

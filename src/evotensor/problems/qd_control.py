@@ -87,7 +87,7 @@ import numpy as np
 from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.evaluation import Evaluation
 from evotensor.core.replay import Transitions
-from evotensor.problems.control import Apply, population_size_of
+from evotensor.problems.control import Apply, population_size_of, vmap_episodes
 
 FEET_CONTACT = "feet_contact"
 FINAL_XY = "final_xy"
@@ -338,8 +338,8 @@ class BraxQDProblem:
         """
         pop = population_size_of(phenotypes)
         keys = jax.random.split(key, pop * self.num_episodes).reshape((pop, self.num_episodes))
-        per_episode = jax.vmap(lambda p, k: self.rollout(p, apply, k), in_axes=(None, 0))
-        returns, lengths, descriptors, steps = jax.vmap(per_episode)(phenotypes, keys)
+        rollout = lambda p, k: self.rollout(p, apply, k)  # noqa: E731
+        returns, lengths, descriptors, steps = vmap_episodes(rollout, phenotypes, keys)
         info = {
             "return_std": jnp.std(returns, axis=1),
             "episode_length": jnp.mean(lengths.astype(jnp.float32), axis=1),
