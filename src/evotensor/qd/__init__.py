@@ -7,6 +7,9 @@
   add reports ``novelty`` and ``local_competition`` per candidate).
 * :mod:`.dns_archive` — :class:`DNSArchive`: Dominated Novelty Search's population of fixed
   capacity (survivors by mean distance to their fitter neighbours; pyribs 0.12's rules).
+* :mod:`.density_archive` — :class:`DensityArchive`: Density Descent Search's reservoir of measures
+  and its Gaussian kernel density (no elites: a result archive keeps them; emitters rank by
+  ``ranker="density"``, lowest density first).
 * :mod:`.mome_archive` — :class:`MOMEArchive`: multi-objective MAP-Elites (MOME), a Pareto front
   of at most ``front_size`` solutions per grid or CVT cell, batch insertion in one step, hypervolume
   improvement as each candidate's value, MOQD score and global hypervolume in ``stats``; split over
@@ -59,6 +62,7 @@ from evotensor.qd.archive import (
 )
 from evotensor.qd.bandit import BanditMAPElites, BanditState
 from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_centroid
+from evotensor.qd.density_archive import DensityAddInfo, DensityArchive, DensityState
 from evotensor.qd.dns_archive import DNSAddInfo, DNSArchive
 from evotensor.qd.emitters import (
     CMAESEmitter,
@@ -104,6 +108,9 @@ __all__ = [
     "CorrectedArchive",
     "DCRLEmitter",
     "DNSAddInfo",
+    "DensityAddInfo",
+    "DensityArchive",
+    "DensityState",
     "DNSArchive",
     "Emitter",
     "EmitterGroup",

@@ -186,18 +186,19 @@ class BanditMAPElites(MAPElites):
         keys = jax.random.split(key, self.num_active)
         place_of = jnp.cumsum(active, dtype=jnp.int32) - 1  # [P]: each active emitter's place
         b = self.batch_size
-        if self.archive.genotype is None:
-            x = jnp.zeros((self.num_active * b, self.archive.solution_dim), jnp.float32)
+        if self.elites.genotype is None:
+            x = jnp.zeros((self.num_active * b, self.elites.solution_dim), jnp.float32)
         else:
             zeros = lambda a: jnp.zeros((self.num_active * b, *a.shape), a.dtype)  # noqa: E731
-            x = jax.tree_util.tree_map(zeros, self.archive.genotype)
+            x = jax.tree_util.tree_map(zeros, self.elites.genotype)
+        elites = self.elite_state(state)
         states = []
         # one conditional per emitter of the pool (its code compiled once), taken where it is active
         for i, (emitter, s) in enumerate(zip(self.emitters, state.emitters, strict=True)):
             at = jnp.clip(place_of[i], 0, self.num_active - 1)
 
             def run(x, s, emitter=emitter, at=at):
-                batch, s = emitter.ask(keys[at], s, self.archive, state.archive)
+                batch, s = emitter.ask(keys[at], s, self.elites, elites)
                 put = lambda a, new: lax.dynamic_update_slice_in_dim(a, new.astype(a.dtype), at * b, axis=0)  # noqa: E731
                 return jax.tree_util.tree_map(put, x, batch), s
 
@@ -215,7 +216,8 @@ class BanditMAPElites(MAPElites):
         params: Any = None,
     ) -> tuple[BanditState, dict[str, jax.Array]]:
         """Add the population, credit each active emitter with its batch, let it learn from it."""
-        x, objective, measures, archive_state, result, info = self._add(state, genotypes, evaluation)
+        x, objective, measures, archive_state, result, info, counted = self._add(state, genotypes, evaluation)
+        elites = result if self.elites is self.result_archive else archive_state
         keys = jax.random.split(key, self.num_active)
         b = self.batch_size
         place_of = jnp.cumsum(state.active, dtype=jnp.int32) - 1
@@ -231,10 +233,10 @@ class BanditMAPElites(MAPElites):
                 sliced = jax.tree_util.tree_map(lambda a: rows(a, at), info)
                 mine = jax.tree_util.tree_map(lambda a: rows(a, at), x)
                 part = (mine, rows(objective, at), rows(measures, at))
-                return emitter.tell(keys[at], s, self.archive, archive_state, *part, sliced)
+                return emitter.tell(keys[at], s, self.elites, elites, *part, sliced)
 
             states.append(lax.cond(state.active[i], learn, lambda s: s, s))
-        added = jnp.sum((info.status > 0).reshape(self.num_active, b), axis=1).astype(jnp.float32)
+        added = jnp.sum((counted.status > 0).reshape(self.num_active, b), axis=1).astype(jnp.float32)
         added = jnp.where(state.active, added[jnp.clip(place_of, 0, self.num_active - 1)], 0.0)
         state = state.replace(
             archive=archive_state,
@@ -244,4 +246,4 @@ class BanditMAPElites(MAPElites):
             success=state.success + added,
             selection=state.selection + jnp.where(state.active, jnp.float32(b), 0.0),
         )
-        return state, self._metrics(archive_state, result, info)
+        return state, self._metrics(archive_state, result, counted)

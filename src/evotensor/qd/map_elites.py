@@ -37,9 +37,13 @@ from evotensor.core.mesh import POPULATION_AXIS, replicated
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import SolutionSpace, as_solution_space
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
+from evotensor.qd.density_archive import DensityArchive
 from evotensor.qd.mome_archive import MOMEArchive
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
 from evotensor.qd.sharded_mome import ShardedMOMEArchive
+
+
+_DENSITY_KEY = 0x44445300  # folded into the init key for a DensityArchive's reservoir
 
 
 def _sharded(archive: Archive, mesh: Mesh, axis: str) -> ShardedArchive:
@@ -79,7 +83,10 @@ class MAPElites:
     """MAP-Elites with any archive and any list of emitters.
 
     Args:
-        archive: the search archive (e.g. :class:`~evotensor.qd.GridArchive`).
+        archive: the search archive (e.g. :class:`~evotensor.qd.GridArchive`), or a
+            :class:`~evotensor.qd.DensityArchive` (Density Descent Search), which stores no
+            elites: then a ``result_archive`` is required and the emitters draw their elites from
+            it (pyribs' sphere example passes its result archive to DDS's emitters).
         emitters: one or more emitters; the population is their batches concatenated in order.
         result_archive: optional second archive that also receives every batch and is the one
             reported (pyribs' Scheduler ``result_archive``: with CMA-MAE the search archive's
@@ -111,7 +118,7 @@ class MAPElites:
         solution: Any = None,
         decoder: Any = None,
     ):
-        if not isinstance(archive, (Archive, ShardedArchive)):
+        if not isinstance(archive, (Archive, ShardedArchive, DensityArchive)):
             raise ArgumentError(f"archive must be an evotensor.qd Archive, got {type(archive).__name__}")
         emitters = tuple(emitters) if isinstance(emitters, (list, tuple)) else (emitters,)
         if not emitters:
@@ -120,9 +127,17 @@ class MAPElites:
             for method in ("init", "ask", "tell"):
                 if not callable(getattr(emitter, method, None)):
                     raise ArgumentError(f"emitters[{i}] ({type(emitter).__name__}) has no {method}() method")
-        if result_archive is not None:
-            if not isinstance(result_archive, (Archive, ShardedArchive)):
-                raise ArgumentError(f"result_archive must be an Archive, got {type(result_archive).__name__}")
+        if result_archive is not None and not isinstance(result_archive, (Archive, ShardedArchive)):
+            raise ArgumentError(f"result_archive must be an Archive, got {type(result_archive).__name__}")
+        if isinstance(archive, DensityArchive):
+            if result_archive is None:
+                raise ArgumentError(
+                    "a DensityArchive stores no elites: give MAPElites a result_archive (a grid or "
+                    "CVT archive) to keep them and to give the emitters their elites"
+                )
+            if result_archive.measure_dim != archive.measure_dim:
+                raise ArgumentError("result_archive must have the archive's measure_dim")
+        elif result_archive is not None:
             if (result_archive.solution_dim, result_archive.measure_dim, result_archive.genotype) != (
                 archive.solution_dim,
                 archive.measure_dim,
@@ -136,9 +151,12 @@ class MAPElites:
         self.decoder = decoder
         self.archive = archive
         self.result_archive = result_archive
+        # the archive the emitters read their elites from (and what a solution is)
+        self.elites = result_archive if isinstance(archive, DensityArchive) else archive
         self.emitters = emitters
         self.solution = solution
-        if archive.genotype is not None:
+        elites = self.elites
+        if elites.genotype is not None:
             if solution is not None:
                 raise ArgumentError(
                     "solution is a template of flat solutions; an archive of genotypes hands its "
@@ -149,11 +167,11 @@ class MAPElites:
             self.space: SolutionSpace | None = (
                 as_solution_space(solution=solution)
                 if solution is not None
-                else as_solution_space(num_dims=archive.solution_dim)
+                else as_solution_space(num_dims=elites.solution_dim)
             )
-        if self.space is not None and self.space.num_dims != archive.solution_dim:
+        if self.space is not None and self.space.num_dims != elites.solution_dim:
             raise ArgumentError(
-                f"solution has {self.space.num_dims} elements but the archive stores {archive.solution_dim}"
+                f"solution has {self.space.num_dims} elements but the archive stores {elites.solution_dim}"
             )
         # a multi-objective archive (MOME) takes fitness [pop, M]; the others [pop]
         self.num_objectives = getattr(archive, "num_objectives", None)
@@ -185,10 +203,16 @@ class MAPElites:
     def init(self, key: jax.Array, params: Any = None) -> MAPElitesState:
         """Empty archive(s) and each emitter's initial state (``params`` unused)."""
         keys = jax.random.split(key, len(self.emitters))
+        # a density archive's reservoir draws its own key (a fold, so the emitters' keys are unchanged)
+        search = (
+            self.archive.init(jax.random.fold_in(key, _DENSITY_KEY))
+            if isinstance(self.archive, DensityArchive)
+            else self.archive.init()
+        )
         return MAPElitesState(
-            archive=self.archive.init(),
+            archive=search,
             result=None if self.result_archive is None else self.result_archive.init(),
-            emitters=tuple(e.init(k, self.archive) for e, k in zip(self.emitters, keys, strict=True)),
+            emitters=tuple(e.init(k, self.elites) for e, k in zip(self.emitters, keys, strict=True)),
             generation=jnp.zeros((), jnp.int32),
         )
 
@@ -196,12 +220,18 @@ class MAPElites:
         """``-> (genotypes [pop, ...], state)``."""
         keys = jax.random.split(key, len(self.emitters))
         batches, emitter_states = [], []
+        elites = self.elite_state(state)
         for emitter, k, s in zip(self.emitters, keys, state.emitters, strict=True):
-            x, s = emitter.ask(k, s, self.archive, state.archive)
+            x, s = emitter.ask(k, s, self.elites, elites)
             batches.append(x)
             emitter_states.append(s)
         x = jax.tree_util.tree_map(lambda *parts: jnp.concatenate(parts, axis=0), *batches)
         return self._genotypes(x), state.replace(emitters=tuple(emitter_states))
+
+    def elite_state(self, state: MAPElitesState) -> ArchiveState:
+        """The state of :attr:`elites`, the archive the emitters read (the search archive's, or the
+        result archive's when the search archive stores no elites)."""
+        return state.result if self.elites is self.result_archive else state.archive
 
     def _genotypes(self, x: Any) -> Any:
         """The population the emitters proposed (``[pop, solution_dim]`` or genotypes) as the
@@ -242,8 +272,9 @@ class MAPElites:
         :class:`~evotensor.qd.MOMEArchive`) is minimized (negated into the archive's objective);
         ``evaluation.descriptor [pop, measure_dim]`` is required.
         """
-        x, objective, measures, archive_state, result, info = self._add(state, genotypes, evaluation)
+        x, objective, measures, archive_state, result, info, counted = self._add(state, genotypes, evaluation)
         keys = jax.random.split(key, len(self.emitters))
+        elites = result if self.elites is self.result_archive else archive_state
         emitter_states, start = [], 0
         for emitter, k, s, size in zip(self.emitters, keys, state.emitters, self.batch_sizes, strict=True):
             part = slice(start, start + size)
@@ -256,7 +287,7 @@ class MAPElites:
             whole = {"evaluation": evaluation, "offset": start} if learns else {}
             emitter_states.append(
                 emitter.tell(
-                    k, s, self.archive, archive_state, mine, objective[part], measures[part], sliced, **whole
+                    k, s, self.elites, elites, mine, objective[part], measures[part], sliced, **whole
                 )
             )
             start += size
@@ -266,11 +297,13 @@ class MAPElites:
             emitters=tuple(emitter_states),
             generation=state.generation + 1,
         )
-        return state, self._metrics(archive_state, result, info)
+        return state, self._metrics(archive_state, result, counted)
 
     def _add(self, state: MAPElitesState, genotypes: Any, evaluation: Evaluation) -> tuple:
         """The population added to the archive(s): ``(x, objective, measures, archive state, result
-        state, info)``, with ``objective = -fitness`` and the shapes checked."""
+        state, info, counted)``, with ``objective = -fitness`` and the shapes checked; ``info`` is the
+        search archive's report (what emitters learn from), ``counted`` the one the ``added`` and
+        ``new_cells`` metrics count (the result archive's when the search archive stores no elites)."""
         x = self._solutions(genotypes)
         if evaluation.descriptor is None:
             raise ArgumentError("MAP-Elites needs evaluation.descriptor [pop, measure_dim] from the problem")
@@ -294,18 +327,20 @@ class MAPElites:
         archive_state, info = self.archive.add(
             state.archive, x, offered, measures, self._fields(self.archive, evaluation)
         )
-        result = state.result
+        result, counted = state.result, info
         if self.result_archive is not None:
-            result, _ = self.result_archive.add(
+            result, result_info = self.result_archive.add(
                 result, x, offered, measures, self._fields(self.result_archive, evaluation)
             )
+            if self.elites is self.result_archive:  # the search archive's statuses count no elites
+                counted = result_info
         if self.num_samples > 1:  # emitters learn from each solution's aggregate (unmasked)
             if mask is None:
                 objective, measures = info.objective, info.measures
             else:
                 whole = self.archive.aggregate(objective, measures)
                 objective, measures = whole["objective"], whole["measures"]
-        return x, objective, measures, archive_state, result, info
+        return x, objective, measures, archive_state, result, info, counted
 
     def _metrics(self, archive_state: ArchiveState, result: Any, info: AddInfo) -> dict[str, jax.Array]:
         reported = self.archive if self.result_archive is None else self.result_archive
@@ -350,6 +385,8 @@ class ShardedMAPElites(MAPElites):
 
     def __init__(self, strategy: MAPElites, mesh: Mesh, axis: str = POPULATION_AXIS):
         unsharded = strategy.unsharded if isinstance(strategy, ShardedMAPElites) else strategy
+        if isinstance(unsharded.archive, DensityArchive):
+            raise ArgumentError(f"MAP-Elites cannot run on a mesh: {unsharded.archive.unshardable_because}")
         result = unsharded.result_archive
         super().__init__(
             _sharded(unsharded.archive, mesh, axis),

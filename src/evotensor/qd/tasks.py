@@ -1,5 +1,5 @@
-"""QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-dns``, ``qd-mees``, ``qd-cma-mae``, ``qd-cma-mega``,
-``qd-omg-mega``, ``qd-mome``, ``qd-multitask-arm``, ``qd-noisy-arm`` and ``qd-brax``.
+"""QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-dns``, ``qd-mees``, ``qd-cma-mae``, ``qd-dds``,
+``qd-cma-mega``, ``qd-omg-mega``, ``qd-mome``, ``qd-multitask-arm``, ``qd-noisy-arm`` and ``qd-brax``.
 
 * ``qd-arm`` — MAP-Elites with Iso+LineDD (pyribs' defaults, iso 0.01 / line 0.2, clipped to the
   genotype box) on the planar arm (QDax's definition, 100 joints), a 64 x 64 grid over the
@@ -21,6 +21,12 @@
   archive learning rate 0.01, threshold_min 0, emitters with the improvement ranker, mu selection
   and basic restarts (one :class:`~evotensor.qd.emitters.EmitterGroup`), plus a plain result
   archive that keeps the best elites.
+
+* ``qd-dds`` — Density Descent Search (Lee, Boyd & Nikolaidis 2024; pyribs' sphere example
+  ``dds``): 15 CMA-ES emitters (sigma0 1.5, ``density`` ranker, ``mu`` selection, basic restarts,
+  batch 36) on the 100-d linear-projection sphere, searching a :class:`~evotensor.qd.DensityArchive`
+  (10,000 buffered measures, bandwidth a tenth of the measure half-range: pyribs' 25.6 at 100-d); a
+  100 x 100 grid result archive keeps the elites and gives the emitters their restart points.
 
 * ``qd-cma-mega`` — CMA-MEGA (Fontaine & Nikolaidis 2021; pyribs' sphere example ``cma_mega``, at
   100 dimensions instead of 1000): one gradient arborescence emitter (sigma0 10, plain gradient
@@ -93,6 +99,7 @@ import numpy as np
 
 from evotensor.qd.archive import CVTArchive, GridArchive
 from evotensor.qd.centroids import kmeans_centroids
+from evotensor.qd.density_archive import DensityArchive
 from evotensor.qd.dns_archive import DNSArchive
 from evotensor.qd.emitters import (
     CMAESEmitter,
@@ -390,6 +397,48 @@ def _build_cma_mae(cfg: dict[str, Any]) -> Task:
         problem=problem,
         generations=cfg["generations"] or 1000,
         report=_report(strategy, ("measure 0", "measure 1")),
+    )
+
+
+@register_task(
+    "qd-dds",
+    "Density Descent Search (15 CMA-ES emitters ranked by density) on the 100-d linear-projection sphere",
+    defaults={"dims": 100, "cells": 100, "emitters": 15, "sigma0": 1.5, "buffer": 10_000, "bandwidth": None},
+)
+def _build_dds(cfg: dict[str, Any]) -> Task:
+    from evotensor.problems.qd import LinearProjection
+
+    problem = LinearProjection(num_dims=positive_int_option(cfg, "dims"), function="sphere")
+    ranges = problem.descriptor_ranges
+    # pyribs' example: 25.6 for the 100-d task's [-256, 256], a tenth of the half-range
+    bandwidth = 0.1 * ranges[0][1] if cfg["bandwidth"] is None else positive_float_option(cfg, "bandwidth")
+    search = DensityArchive(
+        measure_dim=len(ranges), buffer_size=positive_int_option(cfg, "buffer"), bandwidth=bandwidth
+    )
+    grid = GridArchive(solution_dim=problem.num_dims, dims=_grid(cfg["cells"]), ranges=ranges)
+    emitter = CMAESEmitter(
+        np.zeros(problem.num_dims),
+        positive_float_option(cfg, "sigma0"),
+        ranker="density",
+        selection_rule="mu",
+        restart_rule="basic",
+        batch_size=cfg["pop"] or 36,
+    )
+    strategy = MAPElites(
+        search, [EmitterGroup(emitter, positive_int_option(cfg, "emitters"))], result_archive=grid
+    )
+    report = _report(strategy, ("measure 0", "measure 1"))
+
+    def report_with_buffer(result: Any, run_dir: Path | None) -> str:
+        state = result.state.archive
+        head = f"density buffer: {int(state.size)} of {search.buffer_size} measures ({int(state.seen)} seen)"
+        return head + "\n" + report(result, run_dir)
+
+    return Task(
+        strategy=strategy,
+        problem=problem,
+        generations=cfg["generations"] or 1000,
+        report=report_with_buffer,
     )
 
 

@@ -3,9 +3,9 @@
 A :class:`Ranker` gives every solution a primary key (higher is better) and says whether solutions
 are first grouped by their archive status (the two-stage rankers: new cells, then improvements,
 then the rest) and whether it needs a random measure-space direction. Emitters take a ranker by
-name (``"imp"``, ``"2imp"``, ``"obj"``, ``"2obj"``, ``"rd"``, ``"2rd"``, and ``"nov"`` and
-``"nslc"`` for a :class:`~evotensor.qd.ProximityArchive`'s novelty and local competition, as
-pyribs) or as an object,
+name (``"imp"``, ``"2imp"``, ``"obj"``, ``"2obj"``, ``"rd"``, ``"2rd"``, ``"nov"`` and
+``"nslc"`` for a :class:`~evotensor.qd.ProximityArchive`'s novelty and local competition, and
+``"density"`` for a :class:`~evotensor.qd.DensityArchive`'s, as pyribs) or as an object,
 so a user ranks by any key of their own::
 
     novelty = Ranker("novelty", lambda objective, measures, info, direction: my_novelty(measures))
@@ -85,6 +85,17 @@ def _novelty(objective, measures, info, direction):
     return novelty
 
 
+def _rarity(objective, measures, info, direction):
+    log_density = getattr(info, "log_density", None)
+    if log_density is None:
+        raise ArgumentError(
+            f"ranker 'density' needs an archive whose add reports each candidate's density "
+            f"(evotensor.qd.DensityArchive), got {type(info).__name__}"
+        )
+    # the log density orders candidates whose float32 density underflows to 0 (far from the buffer)
+    return -log_density
+
+
 @dataclasses.dataclass(frozen=True)
 class NSLCRanker(Ranker):
     """Novelty search with local competition's ranking (Lehman & Stanley 2011b; pyribs 0.12's
@@ -129,6 +140,8 @@ BUILTIN_RANKERS: dict[str, Ranker] = {
     # pyribs' NoveltyRanker (novelty search with a ProximityArchive)
     "nov": Ranker("nov", _novelty),
     "nslc": NSLCRanker(),
+    # pyribs' DensityRanker (Density Descent Search): lowest density first
+    "density": Ranker("density", _rarity),
 }
 
 
