@@ -75,6 +75,14 @@ Case ``me-ls noisy arm`` (section ``qd-mels``): the ``qd-noisy-arm`` task (ME-LS
 ``evals_per_s`` (every evaluation), the elites and their mean spread after ``generations``.
 ``benchmarks/qd_mels.py`` sets ME-LS beside QDax's on a brax task on a CPU.
 
+Case ``dds sphere`` (section ``qd-dds``): the ``qd-dds`` task (Density Descent Search with pyribs'
+sphere example setup: 15 CMA-ES emitters ranked by a Gaussian KDE over 10,000 buffered measures,
+the 100-d linear-projection sphere, a 100 x 100 result grid) at ``batch`` solutions per emitter
+(``"gpu"``: 36, 256, 2048; ``"cpu"``: 8 with 2 emitters on a 10-d task, a 10 x 10 grid and 200
+buffered measures): compile, ``ms_per_gen`` (median), ``evals_per_s``, the result archive's
+coverage and best objective after ``generations``. ``benchmarks/qd_dds.py`` sets it beside pyribs
+on a CPU.
+
 Case ``multi-task arm`` (section ``qd-multitask``): the ``qd-multitask-arm`` task (multi-task
 MAP-Elites with pymap_elites' example setup: 5000 tasks of the 10-joint arm, SBX, the bandit-sized
 tournament) at ``batch`` children per generation (``"gpu"``: 100, 1024, 16384; ``"cpu"``: 32 on 100
@@ -164,6 +172,11 @@ MULTITASK = {
 MELS = {
     "gpu": dict(batches=(64, 1024, 8192), generations=30, task={"reevals": 0}),
     "cpu": dict(batches=(16,), generations=6, task={"joints": 4, "cells": 8, "reevals": 0}),
+}
+# qd-dds: the qd-dds task (pyribs' sphere example "dds") at these batches per emitter
+DDS = {
+    "gpu": dict(batches=(36, 256, 2048), generations=30, task={}),
+    "cpu": dict(batches=(8,), generations=6, task={"dims": 10, "cells": 10, "emitters": 2, "buffer": 200}),
 }
 NOVELTY = {
     "gpu": dict(batches=(1024, 8192), capacity=100_000, adds=30),
@@ -288,7 +301,11 @@ def _task_generations(
     compile_s, ms_per_gen, times, carry = _timed_generations(
         task.strategy, task.problem, generations, seed, decoder=task.decoder
     )
-    stats = task.strategy.archive.stats(carry.strategy_state.archive)
+    reported = getattr(task.strategy, "reported_archive", None)  # a result archive, where there is one
+    archive, state = (
+        reported(carry.strategy_state) if reported else (task.strategy.archive, carry.strategy_state.archive)
+    )
+    stats = archive.stats(state)
     row = _generation_row(section, case, batch, generations, compile_s, ms_per_gen)
     return {**row, "backend": jax.default_backend()}, task.strategy, stats
 
@@ -353,6 +370,22 @@ def measure_omg_mega(batch: int, generations: int, task_options: dict, seed: int
     )
     return {
         **row,
+        "coverage": round(float(stats["coverage"]), 4),
+        "obj_max": round(float(stats["obj_max"]), 2),
+    }
+
+
+def measure_dds(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
+    """One ``qd-dds`` row: ``generations`` generations of the ``qd-dds`` task (Density Descent
+    Search) with ``batch`` solutions per emitter (``evals_per_s`` counts every emitter's)."""
+    row, strategy, stats = _task_generations(
+        "qd-dds", "dds sphere", "qd-dds", batch, generations, task_options, seed
+    )
+    return {
+        **row,
+        "evals_per_s": round(strategy.population_size / (row["ms_per_gen"] / 1e3)),
+        "emitters": strategy.emitters[0].n,
+        "buffer": strategy.archive.buffer_size,
         "coverage": round(float(stats["coverage"]), 4),
         "obj_max": round(float(stats["obj_max"]), 2),
     }
@@ -485,6 +518,9 @@ def run(mode: str) -> list[dict]:
     multitask = MULTITASK[mode]
     for batch in multitask["batches"]:
         rows.append(measure_multitask(batch, multitask["generations"], multitask["task"]))
+    dds = DDS[mode]
+    for batch in dds["batches"]:
+        rows.append(measure_dds(batch, dds["generations"], dds["task"]))
     mels = MELS[mode]
     for batch in mels["batches"]:
         rows.append(measure_mels(batch, mels["generations"], mels["task"]))

@@ -77,6 +77,8 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     mels = by_section["qd-mels"]  # every solution evaluated `samples` times
     assert mels and all(r["samples"] == 5 and r["evals_per_s"] > 0 and r["elites"] > 0 for r in mels)
     assert all(np.isfinite(r["spread_mean"]) and r["spread_mean"] >= 0 for r in mels)
+    dds = by_section["qd-dds"]  # density-ranked CMA-ES emitters, a result grid
+    assert dds and all(r["evals_per_s"] > 0 and 0 < r["coverage"] <= 1 and r["emitters"] == 2 for r in dds)
     mees = by_section["qd-mees"]  # one offspring per generation may enter the archive
     assert mees and all(r["evals_per_s"] > 0 and 0 < r["elites"] <= r["generations"] for r in mees)
 
@@ -95,4 +97,4 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     assert "## neat-grad" in table
     assert "## qd-mees" in table and "## qd-dns" in table and "## qd-genotypes" in table
     assert "## qd-mome" in table and "## qd-multitask" in table and "## qd-omg-mega" in table
-    assert "## qd-mels" in table
+    assert "## qd-mels" in table and "## qd-dds" in table

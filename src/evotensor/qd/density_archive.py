@@ -105,9 +105,13 @@ def kde_log_density(measures: jax.Array, buffer: jax.Array, size: jax.Array, ban
         math.log(bandwidth) + 0.5 * math.log(2 * math.pi)
     )
 
+    # [D, N]: each query's differences reduce over the leading axis, the buffer rows stay on the minor
+    # axis (XLA:CPU vectorizes that; a minor axis of D = 2 it did not: results_qd.md, section 19)
+    columns = buffer.T
+
     def one(m):
-        z = (buffer - m) * inv_h
-        exponent = jnp.where(filled, -0.5 * jnp.sum(z * z, axis=1), -jnp.inf)
+        z = (m[:, None] - columns) * inv_h
+        exponent = jnp.where(filled, -0.5 * jnp.sum(z * z, axis=0), -jnp.inf)
         log_sum = jax.nn.logsumexp(exponent)
         out = jnp.where(size > 0, log_sum - norm, -jnp.inf)
         return jnp.where(jnp.all(jnp.isfinite(m)), out, jnp.nan)

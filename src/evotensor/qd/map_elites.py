@@ -98,6 +98,8 @@ class MAPElites:
             strategy's ``decoder``) that the run loop applies before a policy problem scores them.
 
     Attributes:
+        elites: the archive the emitters read their elites from (``archive``, or ``result_archive``
+            when ``archive`` stores none); :meth:`elite_state` picks its state.
         population_size: sum of the emitters' batch sizes, times ``num_samples``.
         num_samples: the archive's evaluations per solution (a
             :class:`~evotensor.qd.LowSpreadArchive`'s; 1 otherwise): the population asked holds
