@@ -18,6 +18,14 @@ over seeds, not run by run. pyribs' reservoir over-represents the first measures
 (``evotensor.qd.density_archive``'s docstring); ours is a uniform sample.
 
     .venv/bin/python benchmarks/qd_dds.py --seeds 3 --iterations 1000
+    .venv/bin/python benchmarks/qd_dds.py --part reservoir   # the buffers alone, both libraries
+    .venv/bin/python benchmarks/qd_dds.py --impls evotensor --raw-density   # ranking ablation
+
+``--part reservoir`` feeds ``RESERVOIR_BATCHES`` batches of ``RESERVOIR_BATCH`` distinct scalar
+measures (the stream position) into a buffer of ``RESERVOIR_SIZE`` rows, over ``RESERVOIR_SEEDS``
+seeds, and reports per buffer the repeated rows, the rows holding the first measure of a batch (a
+uniform sample holds ``RESERVOIR_SIZE / RESERVOIR_BATCH`` of them) and the mean stream position
+over the stream length (0.5 for a uniform sample).
 """
 
 from __future__ import annotations
@@ -35,6 +43,48 @@ from qd_bandit import LIMIT, sphere  # noqa: E402
 
 DIM, CELLS, BATCH, EMITTERS, SIGMA0 = 100, (100, 100), 36, 15, 1.5
 BUFFER, BANDWIDTH = 10_000, 25.6
+RESERVOIR_SIZE, RESERVOIR_BATCH, RESERVOIR_BATCHES, RESERVOIR_SEEDS = 100, 1000, 100, 20
+
+
+def reservoir_figures(buffers: list[np.ndarray]) -> dict:
+    """Mean over the buffers of: repeated rows, batch-first rows, mean position / stream length."""
+    total = RESERVOIR_BATCH * RESERVOIR_BATCHES
+    return {
+        "repeated": float(np.mean([RESERVOIR_SIZE - len(np.unique(b)) for b in buffers])),
+        "batch_first": float(np.mean([np.sum(b % RESERVOIR_BATCH == 0) for b in buffers])),
+        "mean_position": float(np.mean([b.mean() / total for b in buffers])),
+    }
+
+
+def reservoir_evotensor() -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from evotensor.qd import DensityArchive
+
+    archive = DensityArchive(measure_dim=1, buffer_size=RESERVOIR_SIZE, bandwidth=1.0)
+    add = jax.jit(lambda s, m: archive.add(s, None, jnp.zeros(RESERVOIR_BATCH), m)[0])
+    buffers = []
+    for seed in range(RESERVOIR_SEEDS):
+        state = archive.init(jax.random.key(seed))
+        for b in range(RESERVOIR_BATCHES):
+            start = b * RESERVOIR_BATCH
+            state = add(state, np.arange(start, start + RESERVOIR_BATCH, dtype=np.float32)[:, None])
+        buffers.append(np.asarray(state.buffer)[:, 0])
+    return reservoir_figures(buffers)
+
+
+def reservoir_pyribs() -> dict:
+    from ribs.archives import DensityArchive
+
+    buffers = []
+    for seed in range(RESERVOIR_SEEDS):
+        archive = DensityArchive(measure_dim=1, buffer_size=RESERVOIR_SIZE, bandwidth=1.0, seed=seed)
+        for b in range(RESERVOIR_BATCHES):
+            start = b * RESERVOIR_BATCH
+            archive.add(None, None, np.arange(start, start + RESERVOIR_BATCH, dtype=float)[:, None])
+        buffers.append(np.asarray(archive.buffer)[:, 0])
+    return reservoir_figures(buffers)
 
 
 def ranges() -> list[tuple[float, float]]:
@@ -48,10 +98,14 @@ def worker_evotensor(a) -> dict:
     import evotensor
     from evotensor.problems.qd import LinearProjection
     from evotensor.qd import CMAESEmitter, DensityArchive, EmitterGroup, GridArchive, MAPElites
+    from evotensor.qd.emitters import Ranker
 
     grid = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges())
+    # --raw-density: rank by the density itself, as pyribs' values (float32 underflow makes far
+    # batches flat, so CMA-ES's flat-ranking stop restarts the emitter)
+    ranker = Ranker("raw-density", lambda o, m, info, d: -info.density) if a.raw_density else "density"
     emitter = CMAESEmitter(
-        np.zeros(DIM), SIGMA0, ranker="density", selection_rule="mu", restart_rule="basic", batch_size=BATCH
+        np.zeros(DIM), SIGMA0, ranker=ranker, selection_rule="mu", restart_rule="basic", batch_size=BATCH
     )
     strategy = MAPElites(
         DensityArchive(measure_dim=2, buffer_size=BUFFER, bandwidth=BANDWIDTH),
@@ -125,9 +179,8 @@ def worker_pyribs(a) -> dict:
 
 def run_worker(impl: str, a, seed: int) -> dict:
     python = sys.executable if impl == "evotensor" else venv_python("qd")
-    return run_json_worker(
-        python, __file__, ["--worker", impl, "--seed", str(seed), "--iterations", str(a.iterations)]
-    )
+    args = ["--worker", impl, "--seed", str(seed), "--iterations", str(a.iterations)]
+    return run_json_worker(python, __file__, args + (["--raw-density"] if a.raw_density else []))
 
 
 def main() -> None:
@@ -138,9 +191,29 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--impls", default="evotensor,pyribs")
     ap.add_argument("--out", help="write the raw rows here (JSON)")
+    ap.add_argument("--part", choices=("run", "reservoir"), default="run")
+    ap.add_argument(
+        "--raw-density", action="store_true", help="evotensor ranks by the density, not its logarithm"
+    )
     a = ap.parse_args()
     if a.worker:
-        print(json.dumps((worker_evotensor if a.worker == "evotensor" else worker_pyribs)(a)))
+        if a.part == "reservoir":
+            print(json.dumps(reservoir_evotensor() if a.worker == "evotensor" else reservoir_pyribs()))
+        else:
+            print(json.dumps((worker_evotensor if a.worker == "evotensor" else worker_pyribs)(a)))
+        return
+    if a.part == "reservoir":
+        print(stamp())
+        print(
+            f"# {RESERVOIR_BATCHES} batches of {RESERVOIR_BATCH} into {RESERVOIR_SIZE} rows, "
+            f"{RESERVOIR_SEEDS} seeds; uniform: {RESERVOIR_SIZE / RESERVOIR_BATCH:g} batch-first rows"
+        )
+        print("| library | repeated rows | batch-first rows | mean position |")
+        print("|---|---|---|---|")
+        for impl in a.impls.split(","):
+            python = sys.executable if impl == "evotensor" else venv_python("qd")
+            r = run_json_worker(python, __file__, ["--worker", impl, "--part", "reservoir"])
+            print(f"| {impl} | {r['repeated']:.2f} | {r['batch_first']:.2f} | {r['mean_position']:.3f} |")
         return
     impls = a.impls.split(",")
     print(stamp())

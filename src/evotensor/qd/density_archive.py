@@ -29,7 +29,7 @@ Rules (pyribs 0.12's where not said otherwise):
   Algorithm L (skips), but in a batch every replacement after the first takes the batch's first
   remaining measure and counts one measure too few, so its buffer over-represents the first
   measures of batches (64 of 100 rows after 100 batches of 1000, where a uniform sample holds ~0.1;
-  ``benchmarks/results_qd.md``, section 18).
+  ``benchmarks/results_qd.md``, section 19).
 * **Validity.** A candidate enters the buffer only with a finite objective, measures and solution
   (``status`` 2; otherwise 0 and it is not counted in ``t``): rows MAP-Elites only evaluates (an
   emitter's ``insert_mask``) and failed evaluations stay out. Its density is reported whenever its

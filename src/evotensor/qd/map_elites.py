@@ -42,7 +42,6 @@ from evotensor.qd.mome_archive import MOMEArchive
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
 from evotensor.qd.sharded_mome import ShardedMOMEArchive
 
-
 _DENSITY_KEY = 0x44445300  # folded into the init key for a DensityArchive's reservoir
 
 
