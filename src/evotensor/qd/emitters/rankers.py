@@ -75,25 +75,25 @@ def _projection(objective, measures, info, direction):
     return jnp.matmul(jnp.asarray(measures, jnp.float32), direction, precision=lax.Precision.HIGHEST)
 
 
-def _novelty(objective, measures, info, direction):
-    novelty = getattr(info, "novelty", None)
-    if novelty is None:
+def _reported(info, field: str, ranker: str, what: str, archive: str):
+    """``info.<field>``, or an :class:`ArgumentError` saying that ``ranker`` needs an archive whose
+    add reports ``what`` (such as ``archive``)."""
+    value = getattr(info, field, None)
+    if value is None:
         raise ArgumentError(
-            f"ranker 'nov' needs an archive whose add reports each candidate's novelty "
-            f"(evotensor.qd.ProximityArchive), got {type(info).__name__}"
+            f"ranker '{ranker}' needs an archive whose add reports each candidate's {what} "
+            f"(evotensor.qd.{archive}), got {type(info).__name__}"
         )
-    return novelty
+    return value
+
+
+def _novelty(objective, measures, info, direction):
+    return _reported(info, "novelty", "nov", "novelty", "ProximityArchive")
 
 
 def _rarity(objective, measures, info, direction):
-    log_density = getattr(info, "log_density", None)
-    if log_density is None:
-        raise ArgumentError(
-            f"ranker 'density' needs an archive whose add reports each candidate's density "
-            f"(evotensor.qd.DensityArchive), got {type(info).__name__}"
-        )
     # the log density orders candidates whose float32 density underflows to 0 (far from the buffer)
-    return -log_density
+    return -_reported(info, "log_density", "density", "density", "DensityArchive")
 
 
 @dataclasses.dataclass(frozen=True)
