@@ -28,6 +28,7 @@ from evotensor.problems.qd import LinearProjection
 from evotensor.qd import (
     CMAESEmitter,
     CVTArchive,
+    DensityArchive,
     EmitterGroup,
     GaussianEmitter,
     GenotypeEmitter,
@@ -42,6 +43,7 @@ from evotensor.qd import (
     pga_me_emitters,
     problem_jacobian,
 )
+from evotensor.qd.density_archive import DensityState
 from evotensor.qd.emitters import DCRLState, MEESEmitterState, PolicyGradientState
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
 
@@ -92,7 +94,10 @@ def _summary(me: MAPElites, result) -> dict:
         "best_fitness": result.best_fitness,
         "cells": archive.num_cells,
     }
-    if result.state.result is not None:  # the search archive too (CMA-MAE thresholds)
+    if isinstance(me.archive, DensityArchive):  # the search archive's reservoir
+        reservoir = result.state.archive
+        out["search"] = _lists(reservoir.replace(key=jax.random.key_data(reservoir.key)))
+    elif result.state.result is not None:  # the search archive too (CMA-MAE thresholds)
         out["search"] = _lists(trim_padding(result.state.archive, me.archive.num_cells))
     cma = [s.cma for s in result.state.emitters if hasattr(s, "cma")]
     if cma:
@@ -123,8 +128,10 @@ def _both(make, problem, generations: int, seed: int) -> dict:
 
 
 def _layout(state) -> dict:
-    """Rows of the archive state and of each of this process's shards, and the sharding spec."""
-    solutions = jax.tree_util.tree_leaves(state.solutions)[0]
+    """Rows of the archive state (a density archive's: of its buffer) and of each of this process's
+    shards, and the sharding spec."""
+    rows = state.buffer if isinstance(state, DensityState) else state.solutions
+    solutions = jax.tree_util.tree_leaves(rows)[0]
     return {
         "rows": int(solutions.shape[0]),
         "rows_per_device": [int(s.data.shape[0]) for s in solutions.addressable_shards],
@@ -358,6 +365,23 @@ def scenario_dcrl_me() -> dict:
 
 # distinctive sizes: "[1001,7]" in the HLO text can only be the whole archive's solutions
 HLO_CELLS, HLO_DIMS, HLO_BATCH = 1001, 7, 64
+
+
+def scenario_dds() -> dict:
+    """Density Descent Search (three CMA-ES emitters ranked by density, restarts from the sharded
+    result grid's elites; the density archive whole on every device) on a 9 x 9 grid: the result
+    archive, the reservoir and the CMA-ES states must equal the one-device run's bit for bit."""
+    problem = LinearProjection(6, "sphere")
+
+    def make():
+        grid = GridArchive(solution_dim=6, dims=(9, 9), ranges=problem.descriptor_ranges)
+        density = DensityArchive(measure_dim=2, buffer_size=30, bandwidth=1.5)
+        emitter = CMAESEmitter(
+            np.zeros(6), 1.0, ranker="density", selection_rule="mu", restart_rule=4, batch_size=4
+        )
+        return MAPElites(density, [EmitterGroup(emitter, 3)], result_archive=grid)
+
+    return _both(make, problem, 10, seed=9)
 
 
 def scenario_omg_mega() -> dict:

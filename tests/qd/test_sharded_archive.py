@@ -241,6 +241,7 @@ FUSION_SCENARIOS = [
     "tests.qd.mesh_scenarios:scenario_pga_me",
     "tests.qd.mesh_scenarios:scenario_dcrl_me",
     "tests.qd.mesh_scenarios:scenario_omg_mega",
+    "tests.qd.mesh_scenarios:scenario_dds",
 ]
 
 
@@ -312,6 +313,20 @@ def test_omg_mega_on_4_devices_equals_one_device(four_devices_fusion):
     for metric in ("num_elites", "added", "best_fitness"):
         assert mesh["history"][metric] == single["history"][metric], metric
     assert single["history"]["num_elites"][-1] > 10
+
+
+@pytest.mark.fusion_emitters
+def test_density_descent_search_on_4_devices_equals_one_device(four_devices_fusion):
+    result = four_devices_fusion["tests.qd.mesh_scenarios:scenario_dds"]
+    mesh, single = result["mesh"], result["single"]
+    assert result["devices"] == 4 and result["layout"]["result"]["rows"] == 84
+    # the reservoir whole on every device, the result grid split
+    assert result["layout"]["search"] == {"rows": 30, "rows_per_device": [30] * 4, "spec": "P()"}
+    assert mesh["archive"] == single["archive"] and mesh["search"] == single["search"]
+    assert mesh["cma"] == single["cma"]
+    for metric in ("num_elites", "added", "new_cells", "best_fitness"):
+        assert mesh["history"][metric] == single["history"][metric], metric
+    assert single["search"][".seen"] == 120 and single["history"]["num_elites"][-1] > 5
 
 
 @pytest.mark.fusion_emitters

@@ -37,11 +37,14 @@ Rules (pyribs 0.12's where not said otherwise):
   measures and ignores the objective.
 
 ``add`` costs ``O(B N D)`` (explicit differences, blocks of candidates) for ``B`` candidates and a
-buffer of ``N`` rows of ``D`` measures.
+buffer of ``N`` rows of ``D`` measures. On a device mesh (:meth:`DensityArchive.on_mesh`, what
+``evotensor.run(..., mesh=)`` uses) the state is small and kept whole on every device, and every
+``add`` takes the whole batch, as on one device: a run on a mesh equals the one-device run.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -52,6 +55,14 @@ from jax import lax
 
 from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_int, check_real
+from evotensor.core.mesh import (
+    POPULATION_AXIS,
+    auto_mesh,
+    check_mesh,
+    place,
+    replicated,
+    replicated_shardings,
+)
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.archive import NEW, NOT_ADDED, AddInfo, candidate_is_valid
 
@@ -137,9 +148,8 @@ class DensityArchive:
     """
 
     stores_elites = False
-    shardable = False
-    unshardable_because = "a DensityArchive's buffer is kept whole on one device (run it without mesh=)"
     extra_fields: dict[str, Any] = {}
+    mesh = None  # set by on_mesh
 
     def __init__(self, *, measure_dim: int, buffer_size: int = 10_000, bandwidth: float, seed: int = 0):
         self.measure_dim = check_int(measure_dim, "measure_dim")
@@ -152,6 +162,32 @@ class DensityArchive:
             f"DensityArchive(measure_dim={self.measure_dim}, buffer_size={self.buffer_size}, "
             f"bandwidth={self.bandwidth:g}, seed={self.seed})"
         )
+
+    def on_mesh(self, mesh: Any, axis: str = POPULATION_AXIS) -> DensityArchive:
+        """This archive for a run on ``mesh``: its state whole on every device, each ``add`` given
+        the whole batch (the population split over ``axis`` is gathered first)."""
+        twin = copy.copy(self)
+        twin.mesh = check_mesh(mesh, axis)
+        return twin
+
+    def state_shardings(self, state: DensityState) -> Any:
+        """Every leaf replicated over the mesh."""
+        return replicated_shardings(state, self.mesh)
+
+    def portable(self, state: DensityState) -> DensityState:
+        """The state as a checkpoint holds it (it is never padded)."""
+        return state
+
+    def pad(self, state: DensityState) -> DensityState:
+        """A restored state laid out on the mesh (whole on every device)."""
+        return place(state, self.state_shardings(state))
+
+    def _whole(self, tree: Any) -> Any:
+        """Inside ``jit`` on a mesh: ``tree`` whole on every device (one device: unchanged)."""
+        if self.mesh is None:
+            return tree
+        whole = replicated(auto_mesh(self.mesh))
+        return jax.tree_util.tree_map(lambda a: lax.with_sharding_constraint(a, whole), tree)
 
     def init(self, key: jax.Array | None = None) -> DensityState:
         """An empty buffer whose reservoir draws come from ``key`` (default: the archive's ``seed``)."""
@@ -197,6 +233,7 @@ class DensityArchive:
                 f"objective must be [B] and measures [B, {self.measure_dim}], got "
                 f"{list(objective.shape)} and {list(measures.shape)}"
             )
+        solutions, objective, measures = self._whole((solutions, objective, measures))
         log_density = self.log_density(state, measures)
         valid = candidate_is_valid(solutions, objective, measures)
         # Algorithm R over the valid candidates: t is each one's position in the run's stream

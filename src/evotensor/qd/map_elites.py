@@ -45,8 +45,11 @@ from evotensor.qd.sharded_mome import ShardedMOMEArchive
 _DENSITY_KEY = 0x44445300  # folded into the init key for a DensityArchive's reservoir
 
 
-def _sharded(archive: Archive, mesh: Mesh, axis: str) -> ShardedArchive:
-    """``archive`` split along its cells over ``mesh[axis]``: MOME's fronts by their own class."""
+def _sharded(archive: Archive, mesh: Mesh, axis: str) -> ShardedArchive | DensityArchive:
+    """``archive`` split along its cells over ``mesh[axis]``: MOME's fronts by their own class; a
+    density archive (no cells) whole on every device."""
+    if isinstance(archive, DensityArchive):
+        return archive.on_mesh(mesh, axis)
     layout = ShardedMOMEArchive if isinstance(archive, MOMEArchive) else ShardedArchive
     return layout(archive, mesh, axis)
 
@@ -373,7 +376,8 @@ class MAPElites:
 
 class ShardedMAPElites(MAPElites):
     """:meth:`MAPElites.on_mesh`'s strategy: the same ``init / ask / tell`` with both archives
-    sharded along their cells (see :mod:`evotensor.qd.sharded_archive`).
+    sharded along their cells (see :mod:`evotensor.qd.sharded_archive`); a
+    :class:`~evotensor.qd.DensityArchive` search archive, which has no cells, whole on every device.
 
     Args:
         strategy: the MAP-Elites to lay out.
@@ -386,8 +390,6 @@ class ShardedMAPElites(MAPElites):
 
     def __init__(self, strategy: MAPElites, mesh: Mesh, axis: str = POPULATION_AXIS):
         unsharded = strategy.unsharded if isinstance(strategy, ShardedMAPElites) else strategy
-        if isinstance(unsharded.archive, DensityArchive):
-            raise ArgumentError(f"MAP-Elites cannot run on a mesh: {unsharded.archive.unshardable_because}")
         result = unsharded.result_archive
         super().__init__(
             _sharded(unsharded.archive, mesh, axis),
@@ -405,7 +407,7 @@ class ShardedMAPElites(MAPElites):
         math (a CMA-ES sample's matrix product, say) then rounds as on one device, which a product
         split by rows does not; the run loop splits the population for its evaluation afterwards."""
         genotypes, state = super().ask(key, state, params)
-        return self.archive.replicate(genotypes), state
+        return self.elites.replicate(genotypes), state
 
     def state_shardings(self, state: MAPElitesState) -> MAPElitesState:
         """The layout the run loop keeps between chunks: archives split along their cells, emitter
