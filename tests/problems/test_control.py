@@ -130,7 +130,8 @@ def test_vmap_episodes_runs_every_individual_and_episode(episodes):
         for e in range(episodes):
             want = episode(jax.tree.map(lambda a, i=i: a[i], phenotypes), keys[i, e])
             np.testing.assert_allclose(got["value"][i, e], want["value"], rtol=1e-6)
-            np.testing.assert_array_equal(got["pair"][0][i, e], want["pair"][0])
+            # jitted and vmapped against eager: the normal draws round alike only to float32 precision
+            np.testing.assert_allclose(got["pair"][0][i, e], want["pair"][0], rtol=1e-6, atol=1e-7)
             np.testing.assert_array_equal(got["pair"][1][i, e], want["pair"][1])
 
 
