@@ -78,7 +78,7 @@ Case ``me-ls noisy arm`` (section ``qd-mels``): the ``qd-noisy-arm`` task (ME-LS
 Case ``dds sphere`` (section ``qd-dds``): the ``qd-dds`` task (Density Descent Search with pyribs'
 sphere example setup: 15 CMA-ES emitters ranked by a Gaussian KDE over 10,000 buffered measures,
 the 100-d linear-projection sphere, a 100 x 100 result grid) at ``batch`` solutions per emitter
-(``"gpu"``: 36, 256, 2048; ``"cpu"``: 8 with 2 emitters on a 10-d task, a 10 x 10 grid and 200
+(``"gpu"``: 36, 2048; ``"cpu"``: 8 with 2 emitters on a 10-d task, a 10 x 10 grid and 200
 buffered measures): compile, ``ms_per_gen`` (median), ``evals_per_s``, the result archive's
 coverage and best objective after ``generations``. ``benchmarks/qd_dds.py`` sets it beside pyribs
 on a CPU.
@@ -175,7 +175,7 @@ MELS = {
 }
 # qd-dds: the qd-dds task (pyribs' sphere example "dds") at these batches per emitter
 DDS = {
-    "gpu": dict(batches=(36, 256, 2048), generations=30, task={}),
+    "gpu": dict(batches=(36, 2048), generations=30, task={}),
     "cpu": dict(batches=(8,), generations=6, task={"dims": 10, "cells": 10, "emitters": 2, "buffer": 200}),
 }
 NOVELTY = {
