@@ -217,7 +217,7 @@ class BanditMAPElites(MAPElites):
     ) -> tuple[BanditState, dict[str, jax.Array]]:
         """Add the population, credit each active emitter with its batch, let it learn from it."""
         x, objective, measures, archive_state, result, info, counted = self._add(state, genotypes, evaluation)
-        elites = result if self.elites is self.result_archive else archive_state
+        elites = self.elite_state(state.replace(archive=archive_state, result=result))
         keys = jax.random.split(key, self.num_active)
         b = self.batch_size
         place_of = jnp.cumsum(state.active, dtype=jnp.int32) - 1

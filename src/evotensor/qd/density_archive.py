@@ -38,8 +38,9 @@ Rules (pyribs 0.12's where not said otherwise):
 
 ``add`` costs ``O(B N D)`` (explicit differences, blocks of candidates) for ``B`` candidates and a
 buffer of ``N`` rows of ``D`` measures. On a device mesh (:meth:`DensityArchive.on_mesh`, what
-``evotensor.run(..., mesh=)`` uses) the state is small and kept whole on every device, and every
-``add`` takes the whole batch, as on one device: a run on a mesh equals the one-device run.
+``evotensor.run(..., mesh=)`` uses) the state is small and kept whole on every device; each
+candidate's density is the same computation wherever its row lies, so a run on a mesh equals the
+one-device run.
 """
 
 from __future__ import annotations
@@ -55,14 +56,7 @@ from jax import lax
 
 from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_int, check_real
-from evotensor.core.mesh import (
-    POPULATION_AXIS,
-    auto_mesh,
-    check_mesh,
-    place,
-    replicated,
-    replicated_shardings,
-)
+from evotensor.core.mesh import POPULATION_AXIS, check_mesh, place, replicated_shardings
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.archive import NEW, NOT_ADDED, AddInfo, candidate_is_valid
 
@@ -109,6 +103,11 @@ def kde_log_density(measures: jax.Array, buffer: jax.Array, size: jax.Array, ban
     NaN for a row with a non-finite entry. Distances are explicit differences (no GEMM)."""
     measures = jnp.asarray(measures, jnp.float32)
     buffer = jnp.asarray(buffer, jnp.float32)
+    if buffer.ndim != 2 or measures.ndim != 2 or measures.shape[1] != buffer.shape[1]:
+        raise ArgumentError(
+            f"measures and buffer must be [B, D] and [N, D], got {list(measures.shape)} and "
+            f"{list(buffer.shape)}"
+        )
     rows, dims = buffer.shape
     filled = jnp.arange(rows) < size
     inv_h = jnp.float32(1.0 / bandwidth)
@@ -164,8 +163,8 @@ class DensityArchive:
         )
 
     def on_mesh(self, mesh: Any, axis: str = POPULATION_AXIS) -> DensityArchive:
-        """This archive for a run on ``mesh``: its state whole on every device, each ``add`` given
-        the whole batch (the population split over ``axis`` is gathered first)."""
+        """This archive for a run on ``mesh`` (the population split over ``axis``): its state whole
+        on every device."""
         twin = copy.copy(self)
         twin.mesh = check_mesh(mesh, axis)
         return twin
@@ -182,13 +181,6 @@ class DensityArchive:
         """A restored state laid out on the mesh (whole on every device)."""
         return place(state, self.state_shardings(state))
 
-    def _whole(self, tree: Any) -> Any:
-        """Inside ``jit`` on a mesh: ``tree`` whole on every device (one device: unchanged)."""
-        if self.mesh is None:
-            return tree
-        whole = replicated(auto_mesh(self.mesh))
-        return jax.tree_util.tree_map(lambda a: lax.with_sharding_constraint(a, whole), tree)
-
     def init(self, key: jax.Array | None = None) -> DensityState:
         """An empty buffer whose reservoir draws come from ``key`` (default: the archive's ``seed``)."""
         return DensityState(
@@ -200,9 +192,6 @@ class DensityArchive:
 
     def log_density(self, state: DensityState, measures: jax.Array) -> jax.Array:
         """``[B, D] -> [B]`` float32: the log density of each point against the buffer."""
-        measures = jnp.asarray(measures, jnp.float32)
-        if measures.ndim != 2 or measures.shape[1] != self.measure_dim:
-            raise ArgumentError(f"measures must be [batch, {self.measure_dim}], got {list(measures.shape)}")
         return kde_log_density(measures, state.buffer, state.size, self.bandwidth)
 
     def density(self, state: DensityState, measures: jax.Array) -> jax.Array:
@@ -233,7 +222,6 @@ class DensityArchive:
                 f"objective must be [B] and measures [B, {self.measure_dim}], got "
                 f"{list(objective.shape)} and {list(measures.shape)}"
             )
-        solutions, objective, measures = self._whole((solutions, objective, measures))
         log_density = self.log_density(state, measures)
         valid = candidate_is_valid(solutions, objective, measures)
         # Algorithm R over the valid candidates: t is each one's position in the run's stream

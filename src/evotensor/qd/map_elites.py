@@ -156,7 +156,7 @@ class MAPElites:
         self.archive = archive
         self.result_archive = result_archive
         # the archive the emitters read their elites from (and what a solution is)
-        self.elites = result_archive if isinstance(archive, DensityArchive) else archive
+        self.elites = archive if getattr(archive, "stores_elites", True) else result_archive
         self.emitters = emitters
         self.solution = solution
         elites = self.elites
@@ -235,7 +235,7 @@ class MAPElites:
     def elite_state(self, state: MAPElitesState) -> ArchiveState:
         """The state of :attr:`elites`, the archive the emitters read (the search archive's, or the
         result archive's when the search archive stores no elites)."""
-        return state.result if self.elites is self.result_archive else state.archive
+        return state.archive if self.elites is self.archive else state.result
 
     def _genotypes(self, x: Any) -> Any:
         """The population the emitters proposed (``[pop, solution_dim]`` or genotypes) as the
@@ -278,7 +278,7 @@ class MAPElites:
         """
         x, objective, measures, archive_state, result, info, counted = self._add(state, genotypes, evaluation)
         keys = jax.random.split(key, len(self.emitters))
-        elites = result if self.elites is self.result_archive else archive_state
+        elites = self.elite_state(state.replace(archive=archive_state, result=result))
         emitter_states, start = [], 0
         for emitter, k, s, size in zip(self.emitters, keys, state.emitters, self.batch_sizes, strict=True):
             part = slice(start, start + size)
@@ -336,7 +336,7 @@ class MAPElites:
             result, result_info = self.result_archive.add(
                 result, x, offered, measures, self._fields(self.result_archive, evaluation)
             )
-            if self.elites is self.result_archive:  # the search archive's statuses count no elites
+            if self.elites is not self.archive:  # the search archive's statuses count no elites
                 counted = result_info
         if self.num_samples > 1:  # emitters learn from each solution's aggregate (unmasked)
             if mask is None:
