@@ -50,6 +50,8 @@ VENVS: dict[str, list[str]] = {
     "evox": ["--extra-index-url", "https://download.pytorch.org/whl/cpu", "torch", "evox==1.4.0"],
     "gp": ["gplearn==0.4.3", "pyoperon==0.6.2", "deap==1.4.4"],
     "qd": ["ribs==0.12.0", "qdax==0.5.0", "jax==0.10.2", "jaxlib==0.10.2"],
+    # pyribs' Discount Model Search trains its discount model with PyTorch (CPU wheel)
+    "dms": ["--extra-index-url", "https://download.pytorch.org/whl/cpu", "torch", "ribs==0.12.0"],
     # QDax 0.5.1 from source: PyPI's 0.5.0 PGA-ME imports brax.v1, which brax >= 0.11 no longer has
     "qd051": ["jax==0.10.2", "jaxlib==0.10.2"],
     "tree": ["DI-treetensor==0.5.0", "tianshou"],

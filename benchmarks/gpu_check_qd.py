@@ -83,6 +83,13 @@ buffered measures): compile, ``ms_per_gen`` (median), ``evals_per_s``, the resul
 coverage and best objective after ``generations``. ``benchmarks/qd_dds.py`` sets it beside pyribs
 on a CPU.
 
+Case ``dms sphere`` (section ``qd-dms``): the ``qd-dms`` task (Discount Model Search with the DMS
+paper's ``sphere_100d`` setup: 15 CMA-ES emitters ranked by improvement over a 128 x 128 ReLU
+discount network trained every generation by minibatches of 32, the 100-d linear-projection sphere,
+a 100 x 100 result grid) at ``batch`` solutions per emitter (``"gpu"``: 36, 2048; ``"cpu"``: 8 with
+2 emitters on a 10-d task and a 10 x 10 grid): the same figures as ``dds sphere``.
+``benchmarks/qd_dms.py`` sets it beside pyribs on a CPU.
+
 Case ``multi-task arm`` (section ``qd-multitask``): the ``qd-multitask-arm`` task (multi-task
 MAP-Elites with pymap_elites' example setup: 5000 tasks of the 10-joint arm, SBX, the bandit-sized
 tournament) at ``batch`` children per generation (``"gpu"``: 100, 1024, 16384; ``"cpu"``: 32 on 100
@@ -172,6 +179,11 @@ MULTITASK = {
 MELS = {
     "gpu": dict(batches=(64, 1024, 8192), generations=30, task={"reevals": 0}),
     "cpu": dict(batches=(16,), generations=6, task={"joints": 4, "cells": 8, "reevals": 0}),
+}
+# qd-dms: the qd-dms task (the DMS paper's sphere_100d) at these batches per emitter
+DMS = {
+    "gpu": dict(batches=(36, 2048), generations=30, task={}),
+    "cpu": dict(batches=(8,), generations=6, task={"dims": 10, "cells": 10, "emitters": 2}),
 }
 # qd-dds: the qd-dds task (pyribs' sphere example "dds") at these batches per emitter
 DDS = {
@@ -375,20 +387,32 @@ def measure_omg_mega(batch: int, generations: int, task_options: dict, seed: int
     }
 
 
-def measure_dds(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
-    """One ``qd-dds`` row: ``generations`` generations of the ``qd-dds`` task (Density Descent
-    Search) with ``batch`` solutions per emitter (``evals_per_s`` counts every emitter's)."""
-    row, strategy, stats = _task_generations(
-        "qd-dds", "dds sphere", "qd-dds", batch, generations, task_options, seed
-    )
-    return {
+def _sphere_search(section: str, case: str, batch: int, generations: int, task_options: dict, seed: int):
+    """``(row, strategy)``: ``generations`` generations of the task ``section`` (CMA-ES emitters on
+    the linear-projection sphere searching a cell-less archive, a result grid) with ``batch``
+    solutions per emitter (``evals_per_s`` counts every emitter's)."""
+    row, strategy, stats = _task_generations(section, case, section, batch, generations, task_options, seed)
+    row = {
         **row,
         "evals_per_s": round(strategy.population_size / (row["ms_per_gen"] / 1e3)),
         "emitters": strategy.emitters[0].n,
-        "buffer": strategy.archive.buffer_size,
         "coverage": round(float(stats["coverage"]), 4),
-        "obj_max": round(float(stats["obj_max"]), 2),
+        "obj_max": round(float(stats["obj_max"]), 4),
     }
+    return row, strategy
+
+
+def measure_dds(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
+    """One ``qd-dds`` row: the ``qd-dds`` task (Density Descent Search), its buffer size added."""
+    row, strategy = _sphere_search("qd-dds", "dds sphere", batch, generations, task_options, seed)
+    return {**row, "buffer": strategy.archive.buffer_size}
+
+
+def measure_dms(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
+    """One ``qd-dms`` row: the ``qd-dms`` task (Discount Model Search: the discount network trained
+    by minibatches of 32 inside every generation), its training minibatch size added."""
+    row, strategy = _sphere_search("qd-dms", "dms sphere", batch, generations, task_options, seed)
+    return {**row, "train_batch": strategy.archive.train_batch_size}
 
 
 def measure_mels(batch: int, generations: int, task_options: dict, seed: int = 0) -> dict:
@@ -521,6 +545,9 @@ def run(mode: str) -> list[dict]:
     dds = DDS[mode]
     for batch in dds["batches"]:
         rows.append(measure_dds(batch, dds["generations"], dds["task"]))
+    dms = DMS[mode]
+    for batch in dms["batches"]:
+        rows.append(measure_dms(batch, dms["generations"], dms["task"]))
     mels = MELS[mode]
     for batch in mels["batches"]:
         rows.append(measure_mels(batch, mels["generations"], mels["task"]))

@@ -79,6 +79,10 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     assert all(np.isfinite(r["spread_mean"]) and r["spread_mean"] >= 0 for r in mels)
     dds = by_section["qd-dds"]  # density-ranked CMA-ES emitters, a result grid
     assert dds and all(r["evals_per_s"] > 0 and 0 < r["coverage"] <= 1 and r["emitters"] == 2 for r in dds)
+    dms = by_section["qd-dms"]  # improvement over a discount network, a result grid
+    assert dms and all(
+        r["evals_per_s"] > 0 and 0 < r["coverage"] <= 1 and r["train_batch"] == 32 for r in dms
+    )
     mees = by_section["qd-mees"]  # one offspring per generation may enter the archive
     assert mees and all(r["evals_per_s"] > 0 and 0 < r["elites"] <= r["generations"] for r in mees)
 
@@ -97,4 +101,4 @@ def test_gpu_check_cpu_mode_runs_every_family_and_writes_json_and_markdown(tmp_p
     assert "## neat-grad" in table
     assert "## qd-mees" in table and "## qd-dns" in table and "## qd-genotypes" in table
     assert "## qd-mome" in table and "## qd-multitask" in table and "## qd-omg-mega" in table
-    assert "## qd-mels" in table and "## qd-dds" in table
+    assert "## qd-mels" in table and "## qd-dds" in table and "## qd-dms" in table

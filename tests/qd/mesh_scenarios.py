@@ -29,6 +29,8 @@ from evotensor.qd import (
     CMAESEmitter,
     CVTArchive,
     DensityArchive,
+    DiscountArchive,
+    DiscountMLP,
     EmitterGroup,
     GaussianEmitter,
     GenotypeEmitter,
@@ -44,6 +46,7 @@ from evotensor.qd import (
     problem_jacobian,
 )
 from evotensor.qd.density_archive import DensityState
+from evotensor.qd.discount_archive import DiscountState
 from evotensor.qd.emitters import DCRLState, MEESEmitterState, PolicyGradientState
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
 
@@ -94,9 +97,9 @@ def _summary(me: MAPElites, result) -> dict:
         "best_fitness": result.best_fitness,
         "cells": archive.num_cells,
     }
-    if isinstance(me.archive, DensityArchive):  # the search archive's reservoir
-        reservoir = result.state.archive
-        out["search"] = _lists(reservoir.replace(key=jax.random.key_data(reservoir.key)))
+    if isinstance(me.archive, (DensityArchive, DiscountArchive)):  # the reservoir, the discount model
+        search = result.state.archive
+        out["search"] = _lists(search.replace(key=jax.random.key_data(search.key)))
     elif result.state.result is not None:  # the search archive too (CMA-MAE thresholds)
         out["search"] = _lists(trim_padding(result.state.archive, me.archive.num_cells))
     cma = [s.cma for s in result.state.emitters if hasattr(s, "cma")]
@@ -130,7 +133,10 @@ def _both(make, problem, generations: int, seed: int) -> dict:
 def _layout(state) -> dict:
     """Rows of the archive state (a density archive's: of its buffer) and of each of this process's
     shards, and the sharding spec."""
-    rows = state.buffer if isinstance(state, DensityState) else state.solutions
+    if isinstance(state, DiscountState):  # the first layer's weights
+        rows = state.params[0]["w"]
+    else:
+        rows = state.buffer if isinstance(state, DensityState) else state.solutions
     solutions = jax.tree_util.tree_leaves(rows)[0]
     return {
         "rows": int(solutions.shape[0]),
@@ -382,6 +388,33 @@ def scenario_dds() -> dict:
         return MAPElites(density, [EmitterGroup(emitter, 3)], result_archive=grid)
 
     return _both(make, problem, 10, seed=9)
+
+
+def scenario_dms() -> dict:
+    """Discount Model Search (three CMA-ES emitters ranked by improvement over a discount network
+    trained every generation on the batch and the sharded result grid's empty cells) on a 9 x 9
+    grid: the result archive, the model, its optimizer and the CMA-ES states must equal the
+    one-device run's bit for bit."""
+    problem = LinearProjection(6, "sphere", scale=1.0)
+
+    def make():
+        grid = GridArchive(solution_dim=6, dims=(9, 9), ranges=problem.descriptor_ranges)
+        search = DiscountArchive(
+            result_archive=grid,
+            learning_rate=0.1,
+            threshold_min=0.0,
+            model=DiscountMLP((16, 16)),
+            init_train_points=40,
+            empty_points=10,
+            train_batch_size=8,
+            train_cutoff_loss=1e-4,
+        )
+        emitter = CMAESEmitter(
+            np.zeros(6), 1.0, ranker="imp", selection_rule="mu", restart_rule=4, batch_size=4
+        )
+        return MAPElites(search, [EmitterGroup(emitter, 3)], result_archive=grid)
+
+    return _both(make, problem, 10, seed=11)
 
 
 def scenario_omg_mega() -> dict:

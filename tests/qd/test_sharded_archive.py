@@ -242,6 +242,7 @@ FUSION_SCENARIOS = [
     "tests.qd.mesh_scenarios:scenario_dcrl_me",
     "tests.qd.mesh_scenarios:scenario_omg_mega",
     "tests.qd.mesh_scenarios:scenario_dds",
+    "tests.qd.mesh_scenarios:scenario_dms",
 ]
 
 
@@ -313,6 +314,27 @@ def test_omg_mega_on_4_devices_equals_one_device(four_devices_fusion):
     for metric in ("num_elites", "added", "best_fitness"):
         assert mesh["history"][metric] == single["history"][metric], metric
     assert single["history"]["num_elites"][-1] > 10
+
+
+@pytest.mark.fusion_emitters
+def test_discount_model_search_on_4_devices_equals_one_device(four_devices_fusion):
+    result = four_devices_fusion["tests.qd.mesh_scenarios:scenario_dms"]
+    mesh, single = result["mesh"], result["single"]
+    assert result["devices"] == 4 and result["layout"]["result"]["rows"] == 84
+    # the model whole on every device, the result grid split
+    assert result["layout"]["search"] == {"rows": 2, "rows_per_device": [2] * 4, "spec": "P()"}
+    assert mesh["archive"] == single["archive"] and mesh["cma"] == single["cma"]
+    for metric in ("num_elites", "added", "new_cells", "best_fitness", "discount_epochs"):
+        assert mesh["history"][metric] == single["history"][metric], metric
+    # the model's float32 training is the same computation on the same data, compiled inside
+    # another program (XLA fuses it otherwise): equal to float32 rounding, not bit for bit
+    assert mesh["search"].keys() == single["search"].keys()
+    for name, value in mesh["search"].items():
+        np.testing.assert_allclose(value, single["search"][name], rtol=1e-5, atol=1e-7, err_msg=name)
+    np.testing.assert_allclose(
+        mesh["history"]["discount_loss"], single["history"]["discount_loss"], rtol=1e-5
+    )
+    assert single["search"][".step"] == 10 and single["history"]["num_elites"][-1] > 5
 
 
 @pytest.mark.fusion_emitters

@@ -381,8 +381,9 @@ class LinearProjection:
     With ``z = x - 2.048`` (the optimum moved to ``x_i = 0.4 * 5.12``) and ``f`` the sphere
     ``sum(z_i^2)`` or Rastrigin ``10 n + sum(z_i^2 - 10 cos(2 pi z_i))``:
 
-    * fitness: ``(f(z) - worst) / (0 - worst) * 100``, the objective normalised so that 100 is the
-      optimum (``f = 0``) and 0 is ``worst = f`` at ``x = (-5.12, ..., -5.12)``
+    * fitness: ``(f(z) - worst) / (0 - worst) * scale``, the objective normalised so that ``scale``
+      (100, pyribs' example; 1 in the DDS and DMS papers' domains) is the optimum (``f = 0``) and 0
+      is ``worst = f`` at ``x = (-5.12, ..., -5.12)``
       (``worst = n * 7.168^2`` for the sphere, pyribs' ``(-5.12 - sphere_shift) ** 2 * dim``);
     * measures, with the clip rule ``fold(v) = v if -5.12 <= v <= 5.12 else 5.12 / v`` (pyribs:
       ``clipped[mask] = 5.12 / clipped[mask]`` where ``mask = (x < -5.12) | (x > 5.12)``):
@@ -395,17 +396,19 @@ class LinearProjection:
     Args:
         num_dims: genotype length (>= 2), default 100 (pyribs' ``sphere.py`` default ``dim``).
         function: ``"sphere"`` (pyribs' example) or ``"rastrigin"`` (CMA-ME's second benchmark).
+        scale: the optimum's fitness, > 0 (default 100).
 
     Attributes:
         bounds: ``(-5.12, 5.12)`` (pyribs starts from ``x0 = 0`` and does not bound solutions).
         descriptor_ranges: ``(-5.12 k, 5.12 k)`` with ``k`` the number of coordinates in each half,
             i.e. pyribs' ``(-n/2 * 5.12, n/2 * 5.12)`` for even ``n``; they hold for every genotype.
-        fitness_range: ``(0, 100)`` for the sphere; ``(100 (1 - max_term / worst_term), 100)``
-            for Rastrigin, both inside the bounds.
+        fitness_range: ``(0, scale)`` for the sphere; ``(scale (1 - max_term / worst_term),
+            scale)`` for Rastrigin, both inside the bounds.
     """
 
     num_dims: int = 100
     function: str = "sphere"
+    scale: float = 100.0
     maximize: bool = dataclasses.field(default=True, init=False)
     kind: str = dataclasses.field(default="function", init=False)
 
@@ -417,6 +420,7 @@ class LinearProjection:
             raise ArgumentError(
                 f"function must be one of {', '.join(_PROJECTION_FUNCTIONS)}, got {self.function!r}"
             )
+        object.__setattr__(self, "scale", check_real(self.scale, "scale", low=0.0, low_open=True))
 
     @property
     def num_descriptors(self) -> int:
@@ -446,9 +450,9 @@ class LinearProjection:
     @property
     def fitness_range(self) -> tuple[float, float]:
         if self.function == "sphere":
-            return (0.0, 100.0)
+            return (0.0, self.scale)
         max_term = _rastrigin_term_max(-_LIMIT - _SHIFT, _LIMIT - _SHIFT)
-        return (100.0 * (1.0 - max_term / self._worst_term()), 100.0)
+        return (self.scale * (1.0 - max_term / self._worst_term()), self.scale)
 
     def evaluate(self, key: jax.Array, genotypes: Any) -> Evaluation:
         """``genotypes``: ``[pop, num_dims]`` or a pytree with a leading pop axis; ``key`` unused."""
@@ -456,7 +460,7 @@ class LinearProjection:
         z = x - _SHIFT
         raw = jnp.sum(z * z, axis=-1) if self.function == "sphere" else _rastrigin_terms(z)
         worst = self.worst_objective
-        fitness = (raw - worst) / (0.0 - worst) * 100.0
+        fitness = (raw - worst) / (0.0 - worst) * self.scale
         half = self.num_dims // 2
         folded = _fold(x)
         descriptor = jnp.stack(

@@ -10,6 +10,10 @@
 * :mod:`.density_archive` — :class:`DensityArchive`: Density Descent Search's reservoir of measures
   and its Gaussian kernel density (no elites: a result archive keeps them; emitters rank by
   ``ranker="density"``, lowest density first).
+* :mod:`.discount_archive` — :class:`DiscountArchive`: Discount Model Search's discount network
+  (CMA-MAE's thresholds as a smooth function of the measures, trained inside the generation on
+  the batch and on the result archive's empty cells; emitters rank by ``ranker="imp"``);
+  :mod:`.discount_model` — :class:`DiscountMLP` and its minibatch regression.
 * :mod:`.mome_archive` — :class:`MOMEArchive`: multi-objective MAP-Elites (MOME), a Pareto front
   of at most ``front_size`` solutions per grid or CVT cell, batch insertion in one step, hypervolume
   improvement as each candidate's value, MOQD score and global hypervolume in ``stats``; split over
@@ -63,6 +67,8 @@ from evotensor.qd.archive import (
 from evotensor.qd.bandit import BanditMAPElites, BanditState
 from evotensor.qd.centroids import grid_centroids, kmeans_centroids, nearest_centroid
 from evotensor.qd.density_archive import DensityAddInfo, DensityArchive, DensityState
+from evotensor.qd.discount_archive import DiscountAddInfo, DiscountArchive, DiscountState
+from evotensor.qd.discount_model import DiscountMLP, fit_discount_model
 from evotensor.qd.dns_archive import DNSAddInfo, DNSArchive
 from evotensor.qd.emitters import (
     CMAESEmitter,
@@ -111,6 +117,10 @@ __all__ = [
     "DensityAddInfo",
     "DensityArchive",
     "DensityState",
+    "DiscountAddInfo",
+    "DiscountArchive",
+    "DiscountMLP",
+    "DiscountState",
     "DNSArchive",
     "Emitter",
     "EmitterGroup",
@@ -142,6 +152,7 @@ __all__ = [
     "corrected_archive",
     "cqd_score",
     "dcrl_me_emitters",
+    "fit_discount_model",
     "grid_centroids",
     "kmeans_centroids",
     "nearest_centroid",

@@ -61,7 +61,7 @@ from evotensor.core.checks import (
 )
 from evotensor.core.numerics import deterministic_segment_sum, rounded
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.qd.centroids import kmeans_centroids, nearest_centroid
+from evotensor.qd.centroids import grid_axis_centres, kmeans_centroids, nearest_centroid
 
 NOT_ADDED, IMPROVED, NEW = 0, 1, 2
 # up to this many cells per axis a float32 estimate of a grid cell is off by at most one cell
@@ -772,6 +772,17 @@ class GridArchive(Archive):
             columns.append(jnp.clip(cell, 0, n - 1))
         return jnp.stack(columns, axis=1).astype(jnp.int32)
 
+    def cell_centers(self, cells: jax.Array) -> jax.Array:
+        """The centre of each cell: ``[n] int -> [n, D]`` float32, the rows ``cells`` of
+        :func:`~evotensor.qd.centroids.grid_centroids` (pyribs' cell centres) without building it."""
+        cells = jnp.asarray(cells, jnp.int32)
+        axes = grid_axis_centres(self.dims, self.ranges)
+        columns, rest = [], cells
+        for n, centres in zip(self.dims[::-1], axes[::-1], strict=True):  # row-major: last axis fastest
+            columns.append(jnp.asarray(centres, jnp.float32)[rest % n])
+            rest = rest // n
+        return jnp.stack(columns[::-1], axis=1)
+
     def index_of(self, measures: jax.Array) -> jax.Array:
         grid = self.grid_index_of(measures)
         strides = np.cumprod((1,) + self.dims[:0:-1])[::-1]  # row-major strides
@@ -839,6 +850,10 @@ class CVTArchive(Archive):
         self.measure_dim = centroids.shape[1]
         self.num_cells = centroids.shape[0]
         self._check_memory(f"centroids of shape {centroids.shape}")
+
+    def cell_centers(self, cells: jax.Array) -> jax.Array:
+        """The centroid of each cell: ``[n] int -> [n, D]`` float32."""
+        return self.centroids[jnp.asarray(cells, jnp.int32)]
 
     def index_of(self, measures: jax.Array) -> jax.Array:
         measures = jnp.asarray(measures, jnp.float32)

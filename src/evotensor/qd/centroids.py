@@ -32,6 +32,15 @@ from evotensor.core.numerics import deterministic_segment_sum, exact_sum
 _UNIT_ROUNDOFF = 2.0**-24  # float32
 
 
+def grid_axis_centres(dims: Sequence[int], ranges: Sequence[tuple[float, float]]) -> list[np.ndarray]:
+    """Per axis ``d``, the ``[n_d]`` float64 centres ``low + (high - low) (k + 0.5) / n_d`` of its
+    intervals (computed on the host: rounded once to float32, each is the nearest float32 to the
+    true centre). ``dims`` and ``ranges`` as :func:`grid_centroids` checks them."""
+    return [
+        low + (high - low) * (np.arange(n) + 0.5) / n for n, (low, high) in zip(dims, ranges, strict=True)
+    ]
+
+
 def grid_centroids(dims: Sequence[int], ranges: Sequence[tuple[float, float]]) -> jax.Array:
     """Centres of the cells of a uniform grid.
 
@@ -50,9 +59,9 @@ def grid_centroids(dims: Sequence[int], ranges: Sequence[tuple[float, float]]) -
     ranges = check_ranges(ranges)
     if len(dims) != len(ranges):
         raise ArgumentError(f"dims and ranges must have the same length, got {len(dims)} and {len(ranges)}")
-    # float64 on the host, rounded once to float32: each centre is the nearest float32 to the true one
-    axes = [low + (high - low) * (np.arange(n) + 0.5) / n for n, (low, high) in zip(dims, ranges)]
-    mesh = np.meshgrid(*axes, indexing="ij")  # "ij": the last dimension varies fastest (row-major)
+    mesh = np.meshgrid(
+        *grid_axis_centres(dims, ranges), indexing="ij"
+    )  # "ij": the last dimension varies fastest (row-major)
     return jnp.asarray(np.stack([m.reshape(-1) for m in mesh], axis=1), jnp.float32)
 
 

@@ -143,10 +143,12 @@ class DensityArchive:
     Attributes:
         stores_elites: False: MAP-Elites then needs a ``result_archive``, which its emitters read
             their elites from.
+        keyed_init: True: :class:`~evotensor.qd.MAPElites` hands :meth:`init` a key of the run.
         measure_dim, buffer_size, bandwidth, seed.
     """
 
     stores_elites = False
+    keyed_init = True  # MAPElites hands init a key drawn from the run's
     extra_fields: dict[str, Any] = {}
     mesh = None  # set by on_mesh
 

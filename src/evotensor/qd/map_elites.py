@@ -38,17 +38,20 @@ from evotensor.core.pytree import pytree_dataclass
 from evotensor.core.strategy import SolutionSpace, as_solution_space
 from evotensor.qd.archive import AddInfo, Archive, ArchiveState
 from evotensor.qd.density_archive import DensityArchive
+from evotensor.qd.discount_archive import DiscountArchive
 from evotensor.qd.mome_archive import MOMEArchive
 from evotensor.qd.sharded_archive import ShardedArchive, trim_padding
 from evotensor.qd.sharded_mome import ShardedMOMEArchive
 
-_DENSITY_KEY = 0x44445300  # folded into the init key for a DensityArchive's reservoir
+# folded into the init key for a search archive that draws its own (DDS's reservoir, DMS's model)
+_SEARCH_KEY = 0x44445300
+_CELLLESS = (DensityArchive, DiscountArchive)  # search archives without cells or elites
 
 
-def _sharded(archive: Archive, mesh: Mesh, axis: str) -> ShardedArchive | DensityArchive:
+def _sharded(archive: Archive, mesh: Mesh, axis: str) -> ShardedArchive | DensityArchive | DiscountArchive:
     """``archive`` split along its cells over ``mesh[axis]``: MOME's fronts by their own class; a
-    density archive (no cells) whole on every device."""
-    if isinstance(archive, DensityArchive):
+    density or discount archive (no cells) whole on every device."""
+    if isinstance(archive, _CELLLESS):
         return archive.on_mesh(mesh, axis)
     layout = ShardedMOMEArchive if isinstance(archive, MOMEArchive) else ShardedArchive
     return layout(archive, mesh, axis)
@@ -86,9 +89,13 @@ class MAPElites:
 
     Args:
         archive: the search archive (e.g. :class:`~evotensor.qd.GridArchive`), or a
-            :class:`~evotensor.qd.DensityArchive` (Density Descent Search), which stores no
-            elites: then a ``result_archive`` is required and the emitters draw their elites from
-            it (pyribs' sphere example passes its result archive to DDS's emitters).
+            :class:`~evotensor.qd.DensityArchive` (Density Descent Search) or
+            :class:`~evotensor.qd.DiscountArchive` (Discount Model Search), which store no
+            elites: then a ``result_archive`` is required (a DiscountArchive's own) and the
+            emitters draw their elites from it (pyribs' sphere example passes its result archive
+            to DDS's emitters). After both adds, an archive with a ``refit`` method (DMS's) learns
+            from the batch and the result archive's new state; its ``search_metrics`` join the
+            metrics.
         emitters: one or more emitters; the population is their batches concatenated in order.
         result_archive: optional second archive that also receives every batch and is the one
             reported (pyribs' Scheduler ``result_archive``: with CMA-MAE the search archive's
@@ -122,7 +129,7 @@ class MAPElites:
         solution: Any = None,
         decoder: Any = None,
     ):
-        if not isinstance(archive, (Archive, ShardedArchive, DensityArchive)):
+        if not isinstance(archive, (Archive, ShardedArchive, *_CELLLESS)):
             raise ArgumentError(f"archive must be an evotensor.qd Archive, got {type(archive).__name__}")
         emitters = tuple(emitters) if isinstance(emitters, (list, tuple)) else (emitters,)
         if not emitters:
@@ -133,11 +140,16 @@ class MAPElites:
                     raise ArgumentError(f"emitters[{i}] ({type(emitter).__name__}) has no {method}() method")
         if result_archive is not None and not isinstance(result_archive, (Archive, ShardedArchive)):
             raise ArgumentError(f"result_archive must be an Archive, got {type(result_archive).__name__}")
-        if isinstance(archive, DensityArchive):
+        if isinstance(archive, DiscountArchive) and result_archive is not archive.result_archive:
+            raise ArgumentError(
+                "a DiscountArchive trains on its own result_archive's empty cells: give MAPElites "
+                "that same archive as result_archive"
+            )
+        if isinstance(archive, _CELLLESS):
             if result_archive is None:
                 raise ArgumentError(
-                    "a DensityArchive stores no elites: give MAPElites a result_archive (a grid or "
-                    "CVT archive) to keep them and to give the emitters their elites"
+                    f"a {type(archive).__name__} stores no elites: give MAPElites a result_archive (a "
+                    "grid or CVT archive) to keep them and to give the emitters their elites"
                 )
             if result_archive.measure_dim != archive.measure_dim:
                 raise ArgumentError("result_archive must have the archive's measure_dim")
@@ -207,10 +219,11 @@ class MAPElites:
     def init(self, key: jax.Array, params: Any = None) -> MAPElitesState:
         """Empty archive(s) and each emitter's initial state (``params`` unused)."""
         keys = jax.random.split(key, len(self.emitters))
-        # a density archive's reservoir draws its own key (a fold, so the emitters' keys are unchanged)
+        # a density archive's reservoir, a discount archive's model draw their own key (a fold, so
+        # the emitters' keys are unchanged)
         search = (
-            self.archive.init(jax.random.fold_in(key, _DENSITY_KEY))
-            if isinstance(self.archive, DensityArchive)
+            self.archive.init(jax.random.fold_in(key, _SEARCH_KEY))
+            if getattr(self.archive, "keyed_init", False)
             else self.archive.init()
         )
         return MAPElitesState(
@@ -338,6 +351,8 @@ class MAPElites:
             )
             if self.elites is not self.archive:  # the search archive's statuses count no elites
                 counted = result_info
+        if callable(getattr(self.archive, "refit", None)):  # DMS: the model learns from the batch
+            archive_state = self.archive.refit(archive_state, x, offered, measures, info, result)
         if self.num_samples > 1:  # emitters learn from each solution's aggregate (unmasked)
             if mask is None:
                 objective, measures = info.objective, info.measures
@@ -351,6 +366,8 @@ class MAPElites:
         metrics = reported.stats(archive_state if result is None else result)
         metrics["added"] = jnp.sum(info.status > 0).astype(jnp.int32)
         metrics["new_cells"] = jnp.sum(info.status == 2).astype(jnp.int32)
+        if callable(getattr(self.archive, "search_metrics", None)):
+            metrics.update(self.archive.search_metrics(archive_state))
         return metrics
 
     def reported_archive(self, state: MAPElitesState) -> tuple[Archive, ArchiveState]:
@@ -390,11 +407,16 @@ class ShardedMAPElites(MAPElites):
 
     def __init__(self, strategy: MAPElites, mesh: Mesh, axis: str = POPULATION_AXIS):
         unsharded = strategy.unsharded if isinstance(strategy, ShardedMAPElites) else strategy
+        search = _sharded(unsharded.archive, mesh, axis)
         result = unsharded.result_archive
+        if isinstance(search, DiscountArchive):  # it trains on the result archive's layout
+            result = search.result_archive
+        elif result is not None:
+            result = _sharded(result, mesh, axis)
         super().__init__(
-            _sharded(unsharded.archive, mesh, axis),
+            search,
             unsharded.emitters,
-            result_archive=None if result is None else _sharded(result, mesh, axis),
+            result_archive=result,
             solution=unsharded.solution,
             decoder=unsharded.decoder,
         )

@@ -221,6 +221,11 @@ class ShardedArchive:
     def ranges(self) -> Any:
         return getattr(self.archive, "ranges", None)
 
+    def cell_centers(self, cells: jax.Array) -> jax.Array:
+        """The plain archive's cell centres (``[n] -> [n, D]``; a grid's from the index, a CVT's
+        centroids replicated)."""
+        return self.archive.cell_centers(cells)
+
     def __repr__(self) -> str:
         return (
             f"ShardedArchive({type(self.archive).__name__} of {self.num_cells} cells, "

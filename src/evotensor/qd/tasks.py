@@ -1,5 +1,6 @@
 """QD tasks: ``qd-arm``, ``qd-novelty``, ``qd-dns``, ``qd-mees``, ``qd-cma-mae``, ``qd-dds``,
-``qd-cma-mega``, ``qd-omg-mega``, ``qd-mome``, ``qd-multitask-arm``, ``qd-noisy-arm`` and ``qd-brax``.
+``qd-dms``, ``qd-cma-mega``, ``qd-omg-mega``, ``qd-mome``, ``qd-multitask-arm``, ``qd-noisy-arm``
+and ``qd-brax``.
 
 * ``qd-arm`` — MAP-Elites with Iso+LineDD (pyribs' defaults, iso 0.01 / line 0.2, clipped to the
   genotype box) on the planar arm (QDax's definition, 100 joints), a 64 x 64 grid over the
@@ -27,6 +28,12 @@
   batch 36) on the 100-d linear-projection sphere, searching a :class:`~evotensor.qd.DensityArchive`
   (10,000 buffered measures, bandwidth a tenth of the measure half-range: pyribs' 25.6 at 100-d); a
   100 x 100 grid result archive keeps the elites and gives the emitters their restart points.
+* ``qd-dms`` — Discount Model Search (Tjanaka et al. 2026; the paper's ``sphere_100d``
+  configuration): the 100-d linear-projection sphere with its objective in ``[0, 1]``, 15 CMA-ES
+  emitters (sigma0 0.5, ``imp`` ranker, ``mu`` selection, basic restarts, batch 36) ranked against a
+  :class:`~evotensor.qd.DiscountArchive` (a 128 x 128 ReLU discount model, Adam 1e-3, learning
+  rate 0.1, threshold_min 0, at most 5 epochs of batches of 32 per generation, cutoff loss 0.05,
+  100 empty points; 1000 at init); a 100 x 100 grid result archive keeps the elites.
 
 * ``qd-cma-mega`` — CMA-MEGA (Fontaine & Nikolaidis 2021; pyribs' sphere example ``cma_mega``, at
   100 dimensions instead of 1000): one gradient arborescence emitter (sigma0 10, plain gradient
@@ -100,6 +107,7 @@ import numpy as np
 from evotensor.qd.archive import CVTArchive, GridArchive
 from evotensor.qd.centroids import kmeans_centroids
 from evotensor.qd.density_archive import DensityArchive
+from evotensor.qd.discount_archive import DiscountArchive
 from evotensor.qd.dns_archive import DNSArchive
 from evotensor.qd.emitters import (
     CMAESEmitter,
@@ -439,6 +447,50 @@ def _build_dds(cfg: dict[str, Any]) -> Task:
         problem=problem,
         generations=cfg["generations"] or 1000,
         report=report_with_buffer,
+    )
+
+
+@register_task(
+    "qd-dms",
+    "Discount Model Search (15 CMA-ES emitters, a discount network) on the 100-d linear-projection sphere",
+    defaults={"dims": 100, "cells": 100, "emitters": 15, "sigma0": 0.5, "learning_rate": 0.1, "cutoff": 0.05},
+)
+def _build_dms(cfg: dict[str, Any]) -> Task:
+    from evotensor.problems.qd import LinearProjection
+
+    problem = LinearProjection(num_dims=positive_int_option(cfg, "dims"), function="sphere", scale=1.0)
+    grid = GridArchive(
+        solution_dim=problem.num_dims, dims=_grid(cfg["cells"]), ranges=problem.descriptor_ranges
+    )
+    search = DiscountArchive(
+        result_archive=grid,
+        learning_rate=positive_float_option(cfg, "learning_rate"),
+        threshold_min=problem.fitness_range[0],
+        train_cutoff_loss=positive_float_option(cfg, "cutoff"),
+    )
+    emitter = CMAESEmitter(
+        np.zeros(problem.num_dims),
+        positive_float_option(cfg, "sigma0"),
+        ranker="imp",
+        selection_rule="mu",
+        restart_rule="basic",
+        batch_size=cfg["pop"] or 36,
+    )
+    strategy = MAPElites(
+        search, [EmitterGroup(emitter, positive_int_option(cfg, "emitters"))], result_archive=grid
+    )
+    report = _report(strategy, ("measure 0", "measure 1"))
+
+    def report_with_model(result: Any, run_dir: Path | None) -> str:
+        state = result.state.archive
+        head = (
+            f"discount model: last training {int(state.epochs)} epoch(s), loss "
+            f"{float(search.search_metrics(state)['discount_loss']):.3g}, {int(state.empty)} empty cells"
+        )
+        return head + "\n" + report(result, run_dir)
+
+    return Task(
+        strategy=strategy, problem=problem, generations=cfg["generations"] or 1000, report=report_with_model
     )
 
 
