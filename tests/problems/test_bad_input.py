@@ -177,6 +177,10 @@ for cls in (QDSphere, QDRastrigin, RastriginProj, LinearProjection):
         case(cls.__name__, cls, "num_dims", num_dims=value)
 for value in ["cube", None, 3]:
     case("LinearProjection", LinearProjection, "function", function=value)
+for value in [0.0, -1.0, NAN, INF, "1"]:
+    case("LinearProjection", LinearProjection, "scale", scale=value)
+for value in [1, 101, 2.0, True]:  # 2 <= k <= num_dims (100)
+    case("LinearProjection", LinearProjection, "num_measures", num_measures=value)
 # the networks problems' helpers
 for value in [(2,), (2, 0), (2, -1), (2, 3.0), (2, True)]:
     case("init_mlp", mlp, "sizes", sizes=value)

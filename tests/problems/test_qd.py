@@ -204,6 +204,34 @@ def test_linear_projection_optimum_and_normalisation():
     assert LinearProjection(100).worst_objective == pytest.approx(100 * 7.168**2)
 
 
+@settings(max_examples=20, deadline=None)
+@given(num_dims=st.integers(2, 12), k=st.integers(2, 12), seed=st.integers(0, 2**31 - 1))
+def test_linear_projection_measures_are_folded_group_sums(num_dims, k, seed):
+    """``k`` measures: sums over consecutive groups of ``n // k`` coordinates, the last ``n mod k``
+    groups one longer (``np.array_split``'s groups reversed), inside their ranges."""
+    k = min(k, num_dims)
+    problem = LinearProjection(num_dims, "sphere", num_measures=k)
+    x = np.random.default_rng(seed).uniform(-12, 12, (5, num_dims)).astype(np.float32)
+    ev = run(problem, KEY, jnp.asarray(x))
+    groups = np.array_split(np.arange(num_dims)[::-1], k)[::-1]  # bigger groups last
+    folded = np.array([[ref_fold(v) for v in row] for row in x.astype(np.float64)])
+    want = np.stack([folded[:, sorted(g)].sum(1) for g in groups], axis=1)
+    np.testing.assert_allclose(ev.descriptor, want, rtol=2e-5, atol=1e-4)
+    assert problem.num_descriptors == k and len(problem.descriptor_ranges) == k
+    for j, (low, high) in enumerate(problem.descriptor_ranges):
+        assert high == -low == pytest.approx(5.12 * len(groups[j]))
+        assert np.all((low <= np.asarray(ev.descriptor)[:, j]) & (np.asarray(ev.descriptor)[:, j] <= high))
+    if k == 2:  # pyribs' example: the first n // 2 coordinates, then the rest
+        h = num_dims // 2
+        np.testing.assert_allclose(
+            ev.descriptor, np.stack([folded[:, :h].sum(1), folded[:, h:].sum(1)], 1), rtol=2e-5, atol=1e-4
+        )
+    # the fitness is scaled to scale, the measures not
+    ev1 = run(LinearProjection(num_dims, "sphere", scale=1.0, num_measures=k), KEY, jnp.asarray(x))
+    np.testing.assert_allclose(ev1.fitness, np.asarray(ev.fitness) / 100, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ev1.descriptor, ev.descriptor)
+
+
 def test_linear_projection_clip_rule():
     problem = LinearProjection(4)
     x = jnp.array(

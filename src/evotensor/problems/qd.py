@@ -386,8 +386,12 @@ class LinearProjection:
       is ``worst = f`` at ``x = (-5.12, ..., -5.12)``
       (``worst = n * 7.168^2`` for the sphere, pyribs' ``(-5.12 - sphere_shift) ** 2 * dim``);
     * measures, with the clip rule ``fold(v) = v if -5.12 <= v <= 5.12 else 5.12 / v`` (pyribs:
-      ``clipped[mask] = 5.12 / clipped[mask]`` where ``mask = (x < -5.12) | (x > 5.12)``):
-      ``(sum_{i < n//2} fold(x_i), sum_{i >= n//2} fold(x_i))``.
+      ``clipped[mask] = 5.12 / clipped[mask]`` where ``mask = (x < -5.12) | (x > 5.12)``): the sums
+      of ``fold(x_i)`` over ``k = num_measures`` groups of consecutive coordinates,
+      ``(sum_{i < n//2} fold(x_i), sum_{i >= n//2} fold(x_i))`` for ``k = 2``. The groups have
+      ``n // k`` coordinates, the last ``n mod k`` one more: pyribs' example's halves for ``k = 2``,
+      and the DMS paper's ``np.array_split`` groups whenever ``k`` divides ``n`` (its 100-d domains
+      with 20 or 50 measures).
 
     For the sphere the fitness lies in ``[0, 100]`` inside ``[-5.12, 5.12]^n`` (unbounded below
     outside it). For Rastrigin ``x = -5.12`` is not the worst point of the box, so the normalised
@@ -397,10 +401,11 @@ class LinearProjection:
         num_dims: genotype length (>= 2), default 100 (pyribs' ``sphere.py`` default ``dim``).
         function: ``"sphere"`` (pyribs' example) or ``"rastrigin"`` (CMA-ME's second benchmark).
         scale: the optimum's fitness, > 0 (default 100).
+        num_measures: the measure-space dimension ``k``, ``2 <= k <= n`` (default 2).
 
     Attributes:
         bounds: ``(-5.12, 5.12)`` (pyribs starts from ``x0 = 0`` and does not bound solutions).
-        descriptor_ranges: ``(-5.12 k, 5.12 k)`` with ``k`` the number of coordinates in each half,
+        descriptor_ranges: ``(-5.12 m, 5.12 m)`` with ``m`` the number of coordinates of each group,
             i.e. pyribs' ``(-n/2 * 5.12, n/2 * 5.12)`` for even ``n``; they hold for every genotype.
         fitness_range: ``(0, scale)`` for the sphere; ``(scale (1 - max_term / worst_term),
             scale)`` for Rastrigin, both inside the bounds.
@@ -409,6 +414,7 @@ class LinearProjection:
     num_dims: int = 100
     function: str = "sphere"
     scale: float = 100.0
+    num_measures: int = 2
     maximize: bool = dataclasses.field(default=True, init=False)
     kind: str = dataclasses.field(default="function", init=False)
 
@@ -421,20 +427,26 @@ class LinearProjection:
                 f"function must be one of {', '.join(_PROJECTION_FUNCTIONS)}, got {self.function!r}"
             )
         object.__setattr__(self, "scale", check_real(self.scale, "scale", low=0.0, low_open=True))
+        object.__setattr__(
+            self, "num_measures", check_int(self.num_measures, "num_measures", 2, maximum=self.num_dims)
+        )
 
     @property
     def num_descriptors(self) -> int:
-        return 2
+        return self.num_measures
 
     @property
     def bounds(self) -> tuple[float, float]:
         return (-_LIMIT, _LIMIT)
 
+    def group_sizes(self) -> tuple[int, ...]:
+        """Coordinates per measure: ``n // k``, the last ``n mod k`` groups one more."""
+        n, k = self.num_dims, self.num_measures
+        return tuple(n // k + (g >= k - n % k) for g in range(k))
+
     @property
     def descriptor_ranges(self) -> tuple[tuple[float, float], ...]:
-        first = self.num_dims // 2
-        second = self.num_dims - first
-        return ((-_LIMIT * first, _LIMIT * first), (-_LIMIT * second, _LIMIT * second))
+        return tuple((-_LIMIT * m, _LIMIT * m) for m in self.group_sizes())
 
     def _worst_term(self) -> float:
         z = -_LIMIT - _SHIFT
@@ -461,10 +473,14 @@ class LinearProjection:
         raw = jnp.sum(z * z, axis=-1) if self.function == "sphere" else _rastrigin_terms(z)
         worst = self.worst_objective
         fitness = (raw - worst) / (0.0 - worst) * self.scale
-        half = self.num_dims // 2
         folded = _fold(x)
+        ends = np.cumsum(self.group_sizes())
         descriptor = jnp.stack(
-            [jnp.sum(folded[:, :half], axis=-1), jnp.sum(folded[:, half:], axis=-1)], axis=-1
+            [
+                jnp.sum(folded[:, end - m : end], axis=-1)
+                for end, m in zip(ends, self.group_sizes(), strict=True)
+            ],
+            axis=-1,
         )
         return Evaluation(fitness=fitness.astype(jnp.float32), descriptor=descriptor)
 

@@ -34,6 +34,9 @@ and ``qd-brax``.
   :class:`~evotensor.qd.DiscountArchive` (a 128 x 128 ReLU discount model, Adam 1e-3, learning
   rate 0.1, threshold_min 0, at most 5 epochs of batches of 32 per generation, cutoff loss 0.05,
   100 empty points; 1000 at init); a 100 x 100 grid result archive keeps the elites.
+  ``--set measures=20`` (or 50) is the paper's ``sphere_20_100d`` (``sphere_50_100d``): as many
+  measures, sums of consecutive coordinates, a CVT result archive of ``centroids`` (10,000) k-means
+  cells (~15 s of k-means on a 2-core CPU) and restarts every 100 generations (the paper's rule).
 
 * ``qd-cma-mega`` — CMA-MEGA (Fontaine & Nikolaidis 2021; pyribs' sphere example ``cma_mega``, at
   100 dimensions instead of 1000): one gradient arborescence emitter (sigma0 10, plain gradient
@@ -453,15 +456,35 @@ def _build_dds(cfg: dict[str, Any]) -> Task:
 @register_task(
     "qd-dms",
     "Discount Model Search (15 CMA-ES emitters, a discount network) on the 100-d linear-projection sphere",
-    defaults={"dims": 100, "cells": 100, "emitters": 15, "sigma0": 0.5, "learning_rate": 0.1, "cutoff": 0.05},
+    defaults={
+        "dims": 100,
+        "cells": 100,
+        "emitters": 15,
+        "sigma0": 0.5,
+        "learning_rate": 0.1,
+        "cutoff": 0.05,
+        "measures": 2,
+        "centroids": 10_000,
+    },
 )
 def _build_dms(cfg: dict[str, Any]) -> Task:
     from evotensor.problems.qd import LinearProjection
 
-    problem = LinearProjection(num_dims=positive_int_option(cfg, "dims"), function="sphere", scale=1.0)
-    grid = GridArchive(
-        solution_dim=problem.num_dims, dims=_grid(cfg["cells"]), ranges=problem.descriptor_ranges
+    measures = positive_int_option(cfg, "measures")
+    problem = LinearProjection(
+        num_dims=positive_int_option(cfg, "dims"), function="sphere", scale=1.0, num_measures=measures
     )
+    if measures == 2:
+        grid = GridArchive(
+            solution_dim=problem.num_dims, dims=_grid(cfg["cells"]), ranges=problem.descriptor_ranges
+        )
+    else:  # the paper's sphere_20_100d / sphere_50_100d: a CVT of k-means centroids (seed 42)
+        grid = CVTArchive(
+            solution_dim=problem.num_dims,
+            centroids=positive_int_option(cfg, "centroids"),
+            ranges=problem.descriptor_ranges,
+            seed=42,
+        )
     search = DiscountArchive(
         result_archive=grid,
         learning_rate=positive_float_option(cfg, "learning_rate"),
@@ -473,7 +496,7 @@ def _build_dms(cfg: dict[str, Any]) -> Task:
         positive_float_option(cfg, "sigma0"),
         ranker="imp",
         selection_rule="mu",
-        restart_rule="basic",
+        restart_rule="basic" if measures == 2 else 100,
         batch_size=cfg["pop"] or 36,
     )
     strategy = MAPElites(
