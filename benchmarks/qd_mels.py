@@ -1,5 +1,8 @@
 """MAP-Elites Low-Spread on a noisy brax task: evotensor's ``LowSpreadArchive`` under ``MAPElites``
 beside QDax's ``MELS``, like for like, plus our plain MAP-Elites on the same evaluations (run by hand).
+``--algorithm sampling``: MAP-Elites-Sampling instead, our ``SampledArchive`` (average extractors)
+beside QDax's ``MAPElites`` scoring through ``qdax.utils.sampling.sampling`` (its defaults: average
+fitness and descriptor over the samples), the same set-up.
 
 QDax's ``examples/mels.ipynb`` set-up, scaled down so that a 2-core CPU finishes in minutes (every
 reduction applied to every engine; ``--full`` restores the example's sizes, meant for a GPU):
@@ -56,7 +59,14 @@ from qd_pgame import (  # noqa: E402
 TASK, EPISODE, BATCH, SAMPLES = "walker2d_uni", 100, 64, 5
 POLICY, CELLS, GENERATIONS, REEVALS = (64, 64), 256, 60, 8
 FULL = dict(batch=100, cells=1024, generations=1000)  # the example's (episode 100, 64-64, 5 samples)
-ENGINES = ["evotensor", "qdax", "evotensor-me"]
+ENGINES = {"mels": ["evotensor", "qdax", "evotensor-me"], "sampling": ["evotensor-sampling", "qdax-sampling"]}
+NAMES = {
+    "evotensor": "evotensor ME-LS",
+    "qdax": "QDax 0.5.1 MELS",
+    "evotensor-me": "evotensor ME",
+    "evotensor-sampling": "evotensor ME-Sampling",
+    "qdax-sampling": "QDax 0.5.1 ME + sampling",
+}
 
 
 def config(args: argparse.Namespace) -> dict:
@@ -79,21 +89,21 @@ def flat_template(cfg: dict, observation_size: int, action_size: int) -> tuple:
 
 
 # -- evotensor (in this venv) ---------------------------------------------------------------------
-def run_evotensor(
-    cfg: dict, seed: int, cells: np.ndarray, low_spread: bool
-) -> tuple[dict, np.ndarray, np.ndarray]:
+def run_evotensor(cfg: dict, seed: int, cells: np.ndarray, kind: str) -> tuple[dict, np.ndarray, np.ndarray]:
+    """``kind``: ``"low-spread"`` (ME-LS), ``"sampling"`` (ME-Sampling) or ``"plain"`` (MAP-Elites
+    on ``samples`` times the batch, one evaluation each)."""
     import jax
     from jax.flatten_util import ravel_pytree
 
     import evotensor
     from evotensor.problems.networks import ParamsDecoder, mlp_apply
     from evotensor.problems.qd_control import BraxQDProblem
-    from evotensor.qd import CVTArchive, IsoLineEmitter, LowSpreadArchive, MAPElites
+    from evotensor.qd import CVTArchive, IsoLineEmitter, LowSpreadArchive, MAPElites, SampledArchive
 
     problem = BraxQDProblem(cfg["task"], episode_length=cfg["episode"])
     template = flat_template(cfg, problem.observation_size, problem.output_size)
     sizes = (problem.observation_size, *cfg["policy"], problem.output_size)
-    batch = cfg["batch"] if low_spread else cfg["batch"] * cfg["samples"]
+    batch = cfg["batch"] * (cfg["samples"] if kind == "plain" else 1)
     first = [
         tuple({"w": w, "b": b} for w, b in layers)
         for layers in initial_layers(dict(cfg, batch=batch), sizes, seed)
@@ -105,8 +115,10 @@ def run_evotensor(
         ranges=problem.descriptor_ranges,
         qd_score_offset=problem.qd_score_offset,
     )
-    if low_spread:
+    if kind == "low-spread":
         archive = LowSpreadArchive(archive, num_samples=cfg["samples"])
+    elif kind == "sampling":
+        archive = SampledArchive(archive, num_samples=cfg["samples"])
     emitter = IsoLineEmitter(
         x0=initial[0], iso_sigma=0.005, line_sigma=0.05, batch_size=batch, initial_solutions=initial
     )
@@ -127,7 +139,9 @@ def run_evotensor(
 
 
 # -- QDax (in its venv) ---------------------------------------------------------------------------
-def run_qdax(cfg: dict, seed: int, cells: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
+def run_qdax(cfg: dict, seed: int, cells: np.ndarray, algorithm: str) -> tuple[dict, np.ndarray, np.ndarray]:
+    """``algorithm``: ``"mels"`` (QDax's ``MELS``) or ``"sampling"`` (its ``MAPElites`` scoring
+    through ``sampling``)."""
     import functools
 
     import jax
@@ -135,6 +149,7 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray) -> tuple[dict, np.ndarray,
     import qdax.tasks.brax as environments
     from qdax.core.emitters.mutation_operators import isoline_variation
     from qdax.core.emitters.standard_emitters import MixingEmitter
+    from qdax.core.map_elites import MAPElites
     from qdax.core.mels import MELS
     from qdax.core.neuroevolution.networks.networks import MLP
     from qdax.utils.metrics import default_qd_metrics
@@ -158,12 +173,16 @@ def run_qdax(cfg: dict, seed: int, cells: np.ndarray) -> tuple[dict, np.ndarray,
         variation_percentage=1.0,
         batch_size=batch,
     )
-    mels = MELS(
-        scoring_function=scoring,
-        emitter=emitter,
-        metrics_function=functools.partial(default_qd_metrics, qd_offset=offset),
-        num_samples=cfg["samples"],
-    )
+    metrics = functools.partial(default_qd_metrics, qd_offset=offset)
+    if algorithm == "mels":
+        mels = MELS(
+            scoring_function=scoring, emitter=emitter, metrics_function=metrics, num_samples=cfg["samples"]
+        )
+    else:
+        from qdax.utils.sampling import sampling
+
+        sampled = functools.partial(sampling, scoring_fn=scoring, num_samples=cfg["samples"])
+        mels = MAPElites(scoring_function=sampled, emitter=emitter, metrics_function=metrics)
 
     def whole(variables, key):
         key, init_key = jax.random.split(key)
@@ -234,17 +253,23 @@ def worker(args: argparse.Namespace) -> None:
     with open(args.case) as f:
         case = json.load(f)
     cfg, seed, cells = case["cfg"], case["seed"], np.asarray(case["cells"], np.float32)
-    if args.impl == "qdax":
-        out, solutions, occupied = run_qdax(cfg, seed, cells)
+    if args.impl.startswith("qdax"):
+        out, solutions, occupied = run_qdax(
+            cfg, seed, cells, "sampling" if args.impl == "qdax-sampling" else "mels"
+        )
     else:
-        out, solutions, occupied = run_evotensor(cfg, seed, cells, low_spread=args.impl == "evotensor")
+        kind = {"evotensor": "low-spread", "evotensor-me": "plain", "evotensor-sampling": "sampling"}[
+            args.impl
+        ]
+        out, solutions, occupied = run_evotensor(cfg, seed, cells, kind)
     np.savez(case["elites"], solutions=solutions, occupied=occupied)
     print(json.dumps(out))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--impl", choices=ENGINES)
+    p.add_argument("--impl", choices=[e for engines in ENGINES.values() for e in engines])
+    p.add_argument("--algorithm", choices=sorted(ENGINES), default="mels")
     p.add_argument("--case", help="internal: a JSON file of one run's arguments")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--generations", type=int, default=None)
@@ -262,10 +287,12 @@ def main() -> None:
     ranges = BraxQDProblem(cfg["task"], episode_length=cfg["episode"]).descriptor_ranges
     cells = np.asarray(kmeans_centroids(jax.random.key(0), cfg["cells"], ranges, samples=50_000)[0])
     qdax_python = bench_venvs.venv_python("qd051")
-    engines = ENGINES if os.path.exists(qdax_python) else [e for e in ENGINES if e != "qdax"]
+    engines = ENGINES[args.algorithm]
+    engines = engines if os.path.exists(qdax_python) else [e for e in engines if not e.startswith("qdax")]
     evaluations = cfg["generations"] * cfg["batch"] * cfg["samples"]
     print(
-        f"# ME-LS on {cfg['task']}, {evaluations:,} evaluations; {bench_venvs.stamp()}; "
+        f"# {'ME-LS' if args.algorithm == 'mels' else 'ME-Sampling'} on {cfg['task']}, {evaluations:,} "
+        f"evaluations; {bench_venvs.stamp()}; "
         f"{bench_venvs.machine()}"
     )
     print(f"# {json.dumps(cfg)}")
@@ -280,13 +307,12 @@ def main() -> None:
             elites = os.path.join(tmp, f"{impl}-{seed}.npz")
             with open(case, "w") as f:
                 json.dump({"cfg": cfg, "seed": seed, "cells": cells.tolist(), "elites": elites}, f)
-            python = qdax_python if impl == "qdax" else sys.executable
+            python = qdax_python if impl.startswith("qdax") else sys.executable
             r = bench_venvs.run_json_worker(python, __file__, ["--impl", impl, "--case", case])
             data = np.load(elites)
             r |= corrected(cfg, cells, data["solutions"], data["occupied"])
-            name = {"evotensor": "evotensor ME-LS", "qdax": "QDax 0.5.1 MELS", "evotensor-me": "evotensor ME"}
             print(
-                f"| {seed} | {name[impl]} | {r['compile_s']:.1f} | {r['run_s']:.1f} | "
+                f"| {seed} | {NAMES[impl]} | {r['compile_s']:.1f} | {r['run_s']:.1f} | "
                 f"{evaluations / r['run_s']:,.0f} | {r['qd_score']:.1f} | {r['coverage']:.3f} | "
                 f"{r['corrected_qd_score']:.1f} | {r['corrected_coverage']:.3f} | "
                 f"{r['descriptor_std']:.4f} | {r['fitness_std']:.3f} | {os.getloadavg()[0]:.2f} |",

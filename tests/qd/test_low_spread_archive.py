@@ -423,7 +423,7 @@ CASES = [
         {},
     ),
     ("corrected", correct, "num_reevals", {"num_reevals": 0}),
-    ("corrected", correct, "fitness_reducer", {"fitness_reducer": "mode"}),
+    ("corrected", correct, "fitness_reducer", {"fitness_reducer": "modal"}),
     ("corrected", correct, "measures_reducer", {"measures_reducer": 3}),
     ("corrected", correct, "source", {"source": "me"}),
     ("corrected", correct, "strategy", {"solution": np.zeros(6)}),

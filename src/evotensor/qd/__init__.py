@@ -42,6 +42,10 @@
   2023) for noisy problems: each solution evaluated ``num_samples`` times, its cell the mode of its
   samples' cells, its fitness their mean; an elite is replaced only by a fitter solution whose
   descriptors spread no more (QDax's ``MELS``). :class:`MAPElites` asks each solution that many times.
+* :mod:`.sampled_archive` — :class:`SampledArchive`: MAP-Elites-Sampling (QDax's ``sampling``):
+  each solution evaluated ``num_samples`` times, its expected fitness and descriptor extracted
+  (:mod:`.extractors`: average, median, mode, closest; std, mad, iqr) and inserted by the cells'
+  own rules.
 * :mod:`.reevaluation` — :func:`corrected_archive`: every elite re-evaluated ``num_reevals``
   times and the medians added to an empty archive (QDax's ``reevaluation_function``), the honest
   QD score on a noisy problem, with each elite's fitness and descriptor std.
@@ -97,6 +101,7 @@ from evotensor.qd.mome_archive import MOMEArchive, MOMEState
 from evotensor.qd.multi_task import MultiTaskMAPElites, MultiTaskState
 from evotensor.qd.proximity_archive import ProximityAddInfo, ProximityArchive, ProximityState
 from evotensor.qd.reevaluation import CorrectedArchive, corrected_archive
+from evotensor.qd.sampled_archive import SampledAddInfo, SampledArchive, SampledCellsArchive
 from evotensor.qd.sharded_archive import ShardedArchive
 
 __all__ = [
@@ -146,6 +151,9 @@ __all__ = [
     "ProximityAddInfo",
     "ProximityArchive",
     "ProximityState",
+    "SampledAddInfo",
+    "SampledArchive",
+    "SampledCellsArchive",
     "ShardedArchive",
     "ShardedMAPElites",
     "UnstructuredArchive",

@@ -35,23 +35,16 @@ elite's spread (0 where empty). The archive is not split over devices.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
-from evotensor.core.checks import ArgumentError, check_int
+from evotensor.core.checks import ArgumentError
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.qd.archive import (
-    NOT_ADDED,
-    AddInfo,
-    Archive,
-    ArchiveState,
-    UnstructuredArchive,
-    candidate_is_valid,
-)
+from evotensor.qd.archive import NOT_ADDED, AddInfo, Archive, ArchiveState, candidate_is_valid
+from evotensor.qd.extractors import average, mode
+from evotensor.qd.sampled_archive import SampledCellsArchive
 
 
 @pytree_dataclass
@@ -86,12 +79,10 @@ def sample_spread(measures: jax.Array) -> jax.Array:
 def modal_cell(cells: jax.Array) -> jax.Array:
     """The most frequent cell of each row, equal counts going to the lowest cell: ``[B, S] int ->
     [B]`` (QDax's ``_mode``). O(B S^2)."""
-    counts = jnp.sum(cells[:, :, None] == cells[:, None, :], axis=2)
-    most = jnp.max(counts, axis=1, keepdims=True)
-    return jnp.min(jnp.where(counts == most, cells, jnp.iinfo(cells.dtype).max), axis=1)
+    return mode(cells)
 
 
-class LowSpreadArchive(Archive):
+class LowSpreadArchive(SampledCellsArchive):
     """ME-LS's archive over the cells of a grid or CVT archive (module docstring).
 
     Args:
@@ -104,63 +95,17 @@ class LowSpreadArchive(Archive):
         num_cells, measure_dim, solution_dim, genotype, qd_score_offset: ``cells``'.
     """
 
-    shardable = False
     unshardable_because = "ME-LS's archive is kept whole on one device (run it without mesh=)"
 
     def __init__(self, cells: Archive, *, num_samples: int):
-        if not isinstance(cells, Archive) or isinstance(cells, (UnstructuredArchive, LowSpreadArchive)):
-            raise ArgumentError(
-                f"cells must be a GridArchive or CVTArchive (cells by measures), got {type(cells).__name__}"
-            )
-        if getattr(cells, "num_objectives", None) is not None:
-            raise ArgumentError("cells must be a single-objective archive (GridArchive or CVTArchive)")
-        if cells.learning_rate != 1.0 or cells.threshold_min != -math.inf or cells.extra_fields:
-            raise ArgumentError(
-                "cells must be a plain archive: ME-LS compares fitness and spread, so CMA-MAE's "
-                "learning_rate/threshold_min and extra_fields do not apply"
-            )
-        super().__init__(
-            solution_dim=cells.solution_dim, genotype=cells.genotype, qd_score_offset=cells.qd_score_offset
-        )
-        self.cells = cells
-        self.num_cells = cells.num_cells
-        self.measure_dim = cells.measure_dim
-        self.num_samples = check_int(num_samples, "num_samples")
-        self._check_memory(f"{self.num_cells} cells")
-
-    def __repr__(self) -> str:
-        cells = type(self.cells).__name__
-        return f"LowSpreadArchive({cells}, {self.num_cells} cells, num_samples={self.num_samples})"
+        super().__init__(cells, num_samples=num_samples, thresholds=False)
 
     def state_bytes(self) -> int:
         return super().state_bytes() + 4 * self.num_cells  # the spread field
 
-    def index_of(self, measures: jax.Array) -> jax.Array:
-        """The cells' :meth:`index_of`: ``[B, D] -> [B]`` int32."""
-        return self.cells.index_of(measures)
-
     def _empty(self, c: int) -> ArchiveState:
         state = super()._empty(c)
         return state.replace(fields={"spread": jnp.zeros((c,), jnp.float32)})
-
-    def _check_samples(
-        self, objective: Any, measures: Any, batch: int | None = None
-    ) -> tuple[jax.Array, jax.Array]:
-        objective = jnp.asarray(objective, jnp.float32)
-        measures = jnp.asarray(measures, jnp.float32)
-        s, d = self.num_samples, self.measure_dim
-        rows = objective.shape[0] if batch is None and objective.ndim else batch
-        if objective.ndim != 2 or objective.shape != (rows, s):
-            raise ArgumentError(
-                f"objective must have shape [{'B' if batch is None else batch}, num_samples={s}], "
-                f"got {list(objective.shape)}"
-            )
-        if measures.shape != (objective.shape[0], s, d):
-            raise ArgumentError(
-                f"measures must have shape [B, num_samples, measure_dim] = [{objective.shape[0]}, {s}, {d}], "
-                f"got {list(measures.shape)}"
-            )
-        return objective, measures
 
     def aggregate(self, objective: jax.Array, measures: jax.Array) -> dict[str, jax.Array]:
         """Each candidate's ``S`` samples reduced as the module docstring says.
@@ -175,16 +120,13 @@ class LowSpreadArchive(Archive):
         """
         objective, measures = self._check_samples(objective, measures)
         batch, s, d = measures.shape
-        finite = jnp.all(jnp.isfinite(objective), axis=1) & jnp.all(jnp.isfinite(measures), axis=(1, 2))
+        finite = self._finite(objective, measures)
         cells = self.index_of(measures.reshape(batch * s, d)).reshape(batch, s)
         index = modal_cell(cells)
         inside = (cells == index[:, None])[..., None]
         mean = jnp.sum(jnp.where(inside, measures, 0.0), axis=1) / jnp.sum(inside, axis=1)
         return {
-            # the correctly rounded mean: XLA turns a division by a scalar (or by a broadcast it
-            # can see) into a product with the rounded 1/S
-            "objective": jnp.sum(objective, axis=1)
-            / lax.optimization_barrier(jnp.full((batch,), s, jnp.float32)),
+            "objective": average(objective),
             "measures": mean,
             "spread": sample_spread(measures),
             "index": index.astype(jnp.int32),

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evotensor.qd.archive import Archive, ArchiveState, CVTArchive, GridArchive
-from evotensor.qd.low_spread_archive import LowSpreadArchive
+from evotensor.qd.sampled_archive import SampledCellsArchive
 
 
 def _pyplot():
@@ -46,7 +46,7 @@ def archive_image(
         objective = np.where(np.asarray(state.occupied), np.asarray(state.objective, np.float64), np.nan)
     else:
         objective = np.asarray(values, np.float64)
-    if isinstance(archive, LowSpreadArchive):  # one elite per cell of its grid or CVT archive
+    if isinstance(archive, SampledCellsArchive):  # one elite per cell of its grid or CVT archive
         archive = archive.cells
     (x0, x1), (y0, y1) = archive.ranges
     extent = (x0, x1, y0, y1)

@@ -26,11 +26,19 @@ from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.problem import evaluate_genotypes
 from evotensor.core.strategy import as_solution_space
 from evotensor.qd.archive import Archive, ArchiveState, UnstructuredArchive
-from evotensor.qd.low_spread_archive import LowSpreadArchive
+from evotensor.qd.extractors import EXPECTATIONS
+from evotensor.qd.sampled_archive import SampledCellsArchive
 
+
+def _over_reevaluations(extract: Callable[[jax.Array], jax.Array]) -> Callable[[jax.Array], jax.Array]:
+    """An extractor of :mod:`evotensor.qd.extractors` (samples on axis 1) for ``[R, C, ...]``."""
+    return lambda samples: extract(jnp.moveaxis(samples, 0, 1))
+
+
+# the extractors by name ("mean" is "average"'s older name here)
 REDUCERS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "median": lambda samples: jnp.median(samples, axis=0),
-    "mean": lambda samples: jnp.mean(samples, axis=0),
+    **{name: _over_reevaluations(f) for name, f in EXPECTATIONS.items()},
+    "mean": _over_reevaluations(EXPECTATIONS["average"]),
 }
 
 
@@ -66,14 +74,12 @@ def _reducer(reducer: Any, name: str) -> Callable[[jax.Array], jax.Array]:
 def _target(archive: Archive, target: Archive | None) -> Archive:
     """The empty archive to fill: ``target``, or the cells of a sampled archive, or the archive."""
     if target is None:
-        if isinstance(archive, LowSpreadArchive):
-            return archive.cells
-        if archive.learning_rate != 1.0:
+        target = archive.cells if isinstance(archive, SampledCellsArchive) else archive
+        if target.learning_rate != 1.0:
             raise ArgumentError(
                 "the archive anneals its thresholds (CMA-MAE): pass target=, a plain archive of its cells"
             )
-        target = archive
-    if not isinstance(target, Archive) or isinstance(target, (UnstructuredArchive, LowSpreadArchive)):
+    if not isinstance(target, Archive) or isinstance(target, (UnstructuredArchive, SampledCellsArchive)):
         raise ArgumentError(f"target must be a GridArchive or CVTArchive, got {type(target).__name__}")
     if getattr(target, "num_objectives", None) is not None:
         raise ArgumentError("target must be a single-objective archive (GridArchive or CVTArchive)")
@@ -115,13 +121,14 @@ def corrected_archive(
             evaluation in the run loop).
         num_reevals: ``R >= 1`` evaluations per elite.
         target: the plain archive to fill (default: the archive's cells for a
-            :class:`~evotensor.qd.LowSpreadArchive`, else the archive itself; an archive with
-            CMA-MAE thresholds needs one).
+            :class:`~evotensor.qd.LowSpreadArchive` or :class:`~evotensor.qd.SampledArchive`, else
+            the archive itself; an archive with CMA-MAE thresholds needs one).
         solution: with an archive ``source``: the solution template pytree its flat solutions
             unravel to (a strategy brings its own).
         decoder: the genotype -> phenotype decoder (a policy problem needs one; default: the
             strategy's, as the run loop's ``decoder=`` default).
-        fitness_reducer, measures_reducer: ``"median"`` (default), ``"mean"`` or a callable
+        fitness_reducer, measures_reducer: ``"median"`` (default), ``"mean"`` (or ``"average"``),
+            ``"mode"``, ``"closest"`` (:mod:`evotensor.qd.extractors`) or a callable
             ``samples [R, C, ...] -> [C, ...]``.
 
     Returns:

@@ -77,6 +77,9 @@ and ``qd-brax``.
   evaluations), a 32 x 32 grid. ``--set samples=1`` is plain MAP-Elites. Reports the archive and
   the *corrected* archive (every elite re-evaluated ``reevals`` = 16 times, the medians inserted
   into an empty grid, :func:`~evotensor.qd.corrected_archive`), the honest QD score on a noisy task.
+  ``--set archive=sampling`` is MAP-Elites-Sampling (QDax's ``sampling``) instead: each solution's
+  samples reduced by ``extractor`` (``average``, ``median``, ``mode`` or ``closest``) and inserted
+  into the grid.
 
 * ``qd-brax`` — QD-RL: MAP-Elites with Iso+LineDD (QDax's brax example values, iso 0.005 /
   line 0.05) over the parameters of a ``64-64`` tanh MLP policy on a QDax brax task (default
@@ -128,6 +131,7 @@ from evotensor.qd.emitters import (
     pga_me_emitters,
     problem_jacobian,
 )
+from evotensor.qd.extractors import EXPECTATIONS
 from evotensor.qd.low_spread_archive import LowSpreadArchive
 from evotensor.qd.map_elites import MAPElites
 from evotensor.qd.mome_archive import MOMEArchive
@@ -135,6 +139,7 @@ from evotensor.qd.multi_task import MultiTaskMAPElites
 from evotensor.qd.plots import archive_heatmap, plot_pareto_fronts, plot_qd_history
 from evotensor.qd.proximity_archive import ProximityArchive
 from evotensor.qd.reevaluation import corrected_archive
+from evotensor.qd.sampled_archive import SampledArchive
 from evotensor.tasks import (
     Task,
     hidden_sizes_option,
@@ -770,6 +775,8 @@ def _samples_and_reevals(cfg: dict[str, Any]) -> tuple[int, int]:
         "descriptor_noise": 0.01,
         "iso_sigma": 0.01,
         "line_sigma": 0.1,
+        "archive": "low-spread",
+        "extractor": "average",
     },
 )
 def _build_noisy_arm(cfg: dict[str, Any]) -> Task:
@@ -783,8 +790,19 @@ def _build_noisy_arm(cfg: dict[str, Any]) -> Task:
     )
     samples, reevals = _samples_and_reevals(cfg)
     archive = _arm_grid(problem, cfg)
-    if samples > 1:
+    if cfg["archive"] not in ("low-spread", "sampling"):
+        raise ValueError(f"option archive must be 'low-spread' or 'sampling', got {cfg['archive']!r}")
+    if cfg["extractor"] not in EXPECTATIONS:
+        raise ValueError(
+            f"option extractor must be one of {', '.join(EXPECTATIONS)}, got {cfg['extractor']!r}"
+        )
+    if samples > 1 and cfg["archive"] == "low-spread":
         archive = LowSpreadArchive(archive, num_samples=samples)
+    elif samples > 1:
+        extract = cfg["extractor"]
+        archive = SampledArchive(
+            archive, num_samples=samples, fitness_extractor=extract, descriptor_extractor=extract
+        )
     strategy = MAPElites(archive, [_arm_iso_line(problem, cfg, 64)])
     return Task(
         strategy=strategy,
