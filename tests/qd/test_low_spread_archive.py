@@ -136,9 +136,14 @@ def test_add_equals_the_reference(batches, data):
         occupied, obj, spread, elite_x, elite_m, status, index = ref
         np.testing.assert_array_equal(np.asarray(state.occupied), occupied)
         np.testing.assert_array_equal(np.asarray(state.objective)[occupied], obj[occupied])
-        np.testing.assert_array_equal(np.asarray(state.fields["spread"])[occupied], spread[occupied])
+        # the spread is computed inside the compiled add here and eagerly by the reference: XLA may
+        # round a square root of a sum of squares one unit apart (hypothesis found 2.9993458 vs 2.999346)
+        np.testing.assert_allclose(np.asarray(state.fields["spread"])[occupied], spread[occupied], rtol=1e-6)
         np.testing.assert_array_equal(np.asarray(state.solutions)[occupied], elite_x[occupied])
-        np.testing.assert_allclose(np.asarray(state.measures)[occupied], elite_m[occupied], rtol=1e-6)
+        # atol: XLA:CPU flushes subnormal float32 results to 0 (a mean of 2.9e-39)
+        np.testing.assert_allclose(
+            np.asarray(state.measures)[occupied], elite_m[occupied], rtol=1e-6, atol=1e-37
+        )
         np.testing.assert_array_equal(np.asarray(info.status), status)
         np.testing.assert_array_equal(np.asarray(info.index), index)
 

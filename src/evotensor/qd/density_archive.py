@@ -45,7 +45,6 @@ one-device run.
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
@@ -56,9 +55,9 @@ from jax import lax
 
 from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_int, check_real
-from evotensor.core.mesh import POPULATION_AXIS, check_mesh, place, replicated_shardings
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.archive import NEW, NOT_ADDED, AddInfo, candidate_is_valid
+from evotensor.qd.replicated_state import ReplicatedState
 
 _BLOCK_ELEMENTS = 2**22  # candidates x buffer rows x measures per block of the density
 
@@ -130,7 +129,7 @@ def kde_log_density(measures: jax.Array, buffer: jax.Array, size: jax.Array, ban
     return lax.map(one, measures, batch_size=min(block, max(1, measures.shape[0])))
 
 
-class DensityArchive:
+class DensityArchive(ReplicatedState):
     """A reservoir of measures and its kernel density estimate (module docstring for the rules).
 
     Args (keyword-only):
@@ -150,7 +149,6 @@ class DensityArchive:
     stores_elites = False
     keyed_init = True  # MAPElites hands init a key drawn from the run's
     extra_fields: dict[str, Any] = {}
-    mesh = None  # set by on_mesh
 
     def __init__(self, *, measure_dim: int, buffer_size: int = 10_000, bandwidth: float, seed: int = 0):
         self.measure_dim = check_int(measure_dim, "measure_dim")
@@ -163,25 +161,6 @@ class DensityArchive:
             f"DensityArchive(measure_dim={self.measure_dim}, buffer_size={self.buffer_size}, "
             f"bandwidth={self.bandwidth:g}, seed={self.seed})"
         )
-
-    def on_mesh(self, mesh: Any, axis: str = POPULATION_AXIS) -> DensityArchive:
-        """This archive for a run on ``mesh`` (the population split over ``axis``): its state whole
-        on every device."""
-        twin = copy.copy(self)
-        twin.mesh = check_mesh(mesh, axis)
-        return twin
-
-    def state_shardings(self, state: DensityState) -> Any:
-        """Every leaf replicated over the mesh."""
-        return replicated_shardings(state, self.mesh)
-
-    def portable(self, state: DensityState) -> DensityState:
-        """The state as a checkpoint holds it (it is never padded)."""
-        return state
-
-    def pad(self, state: DensityState) -> DensityState:
-        """A restored state laid out on the mesh (whole on every device)."""
-        return place(state, self.state_shardings(state))
 
     def init(self, key: jax.Array | None = None) -> DensityState:
         """An empty buffer whose reservoir draws come from ``key`` (default: the archive's ``seed``)."""

@@ -57,7 +57,6 @@ bit for bit), not bit for bit.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import jax
@@ -68,10 +67,11 @@ from jax import lax
 
 from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_int, check_real
-from evotensor.core.mesh import POPULATION_AXIS, check_mesh, place, replicated, replicated_shardings
+from evotensor.core.mesh import POPULATION_AXIS, replicated
 from evotensor.core.pytree import pytree_dataclass
 from evotensor.qd.archive import NEW, NOT_ADDED, AddInfo, ArchiveState, candidate_is_valid
 from evotensor.qd.discount_model import DiscountMLP, fit_discount_model
+from evotensor.qd.replicated_state import ReplicatedState
 from evotensor.qd.sharded_archive import ShardedArchive
 
 _INIT_KEY, _TRAIN_KEY, _EMPTY_KEY = 0, 1, 2  # folds of the state's key
@@ -129,7 +129,7 @@ def sample_empty_cells(key: jax.Array, occupied: jax.Array, n: int) -> tuple[jax
     return cells.astype(jnp.int32), drawn
 
 
-class DiscountArchive:
+class DiscountArchive(ReplicatedState):
     """A discount model over measure space (module docstring for the rules).
 
     Args (keyword-only):
@@ -164,7 +164,6 @@ class DiscountArchive:
     stores_elites = False
     keyed_init = True
     extra_fields: dict[str, Any] = {}
-    mesh = None  # set by on_mesh
 
     def __init__(
         self,
@@ -389,8 +388,7 @@ class DiscountArchive:
         """This archive for a run on ``mesh``: its state whole on every device, its result archive
         split along its cells (:class:`~evotensor.qd.sharded_archive.ShardedArchive`; MAP-Elites
         on a mesh keeps that one)."""
-        twin = copy.copy(self)
-        twin.mesh = check_mesh(mesh, axis)
+        twin = super().on_mesh(mesh, axis)
         result = (
             self.result_archive.archive
             if isinstance(self.result_archive, ShardedArchive)
@@ -398,15 +396,3 @@ class DiscountArchive:
         )
         twin.result_archive = ShardedArchive(result, mesh, axis)
         return twin
-
-    def state_shardings(self, state: DiscountState) -> Any:
-        """Every leaf replicated over the mesh."""
-        return replicated_shardings(state, self.mesh)
-
-    def portable(self, state: DiscountState) -> DiscountState:
-        """The state as a checkpoint holds it (it is never padded)."""
-        return state
-
-    def pad(self, state: DiscountState) -> DiscountState:
-        """A restored state laid out on the mesh (whole on every device)."""
-        return place(state, self.state_shardings(state))

@@ -84,14 +84,18 @@ EXPECTATIONS: dict[str, Extractor] = {"average": average, "median": median, "mod
 REPRODUCIBILITY: dict[str, Extractor] = {"std": std, "mad": mad, "iqr": iqr}
 
 
-def get_extractor(extractor: Any, name: str, table: dict[str, Extractor] = EXPECTATIONS) -> Extractor:
-    """``extractor`` as a function: a name of ``table`` or a callable ``[B, S, ...] -> [B, ...]``;
-    an :class:`ArgumentError` naming the argument ``name`` otherwise."""
+def get_extractor(
+    extractor: Any,
+    name: str,
+    table: dict[str, Extractor] = EXPECTATIONS,
+    shapes: str = "[B, S, ...] -> [B, ...]",
+) -> Extractor:
+    """``extractor`` as a function: a name of ``table`` or a callable (of ``shapes``); an
+    :class:`ArgumentError` naming the argument ``name`` otherwise."""
     if callable(extractor):
         return extractor
     if isinstance(extractor, str) and extractor in table:
         return table[extractor]
     raise ArgumentError(
-        f"{name} must be one of {', '.join(sorted(table))} or a callable [B, S, ...] -> [B, ...], "
-        f"got {extractor!r}"
+        f"{name} must be one of {', '.join(sorted(table))} or a callable {shapes}, got {extractor!r}"
     )

@@ -26,7 +26,7 @@ from evotensor.core.checks import ArgumentError, check_int
 from evotensor.core.problem import evaluate_genotypes
 from evotensor.core.strategy import as_solution_space
 from evotensor.qd.archive import Archive, ArchiveState, UnstructuredArchive
-from evotensor.qd.extractors import EXPECTATIONS
+from evotensor.qd.extractors import EXPECTATIONS, get_extractor
 from evotensor.qd.sampled_archive import SampledCellsArchive
 
 
@@ -58,17 +58,6 @@ class CorrectedArchive(NamedTuple):
     state: ArchiveState
     fitness_std: jax.Array
     measures_std: jax.Array
-
-
-def _reducer(reducer: Any, name: str) -> Callable[[jax.Array], jax.Array]:
-    if callable(reducer):
-        return reducer
-    if isinstance(reducer, str) and reducer in REDUCERS:
-        return REDUCERS[reducer]
-    raise ArgumentError(
-        f"{name} must be one of {sorted(REDUCERS)} or a callable samples [R, C, ...] -> [C, ...], "
-        f"got {reducer!r}"
-    )
 
 
 def _target(archive: Archive, target: Archive | None) -> Archive:
@@ -136,8 +125,9 @@ def corrected_archive(
         at a time).
     """
     num_reevals = check_int(num_reevals, "num_reevals")
-    reduce_fitness = _reducer(fitness_reducer, "fitness_reducer")
-    reduce_measures = _reducer(measures_reducer, "measures_reducer")
+    shapes = "samples [R, C, ...] -> [C, ...]"
+    reduce_fitness = get_extractor(fitness_reducer, "fitness_reducer", REDUCERS, shapes)
+    reduce_measures = get_extractor(measures_reducer, "measures_reducer", REDUCERS, shapes)
     if isinstance(source, Archive):
         archive, archive_state = source, state
         if not isinstance(state, ArchiveState) or state.objective.shape[0] != archive.num_cells:
