@@ -132,7 +132,7 @@ def worker_evotensor(a) -> dict:
     t0 = time.perf_counter()
     result = evotensor.run(strategy, problem, a.iterations, jax.random.key(a.seed), progress=False)
     wall = time.perf_counter() - t0
-    stats = {k: float(v) for k, v in grid.stats(result.state.result).items()}
+    stats = {name: float(v) for name, v in grid.stats(result.state.result).items()}
     return {
         "wall_s": wall,
         "compile_s": float(result.compile_seconds),

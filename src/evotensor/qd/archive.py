@@ -117,6 +117,20 @@ def candidate_is_valid(solutions: Any, objective: jax.Array, measures: jax.Array
     return valid
 
 
+def check_objective_measures(objective: Any, measures: Any, measure_dim: int) -> tuple[jax.Array, jax.Array]:
+    """``objective [B]`` and ``measures [B, measure_dim]`` as float32, their shapes checked (an
+    :class:`ArgumentError` naming both otherwise)."""
+    objective = jnp.asarray(objective, jnp.float32)
+    measures = jnp.asarray(measures, jnp.float32)
+    batch = objective.shape[0] if objective.ndim == 1 else -1
+    if objective.ndim != 1 or measures.shape != (batch, measure_dim):
+        raise ArgumentError(
+            f"objective must be [B] and measures [B, {measure_dim}], got "
+            f"{list(objective.shape)} and {list(measures.shape)}"
+        )
+    return objective, measures
+
+
 def take_rows(solutions: Any, index: jax.Array) -> Any:
     """Rows ``index [n]`` of every leaf of ``solutions`` (an array or a genotype pytree)."""
     return jax.tree_util.tree_map(lambda a: a[index], solutions)

@@ -56,7 +56,7 @@ from jax import lax
 from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_int, check_real
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.qd.archive import NEW, NOT_ADDED, AddInfo, candidate_is_valid
+from evotensor.qd.archive import NEW, NOT_ADDED, AddInfo, candidate_is_valid, check_objective_measures
 from evotensor.qd.replicated_state import ReplicatedState
 
 _BLOCK_ELEMENTS = 2**22  # candidates x buffer rows x measures per block of the density
@@ -195,14 +195,7 @@ class DensityArchive(ReplicatedState):
             measures: ``[B, D]`` float32.
             fields: ignored (the archive stores no elites).
         """
-        objective = jnp.asarray(objective, jnp.float32)
-        measures = jnp.asarray(measures, jnp.float32)
-        batch = objective.shape[0] if objective.ndim == 1 else -1
-        if objective.ndim != 1 or measures.shape != (batch, self.measure_dim):
-            raise ArgumentError(
-                f"objective must be [B] and measures [B, {self.measure_dim}], got "
-                f"{list(objective.shape)} and {list(measures.shape)}"
-            )
+        objective, measures = check_objective_measures(objective, measures, self.measure_dim)
         log_density = self.log_density(state, measures)
         valid = candidate_is_valid(solutions, objective, measures)
         # Algorithm R over the valid candidates: t is each one's position in the run's stream

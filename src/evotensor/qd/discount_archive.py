@@ -69,7 +69,14 @@ from evotensor.core import rng
 from evotensor.core.checks import ArgumentError, check_int, check_real
 from evotensor.core.mesh import POPULATION_AXIS, replicated
 from evotensor.core.pytree import pytree_dataclass
-from evotensor.qd.archive import NEW, NOT_ADDED, AddInfo, ArchiveState, candidate_is_valid
+from evotensor.qd.archive import (
+    NEW,
+    NOT_ADDED,
+    AddInfo,
+    ArchiveState,
+    candidate_is_valid,
+    check_objective_measures,
+)
 from evotensor.qd.discount_model import DiscountMLP, fit_discount_model
 from evotensor.qd.replicated_state import ReplicatedState
 from evotensor.qd.sharded_archive import ShardedArchive
@@ -314,7 +321,7 @@ class DiscountArchive(ReplicatedState):
             solutions: ``[B, ...]`` (or a genotype pytree): only checked for finiteness.
             objective: ``[B]`` float32; measures: ``[B, D]`` float32; fields: ignored.
         """
-        objective, measures = self._check(objective, measures)
+        objective, measures = check_objective_measures(objective, measures, self.measure_dim)
         discount = self.discount(state, self._whole(measures))
         valid = candidate_is_valid(solutions, objective, measures)
         better = valid & (objective > discount)
@@ -338,7 +345,7 @@ class DiscountArchive(ReplicatedState):
         """Train the model on this batch (``info`` is what :meth:`add` reported for it) and on empty
         cells of ``result_state`` (the result archive after the batch), every ``train_every``-th
         call; the other calls only count."""
-        objective, measures = self._check(objective, measures)
+        objective, measures = check_objective_measures(objective, measures, self.measure_dim)
         valid = candidate_is_valid(solutions, objective, measures)
         lr = jnp.float32(self.learning_rate)
         discount = jnp.where(valid, info.discount, 0.0)
@@ -370,17 +377,6 @@ class DiscountArchive(ReplicatedState):
         by the population axis round differently from one device's (other shapes, other kernels;
         a gradient summed in parts)."""
         return a if self.mesh is None else lax.with_sharding_constraint(a, replicated(self.mesh))
-
-    def _check(self, objective, measures) -> tuple[jax.Array, jax.Array]:
-        objective = jnp.asarray(objective, jnp.float32)
-        measures = jnp.asarray(measures, jnp.float32)
-        batch = objective.shape[0] if objective.ndim == 1 else -1
-        if objective.ndim != 1 or measures.shape != (batch, self.measure_dim):
-            raise ArgumentError(
-                f"objective must be [B] and measures [B, {self.measure_dim}], got "
-                f"{list(objective.shape)} and {list(measures.shape)}"
-            )
-        return objective, measures
 
     # -- device meshes -------------------------------------------------------------------------
 
