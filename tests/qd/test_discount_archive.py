@@ -352,6 +352,22 @@ def test_refit_trains_every_train_every_calls_and_keeps_state_finite():
     assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree_util.tree_leaves(state.params))
 
 
+def test_a_diverging_training_is_discarded():
+    """An optimizer that blows the parameters up (SGD with an infinite step) never leaves the model
+    non-finite: each such training is undone and counted."""
+    archive = discount(optimizer=optax.sgd(np.inf))
+    state = archive.init(KEY)
+    assert int(state.diverged) == 1  # init's fit already diverged
+    assert all(np.isfinite(np.asarray(a)).all() for a in jax.tree_util.tree_leaves(state.params))
+    fresh = archive.model.init(jax.random.fold_in(KEY, 0), 2)  # the init key fold 0
+    leaves_equal(state.params, fresh)
+    objective, measures = jnp.asarray([5.0, 1.0]), jnp.asarray([[0.0, 4.0], [1.0, 1.0]])
+    _, info = archive.add(state, jnp.zeros((2, 3)), objective, measures)
+    after = archive.refit(state, jnp.zeros((2, 3)), objective, measures, info, archive.result_archive.init())
+    leaves_equal(after.params, state.params)
+    assert int(after.diverged) == 2 and np.isfinite(np.asarray(archive.discount(after, measures))).all()
+
+
 def test_discount_range_scales_targets_and_outputs():
     archive = discount(
         discount_range=(0.0, 100.0),

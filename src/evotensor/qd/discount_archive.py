@@ -28,7 +28,8 @@ One generation (the paper's Section 5, pyribs 0.12's rules where not said otherw
 
   The regression is :func:`~evotensor.qd.discount_model.fit_discount_model` (minibatches of
   ``train_batch_size``, at most ``train_epochs`` epochs, stopping after an epoch whose MSE is at
-  most ``train_cutoff_loss``), the optimizer's state kept across generations.
+  most ``train_cutoff_loss``), the optimizer's state kept across generations. A training that
+  leaves a parameter non-finite (a diverging optimizer) is discarded and counted in ``diverged``.
 * **init** fits the fresh model to ``threshold_min`` at the centres of ``init_train_points`` cells
   of the (empty) result archive.
 
@@ -96,6 +97,8 @@ class DiscountState:
         losses: ``[train_epochs]`` float32, each epoch's loss in the last training (NaN: not run).
         epochs: ``[]`` int32, epochs run in the last training.
         empty: ``[]`` int32, empty-cell centres in the last training.
+        diverged: ``[]`` int32, trainings discarded so far because they left a parameter or the
+            optimizer's state non-finite (the model then keeps its previous parameters).
     """
 
     params: Any
@@ -105,6 +108,7 @@ class DiscountState:
     losses: jax.Array
     epochs: jax.Array
     empty: jax.Array
+    diverged: jax.Array
 
 
 @pytree_dataclass
@@ -274,7 +278,20 @@ class DiscountArchive(ReplicatedState):
             batch_size=self.train_batch_size,
             cutoff_loss=self.train_cutoff_loss,
         )
-        return state.replace(params=params, opt_state=opt_state, losses=losses, epochs=epochs)
+        # a training that diverged (non-finite parameters or optimizer state) is discarded whole
+        finite = jnp.all(
+            jnp.asarray([jnp.all(jnp.isfinite(a)) for a in jax.tree_util.tree_leaves((params, opt_state))])
+        )
+        kept = jax.tree_util.tree_map(
+            lambda new, old: jnp.where(finite, new, old), (params, opt_state), (state.params, state.opt_state)
+        )
+        return state.replace(
+            params=kept[0],
+            opt_state=kept[1],
+            losses=losses,
+            epochs=epochs,
+            diverged=state.diverged + (~finite).astype(jnp.int32),
+        )
 
     def _empty_centres(self, key: jax.Array, occupied: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
         """Centres ``[n, D]`` of ``n`` empty cells of the result archive (``occupied [C']``, a
@@ -302,6 +319,7 @@ class DiscountArchive(ReplicatedState):
             losses=jnp.full((self.train_epochs,), jnp.nan, jnp.float32),
             epochs=jnp.zeros((), jnp.int32),
             empty=jnp.sum(drawn, dtype=jnp.int32),
+            diverged=jnp.zeros((), jnp.int32),
         )
         targets = jnp.full((centres.shape[0],), self.threshold_min, jnp.float32)
         return self._fit(state, jax.random.fold_in(start, _TRAIN_KEY), centres, targets, drawn)
