@@ -77,7 +77,7 @@ def reference_fit(apply, optimizer, params, opt_state, key, x, y, valid, epochs,
     return params, opt_state, losses
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     st.integers(1, 40),
     st.integers(1, 9),
@@ -222,7 +222,7 @@ def test_empty_cells_are_drawn_uniformly():
     assert chi2 < 18.5, (empty, chi2)  # 4 degrees of freedom: p ~ 0.001
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(st.lists(st.integers(1, 7), min_size=1, max_size=3), st.integers(0, 2**31 - 1))
 def test_grid_cell_centres_are_the_grid_centroids_and_lie_in_their_cells(dims, seed):
     r = np.random.default_rng(seed)
@@ -426,7 +426,9 @@ def test_dms_learns_the_explored_region_and_spreads_wider_than_objective_ranking
 
 
 def test_a_run_on_a_mesh_resumes_from_its_checkpoint_as_the_plain_run(tmp_path):
-    problem, strategy = dms(emitters=2, batch=4, init_train_points=50, empty_points=10)
+    problem, strategy = dms(
+        emitters=2, batch=4, init_train_points=50, empty_points=10, model=DiscountMLP((16,))
+    )
     mesh = jax.make_mesh((1,), ("pop",))
     options = dict(progress=False, chunk_size=3)
     plain = evotensor.run(strategy, problem, 6, KEY, **options)

@@ -44,7 +44,7 @@ def mean_distances(samples):  # [S, ...] -> [S]: each sample's mean distance to 
     return np.array([np.mean([np.linalg.norm(a - b) for b in flat]) for a in flat])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.integers(1, 7), st.sampled_from([(), (1,), (3,)]), st.booleans(), st.integers(0, 2**31 - 1))
 def test_extractors_are_their_definitions(samples, trailing, repeats, seed):
     r = np.random.default_rng(seed)
